@@ -1,0 +1,235 @@
+/*
+ * lares: run large language models on the devices people already own.
+ *
+ * This is the whole public interface of the library. The command-line program
+ * (app/) and the end-to-end tests use only this header; unit tests may reach
+ * module headers under src/ for internals.
+ *
+ * Conventions
+ *   - A function that can fail returns lares_status and fills a caller-owned
+ *     lares_error (which may be NULL). Nothing is allocated to report an error.
+ *   - Constructors set *out only on success; x_free(NULL) / x_close(NULL) are
+ *     no-ops.
+ *   - The library never exits, never aborts on input, and never writes to
+ *     stdout. Diagnostics go through lares_set_log (default: warnings and errors
+ *     to stderr).
+ *   - A model handle is read-only once opened and may be shared by several
+ *     sessions on one thread at a time each; a session is used by one thread.
+ */
+#ifndef LARES_H
+#define LARES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(LARES_BUILD_LIBRARY) && defined(__GNUC__)
+#define LARES_API __attribute__((visibility("default")))
+#else
+#define LARES_API
+#endif
+
+/* ---- status and errors ------------------------------------------------ */
+
+typedef enum lares_status {
+    LARES_OK = 0,
+    LARES_EINVAL,      /* a bad argument or option */
+    LARES_EIO,         /* the operating system refused a read, write, map */
+    LARES_EFORMAT,     /* a file or frame is malformed, truncated or hostile */
+    LARES_ENOMEM,      /* an allocation failed or a limit was reached */
+    LARES_EUNSUPPORTED,/* well-formed but not supported (architecture, type) */
+    LARES_ENOTFOUND,   /* a required key, tensor or file is missing */
+    LARES_ERANGE,      /* a value is out of its allowed range (context full) */
+    LARES_ECANCELED,   /* the caller asked to stop */
+    LARES_ENET,        /* a network peer failed or timed out */
+    LARES_EAUTH,       /* a peer's key or credential was refused */
+    LARES_EPROTO,      /* a peer spoke a different protocol or version */
+    LARES_EBUSY,       /* a bounded resource is full; try later */
+    LARES_STATUS_COUNT
+} lares_status;
+
+#define LARES_ERROR_MSG_MAX 256
+
+typedef struct lares_error {
+    lares_status code;
+    char msg[LARES_ERROR_MSG_MAX]; /* lower case, names the object, no newline */
+} lares_error;
+
+/* A short constant name for a status ("format error"). Never NULL. */
+LARES_API const char *lares_status_name(lares_status s);
+
+/* ---- logging ---------------------------------------------------------- */
+
+typedef enum lares_log_level {
+    LARES_LOG_ERROR = 0,
+    LARES_LOG_WARN,
+    LARES_LOG_INFO,
+    LARES_LOG_DEBUG
+} lares_log_level;
+
+/* fn receives one line without a trailing newline, starting with the module
+ * ("gguf: ..."). Passing fn == NULL restores the default sink, which writes
+ * messages at or above `min_level` to stderr. Not thread-safe against
+ * concurrent logging; set it once at start-up. */
+typedef void (*lares_log_fn)(lares_log_level level, const char *line, void *user);
+LARES_API void lares_set_log(lares_log_fn fn, void *user, lares_log_level min_level);
+
+/* ---- models ------------------------------------------------------------ */
+
+typedef struct lares_model lares_model;
+
+typedef struct lares_model_info {
+    const char *arch;      /* "llama", ... (borrowed from the model) */
+    const char *name;      /* general.name or "" */
+    int32_t n_layer;
+    int32_t n_embd;
+    int32_t n_ff;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    uint64_t file_bytes;   /* size of the GGUF file */
+    uint64_t weight_bytes; /* bytes of all tensor data */
+    const char *file_type; /* dominant weight type name, e.g. "q4_0" */
+} lares_model_info;
+
+typedef struct lares_model_opts {
+    bool vocab_only; /* load only the tokenizer (a vocab GGUF without tensors) */
+} lares_model_opts;
+
+LARES_API lares_model_opts lares_model_opts_default(void);
+LARES_API lares_status lares_model_open(const char *path, const lares_model_opts *opts,
+                                        lares_model **out, lares_error *err);
+LARES_API void lares_model_close(lares_model *m);
+LARES_API void lares_model_get_info(const lares_model *m, lares_model_info *out);
+
+/* ---- tokens and text --------------------------------------------------- */
+
+typedef struct lares_tokenize_opts {
+    bool add_bos;       /* prepend BOS when the vocabulary asks for it */
+    bool parse_special; /* recognise control tokens written in the text */
+} lares_tokenize_opts;
+
+LARES_API lares_tokenize_opts lares_tokenize_opts_default(void);
+
+/* Tokenizes `len` bytes of `text`. On success *out is an array allocated with
+ * lares_alloc that the caller releases with lares_free; *n_out its length. */
+LARES_API lares_status lares_tokenize(const lares_model *m, const char *text, size_t len,
+                                      const lares_tokenize_opts *opts, int32_t **out,
+                                      size_t *n_out, lares_error *err);
+
+/* The bytes a token stands for (control tokens: empty unless `special`).
+ * Writes at most cap bytes; returns the piece length (which may exceed cap, in
+ * which case nothing usable was written) or -1 for an id out of range. */
+LARES_API int32_t lares_token_piece(const lares_model *m, int32_t token, bool special, char *buf,
+                                    size_t cap);
+LARES_API int32_t lares_token_bos(const lares_model *m);
+LARES_API int32_t lares_token_eos(const lares_model *m);
+LARES_API bool lares_token_is_eog(const lares_model *m, int32_t token);
+
+/* ---- sessions and generation ------------------------------------------ */
+
+typedef struct lares_session lares_session;
+
+typedef enum lares_kv_type { LARES_KV_F16 = 0, LARES_KV_F32 = 1 } lares_kv_type;
+
+typedef struct lares_session_opts {
+    int32_t n_ctx;     /* context length in tokens; 0 = the model's trained length */
+    int32_t n_threads; /* 0 = number of online cores */
+    int32_t n_batch;   /* prompt tokens per forward pass; 0 = default */
+    lares_kv_type kv_type;
+} lares_session_opts;
+
+LARES_API lares_session_opts lares_session_opts_default(void);
+LARES_API lares_status lares_session_create(lares_model *m, const lares_session_opts *opts,
+                                            lares_session **out, lares_error *err);
+LARES_API void lares_session_free(lares_session *s);
+LARES_API int32_t lares_session_n_ctx(const lares_session *s);
+
+typedef struct lares_sampler_opts {
+    float temperature;        /* <= 0: greedy (argmax) */
+    int32_t top_k;            /* <= 0: off */
+    float top_p;              /* >= 1: off */
+    float min_p;              /* <= 0: off */
+    float repeat_penalty;     /* 1: off */
+    int32_t repeat_last_n;    /* tokens looked back by the penalty */
+    float presence_penalty;   /* 0: off */
+    float frequency_penalty;  /* 0: off */
+    uint64_t seed;
+} lares_sampler_opts;
+
+LARES_API lares_sampler_opts lares_sampler_opts_default(void);
+
+/* Called once per generated token, after it is sampled and before the next
+ * forward pass. `piece` holds the token's text, completed to whole UTF-8
+ * characters (bytes of an unfinished character are held back and delivered
+ * with the token that completes them). Return false to stop generating. */
+typedef bool (*lares_token_fn)(int32_t token, const char *piece, size_t piece_len, void *user);
+
+typedef enum lares_stop_reason {
+    LARES_STOP_NONE = 0,
+    LARES_STOP_EOS,    /* the model produced an end-of-generation token */
+    LARES_STOP_LENGTH, /* n_predict tokens were generated */
+    LARES_STOP_CALLER  /* the callback returned false */
+} lares_stop_reason;
+
+typedef struct lares_generate_opts {
+    int32_t n_predict;         /* tokens to generate; < 0: until EOS or the context is full */
+    lares_sampler_opts sampler;
+    lares_token_fn on_token;   /* may be NULL */
+    void *user;
+} lares_generate_opts;
+
+LARES_API lares_generate_opts lares_generate_opts_default(void);
+
+/* Figures measured during one generate call (and the process around it). */
+typedef struct lares_stats {
+    int32_t n_prompt;          /* prompt tokens evaluated (after any reused prefix) */
+    int32_t n_generated;
+    double load_ms;            /* model open + session creation */
+    double prompt_ms;          /* prompt evaluation */
+    double gen_ms;             /* generation after the first token */
+    double ttft_ms;            /* start of the call to the first generated token */
+    double prompt_tok_s;
+    double gen_tok_s;
+    uint64_t peak_rss_bytes;   /* process high-water mark */
+    uint64_t major_faults;     /* during the call */
+    uint64_t disk_read_bytes;  /* read from storage during the call (-1 unknown) */
+    double mem_pressure;       /* largest drop of MemAvailable / MemTotal during the call */
+    lares_stop_reason stop;
+} lares_stats;
+
+/* Evaluates `prompt` (which should start with BOS when the model wants one)
+ * after the tokens already in the session's context, then samples up to
+ * n_predict tokens. Fails with LARES_ERANGE before any work when prompt plus
+ * n_predict cannot fit in the context. Generated ids are appended to `out`
+ * (capacity out_cap, may be NULL) and their count stored in *n_out. */
+LARES_API lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_prompt,
+                                      const lares_generate_opts *opts, int32_t *out,
+                                      size_t out_cap, size_t *n_out, lares_stats *stats,
+                                      lares_error *err);
+
+/* Forgets the context (KV cache) from position `pos` on; 0 clears it. */
+LARES_API void lares_session_truncate(lares_session *s, int32_t pos);
+
+/* ---- conversion --------------------------------------------------------- */
+
+/* Converts a llama2.c checkpoint and its tokenizer file to a GGUF file. */
+LARES_API lares_status lares_convert_llama2c(const char *ckpt_path, const char *tokenizer_path,
+                                             const char *out_path, lares_error *err);
+
+/* ---- memory ------------------------------------------------------------- */
+
+LARES_API void *lares_alloc(size_t n);
+LARES_API void lares_free(void *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LARES_H */

@@ -1,0 +1,44 @@
+/*
+ * Kernel declarations shared inside the quant module: the scalar references
+ * (the definition of correct) and the ISA-specific variants that dispatch.c
+ * may put in their place. Not part of the module's interface.
+ */
+#ifndef LARES_QUANT_KERNELS_H
+#define LARES_QUANT_KERNELS_H
+
+#include "quant/blocks.h"
+#include "quant/quant.h"
+
+#define QUANT_DECLARE_REF(t)                                                                       \
+    void dequant_##t##_ref(const void *restrict src, float *restrict dst, int64_t n);             \
+    void quant_##t##_ref(const float *restrict src, void *restrict dst, int64_t n)
+
+QUANT_DECLARE_REF(f32);
+QUANT_DECLARE_REF(f16);
+QUANT_DECLARE_REF(bf16);
+QUANT_DECLARE_REF(q4_0);
+QUANT_DECLARE_REF(q4_1);
+QUANT_DECLARE_REF(q5_0);
+QUANT_DECLARE_REF(q5_1);
+QUANT_DECLARE_REF(q8_0);
+QUANT_DECLARE_REF(q8_1);
+
+/* dot products, reference: weight type x activation type */
+void dot_f32_f32_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_f16_f32_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_bf16_f32_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_q4_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_q4_1_q8_1_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_q5_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_q5_1_q8_1_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_q8_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+
+/* the reference table (traits.c) */
+extern const quant_traits quant_ref_table[GGUF_TYPE_COUNT];
+
+/* ISA installers: each replaces the kernels it has in `t` (a copy of the
+ * reference table). Defined only in builds that carry that ISA. */
+void quant_install_avx2(quant_traits *t);
+void quant_install_neon(quant_traits *t, bool dotprod);
+
+#endif /* LARES_QUANT_KERNELS_H */

@@ -1,0 +1,99 @@
+/*
+ * text: from text to token ids and back, and from logits to the next token.
+ *
+ * Owns: the vocabulary (token strings stay in the GGUF mapping; scores, types
+ * and lookup tables are owned), the tokenizers (SentencePiece-style BPE by
+ * scores with byte fallback for tokenizer.ggml.model = "llama"; byte-level BPE
+ * comes later), the detokenizer and its UTF-8 stream assembler, and the
+ * samplers.
+ *
+ * Knows nothing about weights or how logits were computed.
+ *
+ * Lifetimes: a text_vocab borrows its gguf_file, which must outlive it.
+ * Thread safety: a vocabulary is read-only after loading and may be shared;
+ * samplers and streams belong to one session.
+ */
+#ifndef LARES_TEXT_H
+#define LARES_TEXT_H
+
+#include "core/core.h"
+#include "gguf/gguf.h"
+
+/* tokenizer.ggml.token_type values (file format) */
+typedef enum text_token_type {
+    TEXT_TOKEN_UNDEFINED = 0,
+    TEXT_TOKEN_NORMAL = 1,
+    TEXT_TOKEN_UNKNOWN = 2,
+    TEXT_TOKEN_CONTROL = 3,
+    TEXT_TOKEN_USER_DEFINED = 4,
+    TEXT_TOKEN_UNUSED = 5,
+    TEXT_TOKEN_BYTE = 6,
+} text_token_type;
+
+typedef enum text_vocab_kind {
+    TEXT_VOCAB_SPM = 1, /* "llama": SentencePiece-style BPE by scores, byte fallback */
+    TEXT_VOCAB_BPE = 2, /* "gpt2": byte-level BPE by merge rank (not yet) */
+} text_vocab_kind;
+
+typedef struct text_vocab text_vocab;
+
+/* Loads the vocabulary described by tokenizer.ggml.* keys. Unknown tokenizer
+ * models get LARES_EUNSUPPORTED naming the model. */
+lares_status text_vocab_load(const gguf_file *f, text_vocab **out, lares_error *err);
+void text_vocab_free(text_vocab *v);
+
+text_vocab_kind text_vocab_kind_of(const text_vocab *v);
+int32_t text_vocab_n(const text_vocab *v);
+int32_t text_vocab_bos(const text_vocab *v); /* -1 when the vocabulary has none */
+int32_t text_vocab_eos(const text_vocab *v);
+bool text_vocab_add_bos(const text_vocab *v);
+bool text_vocab_add_eos(const text_vocab *v);
+/* End of generation: EOS, EOT and other tokens that end a turn. */
+bool text_token_is_eog(const text_vocab *v, int32_t id);
+text_token_type text_token_type_of(const text_vocab *v, int32_t id);
+/* The token's string as stored in the vocabulary (e.g. "\xe2\x96\x81the"). */
+gguf_str text_token_text(const text_vocab *v, int32_t id);
+
+/* Tokenizes len bytes of text. add_special: add BOS/EOS as the vocabulary
+ * asks. parse_special: control tokens written in the text ("<s>") become
+ * their ids; user-defined tokens are always matched, as SentencePiece does.
+ * *out is allocated with lares_alloc (caller frees); an empty result gives
+ * *out == NULL and *n_out == 0. */
+lares_status text_tokenize(const text_vocab *v, const char *text, size_t len, bool add_special,
+                           bool parse_special, int32_t **out, size_t *n_out, lares_error *err);
+
+/* The bytes a token stands for: "\xe2\x96\x81" becomes a space, byte tokens
+ * <0xAB> become that byte; control tokens give nothing unless `special`.
+ * Returns the length (may exceed cap: then only cap bytes were written), or
+ * -1 for an id out of range. */
+int32_t text_token_piece(const text_vocab *v, int32_t id, bool special, char *buf, size_t cap);
+
+/* Assembles token pieces into whole UTF-8 characters: bytes of a character
+ * that is not finished are held back until a later piece completes it. A
+ * sequence that can never become valid is passed through as the replacement
+ * character U+FFFD, so output is always valid UTF-8. */
+typedef struct text_stream {
+    unsigned char held[4];
+    int n_held;
+} text_stream;
+
+void text_stream_init(text_stream *s);
+/* Appends the complete characters of (held bytes + piece) to out (capacity
+ * cap, at least n + 8) and returns how many bytes were written. */
+size_t text_stream_push(text_stream *s, const char *piece, size_t n, char *out, size_t cap);
+/* Emits what is still held (as U+FFFD, since it never completed). */
+size_t text_stream_flush(text_stream *s, char *out, size_t cap);
+
+/* ---- samplers ---- */
+
+typedef struct text_sampler text_sampler;
+
+lares_status text_sampler_create(const lares_sampler_opts *opts, int32_t n_vocab,
+                                 text_sampler **out, lares_error *err);
+void text_sampler_free(text_sampler *s);
+void text_sampler_reset(text_sampler *s); /* forgets history, re-seeds */
+/* Picks the next token from logits (n_vocab floats; modified in place) given
+ * the tokens seen so far (for penalties). */
+int32_t text_sampler_sample(text_sampler *s, float *logits, const int32_t *history, size_t n_hist);
+
+#endif /* LARES_TEXT_H */
