@@ -1,3 +1,42 @@
-#include "lares.h"
-#include <stdio.h>
-int main(void) { puts("lares: under construction"); return 0; }
+/* lares: the command-line program. Dispatches to one sub-command per file. */
+#include "app.h"
+
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *what;
+} commands[] = {
+    {"run", cmd_run, "generate text from a prompt"},
+    {"tokenize", cmd_tokenize, "show the token ids of a text"},
+    {"convert", cmd_convert, "convert a llama2.c checkpoint to GGUF"},
+};
+
+static void usage(FILE *to) {
+    fprintf(to, "lares %s: run large language models on the devices you own\n\n"
+                "usage: lares COMMAND [options]   (lares COMMAND --help for its options)\n\n",
+            lares_version());
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        fprintf(to, "  %-10s %s\n", commands[i].name, commands[i].what);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? APP_USAGE : APP_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("lares %s\n", lares_version());
+        return APP_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            return commands[i].fn(argc - 1, argv + 1);
+        }
+    }
+    app_error("unknown command '%s' (lares --help lists them)", argv[1]);
+    return APP_USAGE;
+}

@@ -136,7 +136,10 @@ LARES_API bool lares_token_is_eog(const lares_model *m, int32_t token);
 
 typedef struct lares_session lares_session;
 
-typedef enum lares_kv_type { LARES_KV_F16 = 0, LARES_KV_F32 = 1 } lares_kv_type;
+/* KV cache precision. AUTO keeps F32 while the F32 cache stays small (64 MiB)
+ * and uses F16 beyond: F16 rounding of keys is enough to flip near-ties in
+ * greedy decoding, and precision costs nothing on a small cache. */
+typedef enum lares_kv_type { LARES_KV_AUTO = 0, LARES_KV_F16 = 1, LARES_KV_F32 = 2 } lares_kv_type;
 
 typedef struct lares_session_opts {
     int32_t n_ctx;     /* context length in tokens; 0 = the model's trained length */
@@ -165,17 +168,33 @@ typedef struct lares_sampler_opts {
 
 LARES_API lares_sampler_opts lares_sampler_opts_default(void);
 
+/* What the per-token callback receives. `piece` holds the token's text,
+ * completed to whole UTF-8 characters (bytes of an unfinished character are
+ * held back and delivered with the token that completes them). A last call
+ * with token == -1 may deliver bytes of a character that never completed, as
+ * U+FFFD. Log-probabilities are of the model's distribution (after penalties,
+ * before temperature and truncation); they are filled only when n_logprobs > 0
+ * was asked for (else logprob is 0 and n_top is 0). */
+typedef struct lares_token_info {
+    int32_t token;
+    const char *piece;
+    size_t piece_len;
+    float logprob;
+    int32_t n_top;             /* entries in top_ids / top_logprobs */
+    const int32_t *top_ids;    /* most likely first */
+    const float *top_logprobs;
+} lares_token_info;
+
 /* Called once per generated token, after it is sampled and before the next
- * forward pass. `piece` holds the token's text, completed to whole UTF-8
- * characters (bytes of an unfinished character are held back and delivered
- * with the token that completes them). Return false to stop generating. */
-typedef bool (*lares_token_fn)(int32_t token, const char *piece, size_t piece_len, void *user);
+ * forward pass. Return false to stop generating. */
+typedef bool (*lares_token_fn)(const lares_token_info *t, void *user);
 
 typedef enum lares_stop_reason {
     LARES_STOP_NONE = 0,
     LARES_STOP_EOS,    /* the model produced an end-of-generation token */
     LARES_STOP_LENGTH, /* n_predict tokens were generated */
-    LARES_STOP_CALLER  /* the callback returned false */
+    LARES_STOP_CALLER, /* the callback returned false */
+    LARES_STOP_CANCELED /* lares_session_cancel was called */
 } lares_stop_reason;
 
 typedef struct lares_generate_opts {
@@ -183,6 +202,7 @@ typedef struct lares_generate_opts {
     lares_sampler_opts sampler;
     lares_token_fn on_token;   /* may be NULL */
     void *user;
+    int32_t n_logprobs;        /* 0: none; else top alternatives per token (max 20) */
 } lares_generate_opts;
 
 LARES_API lares_generate_opts lares_generate_opts_default(void);
@@ -199,7 +219,7 @@ typedef struct lares_stats {
     double gen_tok_s;
     uint64_t peak_rss_bytes;   /* process high-water mark */
     uint64_t major_faults;     /* during the call */
-    uint64_t disk_read_bytes;  /* read from storage during the call (-1 unknown) */
+    uint64_t disk_read_bytes;  /* read from storage during the call; UINT64_MAX unknown */
     double mem_pressure;       /* largest drop of MemAvailable / MemTotal during the call */
     lares_stop_reason stop;
 } lares_stats;
@@ -216,12 +236,47 @@ LARES_API lares_status lares_generate(lares_session *s, const int32_t *prompt, s
 
 /* Forgets the context (KV cache) from position `pos` on; 0 clears it. */
 LARES_API void lares_session_truncate(lares_session *s, int32_t pos);
+/* The tokens in the context, in order (valid until the next generate/truncate). */
+LARES_API const int32_t *lares_session_tokens(const lares_session *s, int32_t *n_past);
+/* Asks a generate call running on another thread to stop at the next batch or
+ * token (it returns LARES_OK with stop = LARES_STOP_CANCELED). Thread-safe;
+ * the flag clears when the next generate call starts. */
+LARES_API void lares_session_cancel(lares_session *s);
+
+/* ---- chat --------------------------------------------------------------- */
+
+typedef struct lares_chat_msg {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content;
+} lares_chat_msg;
+
+/* Formats a conversation with the model's chat template (tokenizer.chat_template,
+ * recognised by family: ChatML/Qwen, Llama-3, Llama-2/Mistral [INST], Gemma,
+ * ...) or, when template_name is not NULL, with that family ("chatml",
+ * "llama3", "llama2", "mistral", "gemma", "phi3", ...). An unknown template is
+ * LARES_EUNSUPPORTED naming it. add_generation_prompt ends the text with the
+ * opening of the assistant's turn. *out is NUL-terminated, freed with
+ * lares_free. The text contains the template's special tokens written out:
+ * tokenize it with parse_special. */
+LARES_API lares_status lares_chat_format(const lares_model *m, const char *template_name,
+                                         const lares_chat_msg *msgs, size_t n_msgs,
+                                         bool add_generation_prompt, char **out,
+                                         lares_error *err);
 
 /* ---- conversion --------------------------------------------------------- */
 
 /* Converts a llama2.c checkpoint and its tokenizer file to a GGUF file. */
 LARES_API lares_status lares_convert_llama2c(const char *ckpt_path, const char *tokenizer_path,
                                              const char *out_path, lares_error *err);
+
+/* ---- kernels ------------------------------------------------------------ */
+
+/* Forces the kernel family ("scalar", "avx2", "neon") before the first model
+ * is used; an instruction set this CPU or build lacks is an error. */
+LARES_API lares_status lares_force_isa(const char *name, lares_error *err);
+/* The kernel family in use ("avx2", "neon+dotprod", "scalar"). */
+LARES_API const char *lares_isa(void);
+LARES_API const char *lares_version(void);
 
 /* ---- memory ------------------------------------------------------------- */
 

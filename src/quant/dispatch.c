@@ -1,6 +1,8 @@
 /*
  * Run-time choice of kernels: probe the CPU once, copy the reference table,
  * let the best installer this build carries replace what it implements.
+ * Every family the CPU has gets its own table (quant_traits_isa, for tests
+ * and benchmarks); the dispatched one is the best of them, or the forced one.
  * This file and the *_avx2.c / *_neon.c files are the only places that know
  * about instruction sets.
  */
@@ -14,8 +16,6 @@
 #include <sys/sysctl.h>
 #endif
 
-static quant_traits table[GGUF_TYPE_COUNT];
-static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 static quant_isa forced = QUANT_ISA_AUTO;
 static const char *isa_name = "scalar";
 static quant_cpu cpu;
@@ -66,36 +66,103 @@ static bool isa_available(quant_isa isa) {
         return false;
 #endif
     case QUANT_ISA_NEON:
+    case QUANT_ISA_NEON_NODOT:
 #if defined(LARES_HAVE_ARM64)
         return c->neon;
 #else
         return false;
 #endif
+    case QUANT_ISA_COUNT:
+        break;
     }
     (void)c;
     return false;
 }
 
+/* ---- one table per kernel family, each filled once ---- */
+
+static quant_traits tables[QUANT_ISA_COUNT][GGUF_TYPE_COUNT];
+static pthread_once_t tables_once[QUANT_ISA_COUNT] = {
+    PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+static_assert(QUANT_ISA_COUNT == 5, "one PTHREAD_ONCE_INIT per kernel family");
+
+const char *quant_isa_family_name(quant_isa isa) {
+    if (isa == QUANT_ISA_AUTO) {
+        return quant_isa_name();
+    }
+    if ((unsigned)isa >= QUANT_ISA_COUNT || !isa_available(isa)) {
+        return NULL;
+    }
+    switch (isa) {
+    case QUANT_ISA_AVX2:
+        return "avx2";
+    case QUANT_ISA_NEON:
+        return quant_cpu_features()->dotprod ? "neon+dotprod" : "neon";
+    case QUANT_ISA_NEON_NODOT:
+        return "neon";
+    default:
+        return "scalar";
+    }
+}
+
+/* Copies the reference table and lets the family's installer replace what it
+ * implements. Called only for families isa_available() accepted. */
+static void install(quant_traits *t, quant_isa isa) {
+    memcpy(t, quant_ref_table, sizeof tables[0]);
+#if defined(LARES_HAVE_X86)
+    if (isa == QUANT_ISA_AVX2) {
+        quant_install_avx2(t);
+    }
+#endif
+#if defined(LARES_HAVE_ARM64)
+    if (isa == QUANT_ISA_NEON) {
+        quant_install_neon(t, quant_cpu_features()->dotprod);
+    } else if (isa == QUANT_ISA_NEON_NODOT) {
+        quant_install_neon(t, false);
+    }
+#endif
+    (void)isa;
+}
+
+static void fill_scalar(void) {
+    install(tables[QUANT_ISA_SCALAR], QUANT_ISA_SCALAR);
+}
+static void fill_avx2(void) {
+    install(tables[QUANT_ISA_AVX2], QUANT_ISA_AVX2);
+}
+static void fill_neon(void) {
+    install(tables[QUANT_ISA_NEON], QUANT_ISA_NEON);
+}
+static void fill_neon_nodot(void) {
+    install(tables[QUANT_ISA_NEON_NODOT], QUANT_ISA_NEON_NODOT);
+}
+
+/* the filled table of an available family other than AUTO */
+static const quant_traits *family_table(quant_isa isa) {
+    static void (*const fillers[QUANT_ISA_COUNT])(void) = {
+        [QUANT_ISA_SCALAR] = fill_scalar,
+        [QUANT_ISA_AVX2] = fill_avx2,
+        [QUANT_ISA_NEON] = fill_neon,
+        [QUANT_ISA_NEON_NODOT] = fill_neon_nodot,
+    };
+    pthread_once(&tables_once[isa], fillers[isa]);
+    return tables[isa];
+}
+
+/* ---- the dispatched choice ---- */
+
+static const quant_traits *table;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
 static void fill(void) {
-    memcpy(table, quant_ref_table, sizeof table);
     quant_isa want = forced;
     if (want == QUANT_ISA_AUTO) {
         want = isa_available(QUANT_ISA_AVX2)   ? QUANT_ISA_AVX2
                : isa_available(QUANT_ISA_NEON) ? QUANT_ISA_NEON
                                                : QUANT_ISA_SCALAR;
     }
-#if defined(LARES_HAVE_X86)
-    if (want == QUANT_ISA_AVX2) {
-        quant_install_avx2(table);
-        isa_name = "avx2";
-    }
-#endif
-#if defined(LARES_HAVE_ARM64)
-    if (want == QUANT_ISA_NEON) {
-        quant_install_neon(table, quant_cpu_features()->dotprod);
-        isa_name = quant_cpu_features()->dotprod ? "neon+dotprod" : "neon";
-    }
-#endif
+    table = family_table(want);
+    isa_name = quant_isa_family_name(want);
     filled = true;
 }
 
@@ -103,7 +170,7 @@ lares_status quant_force_isa(quant_isa isa, lares_error *err) {
     if (filled) {
         return lares_fail(err, LARES_EINVAL, "quant: kernels already chosen (%s)", isa_name);
     }
-    if (!isa_available(isa)) {
+    if ((unsigned)isa >= QUANT_ISA_COUNT || !isa_available(isa)) {
         return lares_fail(err, LARES_EUNSUPPORTED,
                           "quant: the requested instruction set is not available on this CPU "
                           "or in this build");
@@ -118,6 +185,20 @@ const quant_traits *quant_traits_of(uint32_t type) {
         return NULL;
     }
     return &table[type];
+}
+
+const quant_traits *quant_traits_isa(uint32_t type, quant_isa isa) {
+    if (isa == QUANT_ISA_AUTO) {
+        return quant_traits_of(type);
+    }
+    if ((unsigned)isa >= QUANT_ISA_COUNT || !isa_available(isa)) {
+        return NULL;
+    }
+    const quant_traits *t = family_table(isa);
+    if (type >= GGUF_TYPE_COUNT || t[type].name == NULL) {
+        return NULL;
+    }
+    return &t[type];
 }
 
 const char *quant_isa_name(void) {

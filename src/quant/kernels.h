@@ -22,6 +22,15 @@ QUANT_DECLARE_REF(q5_0);
 QUANT_DECLARE_REF(q5_1);
 QUANT_DECLARE_REF(q8_0);
 QUANT_DECLARE_REF(q8_1);
+/* K-quants and i-quants (kquants.c, iquants.c) */
+QUANT_DECLARE_REF(q2_K);
+QUANT_DECLARE_REF(q3_K);
+QUANT_DECLARE_REF(q4_K);
+QUANT_DECLARE_REF(q5_K);
+QUANT_DECLARE_REF(q6_K);
+QUANT_DECLARE_REF(q8_K);
+QUANT_DECLARE_REF(iq4_nl);
+QUANT_DECLARE_REF(iq4_xs);
 
 /* dot products, reference: weight type x activation type */
 void dot_f32_f32_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
@@ -32,6 +41,15 @@ void dot_q4_1_q8_1_ref(int64_t n, float *restrict s, const void *restrict x, con
 void dot_q5_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void dot_q5_1_q8_1_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
 void dot_q8_0_q8_0_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_q2_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_q3_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_q4_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_q5_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_q6_K_q8_K_ref(int64_t n, float *restrict s, const void *restrict x, const void *restrict y);
+void dot_iq4_nl_q8_0_ref(int64_t n, float *restrict s, const void *restrict x,
+                         const void *restrict y);
+void dot_iq4_xs_q8_K_ref(int64_t n, float *restrict s, const void *restrict x,
+                         const void *restrict y);
 
 /* the reference table (traits.c) */
 extern const quant_traits quant_ref_table[GGUF_TYPE_COUNT];
@@ -40,5 +58,9 @@ extern const quant_traits quant_ref_table[GGUF_TYPE_COUNT];
  * reference table). Defined only in builds that carry that ISA. */
 void quant_install_avx2(quant_traits *t);
 void quant_install_neon(quant_traits *t, bool dotprod);
+/* The K-quant and i-quant kernels (kquants_avx2.c + iquants_avx2.c,
+ * kquants_neon.c + iquants_neon.c), installed after the ones above. */
+void quant_install_avx2_kquants(quant_traits *t);
+void quant_install_neon_kquants(quant_traits *t, bool dotprod);
 
 #endif /* LARES_QUANT_KERNELS_H */

@@ -28,6 +28,15 @@ typedef void (*quant_from_float_fn)(const float *restrict src, void *restrict ds
 typedef void (*quant_vec_dot_fn)(int64_t n, float *restrict s, const void *restrict x,
                                  const void *restrict y);
 
+/* A tile of dot products for matrix-matrix work (prompt processing): for
+ * r < nr and c < nc (both 1..QUANT_TILE_MAX),
+ *   s[c * ldc + r] = dot(x + r * bx bytes, y + c * by bytes)
+ * so that each weight block loaded is used against several activation rows. */
+#define QUANT_TILE_MAX 4
+typedef void (*quant_vec_dot_tile_fn)(int64_t n, float *restrict s, size_t ldc,
+                                      const void *restrict x, size_t bx, const void *restrict y,
+                                      size_t by, int nr, int nc);
+
 typedef struct quant_traits {
     const char *name;
     uint32_t type;          /* GGUF type id */
@@ -39,6 +48,7 @@ typedef struct quant_traits {
     quant_from_float_fn from_float;     /* the fast quantizer (activations) */
     quant_vec_dot_fn vec_dot;           /* NULL: this type cannot be a weight */
     uint32_t vec_dot_type;              /* the activation format vec_dot expects */
+    quant_vec_dot_tile_fn vec_dot_tile; /* NULL: callers loop over vec_dot */
 } quant_traits;
 
 /* The dispatched traits (fastest kernels for this CPU), or NULL when lares
@@ -54,8 +64,19 @@ typedef enum quant_isa {
     QUANT_ISA_AUTO = 0,
     QUANT_ISA_SCALAR,
     QUANT_ISA_AVX2,
-    QUANT_ISA_NEON,
+    QUANT_ISA_NEON,       /* with the dot-product extension where the CPU has it */
+    QUANT_ISA_NEON_NODOT, /* plain NEON even where dotprod exists (tests, comparisons) */
+    QUANT_ISA_COUNT
 } quant_isa;
+
+/* The traits of one kernel family without touching the dispatched choice
+ * (tests and benchmarks compare families side by side). NULL when this CPU or
+ * build lacks the family (QUANT_ISA_AUTO: the dispatched table) or lares
+ * cannot compute with the type. Each family's table is filled once, lazily,
+ * under pthread_once; the pointers stay valid for the life of the process. */
+const quant_traits *quant_traits_isa(uint32_t type, quant_isa isa);
+/* The name quant_isa_name would give for a family ("neon+dotprod"), or NULL. */
+const char *quant_isa_family_name(quant_isa isa);
 
 /* Forces a kernel family before first use (the --isa option, tests). Fails with
  * LARES_EUNSUPPORTED when this CPU or build lacks it, and with LARES_EINVAL

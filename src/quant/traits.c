@@ -26,6 +26,17 @@ const quant_traits quant_ref_table[GGUF_TYPE_COUNT] = {
     ROW(q5_1, GGUF_TYPE_Q5_1, QK5_1, sizeof(block_q5_1), true, dot_q5_1_q8_1_ref, GGUF_TYPE_Q8_1),
     ROW(q8_0, GGUF_TYPE_Q8_0, QK8_0, sizeof(block_q8_0), true, dot_q8_0_q8_0_ref, GGUF_TYPE_Q8_0),
     ROW(q8_1, GGUF_TYPE_Q8_1, QK8_1, sizeof(block_q8_1), true, NULL, GGUF_TYPE_Q8_1),
+    /* K-quants and i-quants (kquants.c, iquants.c) */
+    ROW(q2_K, GGUF_TYPE_Q2_K, QK_K, sizeof(block_q2_K), true, dot_q2_K_q8_K_ref, GGUF_TYPE_Q8_K),
+    ROW(q3_K, GGUF_TYPE_Q3_K, QK_K, sizeof(block_q3_K), true, dot_q3_K_q8_K_ref, GGUF_TYPE_Q8_K),
+    ROW(q4_K, GGUF_TYPE_Q4_K, QK_K, sizeof(block_q4_K), true, dot_q4_K_q8_K_ref, GGUF_TYPE_Q8_K),
+    ROW(q5_K, GGUF_TYPE_Q5_K, QK_K, sizeof(block_q5_K), true, dot_q5_K_q8_K_ref, GGUF_TYPE_Q8_K),
+    ROW(q6_K, GGUF_TYPE_Q6_K, QK_K, sizeof(block_q6_K), true, dot_q6_K_q8_K_ref, GGUF_TYPE_Q8_K),
+    ROW(q8_K, GGUF_TYPE_Q8_K, QK_K, sizeof(block_q8_K), true, NULL, GGUF_TYPE_Q8_K),
+    ROW(iq4_nl, GGUF_TYPE_IQ4_NL, QK4_NL, sizeof(block_iq4_nl), true, dot_iq4_nl_q8_0_ref,
+        GGUF_TYPE_Q8_0),
+    ROW(iq4_xs, GGUF_TYPE_IQ4_XS, QK_K, sizeof(block_iq4_xs), true, dot_iq4_xs_q8_K_ref,
+        GGUF_TYPE_Q8_K),
 };
 
 const quant_traits *quant_traits_ref(uint32_t type) {

@@ -32,7 +32,8 @@ typedef enum text_token_type {
 
 typedef enum text_vocab_kind {
     TEXT_VOCAB_SPM = 1, /* "llama": SentencePiece-style BPE by scores, byte fallback */
-    TEXT_VOCAB_BPE = 2, /* "gpt2": byte-level BPE by merge rank (not yet) */
+    TEXT_VOCAB_BPE = 2, /* "gpt2": byte-level BPE by merge rank, regex pre-tokenizer */
+    TEXT_VOCAB_WPM = 3, /* "bert": WordPiece, longest match first */
 } text_vocab_kind;
 
 typedef struct text_vocab text_vocab;
@@ -69,19 +70,27 @@ lares_status text_tokenize(const text_vocab *v, const char *text, size_t len, bo
 int32_t text_token_piece(const text_vocab *v, int32_t id, bool special, char *buf, size_t cap);
 
 /* Assembles token pieces into whole UTF-8 characters: bytes of a character
- * that is not finished are held back until a later piece completes it. A
- * sequence that can never become valid is passed through as the replacement
- * character U+FFFD, so output is always valid UTF-8. */
+ * that is not finished are held back until a later piece completes it. Each
+ * ill-formed subpart (Unicode 15, 3.9: "maximal subpart") is replaced by
+ * U+FFFD, so output is always valid UTF-8 and does not depend on how the
+ * bytes were cut into pieces. */
 typedef struct text_stream {
     unsigned char held[4];
     int n_held;
 } text_stream;
 
+/* Output room that is always enough for a piece of n bytes: every byte (and
+ * up to 3 held ones) may become a 3-byte U+FFFD. */
+#define TEXT_STREAM_OUT_MAX(n) (3 * (size_t)(n) + 9)
+
 void text_stream_init(text_stream *s);
-/* Appends the complete characters of (held bytes + piece) to out (capacity
- * cap, at least n + 8) and returns how many bytes were written. */
+/* Appends the complete characters of (held bytes + piece) to out and returns
+ * how many bytes were written. cap should be TEXT_STREAM_OUT_MAX(n); output
+ * that does not fit in cap is dropped (never written past cap). Pieces of
+ * valid text need no more than n + 3 bytes. */
 size_t text_stream_push(text_stream *s, const char *piece, size_t n, char *out, size_t cap);
-/* Emits what is still held (as U+FFFD, since it never completed). */
+/* Emits what is still held (as one U+FFFD, since it never completed); needs
+ * cap >= 3. */
 size_t text_stream_flush(text_stream *s, char *out, size_t cap);
 
 /* ---- samplers ---- */

@@ -1,0 +1,49 @@
+/*
+ * app: the lares command-line program. One file per sub-command, each thin:
+ * parse arguments, call the library, print. Only this folder talks to the
+ * user: text streams to stdout, diagnostics and figures to stderr, and with
+ * --json one JSON object on stdout at the end.
+ */
+#ifndef LARES_APP_H
+#define LARES_APP_H
+
+#include "lares.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* exit codes */
+#define APP_OK    0
+#define APP_FAIL  1 /* the work failed: the message says why */
+#define APP_USAGE 2 /* the command line was wrong */
+
+/* Prints "lares: error: <msg>" on one line of stderr. */
+void app_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Reports a library error; returns APP_FAIL. */
+int app_fail(const lares_error *err);
+
+/* Argument parsing: each returns false (after printing why) on a bad value. */
+bool app_parse_i32(const char *opt, const char *s, int32_t lo, int32_t hi, int32_t *out);
+bool app_parse_u64(const char *opt, const char *s, uint64_t *out);
+bool app_parse_f32(const char *opt, const char *s, float lo, float hi, float *out);
+/* "1024", "512M", "2G", "1.5GiB": a size with a unit; bare numbers below 4096
+ * are refused as almost certainly missing their unit */
+bool app_parse_size(const char *opt, const char *s, uint64_t *out);
+/* the value after an option, or an error naming the option */
+const char *app_need_value(int argc, char **argv, int *i);
+
+/* Reads a whole file or stdin ("-") into a NUL-terminated buffer (free()). */
+char *app_read_all(const char *path, size_t *len);
+
+/* Sets up logging: quiet (errors only), default (warnings), verbose (info). */
+void app_setup_log(int verbosity);
+
+/* Human-readable byte size into buf ("12.3 MiB"). */
+const char *app_fmt_bytes(uint64_t n, char *buf, size_t cap);
+
+int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+
+#endif

@@ -1,0 +1,401 @@
+/* lares run: generate text from a prompt on this device. */
+#include "app.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct run_opts {
+    const char *model;
+    const char *prompt;
+    const char *prompt_file;
+    int32_t n_predict;
+    lares_session_opts session;
+    lares_sampler_opts sampler;
+    bool seed_given;
+    bool json;
+    bool add_bos;
+    bool parse_special;
+    bool echo_prompt;
+    const char *isa;
+    int verbosity;
+} run_opts;
+
+static void run_usage(FILE *to) {
+    fputs("usage: lares run -m MODEL (-p PROMPT | -f FILE) [options]\n"
+          "  -m, --model PATH        GGUF model file\n"
+          "  -p, --prompt TEXT       prompt text\n"
+          "  -f, --file PATH         read the prompt from a file ('-' for stdin)\n"
+          "  -n, --n-predict N       tokens to generate (default 128; -1: until end of text)\n"
+          "  -c, --ctx-size N        context length in tokens (default: the model's)\n"
+          "  -t, --threads N         threads (default: all cores)\n"
+          "  -b, --batch-size N      prompt tokens per forward pass (default 128)\n"
+          "      --temp T            temperature; 0 = greedy (default 0.8)\n"
+          "      --top-k N           keep the N most likely tokens (default 40; 0 = off)\n"
+          "      --top-p P           nucleus sampling (default 0.95; 1 = off)\n"
+          "      --min-p P           drop tokens below P x the best (default 0.05; 0 = off)\n"
+          "      --repeat-penalty R  penalise recent tokens (default 1 = off)\n"
+          "      --repeat-last-n N   how far back the penalties look (default 64)\n"
+          "      --presence-penalty F, --frequency-penalty F   (default 0)\n"
+          "  -s, --seed S            random seed (default: from the clock, printed with -v)\n"
+          "      --kv-type T         KV cache precision: auto, f16, f32 (default auto: f32 while\n"
+          "                          the cache is under 64 MiB, else f16)\n"
+          "      --no-bos            do not add the BOS token\n"
+          "      --special           parse control tokens written in the prompt\n"
+          "      --no-echo           do not print the prompt before the generated text\n"
+          "      --json              print one JSON object at the end instead of streaming\n"
+          "      --isa NAME          force kernels: scalar, avx2, neon (default: best)\n"
+          "  -v, --verbose / -q, --quiet\n",
+          to);
+}
+
+static bool is_opt(const char *a, const char *s1, const char *s2) {
+    return strcmp(a, s1) == 0 || (s2 != NULL && strcmp(a, s2) == 0);
+}
+
+/* returns -1 when the options are fine, else the exit code */
+static int parse_run(int argc, char **argv, run_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->session = lares_session_opts_default();
+    o->sampler = lares_sampler_opts_default();
+    o->add_bos = true;
+    o->echo_prompt = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = NULL;
+#define IS(s1, s2) is_opt(a, s1, s2)
+#define VALUE()                                                                                    \
+    if ((v = app_need_value(argc, argv, &i)) == NULL)                                              \
+    return APP_USAGE
+        if (IS("-h", "--help")) {
+            run_usage(stdout);
+            return APP_OK;
+        } else if (IS("-m", "--model")) {
+            VALUE();
+            o->model = v;
+        } else if (IS("-p", "--prompt")) {
+            VALUE();
+            o->prompt = v;
+        } else if (IS("-f", "--file")) {
+            VALUE();
+            o->prompt_file = v;
+        } else if (IS("-n", "--n-predict")) {
+            VALUE();
+            if (!app_parse_i32(a, v, -1, INT32_MAX, &o->n_predict)) {
+                return APP_USAGE;
+            }
+        } else if (IS("-c", "--ctx-size")) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, 1 << 24, &o->session.n_ctx)) {
+                return APP_USAGE;
+            }
+        } else if (IS("-t", "--threads")) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, 512, &o->session.n_threads)) {
+                return APP_USAGE;
+            }
+        } else if (IS("-b", "--batch-size")) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, 1 << 16, &o->session.n_batch)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--temp", NULL)) {
+            VALUE();
+            if (!app_parse_f32(a, v, 0.0f, 100.0f, &o->sampler.temperature)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--top-k", NULL)) {
+            VALUE();
+            if (!app_parse_i32(a, v, 0, INT32_MAX, &o->sampler.top_k)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--top-p", NULL)) {
+            VALUE();
+            if (!app_parse_f32(a, v, 0.0f, 1.0f, &o->sampler.top_p)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--min-p", NULL)) {
+            VALUE();
+            if (!app_parse_f32(a, v, 0.0f, 1.0f, &o->sampler.min_p)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--repeat-penalty", NULL)) {
+            VALUE();
+            if (!app_parse_f32(a, v, 0.01f, 100.0f, &o->sampler.repeat_penalty)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--repeat-last-n", NULL)) {
+            VALUE();
+            if (!app_parse_i32(a, v, 0, 1 << 24, &o->sampler.repeat_last_n)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--presence-penalty", NULL)) {
+            VALUE();
+            if (!app_parse_f32(a, v, -2.0f, 2.0f, &o->sampler.presence_penalty)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--frequency-penalty", NULL)) {
+            VALUE();
+            if (!app_parse_f32(a, v, -2.0f, 2.0f, &o->sampler.frequency_penalty)) {
+                return APP_USAGE;
+            }
+        } else if (IS("-s", "--seed")) {
+            VALUE();
+            if (!app_parse_u64(a, v, &o->sampler.seed)) {
+                return APP_USAGE;
+            }
+            o->seed_given = true;
+        } else if (IS("--kv-type", NULL)) {
+            VALUE();
+            if (strcmp(v, "auto") == 0) {
+                o->session.kv_type = LARES_KV_AUTO;
+            } else if (strcmp(v, "f16") == 0) {
+                o->session.kv_type = LARES_KV_F16;
+            } else if (strcmp(v, "f32") == 0) {
+                o->session.kv_type = LARES_KV_F32;
+            } else {
+                app_error("--kv-type: '%s' is not auto, f16 or f32", v);
+                return APP_USAGE;
+            }
+        } else if (IS("--isa", NULL)) {
+            VALUE();
+            o->isa = v;
+        } else if (IS("--no-bos", NULL)) {
+            o->add_bos = false;
+        } else if (IS("--special", NULL)) {
+            o->parse_special = true;
+        } else if (IS("--no-echo", NULL)) {
+            o->echo_prompt = false;
+        } else if (IS("--json", NULL)) {
+            o->json = true;
+        } else if (IS("-v", "--verbose")) {
+            o->verbosity++;
+        } else if (IS("-q", "--quiet")) {
+            o->verbosity = -1;
+        } else {
+            app_error("run: unknown option '%s' (lares run --help lists them)", a);
+            return APP_USAGE;
+        }
+#undef IS
+#undef VALUE
+    }
+    if (o->model == NULL) {
+        app_error("run: no model given (-m MODEL)");
+        return APP_USAGE;
+    }
+    if ((o->prompt == NULL) == (o->prompt_file == NULL)) {
+        app_error("run: give the prompt with exactly one of -p TEXT or -f FILE");
+        return APP_USAGE;
+    }
+    if (!o->seed_given) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        o->sampler.seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
+    }
+    return -1;
+}
+
+/* generated text, kept for --json */
+typedef struct run_state {
+    bool stream;
+    char *text;
+    size_t len, cap;
+} run_state;
+
+static bool on_token(const lares_token_info *info, void *user) {
+    const char *piece = info->piece;
+    const size_t n = info->piece_len;
+    run_state *rs = user;
+    if (rs->stream) {
+        fwrite(piece, 1, n, stdout);
+        fflush(stdout);
+    }
+    if (rs->len + n + 1 > rs->cap) {
+        size_t cap = rs->cap ? rs->cap * 2 : 4096;
+        while (cap < rs->len + n + 1) {
+            cap *= 2;
+        }
+        char *t = realloc(rs->text, cap);
+        if (t == NULL) {
+            return false;
+        }
+        rs->text = t;
+        rs->cap = cap;
+    }
+    memcpy(rs->text + rs->len, piece, n);
+    rs->len += n;
+    rs->text[rs->len] = '\0';
+    return true;
+}
+
+static const char *stop_name(lares_stop_reason r) {
+    switch (r) {
+    case LARES_STOP_EOS:
+        return "eos";
+    case LARES_STOP_LENGTH:
+        return "length";
+    case LARES_STOP_CALLER:
+        return "stopped";
+    case LARES_STOP_CANCELED:
+        return "canceled";
+    default:
+        return "none";
+    }
+}
+
+static json_t *ids_json(const int32_t *ids, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_array_append_new(a, json_integer(ids[i]));
+    }
+    return a;
+}
+
+static void print_figures(const lares_stats *st) {
+    char b1[32], b2[32];
+    fprintf(stderr,
+            "\nlares: prompt %d tokens in %.1f ms (%.1f tok/s) | generation %d tokens in %.1f ms "
+            "(%.1f tok/s) | first token %.1f ms\n",
+            st->n_prompt, st->prompt_ms, st->prompt_tok_s, st->n_generated, st->gen_ms,
+            st->gen_tok_s, st->ttft_ms);
+    fprintf(stderr, "lares: peak RSS %s | major faults %" PRIu64 " | disk read %s | memory "
+                    "pressure %.2f %% | load %.1f ms\n",
+            app_fmt_bytes(st->peak_rss_bytes, b1, sizeof b1), st->major_faults,
+            st->disk_read_bytes == UINT64_MAX ? "unknown"
+                                              : app_fmt_bytes(st->disk_read_bytes, b2, sizeof b2),
+            st->mem_pressure * 100.0, st->load_ms);
+}
+
+static void print_json(const run_opts *o, const lares_model *m, const lares_session *s,
+                       const int32_t *prompt_ids, size_t n_prompt, const int32_t *gen,
+                       size_t n_gen, const run_state *rs, const lares_stats *st) {
+    lares_model_info info;
+    lares_model_get_info(m, &info);
+    json_t *root = json_object();
+    json_object_set_new(root, "model", json_string(o->model));
+    json_object_set_new(root, "arch", json_string(info.arch));
+    json_object_set_new(root, "prompt", json_string(o->prompt ? o->prompt : ""));
+    json_object_set_new(root, "prompt_ids", ids_json(prompt_ids, n_prompt));
+    json_object_set_new(root, "generated_ids", ids_json(gen, n_gen));
+    json_object_set_new(root, "text", json_stringn(rs->text ? rs->text : "", rs->len));
+    json_object_set_new(root, "stop", json_string(stop_name(st->stop)));
+    json_object_set_new(root, "seed", json_integer((json_int_t)o->sampler.seed));
+    json_object_set_new(root, "threads", json_integer(o->session.n_threads ? o->session.n_threads : 0));
+    json_object_set_new(root, "n_ctx", json_integer(lares_session_n_ctx(s)));
+    json_object_set_new(root, "isa", json_string(lares_isa()));
+    json_t *t = json_object();
+    json_object_set_new(t, "load_ms", json_real(st->load_ms));
+    json_object_set_new(t, "prompt_tokens", json_integer(st->n_prompt));
+    json_object_set_new(t, "prompt_ms", json_real(st->prompt_ms));
+    json_object_set_new(t, "prompt_tok_s", json_real(st->prompt_tok_s));
+    json_object_set_new(t, "generated_tokens", json_integer(st->n_generated));
+    json_object_set_new(t, "gen_ms", json_real(st->gen_ms));
+    json_object_set_new(t, "gen_tok_s", json_real(st->gen_tok_s));
+    json_object_set_new(t, "ttft_ms", json_real(st->ttft_ms));
+    json_object_set_new(root, "timings", t);
+    json_t *mem = json_object();
+    json_object_set_new(mem, "peak_rss_bytes", json_integer((json_int_t)st->peak_rss_bytes));
+    json_object_set_new(mem, "major_faults", json_integer((json_int_t)st->major_faults));
+    json_object_set_new(mem, "disk_read_bytes", st->disk_read_bytes == UINT64_MAX
+                                                    ? json_null()
+                                                    : json_integer((json_int_t)st->disk_read_bytes));
+    json_object_set_new(mem, "mem_pressure", json_real(st->mem_pressure));
+    json_object_set_new(root, "memory", mem);
+    char *txt = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (txt != NULL) {
+        puts(txt);
+        free(txt);
+    }
+    json_decref(root);
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o;
+    int rc = parse_run(argc, argv, &o);
+    if (rc >= 0) {
+        return rc;
+    }
+    app_setup_log(o.verbosity);
+    lares_error err = {0};
+    if (o.isa != NULL && lares_force_isa(o.isa, &err) != LARES_OK) {
+        return app_fail(&err);
+    }
+    size_t plen = 0;
+    char *file_prompt = NULL;
+    const char *prompt = o.prompt;
+    if (o.prompt_file != NULL) {
+        file_prompt = app_read_all(o.prompt_file, &plen);
+        if (file_prompt == NULL) {
+            return APP_FAIL;
+        }
+        prompt = file_prompt;
+    } else {
+        plen = strlen(prompt);
+    }
+
+    lares_model *m = NULL;
+    lares_session *s = NULL;
+    int32_t *ids = NULL, *gen = NULL;
+    size_t n_ids = 0, n_gen = 0;
+    run_state rs = {.stream = !o.json};
+    rc = APP_FAIL;
+    if (lares_model_open(o.model, NULL, &m, &err) != LARES_OK ||
+        lares_session_create(m, &o.session, &s, &err) != LARES_OK) {
+        rc = app_fail(&err);
+        goto done;
+    }
+    lares_tokenize_opts to = {.add_bos = o.add_bos, .parse_special = o.parse_special};
+    if (lares_tokenize(m, prompt, plen, &to, &ids, &n_ids, &err) != LARES_OK) {
+        rc = app_fail(&err);
+        goto done;
+    }
+    if (n_ids == 0) {
+        app_error("run: the prompt gives no tokens (empty prompt with --no-bos?)");
+        goto done;
+    }
+    if (o.verbosity > 0) {
+        fprintf(stderr, "lares: %zu prompt tokens, seed %" PRIu64 ", kernels %s\n", n_ids,
+                o.sampler.seed, lares_isa());
+    }
+    size_t cap = o.n_predict >= 0 ? (size_t)o.n_predict : (size_t)lares_session_n_ctx(s);
+    gen = malloc((cap ? cap : 1) * sizeof *gen);
+    if (gen == NULL) {
+        app_error("out of memory");
+        goto done;
+    }
+    lares_generate_opts go = {.n_predict = o.n_predict, .sampler = o.sampler,
+                              .on_token = on_token, .user = &rs};
+    if (!o.json && o.echo_prompt) {
+        fwrite(prompt, 1, plen, stdout);
+        fflush(stdout);
+    }
+    lares_stats st;
+    if (lares_generate(s, ids, n_ids, &go, gen, cap, &n_gen, &st, &err) != LARES_OK) {
+        if (!o.json) {
+            fputc('\n', stdout);
+        }
+        rc = app_fail(&err);
+        goto done;
+    }
+    if (o.json) {
+        print_json(&o, m, s, ids, n_ids, gen, n_gen, &rs, &st);
+    } else {
+        fputc('\n', stdout);
+        fflush(stdout);
+        if (o.verbosity >= 0) {
+            print_figures(&st);
+        }
+    }
+    rc = APP_OK;
+done:
+    free(gen);
+    free(rs.text);
+    lares_free(ids);
+    lares_session_free(s);
+    lares_model_close(m);
+    free(file_prompt);
+    return rc;
+}

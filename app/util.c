@@ -1,0 +1,175 @@
+/* Shared helpers of the sub-commands: errors, argument values, input files. */
+#include "app.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void app_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("lares: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+int app_fail(const lares_error *err) {
+    app_error("%s", err->msg[0] ? err->msg : lares_status_name(err->code));
+    return APP_FAIL;
+}
+
+const char *app_need_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        app_error("option %s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+bool app_parse_i32(const char *opt, const char *s, int32_t lo, int32_t hi, int32_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        app_error("%s: '%s' is not a whole number from %d to %d", opt, s, lo, hi);
+        return false;
+    }
+    *out = (int32_t)v;
+    return true;
+}
+
+bool app_parse_u64(const char *opt, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || s[0] == '-') {
+        app_error("%s: '%s' is not a non-negative whole number", opt, s);
+        return false;
+    }
+    *out = (uint64_t)v;
+    return true;
+}
+
+bool app_parse_f32(const char *opt, const char *s, float lo, float hi, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno != 0 || end == s || *end != '\0' || !(v >= lo && v <= hi)) {
+        app_error("%s: '%s' is not a number from %g to %g", opt, s, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool app_parse_size(const char *opt, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno != 0 || end == s || !(v >= 0) || !isfinite(v)) {
+        app_error("%s: '%s' is not a size (examples: 512M, 2G, 1.5GiB)", opt, s);
+        return false;
+    }
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},          {"b", 1},         {"k", 1024.0},        {"kb", 1024.0},
+                 {"kib", 1024.0},  {"m", 1048576.0}, {"mb", 1048576.0},    {"mib", 1048576.0},
+                 {"g", 1073741824.0}, {"gb", 1073741824.0}, {"gib", 1073741824.0},
+                 {"t", 1099511627776.0}, {"tb", 1099511627776.0}, {"tib", 1099511627776.0}};
+    char low[8];
+    size_t n = strlen(end);
+    if (n >= sizeof low) {
+        app_error("%s: unknown unit '%s' (use K, M, G or T)", opt, end);
+        return false;
+    }
+    for (size_t i = 0; i <= n; i++) {
+        low[i] = (char)(end[i] >= 'A' && end[i] <= 'Z' ? end[i] + 32 : end[i]);
+    }
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(low, units[i].suffix) == 0) {
+            double bytes = v * units[i].mult;
+            if (units[i].mult == 1 && bytes < 4096) {
+                app_error("%s: '%s' is only %.0f bytes: give a unit (e.g. %sM or %sG)", opt, s,
+                          bytes, s, s);
+                return false;
+            }
+            if (bytes > 1.8e19) {
+                app_error("%s: '%s' is too large", opt, s);
+                return false;
+            }
+            *out = (uint64_t)bytes;
+            return true;
+        }
+    }
+    app_error("%s: unknown unit '%s' (use K, M, G or T)", opt, end);
+    return false;
+}
+
+char *app_read_all(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (f == NULL) {
+        app_error("%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) {
+            break;
+        }
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    bool failed = ferror(f) != 0;
+    if (f != stdin) {
+        fclose(f);
+    }
+    if (buf == NULL || failed) {
+        free(buf);
+        app_error("%s: cannot read", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static void log_sink(lares_log_level level, const char *line, void *user) {
+    (void)user;
+    static const char *const tag[] = {"error", "warning", "info", "debug"};
+    fprintf(stderr, "lares %s: %s\n", tag[level], line);
+}
+
+void app_setup_log(int verbosity) {
+    lares_log_level lvl = verbosity < 0   ? LARES_LOG_ERROR
+                          : verbosity == 0 ? LARES_LOG_WARN
+                          : verbosity == 1 ? LARES_LOG_INFO
+                                           : LARES_LOG_DEBUG;
+    lares_set_log(log_sink, NULL, lvl);
+}
+
+const char *app_fmt_bytes(uint64_t n, char *buf, size_t cap) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    snprintf(buf, cap, u == 0 ? "%.0f %s" : "%.1f %s", v, unit[u]);
+    return buf;
+}

@@ -1,0 +1,46 @@
+/*
+ * api: the public handles of include/lares.h and the generation loop.
+ *
+ * Owns: lares_model (the opened file, its bound model and vocabulary) and
+ * lares_session (thread pool, KV cache, working memory, token history).
+ * Everything below (kernels, windows, memory) is reached through the other
+ * modules; this is the only place that joins them into a run.
+ */
+#ifndef LARES_API_H
+#define LARES_API_H
+
+#include "exec/exec.h"
+#include "gguf/gguf.h"
+
+#include <stdatomic.h>
+
+#include "model/model.h"
+#include "ops/ops.h"
+#include "text/text.h"
+
+struct lares_model {
+    char *path;        /* owned */
+    gguf_file *file;   /* owned */
+    model *m;          /* owned; NULL when opened vocab-only */
+    text_vocab *vocab; /* owned */
+    double open_ms;
+    char name[128];    /* general.name, cut to fit */
+};
+
+struct lares_session {
+    lares_model *lm;   /* borrowed */
+    lares_session_opts o;
+    ops_pool *pool;    /* owned */
+    model_kv *kv;      /* owned: all layers, one window on one device */
+    model_ctx *cx;     /* owned */
+    exec_local *exec;  /* owned: runs this device's layer windows */
+    float *x;          /* owned: n_batch x n_embd hidden states */
+    float *logits;     /* owned: n_vocab */
+    int32_t *history;  /* owned: n_ctx token ids in the cache, in order */
+    int32_t *pos;      /* owned: n_batch positions */
+    int32_t n_past;    /* tokens in the cache */
+    atomic_bool cancel; /* set by lares_session_cancel from any thread */
+    double create_ms;
+};
+
+#endif /* LARES_API_H */

@@ -1,0 +1,306 @@
+/*
+ * The generation loop: evaluate the prompt in batches through every layer
+ * window, then sample, stream and evaluate one token at a time. Every figure
+ * in lares_stats is measured here around the real work.
+ */
+#include "api/api.h"
+#include "mem/mem.h"
+
+#include <math.h>
+
+lares_sampler_opts lares_sampler_opts_default(void) {
+    lares_sampler_opts o = {.temperature = 0.8f,
+                            .top_k = 40,
+                            .top_p = 0.95f,
+                            .min_p = 0.05f,
+                            .repeat_penalty = 1.0f,
+                            .repeat_last_n = 64,
+                            .presence_penalty = 0.0f,
+                            .frequency_penalty = 0.0f,
+                            .seed = 0x5eed};
+    return o;
+}
+
+lares_generate_opts lares_generate_opts_default(void) {
+    lares_generate_opts o = {.n_predict = -1, .sampler = lares_sampler_opts_default()};
+    return o;
+}
+
+/* Runs tokens [0, n) at positions n_past.. through all layers; when want_logits
+ * the logits of the last one are left in s->logits. */
+static lares_status evaluate(lares_session *s, const int32_t *tokens, size_t n, bool want_logits,
+                             lares_error *err) {
+    const model *m = s->lm->m;
+    size_t done = 0;
+    while (done < n) {
+        if (atomic_load_explicit(&s->cancel, memory_order_relaxed)) {
+            return LARES_ECANCELED;
+        }
+        int32_t nb = (int32_t)LARES_MIN(n - done, (size_t)s->o.n_batch);
+        for (int32_t i = 0; i < nb; i++) {
+            s->pos[i] = s->n_past + i;
+        }
+        lares_status st = model_embed(m, tokens + done, nb, s->x, err);
+        if (st == LARES_OK) {
+            st = exec_local_forward(s->exec, 0, m->hp.n_layer, s->pos, nb, s->x, err);
+        }
+        if (st != LARES_OK) {
+            return st;
+        }
+        memcpy(s->history + s->n_past, tokens + done, (size_t)nb * sizeof *tokens);
+        s->n_past += nb;
+        done += (size_t)nb;
+        if (done == n && want_logits) {
+            float *last = s->x + (size_t)(nb - 1) * (size_t)m->hp.n_embd;
+            model_output(m, s->cx, last, 1, s->logits);
+        }
+    }
+    return LARES_OK;
+}
+
+#define MAX_LOGPROBS 20
+
+typedef struct token_probs {
+    float logprob;
+    int32_t n_top;
+    int32_t top_ids[MAX_LOGPROBS];
+    float top_logprobs[MAX_LOGPROBS];
+} token_probs;
+
+/* log-softmax of the logits: the chosen token's value and the n most likely */
+static void compute_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int32_t n,
+                             token_probs *tp) {
+    float mx = logits[0];
+    for (int32_t i = 1; i < n_vocab; i++) {
+        mx = logits[i] > mx ? logits[i] : mx;
+    }
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        sum += exp((double)(logits[i] - mx));
+    }
+    const double lse = (double)mx + log(sum);
+    tp->logprob = (float)((double)logits[chosen] - lse);
+    tp->n_top = 0;
+    for (int32_t i = 0; i < n_vocab; i++) { /* insertion into a short sorted list */
+        int32_t k = tp->n_top;
+        if (k == n && logits[i] <= logits[tp->top_ids[k - 1]]) {
+            continue;
+        }
+        if (k < n) {
+            tp->n_top++;
+        } else {
+            k--;
+        }
+        while (k > 0 && logits[tp->top_ids[k - 1]] < logits[i]) {
+            tp->top_ids[k] = tp->top_ids[k - 1];
+            k--;
+        }
+        tp->top_ids[k] = i;
+    }
+    for (int32_t k = 0; k < tp->n_top; k++) {
+        tp->top_logprobs[k] = (float)((double)logits[tp->top_ids[k]] - lse);
+    }
+}
+
+/* Delivers a piece through the UTF-8 assembler; false when the caller stops. */
+static bool deliver(const lares_generate_opts *o, text_stream *ts, int32_t tok, const char *piece,
+                    size_t n, const token_probs *tp) {
+    char buf[2048 + 16];
+    size_t len = text_stream_push(ts, piece, n, buf, sizeof buf);
+    if (o->on_token == NULL) {
+        return true;
+    }
+    lares_token_info info = {.token = tok, .piece = buf, .piece_len = len};
+    if (tp != NULL) {
+        info.logprob = tp->logprob;
+        info.n_top = tp->n_top;
+        info.top_ids = tp->top_ids;
+        info.top_logprobs = tp->top_logprobs;
+    }
+    return o->on_token(&info, o->user);
+}
+
+lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_prompt,
+                            const lares_generate_opts *opts, int32_t *out, size_t out_cap,
+                            size_t *n_out, lares_stats *stats, lares_error *err) {
+    const lares_generate_opts o = opts ? *opts : lares_generate_opts_default();
+    const model *m = s->lm->m;
+    const int32_t n_ctx = s->o.n_ctx;
+    lares_stats st_local;
+    lares_stats *fig = stats ? stats : &st_local;
+    memset(fig, 0, sizeof *fig);
+    if (n_out != NULL) {
+        *n_out = 0;
+    }
+    atomic_store(&s->cancel, false);
+    if (n_prompt == 0) {
+        return lares_fail(err, LARES_EINVAL, "the prompt is empty (it needs at least one token)");
+    }
+    if (o.n_logprobs < 0 || o.n_logprobs > MAX_LOGPROBS) {
+        return lares_fail(err, LARES_EINVAL, "logprobs: %d alternatives asked, 0 to %d allowed",
+                          o.n_logprobs, MAX_LOGPROBS);
+    }
+    const int64_t need = (int64_t)s->n_past + (int64_t)n_prompt + (o.n_predict > 0 ? o.n_predict : 0);
+    if (need > n_ctx) {
+        return lares_fail(err, LARES_ERANGE,
+                          "%zu prompt tokens + %d to generate need %" PRId64
+                          " positions, the context holds %d (%d in use); raise -c or lower -n",
+                          n_prompt, o.n_predict > 0 ? o.n_predict : 0, need, n_ctx, s->n_past);
+    }
+    for (size_t i = 0; i < n_prompt; i++) {
+        if (prompt[i] < 0 || prompt[i] >= m->hp.n_vocab) {
+            return lares_fail(err, LARES_EINVAL, "prompt token %d at index %zu is outside the "
+                              "vocabulary of %d", prompt[i], i, m->hp.n_vocab);
+        }
+    }
+    text_sampler *smp = NULL;
+    lares_status rc = text_sampler_create(&o.sampler, m->hp.n_vocab, &smp, err);
+    if (rc != LARES_OK) {
+        return rc;
+    }
+
+    mem_sample before, after;
+    mem_sample_now(&before);
+    mem_pressure pressure;
+    mem_pressure_begin(&pressure);
+    const uint64_t t_start = lares_now_ns();
+    fig->stop = LARES_STOP_NONE;
+
+    rc = evaluate(s, prompt, n_prompt, true, err);
+    const uint64_t t_prompt = lares_now_ns();
+    if (rc == LARES_ECANCELED) {
+        rc = LARES_OK;
+        fig->stop = LARES_STOP_CANCELED;
+        atomic_store(&s->cancel, true); /* keep the loop below from starting */
+    }
+    fig->n_prompt = (int32_t)n_prompt;
+    fig->prompt_ms = lares_ns_to_ms(t_prompt - t_start);
+    mem_pressure_update(&pressure);
+
+    text_stream ts;
+    text_stream_init(&ts);
+    uint64_t t_first = 0;
+    size_t n_gen = 0;
+    char piece[2048];
+    token_probs tp;
+    /* logprobs need the logits before the sampler edits them */
+    float *raw = NULL;
+    if (o.n_logprobs > 0 &&
+        (raw = lares_alloc_array((size_t)m->hp.n_vocab, sizeof *raw)) == NULL) {
+        rc = lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    while (rc == LARES_OK) {
+        if (atomic_load_explicit(&s->cancel, memory_order_relaxed)) {
+            fig->stop = LARES_STOP_CANCELED;
+            break;
+        }
+        if (o.n_predict >= 0 && n_gen >= (size_t)o.n_predict) {
+            fig->stop = LARES_STOP_LENGTH;
+            break;
+        }
+        if (s->n_past >= n_ctx) {
+            fig->stop = LARES_STOP_LENGTH; /* the context is full */
+            break;
+        }
+        if (raw != NULL) {
+            memcpy(raw, s->logits, (size_t)m->hp.n_vocab * sizeof *raw);
+        }
+        const int32_t tok = text_sampler_sample(smp, s->logits, s->history, (size_t)s->n_past);
+        if (raw != NULL) {
+            compute_logprobs(raw, m->hp.n_vocab, tok, o.n_logprobs, &tp);
+        }
+        if (n_gen == 0) {
+            t_first = lares_now_ns();
+        }
+        if (out != NULL && n_gen < out_cap) {
+            out[n_gen] = tok;
+        }
+        n_gen++;
+        if (text_token_is_eog(s->lm->vocab, tok)) {
+            fig->stop = LARES_STOP_EOS;
+            break;
+        }
+        int32_t plen = text_token_piece(s->lm->vocab, tok, false, piece, sizeof piece);
+        if (plen < 0 || (size_t)plen > sizeof piece) {
+            plen = 0; /* a piece longer than 2 KiB is not text anyone streams */
+        }
+        if (!deliver(&o, &ts, tok, piece, (size_t)plen, raw ? &tp : NULL)) {
+            fig->stop = LARES_STOP_CALLER;
+            break;
+        }
+        if (o.n_predict >= 0 && n_gen >= (size_t)o.n_predict) {
+            fig->stop = LARES_STOP_LENGTH; /* the last token needs no forward pass */
+            break;
+        }
+        rc = evaluate(s, &tok, 1, true, err);
+        if (rc == LARES_ECANCELED) {
+            rc = LARES_OK;
+            fig->stop = LARES_STOP_CANCELED;
+            break;
+        }
+        if ((n_gen & 15) == 0) {
+            mem_pressure_update(&pressure);
+        }
+    }
+    /* bytes of a character that never completed */
+    char tail[16];
+    size_t tl = text_stream_flush(&ts, tail, sizeof tail);
+    if (tl > 0 && o.on_token != NULL) {
+        lares_token_info info = {.token = -1, .piece = tail, .piece_len = tl};
+        o.on_token(&info, o.user);
+    }
+    lares_free(raw);
+    const uint64_t t_end = lares_now_ns();
+    mem_pressure_update(&pressure);
+    mem_sample_now(&after);
+    text_sampler_free(smp);
+
+    fig->n_generated = (int32_t)n_gen;
+    fig->load_ms = s->lm->open_ms + s->create_ms;
+    fig->ttft_ms = t_first ? lares_ns_to_ms(t_first - t_start) : 0;
+    /* generation speed counts the tokens after the first: each needed one forward pass */
+    fig->gen_ms = t_first ? lares_ns_to_ms(t_end - t_first) : 0;
+    fig->prompt_tok_s = fig->prompt_ms > 0 ? fig->n_prompt / (fig->prompt_ms / 1e3) : 0;
+    fig->gen_tok_s = n_gen > 1 && fig->gen_ms > 0 ? (double)(n_gen - 1) / (fig->gen_ms / 1e3) : 0;
+    fig->peak_rss_bytes = after.peak_rss_bytes;
+    fig->major_faults = after.major_faults - before.major_faults;
+    fig->disk_read_bytes = after.read_bytes >= 0 && before.read_bytes >= 0
+                               ? (uint64_t)(after.read_bytes - before.read_bytes)
+                               : UINT64_MAX;
+    fig->mem_pressure = mem_pressure_value(&pressure);
+    if (n_out != NULL) {
+        *n_out = n_gen < out_cap ? n_gen : out_cap;
+    }
+    return rc;
+}
+
+/* ---- tokens ---- */
+
+lares_tokenize_opts lares_tokenize_opts_default(void) {
+    lares_tokenize_opts o = {.add_bos = true, .parse_special = false};
+    return o;
+}
+
+lares_status lares_tokenize(const lares_model *lm, const char *text, size_t len,
+                            const lares_tokenize_opts *opts, int32_t **out, size_t *n_out,
+                            lares_error *err) {
+    lares_tokenize_opts o = opts ? *opts : lares_tokenize_opts_default();
+    return text_tokenize(lm->vocab, text, len, o.add_bos, o.parse_special, out, n_out, err);
+}
+
+int32_t lares_token_piece(const lares_model *lm, int32_t token, bool special, char *buf,
+                          size_t cap) {
+    return text_token_piece(lm->vocab, token, special, buf, cap);
+}
+
+int32_t lares_token_bos(const lares_model *lm) {
+    return text_vocab_bos(lm->vocab);
+}
+
+int32_t lares_token_eos(const lares_model *lm) {
+    return text_vocab_eos(lm->vocab);
+}
+
+bool lares_token_is_eog(const lares_model *lm, int32_t token) {
+    return text_token_is_eog(lm->vocab, token);
+}

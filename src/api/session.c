@@ -1,0 +1,118 @@
+/* Sessions: everything one conversation needs, sized once at creation. */
+#include "api/api.h"
+
+lares_session_opts lares_session_opts_default(void) {
+    lares_session_opts o = {.n_ctx = 0, .n_threads = 0, .n_batch = 0, .kv_type = LARES_KV_AUTO};
+    return o;
+}
+
+void lares_session_free(lares_session *s) {
+    if (s == NULL) {
+        return;
+    }
+    exec_local_free(s->exec);
+    model_ctx_free(s->cx);
+    model_kv_free(s->kv);
+    ops_pool_free(s->pool);
+    lares_free(s->x);
+    lares_free(s->logits);
+    lares_free(s->history);
+    lares_free(s->pos);
+    lares_free(s);
+}
+
+/* prompt tokens per forward pass when the caller does not say */
+#define DEFAULT_BATCH 128
+/* the largest F32 KV cache the automatic choice allows */
+#define KV_AUTO_F32_BYTES (64.0 * 1024 * 1024)
+
+lares_status lares_session_create(lares_model *lm, const lares_session_opts *opts,
+                                  lares_session **out, lares_error *err) {
+    if (lm->m == NULL) {
+        return lares_fail(err, LARES_EINVAL, "%s was opened for its vocabulary only", lm->path);
+    }
+    const model_hparams *hp = &lm->m->hp;
+    lares_session_opts o = opts ? *opts : lares_session_opts_default();
+    if (o.n_ctx < 0 || o.n_threads < 0 || o.n_batch < 0) {
+        return lares_fail(err, LARES_EINVAL, "context, threads and batch must not be negative");
+    }
+    if (o.n_ctx == 0) {
+        o.n_ctx = hp->n_ctx_train;
+    }
+    if (o.n_threads == 0) {
+        o.n_threads = lares_cpu_count();
+    }
+    if (o.n_batch == 0) {
+        o.n_batch = DEFAULT_BATCH;
+    }
+    if (o.n_batch > o.n_ctx) {
+        o.n_batch = o.n_ctx;
+    }
+    if (o.kv_type == LARES_KV_AUTO) {
+        const double f32_bytes = 8.0 * hp->n_layer * (double)hp->n_head_kv * hp->head_dim * o.n_ctx;
+        o.kv_type = f32_bytes <= KV_AUTO_F32_BYTES ? LARES_KV_F32 : LARES_KV_F16;
+    }
+    if (o.kv_type != LARES_KV_F16 && o.kv_type != LARES_KV_F32) {
+        return lares_fail(err, LARES_EINVAL, "unknown KV cache type %d", (int)o.kv_type);
+    }
+    uint64_t t0 = lares_now_ns();
+    lares_session *s = lares_calloc(1, sizeof *s);
+    if (s == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    s->lm = lm;
+    s->o = o;
+    atomic_init(&s->cancel, false);
+    lares_status st = ops_pool_create(o.n_threads, &s->pool, err);
+    if (st == LARES_OK) {
+        st = model_kv_create(lm->m, 0, hp->n_layer, o.n_ctx,
+                             o.kv_type == LARES_KV_F32 ? GGUF_TYPE_F32 : GGUF_TYPE_F16, &s->kv,
+                             err);
+    }
+    if (st == LARES_OK) {
+        st = model_ctx_create(lm->m, s->pool, o.n_batch, o.n_ctx, &s->cx, err);
+    }
+    if (st == LARES_OK) {
+        st = exec_local_create(lm->m, s->kv, s->cx, NULL, &s->exec, err);
+    }
+    if (st == LARES_OK) {
+        s->x = lares_alloc_array((size_t)o.n_batch * (size_t)hp->n_embd, sizeof *s->x);
+        s->logits = lares_alloc_array((size_t)hp->n_vocab, sizeof *s->logits);
+        s->history = lares_alloc_array((size_t)o.n_ctx, sizeof *s->history);
+        s->pos = lares_alloc_array((size_t)o.n_batch, sizeof *s->pos);
+        if (s->x == NULL || s->logits == NULL || s->history == NULL || s->pos == NULL) {
+            st = lares_fail(err, LARES_ENOMEM, "out of memory for the session buffers");
+        }
+    }
+    if (st != LARES_OK) {
+        lares_session_free(s);
+        return st;
+    }
+    s->create_ms = lares_ns_to_ms(lares_now_ns() - t0);
+    *out = s;
+    return LARES_OK;
+}
+
+int32_t lares_session_n_ctx(const lares_session *s) {
+    return s->o.n_ctx;
+}
+
+void lares_session_truncate(lares_session *s, int32_t pos) {
+    if (pos < 0) {
+        pos = 0;
+    }
+    if (pos < s->n_past) {
+        s->n_past = pos;
+    }
+}
+
+const int32_t *lares_session_tokens(const lares_session *s, int32_t *n_past) {
+    if (n_past != NULL) {
+        *n_past = s->n_past;
+    }
+    return s->history;
+}
+
+void lares_session_cancel(lares_session *s) {
+    atomic_store(&s->cancel, true);
+}

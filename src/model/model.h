@@ -1,0 +1,142 @@
+/*
+ * model: architectures and the forward pass of a layer window.
+ *
+ * Owns: the hyper-parameters read from metadata, the binding of every tensor
+ * the architecture needs (views into the file mapping, shapes checked), any
+ * small converted copies (norm vectors stored as F16/BF16 are widened to F32
+ * and counted in model_owned_bytes), the KV cache of a window, and the
+ * forward pass of a window [l0, l1) over a batch of tokens. The head-only
+ * parts are separate: embedding before the first window, final norm and
+ * output after the last.
+ *
+ * Knows nothing about where the previous window ran (another device, a disk
+ * stream): a window takes hidden states in and gives hidden states out.
+ *
+ * Lifetimes: a model borrows its gguf_file, which outlives it. A model is
+ * read-only after loading and may be shared between sessions; a model_kv and
+ * a model_ctx belong to one session.
+ */
+#ifndef LARES_MODEL_H
+#define LARES_MODEL_H
+
+#include "core/core.h"
+#include "gguf/gguf.h"
+#include "ops/ops.h"
+
+typedef enum model_arch {
+    MODEL_ARCH_LLAMA = 0,
+    MODEL_ARCH_QWEN2,
+    MODEL_ARCH_QWEN3,
+    MODEL_ARCH_COUNT
+} model_arch;
+
+typedef struct model_hparams {
+    model_arch arch;
+    const char *arch_name;
+    int32_t n_layer;
+    int32_t n_embd;
+    int32_t n_ff;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;   /* attention.key_length, else n_embd / n_head */
+    int32_t n_rot;      /* rope.dimension_count, else head_dim */
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    float rms_eps;
+    float rope_base;
+    float rope_freq_scale; /* 1 / rope.scaling.factor for linear scaling, else 1 */
+    ops_rope_mode rope_mode;
+} model_hparams;
+
+/* One decoder layer. Shapes in (n_in -> n_out) form; vectors are F32. */
+typedef struct model_layer {
+    const float *attn_norm; /* (n_embd) */
+    ops_matrix wq;          /* (n_embd -> n_head * head_dim) */
+    ops_matrix wk;          /* (n_embd -> n_head_kv * head_dim) */
+    ops_matrix wv;          /* (n_embd -> n_head_kv * head_dim) */
+    ops_matrix wo;          /* (n_head * head_dim -> n_embd) */
+    const float *bq, *bk, *bv; /* optional biases (qwen2) */
+    const float *q_norm, *k_norm; /* optional per-head RMS norms (qwen3), (head_dim) */
+    const float *ffn_norm;  /* (n_embd) */
+    ops_matrix w_gate;      /* (n_embd -> n_ff) */
+    ops_matrix w_up;        /* (n_embd -> n_ff) */
+    ops_matrix w_down;      /* (n_ff -> n_embd) */
+    uint64_t file_lo, file_hi; /* byte range of the layer's tensors in the file */
+} model_layer;
+
+typedef struct model {
+    gguf_file *file;        /* borrowed */
+    model_hparams hp;
+    const gguf_tensor *tok_embd; /* (n_embd) x n_vocab rows, any supported type */
+    const float *output_norm;    /* (n_embd) */
+    ops_matrix output;           /* (n_embd -> n_vocab); the embedding when tied */
+    bool output_tied;
+    model_layer *layers;         /* owned, n_layer */
+    float *rope_inv_freq;        /* owned, n_rot / 2 */
+    void **owned;                /* owned converted vectors */
+    size_t n_owned;
+    size_t owned_bytes;
+} model;
+
+/* Binds an opened GGUF file. Unknown architectures, missing tensors, wrong
+ * shapes and unsupported tensor types are errors naming the culprit. */
+lares_status model_load(gguf_file *f, model **out, lares_error *err);
+void model_free(model *m);
+const char *model_arch_list(void); /* "llama, qwen2, qwen3" for messages */
+
+/* ---- the KV cache of one window ---- */
+
+typedef struct model_kv {
+    int32_t l0, l1;      /* layers held */
+    int32_t n_ctx;
+    uint32_t type;       /* GGUF_TYPE_F16 or GGUF_TYPE_F32 */
+    size_t row_elems;    /* n_head_kv * head_dim */
+    void *mem;           /* owned: all K then all V */
+    size_t bytes;
+} model_kv;
+
+lares_status model_kv_create(const model *m, int32_t l0, int32_t l1, int32_t n_ctx, uint32_t type,
+                             model_kv **out, lares_error *err);
+void model_kv_free(model_kv *kv);
+ops_kv_view model_kv_view(const model_kv *kv, int32_t layer);
+
+/* ---- per-session working memory ---- */
+
+typedef struct model_ctx {
+    ops_pool *pool;      /* borrowed */
+    int32_t n_batch;     /* most tokens per forward call */
+    int32_t n_ctx;
+    float *xn;           /* n_batch x n_embd */
+    float *q, *k, *v;    /* n_batch x (n_head | n_head_kv) * head_dim */
+    float *att;          /* n_batch x n_head * head_dim */
+    float *tmp;          /* n_batch x n_embd */
+    float *gate, *up;    /* n_batch x n_ff */
+    float *rope_cs;      /* n_batch x n_rot */
+    float *attn_scratch; /* n_threads x n_ctx */
+    void *act;           /* quantized activations, act_bytes */
+    size_t act_bytes;
+    void *mem;           /* owned: everything above */
+    size_t bytes;
+} model_ctx;
+
+lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, int32_t n_ctx,
+                              model_ctx **out, lares_error *err);
+void model_ctx_free(model_ctx *cx);
+
+/* ---- the forward pass ---- */
+
+/* x (n_tok x n_embd) = the embedding rows of tokens. */
+lares_status model_embed(const model *m, const int32_t *tokens, int32_t n_tok, float *x,
+                         lares_error *err);
+
+/* Runs layers [l0, l1) on x (n_tok x n_embd, in place) for tokens at
+ * positions pos[0..n_tok), writing their keys and values into kv (which must
+ * hold those layers and have room for every position). n_tok <= n_batch. */
+lares_status model_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t l0, int32_t l1,
+                           const int32_t *pos, int32_t n_tok, float *x, lares_error *err);
+
+/* logits (n_rows x n_vocab) from the last hidden states x (n_rows x n_embd):
+ * final norm, then the output matrix. x is overwritten. n_rows <= n_batch. */
+void model_output(const model *m, model_ctx *cx, float *x, int32_t n_rows, float *logits);
+
+#endif /* LARES_MODEL_H */

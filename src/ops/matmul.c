@@ -1,0 +1,163 @@
+/*
+ * Matrix products over quantized weights.
+ *
+ * Activations are converted once per product into the format the weight
+ * type's dot product expects (quant traits: vec_dot_type), then threads take
+ * chunks of output rows from a shared counter, so a thread that runs slower
+ * (another program on its core) simply takes fewer chunks. With several
+ * activation rows (prompt processing) each chunk is walked in tiles of up to
+ * QUANT_TILE_MAX weight rows x activation rows, so every weight block loaded
+ * from memory is used against several tokens.
+ */
+#include "ops/ops.h"
+
+#include <assert.h>
+#include <stdatomic.h>
+
+/* weight rows per work chunk: 16 rows of a 4096-wide Q4_0 matrix are 36 KiB,
+ * which stays in L2 while all activation rows stream past it */
+#define CHUNK_ROWS 16
+
+lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int64_t n_in,
+                             int64_t n_out, const char *what, lares_error *err) {
+    const quant_traits *qt = quant_traits_of(type);
+    const gguf_type_info *ti = gguf_type_info_of(type);
+    if (qt == NULL || qt->vec_dot == NULL) {
+        return lares_fail(err, LARES_EUNSUPPORTED,
+                          "tensor '%s' has type %s, which lares cannot multiply with yet", what,
+                          ti ? ti->name : "?");
+    }
+    if (n_in <= 0 || n_out <= 0 || n_in % qt->blck_elems != 0) {
+        return lares_fail(err, LARES_EFORMAT,
+                          "tensor '%s': %" PRId64 " x %" PRId64 " does not fit %s blocks of %" PRId64,
+                          what, n_out, n_in, qt->name, qt->blck_elems);
+    }
+    m->data = data;
+    m->qt = qt;
+    m->n_in = n_in;
+    m->n_out = n_out;
+    m->row_bytes = quant_row_bytes(type, n_in);
+    return LARES_OK;
+}
+
+size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in) {
+    return (size_t)n_rows * quant_row_bytes(type, n_in);
+}
+
+typedef struct act_task {
+    const float *x;
+    int64_t n_rows, n_in;
+    const quant_traits *qt;
+    uint8_t *buf;
+    size_t row_bytes;
+} act_task;
+
+static void act_rows(void *vctx, int ith, int nth) {
+    const act_task *t = vctx;
+    int64_t lo, hi;
+    ops_split(t->n_rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        t->qt->from_float(t->x + r * t->n_in, t->buf + (size_t)r * t->row_bytes, t->n_in);
+    }
+}
+
+void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_in, uint32_t type,
+                     void *buf, ops_act *out) {
+    out->type = type;
+    out->n_rows = n_rows;
+    out->n_in = n_in;
+    out->row_bytes = quant_row_bytes(type, n_in);
+    if (type == GGUF_TYPE_F32) {
+        out->data = x;
+        return;
+    }
+    act_task t = {.x = x, .n_rows = n_rows, .n_in = n_in, .qt = quant_traits_of(type), .buf = buf,
+                  .row_bytes = out->row_bytes};
+    if (pool != NULL && n_rows > 1) {
+        ops_pool_run(pool, act_rows, &t);
+    } else {
+        act_rows(&t, 0, 1);
+    }
+    out->data = buf;
+}
+
+typedef struct mm_task {
+    int n;
+    const ops_matrix *const *ws;
+    float *const *ys;
+    const ops_act *a;
+    int64_t chunk_end[8]; /* cumulative chunk counts per matrix */
+    atomic_int_fast64_t next;
+} mm_task;
+
+/* rows [r0, r1) of matrix w against every activation row */
+static void mm_rows(const ops_matrix *w, const ops_act *a, float *y, int64_t r0, int64_t r1) {
+    const uint8_t *wd = w->data;
+    const uint8_t *ad = a->data;
+    const int64_t n_out = w->n_out;
+    const quant_traits *qt = w->qt;
+    if (a->n_rows == 1) {
+        for (int64_t r = r0; r < r1; r++) {
+            qt->vec_dot(w->n_in, y + r, wd + (size_t)r * w->row_bytes, ad);
+        }
+        return;
+    }
+    for (int64_t c = 0; c < a->n_rows; c += QUANT_TILE_MAX) {
+        int nc = (int)LARES_MIN((int64_t)QUANT_TILE_MAX, a->n_rows - c);
+        for (int64_t r = r0; r < r1; r += QUANT_TILE_MAX) {
+            int nr = (int)LARES_MIN((int64_t)QUANT_TILE_MAX, r1 - r);
+            float *s = y + c * n_out + r;
+            const uint8_t *x = wd + (size_t)r * w->row_bytes;
+            const uint8_t *yy = ad + (size_t)c * a->row_bytes;
+            if (qt->vec_dot_tile != NULL) {
+                qt->vec_dot_tile(w->n_in, s, (size_t)n_out, x, w->row_bytes, yy, a->row_bytes, nr,
+                                 nc);
+                continue;
+            }
+            for (int j = 0; j < nc; j++) {
+                for (int i = 0; i < nr; i++) {
+                    qt->vec_dot(w->n_in, s + (size_t)j * n_out + i, x + (size_t)i * w->row_bytes,
+                                yy + (size_t)j * a->row_bytes);
+                }
+            }
+        }
+    }
+}
+
+static void mm_worker(void *vctx, int ith, int nth) {
+    (void)ith;
+    (void)nth;
+    mm_task *t = vctx;
+    const int64_t total = t->chunk_end[t->n - 1];
+    for (;;) {
+        int64_t chunk = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
+        if (chunk >= total) {
+            return;
+        }
+        int i = 0;
+        while (chunk >= t->chunk_end[i]) {
+            i++;
+        }
+        int64_t first = i == 0 ? 0 : t->chunk_end[i - 1];
+        int64_t r0 = (chunk - first) * CHUNK_ROWS;
+        int64_t r1 = LARES_MIN(r0 + CHUNK_ROWS, t->ws[i]->n_out);
+        mm_rows(t->ws[i], t->a, t->ys[i], r0, r1);
+    }
+}
+
+void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_act *a,
+                float *const *ys) {
+    assert(n >= 1 && n <= (int)LARES_ARRAY_LEN(((mm_task *)0)->chunk_end));
+    mm_task t = {.n = n, .ws = ws, .ys = ys, .a = a};
+    int64_t acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += (ws[i]->n_out + CHUNK_ROWS - 1) / CHUNK_ROWS;
+        t.chunk_end[i] = acc;
+    }
+    atomic_init(&t.next, 0);
+    if (pool == NULL) {
+        mm_worker(&t, 0, 1);
+    } else {
+        ops_pool_run(pool, mm_worker, &t);
+    }
+}

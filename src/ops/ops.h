@@ -1,0 +1,127 @@
+/*
+ * ops: the numeric building blocks on host memory.
+ *
+ * Owns: the thread pool (one per session; workers created once, the caller is
+ * thread 0), matrix products over quantized weights (mat-vec and tiled
+ * mat-mat), RMSNorm, RoPE, softmax, SiLU, and attention over a KV cache
+ * laid out by the caller.
+ *
+ * Knows nothing about files, networks or what a layer means. Weights are
+ * views (ops_matrix) into memory someone else owns (normally the read-only
+ * mapping of the model file).
+ *
+ * Threads: ops_pool_run blocks until every thread finished the task; a task
+ * function gets (ith, nth) and must write only its own range (ops_split).
+ * Not re-entrant: one pool_run at a time per pool.
+ */
+#ifndef LARES_OPS_H
+#define LARES_OPS_H
+
+#include "core/core.h"
+#include "quant/quant.h"
+
+/* ---- thread pool ---- */
+
+typedef struct ops_pool ops_pool;
+typedef void (*ops_task_fn)(void *ctx, int ith, int nth);
+
+lares_status ops_pool_create(int n_threads, ops_pool **out, lares_error *err);
+void ops_pool_free(ops_pool *p);
+int ops_pool_size(const ops_pool *p);
+/* Runs fn(ctx, ith, nth) on every thread of the pool, the caller as thread 0. */
+void ops_pool_run(ops_pool *p, ops_task_fn fn, void *ctx);
+
+/* [lo, hi) of n items for thread ith of nth: contiguous, sizes differ by at most one. */
+static inline void ops_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
+    int64_t per = n / nth, extra = n % nth;
+    *lo = ith * per + (ith < extra ? ith : extra);
+    *hi = *lo + per + (ith < extra ? 1 : 0);
+}
+
+/* ---- matrices and activations ---- */
+
+/* A weight matrix: n_out rows of n_in elements of one type (GGUF ne[0] = n_in). */
+typedef struct ops_matrix {
+    const void *data;        /* borrowed (usually the file mapping) */
+    const quant_traits *qt;
+    int64_t n_in;
+    int64_t n_out;
+    size_t row_bytes;
+} ops_matrix;
+
+/* Fills m for data of `type` shaped n_out x n_in; LARES_EUNSUPPORTED when lares
+ * cannot multiply with this type, LARES_EFORMAT when n_in is not a block
+ * multiple. `what` names the tensor in messages. */
+lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int64_t n_in,
+                             int64_t n_out, const char *what, lares_error *err);
+
+/* Activations converted to the format a weight type's dot product expects. */
+typedef struct ops_act {
+    const void *data;
+    uint32_t type;
+    int64_t n_rows;
+    int64_t n_in;
+    size_t row_bytes;
+} ops_act;
+
+/* Bytes of scratch needed to hold n_rows x n_in activations of `type`. */
+size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in);
+/* Converts x (n_rows x n_in floats) into buf as `type` (in parallel when the
+ * pool is given); for F32 the result points at x itself. */
+void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_in, uint32_t type,
+                     void *buf, ops_act *out);
+
+/* y[r * n_out + o] = dot(W row o, activation row r) for every matrix i:
+ * ws[i] with ys[i]. All matrices take the same prepared activation, so they
+ * share one parallel pass (Q, K, V; gate and up). */
+void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_act *a,
+                float *const *ys);
+
+/* ---- element-wise and row ops (single thread; callers split rows) ---- */
+
+/* out = x / rms(x) * w (Zhang & Sennrich 2019); w may be NULL (no scale). */
+void ops_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out);
+/* x = silu(g) * u, SwiGLU (Shazeer 2020); in place into g */
+void ops_swiglu(float *g, const float *u, int64_t n);
+/* softmax in place over n values; returns nothing, max-subtracted for range */
+void ops_softmax(float *x, int64_t n);
+void ops_add(float *x, const float *y, int64_t n);
+
+/* RoPE (Su et al. 2021) on one head of head_dim values at the angles in cs
+ * (cos, sin pairs for the first n_rot dims). NORM rotates adjacent pairs
+ * (x[2i], x[2i+1]) as GGUF llama files expect; NEOX rotates halves
+ * (x[i], x[i + n_rot/2]). */
+typedef enum ops_rope_mode { OPS_ROPE_NORM = 0, OPS_ROPE_NEOX = 2 } ops_rope_mode;
+void ops_rope(float *x, int64_t head_dim, int64_t n_rot, const float *cs, ops_rope_mode mode);
+/* cs[2i], cs[2i+1] = cos, sin of pos * inv_freq[i] for i < n_rot/2 */
+void ops_rope_angles(float pos, const float *inv_freq, int64_t n_rot, float *cs);
+
+/* ---- attention ---- */
+
+/* Keys and values of one layer: row p (a position) holds n_head_kv heads of
+ * head_dim values each, as F32 or F16. */
+typedef struct ops_kv_view {
+    void *k;
+    void *v;
+    uint32_t type;      /* GGUF_TYPE_F32 or GGUF_TYPE_F16 */
+    size_t row_elems;   /* n_head_kv * head_dim */
+} ops_kv_view;
+
+typedef struct ops_attn_args {
+    const float *q;     /* n_tok x (n_head * head_dim) */
+    float *out;         /* n_tok x (n_head * head_dim) */
+    const int32_t *pos; /* n_tok positions; token t sees cache rows 0..pos[t] */
+    int64_t n_tok;
+    int64_t n_head;
+    int64_t n_head_kv;
+    int64_t head_dim;
+    float scale;        /* usually 1/sqrt(head_dim) */
+    ops_kv_view kv;
+    float *scratch;     /* nth x scratch_stride floats */
+    size_t scratch_stride; /* >= n_ctx */
+} ops_attn_args;
+
+/* Grouped-query attention (Ainslie et al. 2023) with a causal window. */
+void ops_attention(ops_pool *pool, const ops_attn_args *a);
+
+#endif /* LARES_OPS_H */

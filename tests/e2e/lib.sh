@@ -1,0 +1,46 @@
+# Shared helpers of the end-to-end tests: each test sources this, runs the
+# lares binary ($LARES) on the real models ($LARES_MODELS_DIR) and fails with a
+# message naming what differed. Temporary files go under $LARES_TEST_TMP and
+# are removed on exit, also when the test fails.
+set -uo pipefail
+
+: "${LARES:?LARES must point at the lares binary}"
+: "${LARES_MODELS_DIR:?LARES_MODELS_DIR must point at ../shared/models}"
+MODELS=$LARES_MODELS_DIR
+TEST_NAME=$(basename "$0" .sh)
+mkdir -p "${LARES_TEST_TMP:-/tmp}"
+TMP=$(mktemp -d "${LARES_TEST_TMP:-/tmp}/$TEST_NAME.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+FAILURES=0
+CHECKS=0
+
+fail() {
+  echo "$TEST_NAME: FAIL: $*" >&2
+  FAILURES=$((FAILURES + 1))
+}
+
+ok() {
+  CHECKS=$((CHECKS + 1))
+}
+
+model() { # a fixture path; a missing fixture fails loudly
+  local p="$MODELS/$1"
+  if [ ! -f "$p" ]; then
+    echo "$TEST_NAME: fixture missing: $p (set LARES_MODELS_DIR)" >&2
+    exit 1
+  fi
+  echo "$p"
+}
+
+need() {
+  command -v "$1" >/dev/null 2>&1 || { echo "$TEST_NAME: needs $1" >&2; exit 1; }
+}
+
+finish() {
+  if [ "$FAILURES" -gt 0 ]; then
+    echo "$TEST_NAME: $FAILURES failure(s), $CHECKS checks passed" >&2
+    exit 1
+  fi
+  echo "$TEST_NAME: $CHECKS checks passed"
+  exit 0
+}

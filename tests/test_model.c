@@ -1,0 +1,285 @@
+/*
+ * model: the forward pass against outside truth. For every model in the
+ * expected-output files under ../shared/models/expected that lares runs,
+ * greedy decoding from the listed prompt ids must reproduce the reference
+ * token ids (computed by an independent F32 reference); the first logits of
+ * the BOS-only run must match the reference values; and a batched prompt must
+ * give the same result as the same prompt fed token by token.
+ */
+#include "check.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "ops/ops.h"
+
+#include <jansson.h>
+
+typedef struct runner {
+    gguf_file *f;
+    model *m;
+    ops_pool *pool;
+    model_kv *kv;
+    model_ctx *cx;
+    float *x, *logits;
+} runner;
+
+static bool runner_open(runner *r, const char *rel, int n_threads, uint32_t kv_type, int n_batch) {
+    lares_error err = {0};
+    memset(r, 0, sizeof *r);
+    CHECK_OK(gguf_open(fixture(rel), NULL, &r->f, &err), &err);
+    if (r->f == NULL) {
+        return false;
+    }
+    CHECK_OK(model_load(r->f, &r->m, &err), &err);
+    if (r->m == NULL) {
+        return false;
+    }
+    CHECK_OK(ops_pool_create(n_threads, &r->pool, &err), &err);
+    CHECK_OK(model_kv_create(r->m, 0, r->m->hp.n_layer, 256, kv_type, &r->kv, &err), &err);
+    CHECK_OK(model_ctx_create(r->m, r->pool, n_batch, 256, &r->cx, &err), &err);
+    r->x = calloc((size_t)n_batch * (size_t)r->m->hp.n_embd, sizeof(float));
+    r->logits = calloc((size_t)r->m->hp.n_vocab, sizeof(float));
+    return r->kv != NULL && r->cx != NULL;
+}
+
+static void runner_close(runner *r) {
+    free(r->x);
+    free(r->logits);
+    model_ctx_free(r->cx);
+    model_kv_free(r->kv);
+    ops_pool_free(r->pool);
+    model_free(r->m);
+    gguf_close(r->f);
+}
+
+static int32_t argmax(const float *v, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++) {
+        if (v[i] > v[b]) {
+            b = i;
+        }
+    }
+    return b;
+}
+
+/* feeds tokens[0..n) starting at position p0 in batches of up to nb; logits of the last */
+static bool feed(runner *r, const int32_t *tokens, int n, int p0, int nb) {
+    lares_error err = {0};
+    int32_t pos[256];
+    for (int done = 0; done < n;) {
+        int k = n - done < nb ? n - done : nb;
+        for (int i = 0; i < k; i++) {
+            pos[i] = p0 + done + i;
+        }
+        if (model_embed(r->m, tokens + done, k, r->x, &err) != LARES_OK ||
+            model_forward(r->m, r->kv, r->cx, 0, r->m->hp.n_layer, pos, k, r->x, &err) !=
+                LARES_OK) {
+            fprintf(stderr, "forward: %s\n", err.msg);
+            return false;
+        }
+        done += k;
+        if (done == n) {
+            model_output(r->m, r->cx, r->x + (size_t)(k - 1) * (size_t)r->m->hp.n_embd, 1,
+                         r->logits);
+        }
+    }
+    return true;
+}
+
+/* greedy continuation; returns how many of the expected ids matched in a row */
+static int greedy_agree(runner *r, const int32_t *prompt, int n_prompt, const int32_t *want,
+                        int n_want, int nb) {
+    if (!feed(r, prompt, n_prompt, 0, nb)) {
+        return -1;
+    }
+    int pos = n_prompt;
+    for (int i = 0; i < n_want; i++) {
+        int32_t t = argmax(r->logits, r->m->hp.n_vocab);
+        if (t != want[i]) {
+            return i;
+        }
+        if (i + 1 < n_want && !feed(r, &t, 1, pos++, nb)) {
+            return -1;
+        }
+    }
+    return n_want;
+}
+
+static int ids_from(json_t *arr, int32_t *out, int cap) {
+    int n = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v) {
+        if (n < cap) {
+            out[n++] = (int32_t)json_integer_value(v);
+        }
+    }
+    return n;
+}
+
+/* models whose reference continuation must match in full, and those where the
+ * reference engine itself rounds activations to 8 bits and parts after ~30 */
+static const struct {
+    const char *file;
+    int min_agree;
+} cases[] = {
+    {"stories260K.gguf", 48},
+    {"TinyStories-656K.f16.gguf", 48},
+    {"TinyStories-656K-Q8_0.raincandy.gguf", 48},
+    {"derived/TinyStories-656K.f32.llama.gguf", 48},
+    {"derived/TinyStories-656K.f32.qwen2-arch.gguf", 48},
+    {"derived/TinyStories-656K.llamacpp-Q4_0.gguf", 48},
+    {"derived/TinyStories-656K.llamacpp-Q4_1.gguf", 48},
+    {"derived/TinyStories-656K.llamacpp-Q5_0.gguf", 48},
+    {"derived/TinyStories-656K.llamacpp-Q8_0.gguf", 48},
+    {"derived/TinyStories-656K.llamacpp-Q5_1.gguf", 30},
+    {"derived/TinyStories-656K.llamacpp-Q4_K_M.gguf", 30},
+};
+
+/* With an F16 KV cache the Q4_K_M file meets a near-tie at its 6th token
+ * (logits 17.39 vs 17.37 in F32), which F16 keys flip: there it is held to the
+ * first 5, every other model to its full bar. */
+static int min_agree(size_t c, uint32_t kv_type) {
+    if (kv_type == GGUF_TYPE_F16 && strstr(cases[c].file, "Q4_K_M") != NULL) {
+        return 5;
+    }
+    return cases[c].min_agree;
+}
+
+static json_t *find_result(json_t *root, const char *file) {
+    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(root, "results"), i, r) {
+        if (strcmp(json_string_value(json_object_get(r, "model")), base) == 0) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void test_greedy_once_upon_a_time(uint32_t kv_type, int n_threads, int nb) {
+    json_error_t je;
+    json_t *root = json_load_file(fixture("expected/greedy_once_upon_a_time.json"), 0, &je);
+    CHECK(root != NULL);
+    if (root == NULL) {
+        return;
+    }
+    for (size_t c = 0; c < LARES_ARRAY_LEN(cases); c++) {
+        json_t *r = find_result(root, cases[c].file);
+        CHECKF(r != NULL, "%s not in the expected file", cases[c].file);
+        if (r == NULL) {
+            continue;
+        }
+        int32_t prompt[64], want[64];
+        int np = ids_from(json_object_get(r, "prompt_token_ids_with_bos"), prompt, 64);
+        int nw = ids_from(json_object_get(r, "reference_greedy_token_ids"), want, 64);
+        runner run;
+        if (!runner_open(&run, cases[c].file, n_threads, kv_type, nb)) {
+            runner_close(&run);
+            continue;
+        }
+        int agree = greedy_agree(&run, prompt, np, want, nw, nb);
+        CHECKF(agree >= min_agree(c, kv_type), "%s (kv %s, %d threads, batch %d): %d of %d tokens agree",
+               cases[c].file, kv_type == GGUF_TYPE_F16 ? "f16" : "f32", n_threads, nb, agree,
+               min_agree(c, kv_type));
+        runner_close(&run);
+    }
+    json_decref(root);
+}
+
+static void test_bos_only_logits(void) {
+    json_error_t je;
+    json_t *root = json_load_file(fixture("expected/greedy_bos_only_reference.json"), 0, &je);
+    CHECK(root != NULL);
+    if (root == NULL) {
+        return;
+    }
+    const char *files[] = {"stories260K.gguf", "TinyStories-656K.f16.gguf",
+                           "derived/TinyStories-656K.f32.llama.gguf",
+                           "derived/TinyStories-656K.f32.qwen2-arch.gguf"};
+    for (size_t c = 0; c < LARES_ARRAY_LEN(files); c++) {
+        json_t *r = find_result(root, files[c]);
+        CHECKF(r != NULL, "%s", files[c]);
+        if (r == NULL) {
+            continue;
+        }
+        runner run;
+        if (!runner_open(&run, files[c], 2, GGUF_TYPE_F32, 8)) {
+            runner_close(&run);
+            continue;
+        }
+        int32_t prompt[4], want[64];
+        int np = ids_from(json_object_get(r, "prompt_tokens"), prompt, 4);
+        int nw = ids_from(json_object_get(r, "greedy_tokens"), want, 64);
+        CHECK(feed(&run, prompt, np, 0, 8));
+        size_t i;
+        json_t *v;
+        double worst = 0;
+        json_array_foreach(json_object_get(r, "first_logits_head"), i, v) {
+            double d = fabs(json_real_value(v) - run.logits[i]);
+            worst = d > worst ? d : worst;
+        }
+        /* the reference prints 5 decimals */
+        CHECKF(worst < 2e-4, "%s: first logits differ by %g", files[c], worst);
+        int32_t top = argmax(run.logits, run.m->hp.n_vocab);
+        CHECK(top == json_integer_value(json_array_get(json_object_get(r, "first_logits_top5"), 0)));
+        runner_close(&run);
+        /* and the 60-token greedy continuation */
+        if (runner_open(&run, files[c], 2, GGUF_TYPE_F32, 8)) {
+            int agree = greedy_agree(&run, prompt, np, want, nw, 8);
+            CHECKF(agree == nw, "%s: BOS-only %d of %d agree", files[c], agree, nw);
+        }
+        runner_close(&run);
+    }
+    json_decref(root);
+}
+
+/* a prompt in one batch and token by token must leave the same logits */
+static void test_batch_equals_sequential(void) {
+    const int32_t prompt[] = {1, 80, 147, 201, 282, 57, 313, 598, 303, 1049, 1468, 267};
+    const int n = (int)LARES_ARRAY_LEN(prompt);
+    runner a, b;
+    if (runner_open(&a, "derived/TinyStories-656K.llamacpp-Q4_0.gguf", 2, GGUF_TYPE_F32, 16) &&
+        runner_open(&b, "derived/TinyStories-656K.llamacpp-Q4_0.gguf", 1, GGUF_TYPE_F32, 1)) {
+        CHECK(feed(&a, prompt, n, 0, 16));
+        CHECK(feed(&b, prompt, n, 0, 1));
+        double worst = 0;
+        for (int32_t i = 0; i < a.m->hp.n_vocab; i++) {
+            double d = fabs((double)a.logits[i] - b.logits[i]);
+            worst = d > worst ? d : worst;
+        }
+        CHECKF(worst < 1e-3, "batched vs sequential logits differ by %g", worst);
+    }
+    runner_close(&a);
+    runner_close(&b);
+}
+
+/* bad files get errors naming the fault */
+static void test_bad_models(void) {
+    lares_error err = {0};
+    gguf_file *f = NULL;
+    model *m = NULL;
+    CHECK_OK(gguf_open(fixture("vocab/ggml-vocab-phi-3.gguf"), NULL, &f, &err), &err);
+    if (f != NULL) {
+        CHECK(model_load(f, &m, &err) == LARES_EUNSUPPORTED);
+        CHECKF(strstr(err.msg, "unknown architecture 'phi3'") != NULL, "%s", err.msg);
+        gguf_close(f);
+    }
+    f = NULL;
+    CHECK_OK(gguf_open(fixture("vocab/ggml-vocab-llama-spm.gguf"), NULL, &f, &err), &err);
+    if (f != NULL) {
+        CHECK(model_load(f, &m, &err) == LARES_ENOTFOUND);
+        CHECKF(strstr(err.msg, "missing tensor 'token_embd.weight'") != NULL, "%s", err.msg);
+        gguf_close(f);
+    }
+}
+
+int main(void) {
+    test_greedy_once_upon_a_time(GGUF_TYPE_F32, 2, 16);
+    test_greedy_once_upon_a_time(GGUF_TYPE_F16, 2, 16);
+    test_greedy_once_upon_a_time(GGUF_TYPE_F16, 1, 3);
+    test_bos_only_logits();
+    test_batch_equals_sequential();
+    test_bad_models();
+    return check_finish("test_model");
+}
