@@ -42,7 +42,13 @@ void app_setup_log(int verbosity);
 /* Human-readable byte size into buf ("12.3 MiB"). */
 const char *app_fmt_bytes(uint64_t n, char *buf, size_t cap);
 
+/* progress bar for lares_progress_fn; user points at an int initialised to -1 */
+void app_progress(const char *what, uint64_t done, uint64_t total, void *user);
+
 int cmd_run(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 

@@ -11,6 +11,9 @@ static const struct {
     {"run", cmd_run, "generate text from a prompt"},
     {"tokenize", cmd_tokenize, "show the token ids of a text"},
     {"convert", cmd_convert, "convert a llama2.c checkpoint to GGUF"},
+    {"bench", cmd_bench, "measure prompt and generation speed"},
+    {"quantize", cmd_quantize, "re-encode a model in another block type mix"},
+    {"synth", cmd_synth, "write a benchmark model with a real shape and synthetic weights"},
 };
 
 static void usage(FILE *to) {

@@ -242,6 +242,11 @@ LARES_API const int32_t *lares_session_tokens(const lares_session *s, int32_t *n
  * token (it returns LARES_OK with stop = LARES_STOP_CANCELED). Thread-safe;
  * the flag clears when the next generate call starts. */
 LARES_API void lares_session_cancel(lares_session *s);
+/* Prefix reuse: keeps the longest start of the context that equals the start
+ * of tokens[0, n), at most n - 1 tokens (one is always left to evaluate, for
+ * its logits), and forgets the rest. Returns the number kept: the caller then
+ * generates from tokens + kept. Cannot fail. */
+LARES_API size_t lares_session_reuse_prefix(lares_session *s, const int32_t *tokens, size_t n);
 
 /* ---- chat --------------------------------------------------------------- */
 
@@ -262,6 +267,62 @@ LARES_API lares_status lares_chat_format(const lares_model *m, const char *templ
                                          const lares_chat_msg *msgs, size_t n_msgs,
                                          bool add_generation_prompt, char **out,
                                          lares_error *err);
+/* BOS: the text written by lares_chat_format holds the template's BOS only
+ * when the vocabulary does not add one itself, so tokenizing it with the
+ * default add_bos gives exactly one BOS either way. */
+
+/* The template family that lares_chat_format would use (a constant name such
+ * as "chatml"). A model without tokenizer.chat_template and no name given is
+ * LARES_ENOTFOUND; the "plain" family ("role: text" lines) is the usual
+ * fallback for such models. */
+LARES_API lares_status lares_chat_template(const lares_model *m, const char *template_name,
+                                           const char **family, lares_error *err);
+/* lares_chat_format, then tokenized: the template's markup with special tokens
+ * parsed, the messages' contents as plain text (a user who writes
+ * "<|im_start|>" gets those characters, not the control token), BOS as the
+ * vocabulary asks, no EOS. *out is freed with lares_free. */
+LARES_API lares_status lares_chat_tokenize(const lares_model *m, const char *template_name,
+                                           const lares_chat_msg *msgs, size_t n_msgs,
+                                           bool add_generation_prompt, int32_t **out,
+                                           size_t *n_out, lares_error *err);
+
+/* ---- making model files ------------------------------------------------- */
+
+/* Progress of long work: `done` of `total` units (bytes) of `what`. */
+typedef void (*lares_progress_fn)(const char *what, uint64_t done, uint64_t total, void *user);
+
+typedef struct lares_synth_opts {
+    const char *preset;     /* see lares_synth_presets() */
+    const char *type;       /* a quantization mix: "q4_k_m", "q8_0", "f16", ... */
+    const char *vocab_path; /* a GGUF whose tokenizer.* metadata is copied */
+    int32_t n_layers;       /* 0: the preset's count */
+    uint64_t seed;
+    int32_t n_threads;      /* 0: all cores */
+    lares_progress_fn progress;
+    void *user;
+} lares_synth_opts;
+
+LARES_API lares_synth_opts lares_synth_opts_default(void);
+/* Writes a GGUF with a named model shape and deterministic pseudo-random
+ * weights (uniform, std 0.02; norms 1) in the given mix, loadable by any GGUF
+ * engine. Used for speed and memory benchmarks: speed does not depend on the
+ * weight values. */
+LARES_API lares_status lares_synth(const lares_synth_opts *o, const char *out_path,
+                                   lares_error *err);
+LARES_API const char *lares_synth_presets(void);
+
+typedef struct lares_quantize_opts {
+    int32_t n_threads;      /* 0: all cores */
+    lares_progress_fn progress;
+    void *user;
+} lares_quantize_opts;
+
+LARES_API lares_quantize_opts lares_quantize_opts_default(void);
+/* Re-encodes every weight matrix of in_path in the named mix (see
+ * lares_quantize_types()), keeping all metadata; norms stay F32. */
+LARES_API lares_status lares_quantize(const char *in_path, const char *out_path, const char *type,
+                                      const lares_quantize_opts *o, lares_error *err);
+LARES_API const char *lares_quantize_types(void);
 
 /* ---- conversion --------------------------------------------------------- */
 

@@ -133,6 +133,10 @@ static const struct {
     {"derived/TinyStories-656K.llamacpp-Q8_0.gguf", 48},
     {"derived/TinyStories-656K.llamacpp-Q5_1.gguf", 30},
     {"derived/TinyStories-656K.llamacpp-Q4_K_M.gguf", 30},
+    {"derived/stories260K-moe4top2-identical-experts.gguf", 48},
+    {"derived/stories260K-moe4top2-perturbed-experts.gguf", 48},
+    {"derived/TinyStories-656K-qwen2moe-4x2-shared.gguf", 48},
+    {"derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", 48},
 };
 
 /* With an F16 KV cache the Q4_K_M file meets a near-tie at its 6th token
@@ -194,9 +198,14 @@ static void test_bos_only_logits(void) {
     if (root == NULL) {
         return;
     }
-    const char *files[] = {"stories260K.gguf", "TinyStories-656K.f16.gguf",
+    const char *files[] = {"stories260K.gguf",
+                           "TinyStories-656K.f16.gguf",
                            "derived/TinyStories-656K.f32.llama.gguf",
-                           "derived/TinyStories-656K.f32.qwen2-arch.gguf"};
+                           "derived/TinyStories-656K.f32.qwen2-arch.gguf",
+                           "derived/stories260K-moe4top2-identical-experts.gguf",
+                           "derived/stories260K-moe4top2-perturbed-experts.gguf",
+                           "derived/TinyStories-656K-qwen2moe-4x2-shared.gguf",
+                           "derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf"};
     for (size_t c = 0; c < LARES_ARRAY_LEN(files); c++) {
         json_t *r = find_result(root, files[c]);
         CHECKF(r != NULL, "%s", files[c]);
@@ -224,10 +233,21 @@ static void test_bos_only_logits(void) {
         int32_t top = argmax(run.logits, run.m->hp.n_vocab);
         CHECK(top == json_integer_value(json_array_get(json_object_get(r, "first_logits_top5"), 0)));
         runner_close(&run);
-        /* and the 60-token greedy continuation */
+        /* and the 60-token greedy continuation; the router's choices are
+         * counted: one decision per token and MoE layer, k experts each */
         if (runner_open(&run, files[c], 2, GGUF_TYPE_F32, 8)) {
             int agree = greedy_agree(&run, prompt, np, want, nw, 8);
             CHECKF(agree == nw, "%s: BOS-only %d of %d agree", files[c], agree, nw);
+            const model_hparams *hp = &run.m->hp;
+            uint64_t chosen = 0;
+            for (int32_t x = 0; hp->n_expert > 0 && x < hp->n_layer * hp->n_expert; x++) {
+                chosen += run.cx->route_counts[x];
+            }
+            /* BOS and 59 of the 60 generated tokens were fed: 60 per layer */
+            const int64_t decisions = json_integer_value(json_object_get(r, "n_routing_decisions"));
+            CHECKF((int64_t)chosen == decisions * (hp->n_expert ? hp->n_expert_used : 0),
+                   "%s: %" PRIu64 " expert choices for %" PRId64 " decisions", files[c], chosen,
+                   decisions);
         }
         runner_close(&run);
     }

@@ -80,13 +80,23 @@ ops_kv_view model_kv_view(const model_kv *kv, int32_t layer) {
 static size_t act_bytes_for(const model *m, int32_t n_batch) {
     const model_hparams *hp = &m->hp;
     const int64_t widest = LARES_MAX(LARES_MAX((int64_t)hp->n_embd, (int64_t)hp->n_ff),
-                                     (int64_t)hp->n_head * hp->head_dim);
+                                     LARES_MAX((int64_t)hp->n_head * hp->head_dim,
+                                               LARES_MAX((int64_t)hp->n_ff_exp,
+                                                         (int64_t)hp->n_ff_shexp)));
     size_t best = 0;
+    /* MoE layers quantize every (token, chosen expert) row */
+    const int64_t rows = (int64_t)n_batch * (hp->n_expert > 0 ? hp->n_expert_used : 1);
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *l = &m->layers[il];
-        const ops_matrix *ms[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down};
+        const ops_matrix *ms[] = {&l->wq,       &l->wk,          &l->wv,        &l->wo,
+                                  &l->w_gate,   &l->w_up,        &l->w_down,    &l->gate_inp,
+                                  &l->sh_gate,  &l->sh_up,       &l->sh_down,
+                                  l->exp_gate,  l->exp_up,       l->exp_down};
         for (size_t i = 0; i < LARES_ARRAY_LEN(ms); i++) {
-            size_t b = ops_act_bytes(ms[i]->qt->vec_dot_type, n_batch, widest);
+            if (ms[i] == NULL || ms[i]->qt == NULL) {
+                continue; /* absent in this architecture */
+            }
+            size_t b = ops_act_bytes(ms[i]->qt->vec_dot_type, rows, widest);
             best = b > best ? b : best;
         }
     }
@@ -110,20 +120,30 @@ lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, i
     const size_t nb = (size_t)n_batch, qd = (size_t)hp->n_head * (size_t)hp->head_dim,
                  kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     const int nth = pool ? ops_pool_size(pool) : 1;
-    /* float counts of each buffer, each rounded to a cache line */
-    size_t counts[] = {
+    /* the FFN buffers serve the dense FFN and the shared expert */
+    const size_t ffw = (size_t)LARES_MAX(hp->n_ff, hp->n_ff_shexp);
+    const size_t ku = (size_t)(hp->n_expert > 0 ? hp->n_expert_used : 0);
+    const size_t fe = (size_t)hp->n_ff_exp;
+    /* element counts of each buffer (floats, or 32-bit ids), each cut at a cache line */
+    enum { N_BUF = 22 };
+    const size_t counts[N_BUF] = {
         nb * (size_t)hp->n_embd, nb * qd, nb * kvd, nb * kvd, nb * qd, nb * (size_t)hp->n_embd,
-        nb * (size_t)hp->n_ff,   nb * (size_t)hp->n_ff,  nb * (size_t)hp->n_rot,
-        (size_t)nth * (size_t)n_ctx,
+        nb * ffw, nb * ffw, nb * (size_t)hp->n_rot, (size_t)nth * (size_t)n_ctx,
+        /* MoE */
+        nb * (size_t)hp->n_expert, nb * ku, nb * ku, nb * ku, nb * ku * (size_t)hp->n_embd,
+        nb * ku * fe, nb * ku * fe, nb * ku * (size_t)hp->n_embd,
+        (size_t)hp->n_layer * (size_t)hp->n_expert,
+        (size_t)(hp->n_expert > 0 ? hp->n_expert + 1 : 0), (size_t)hp->n_expert,
+        (size_t)hp->n_expert,
     };
-    float **dst[] = {&cx->xn, &cx->q, &cx->k, &cx->v, &cx->att, &cx->tmp,
-                     &cx->gate, &cx->up, &cx->rope_cs, &cx->attn_scratch};
-    size_t total = 0;
-    for (size_t i = 0; i < LARES_ARRAY_LEN(counts); i++) {
-        total += (counts[i] * sizeof(float) + 63) & ~(size_t)63;
+    size_t total = 0, off[N_BUF];
+    for (size_t i = 0; i < N_BUF; i++) {
+        off[i] = total;
+        total += (counts[i] * 4 + 63) & ~(size_t)63; /* every element is 4 bytes */
     }
     cx->act_bytes = (act_bytes_for(m, n_batch) + 63) & ~(size_t)63;
-    total += cx->act_bytes;
+    const size_t act_off = total;
+    total += 2 * cx->act_bytes;
     cx->mem = lares_alloc_aligned(total, 64);
     if (cx->mem == NULL) {
         lares_free(cx);
@@ -132,13 +152,42 @@ lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, i
     }
     cx->bytes = total;
     uint8_t *p = cx->mem;
-    for (size_t i = 0; i < LARES_ARRAY_LEN(counts); i++) {
-        *dst[i] = (float *)p;
-        p += (counts[i] * sizeof(float) + 63) & ~(size_t)63;
+#define AT(i) (counts[i] ? (void *)(p + off[i]) : NULL)
+    cx->xn = AT(0);
+    cx->q = AT(1);
+    cx->k = AT(2);
+    cx->v = AT(3);
+    cx->att = AT(4);
+    cx->tmp = AT(5);
+    cx->gate = AT(6);
+    cx->up = AT(7);
+    cx->rope_cs = AT(8);
+    cx->attn_scratch = AT(9);
+    cx->router = AT(10);
+    cx->sel = AT(11);
+    cx->sel_w = AT(12);
+    cx->order = AT(13);
+    cx->xg = AT(14);
+    cx->hg = AT(15);
+    cx->hu = AT(16);
+    cx->og = AT(17);
+    cx->route_counts = AT(18);
+    cx->exp_cnt = AT(19);
+    cx->exp_used = AT(20);
+    cx->exp_start = AT(21);
+#undef AT
+    cx->act = p + act_off;
+    cx->act2 = p + act_off + cx->act_bytes;
+    if (cx->route_counts != NULL) {
+        memset(cx->route_counts, 0, (size_t)hp->n_layer * (size_t)hp->n_expert * sizeof(uint32_t));
     }
-    cx->act = p;
     *out = cx;
     return LARES_OK;
+}
+
+void model_ctx_on_route(model_ctx *cx, model_route_fn fn, void *user) {
+    cx->on_route = fn;
+    cx->route_user = user;
 }
 
 void model_ctx_free(model_ctx *cx) {
@@ -202,8 +251,9 @@ void model_output(const model *m, model_ctx *cx, float *x, int32_t n_rows, float
     ops_act a;
     ops_act_prepare(cx->pool, x, n_rows, hp->n_embd, m->output.qt->vec_dot_type, cx->act, &a);
     const ops_matrix *ws[] = {&m->output};
+    const ops_act *as[] = {&a};
     float *ys[] = {logits};
-    ops_matmul(cx->pool, 1, ws, &a, ys);
+    ops_matmul(cx->pool, 1, ws, as, ys);
 }
 
 /* ---- one window ---- */
@@ -301,8 +351,212 @@ static void matmul_shared(model_ctx *cx, const float *x, int64_t n_rows, int64_t
         }
         ops_act a;
         ops_act_prepare(cx->pool, x, n_rows, n_in, type, cx->act, &a);
-        ops_matmul(cx->pool, g, group, &a, outs);
+        const ops_act *as[8];
+        for (int j = 0; j < g; j++) {
+            as[j] = &a;
+        }
+        ops_matmul(cx->pool, g, group, as, outs);
     }
+}
+
+/* out = Wdown . (silu(Wgate . xn) * (Wup . xn)), SwiGLU (Shazeer 2020) */
+static void dense_ffn(model_ctx *cx, const ops_matrix *wg, const ops_matrix *wu,
+                      const ops_matrix *wd, int64_t n_ff, int32_t n_tok, int64_t e, float *out) {
+    const ops_matrix *gu_w[] = {wg, wu};
+    float *gu_y[] = {cx->gate, cx->up};
+    matmul_shared(cx, cx->xn, n_tok, e, 2, gu_w, gu_y);
+    ffn_task ft = {.gate = cx->gate, .up = cx->up, .n = (int64_t)n_tok * n_ff};
+    run_rows(cx->pool, swiglu_rows, &ft, ft.n);
+    const ops_matrix *wdl[] = {wd};
+    float *wd_y[] = {out};
+    matmul_shared(cx, cx->gate, n_tok, n_ff, 1, wdl, wd_y);
+}
+
+/* Router: softmax over every expert, the top k (ties to the lower id), then
+ * renormalised or not as the architecture says (Shazeer et al. 2017; Mixtral,
+ * Jiang et al. 2024; Qwen-MoE). */
+static void route(const model_hparams *hp, const float *logits, int32_t *sel, float *w) {
+    const int32_t ne = hp->n_expert, k = hp->n_expert_used;
+    float mx = logits[0];
+    for (int32_t i = 1; i < ne; i++) {
+        mx = logits[i] > mx ? logits[i] : mx;
+    }
+    double sum = 0;
+    for (int32_t i = 0; i < ne; i++) {
+        sum += exp((double)(logits[i] - mx));
+    }
+    for (int32_t j = 0; j < k; j++) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < ne; i++) {
+            bool taken = false;
+            for (int32_t q = 0; q < j; q++) {
+                taken |= sel[q] == i;
+            }
+            if (!taken && (best < 0 || logits[i] > logits[best])) {
+                best = i;
+            }
+        }
+        sel[j] = best;
+        w[j] = (float)(exp((double)(logits[best] - mx)) / sum);
+    }
+    if (hp->moe_norm == MODEL_MOE_RENORM) {
+        double s = 0;
+        for (int32_t j = 0; j < k; j++) {
+            s += w[j];
+        }
+        for (int32_t j = 0; j < k; j++) {
+            w[j] = (float)(w[j] / s);
+        }
+    }
+}
+
+typedef struct scatter_task {
+    const model_hparams *hp;
+    model_ctx *cx;
+    const int32_t *row_of; /* (token, slot) -> row of og */
+    int32_t n_tok;
+} scatter_task;
+
+/* tmp[t] = sum over the token's experts of weight * expert output */
+static void scatter_rows(void *vctx, int ith, int nth) {
+    const scatter_task *s = vctx;
+    const int64_t e = s->hp->n_embd;
+    const int32_t k = s->hp->n_expert_used;
+    int64_t lo, hi;
+    ops_split(s->n_tok, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        float *dst = s->cx->tmp + t * e;
+        memset(dst, 0, (size_t)e * sizeof *dst);
+        for (int32_t j = 0; j < k; j++) {
+            const float w = s->cx->sel_w[t * k + j];
+            const float *src = s->cx->og + (size_t)s->row_of[t * k + j] * (size_t)e;
+            for (int64_t i = 0; i < e; i++) {
+                dst[i] += w * src[i];
+            }
+        }
+    }
+}
+
+/* qwen2moe's shared expert, weighted by a sigmoid gate per token, added to tmp */
+static void shared_expert(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
+    const model_hparams *hp = &m->hp;
+    const model_layer *l = &m->layers[il];
+    const int64_t e = hp->n_embd;
+    if (l->gate_inp_sh == NULL) {
+        return;
+    }
+    dense_ffn(cx, &l->sh_gate, &l->sh_up, &l->sh_down, hp->n_ff_shexp, n_tok, e, cx->og);
+    for (int32_t t = 0; t < n_tok; t++) {
+        const float *xn = cx->xn + (size_t)t * (size_t)e;
+        double z = 0;
+        for (int64_t i = 0; i < e; i++) {
+            z += (double)l->gate_inp_sh[i] * xn[i];
+        }
+        const float g = (float)(1.0 / (1.0 + exp(-z)));
+        float *dst = cx->tmp + (size_t)t * (size_t)e;
+        const float *src = cx->og + (size_t)t * (size_t)e;
+        for (int64_t i = 0; i < e; i++) {
+            dst[i] += g * src[i];
+        }
+    }
+}
+
+/* Runs one or two weight sets of the used experts (gate and up, or down) over
+ * their grouped rows, at most OPS_MATMUL_MAX matrices per parallel pass. */
+static void experts_matmul(model_ctx *cx, int n_sets, ops_matrix *const sets[2],
+                           const ops_act *const a[2], float *const out[2], int64_t out_w,
+                           const int32_t *used, const int32_t *start, int32_t n_used,
+                           int32_t rows) {
+    const ops_matrix *ws[OPS_MATMUL_MAX];
+    const ops_act *as[OPS_MATMUL_MAX];
+    float *ys[OPS_MATMUL_MAX];
+    ops_act views[OPS_MATMUL_MAX];
+    int n = 0;
+    for (int32_t u = 0; u < n_used; u++) {
+        const int32_t r0 = start[u], r1 = u + 1 < n_used ? start[u + 1] : rows;
+        for (int k = 0; k < n_sets; k++) {
+            views[n] = *a[k];
+            views[n].data = (const uint8_t *)a[k]->data + (size_t)r0 * a[k]->row_bytes;
+            views[n].n_rows = r1 - r0;
+            ws[n] = &sets[k][used[u]];
+            as[n] = &views[n];
+            ys[n] = out[k] + (size_t)r0 * (size_t)out_w;
+            n++;
+        }
+        if (n + n_sets > OPS_MATMUL_MAX || u + 1 == n_used) {
+            ops_matmul(cx->pool, n, ws, as, ys);
+            n = 0;
+        }
+    }
+}
+
+/* A mixture-of-experts FFN: only the chosen experts' weights are read. Rows
+ * (token, chosen expert) are grouped by expert so each expert multiplies all
+ * its tokens at once, and the experts share parallel passes. */
+static void moe_ffn(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
+    const model_hparams *hp = &m->hp;
+    const model_layer *l = &m->layers[il];
+    const int64_t e = hp->n_embd, fe = hp->n_ff_exp;
+    const int32_t k = hp->n_expert_used, ne = hp->n_expert;
+    const int32_t rows = n_tok * k;
+
+    const ops_matrix *rw[] = {&l->gate_inp};
+    float *ry[] = {cx->router};
+    matmul_shared(cx, cx->xn, n_tok, e, 1, rw, ry);
+    for (int32_t t = 0; t < n_tok; t++) {
+        route(hp, cx->router + (size_t)t * (size_t)ne, cx->sel + (size_t)t * (size_t)k,
+              cx->sel_w + (size_t)t * (size_t)k);
+    }
+    /* counting sort of the (token, slot) pairs by expert */
+    int32_t *cnt = cx->exp_cnt, *used = cx->exp_used, *start = cx->exp_start;
+    memset(cnt, 0, (size_t)(ne + 1) * sizeof *cnt);
+    for (int32_t i = 0; i < rows; i++) {
+        cnt[cx->sel[i] + 1]++;
+    }
+    int32_t n_used = 0;
+    for (int32_t x = 0; x < ne; x++) {
+        const int32_t c = cnt[x + 1];
+        if (c > 0) {
+            start[n_used] = cnt[x];
+            used[n_used++] = x;
+        }
+        cnt[x + 1] += cnt[x];
+        if (cx->route_counts != NULL) {
+            cx->route_counts[(size_t)il * (size_t)ne + (size_t)x] += (uint32_t)c;
+        }
+    }
+    if (cx->on_route != NULL) {
+        cx->on_route(cx->route_user, il, used, n_used);
+    }
+    int32_t *row_of = cx->order; /* (token, slot) -> grouped row */
+    for (int32_t i = 0; i < rows; i++) {
+        const int32_t row = cnt[cx->sel[i]]++;
+        row_of[i] = row;
+        memcpy(cx->xg + (size_t)row * (size_t)e, cx->xn + (size_t)(i / k) * (size_t)e,
+               (size_t)e * sizeof(float));
+    }
+    /* gate and up: the gathered rows converted once per activation format */
+    ops_act ag, au;
+    ops_act_prepare(cx->pool, cx->xg, rows, e, l->exp_gate[0].qt->vec_dot_type, cx->act, &ag);
+    au = ag;
+    if (l->exp_up[0].qt->vec_dot_type != ag.type) {
+        ops_act_prepare(cx->pool, cx->xg, rows, e, l->exp_up[0].qt->vec_dot_type, cx->act2, &au);
+    }
+    ops_matrix *const gu_sets[2] = {l->exp_gate, l->exp_up};
+    const ops_act *const gu_acts[2] = {&ag, &au};
+    float *const gu_out[2] = {cx->hg, cx->hu};
+    experts_matmul(cx, 2, gu_sets, gu_acts, gu_out, fe, used, start, n_used, rows);
+    ffn_task ft = {.gate = cx->hg, .up = cx->hu, .n = (int64_t)rows * fe};
+    run_rows(cx->pool, swiglu_rows, &ft, ft.n);
+    ops_act ad;
+    ops_act_prepare(cx->pool, cx->hg, rows, fe, l->exp_down[0].qt->vec_dot_type, cx->act, &ad);
+    ops_matrix *const d_sets[2] = {l->exp_down, NULL};
+    const ops_act *const d_acts[2] = {&ad, NULL};
+    float *const d_out[2] = {cx->og, NULL};
+    experts_matmul(cx, 1, d_sets, d_acts, d_out, e, used, start, n_used, rows);
+    scatter_task st = {.hp = hp, .cx = cx, .row_of = row_of, .n_tok = n_tok};
+    run_rows(cx->pool, scatter_rows, &st, n_tok);
+    shared_expert(m, cx, il, n_tok);
 }
 
 static void layer_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t il,
@@ -342,14 +596,11 @@ static void layer_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t i
 
     /* feed-forward block */
     norm_all(pool, x, l->ffn_norm, e, hp->rms_eps, n_tok, cx->xn);
-    const ops_matrix *gu_w[] = {&l->w_gate, &l->w_up};
-    float *gu_y[] = {cx->gate, cx->up};
-    matmul_shared(cx, cx->xn, n_tok, e, 2, gu_w, gu_y);
-    ffn_task ft = {.gate = cx->gate, .up = cx->up, .n = (int64_t)n_tok * hp->n_ff};
-    run_rows(pool, swiglu_rows, &ft, ft.n);
-    const ops_matrix *wd[] = {&l->w_down};
-    float *wd_y[] = {cx->tmp};
-    matmul_shared(cx, cx->gate, n_tok, hp->n_ff, 1, wd, wd_y);
+    if (hp->n_expert > 0) {
+        moe_ffn(m, cx, il, n_tok);
+    } else {
+        dense_ffn(cx, &l->w_gate, &l->w_up, &l->w_down, hp->n_ff, n_tok, e, cx->tmp);
+    }
     ops_add(x, cx->tmp, (int64_t)n_tok * e);
 }
 

@@ -12,18 +12,23 @@ typedef struct arch_desc {
     const char *name;
     model_arch arch;
     ops_rope_mode rope_mode;
-    bool qkv_bias; /* q/k/v biases present (qwen2) */
-    bool qk_norm;  /* per-head q/k RMS norms (qwen3) */
+    bool qkv_bias;   /* q/k/v biases present (qwen2) */
+    bool qk_norm;    /* per-head q/k RMS norms (qwen3) */
+    bool moe;        /* experts required (qwen2moe, qwen3moe); llama may have them */
+    bool shared_exp; /* a shared expert with a sigmoid gate (qwen2moe) */
+    model_moe_norm moe_norm;
 } arch_desc;
 
 static const arch_desc arch_descs[] = {
-    {"llama", MODEL_ARCH_LLAMA, OPS_ROPE_NORM, false, false},
-    {"qwen2", MODEL_ARCH_QWEN2, OPS_ROPE_NEOX, true, false},
-    {"qwen3", MODEL_ARCH_QWEN3, OPS_ROPE_NEOX, false, true},
+    {"llama", MODEL_ARCH_LLAMA, OPS_ROPE_NORM, false, false, false, false, MODEL_MOE_RENORM},
+    {"qwen2", MODEL_ARCH_QWEN2, OPS_ROPE_NEOX, true, false, false, false, MODEL_MOE_RENORM},
+    {"qwen3", MODEL_ARCH_QWEN3, OPS_ROPE_NEOX, false, true, false, false, MODEL_MOE_RENORM},
+    {"qwen2moe", MODEL_ARCH_QWEN2MOE, OPS_ROPE_NEOX, true, false, true, true, MODEL_MOE_RAW},
+    {"qwen3moe", MODEL_ARCH_QWEN3MOE, OPS_ROPE_NEOX, false, true, true, false, MODEL_MOE_RENORM},
 };
 
 const char *model_arch_list(void) {
-    return "llama, qwen2, qwen3";
+    return "llama (incl. Mistral and Mixtral-style MoE), qwen2, qwen3, qwen2moe, qwen3moe";
 }
 
 void model_free(model *m) {
@@ -32,6 +37,11 @@ void model_free(model *m) {
     }
     for (size_t i = 0; i < m->n_owned; i++) {
         lares_free(m->owned[i]);
+    }
+    for (int32_t i = 0; m->layers != NULL && i < m->hp.n_layer; i++) {
+        lares_free(m->layers[i].exp_gate);
+        lares_free(m->layers[i].exp_up);
+        lares_free(m->layers[i].exp_down);
     }
     lares_free(m->owned);
     lares_free(m->layers);
@@ -150,6 +160,31 @@ static lares_status read_hparams(const gguf_file *f, const arch_desc *ad, model_
         hp->rope_freq_scale = 1.0f / factor;
     }
     hp->rope_mode = ad->rope_mode;
+    /* experts */
+    if ((st = key_i32(f, a, "expert_count", &hp->n_expert, ad->moe, err)) ||
+        (st = key_i32(f, a, "expert_used_count", &hp->n_expert_used, hp->n_expert > 0, err))) {
+        return st;
+    }
+    if (hp->n_expert > 0) {
+        hp->n_ff_exp = hp->n_ff;
+        if ((st = key_i32(f, a, "expert_feed_forward_length", &hp->n_ff_exp, false, err))) {
+            return st;
+        }
+        if (ad->shared_exp &&
+            (st = key_i32(f, a, "expert_shared_feed_forward_length", &hp->n_ff_shexp, true, err))) {
+            return st;
+        }
+        /* gate and up of every chosen expert share one ops_matmul call */
+        if (hp->n_expert > 4096 || hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert ||
+            2 * hp->n_expert_used > OPS_MATMUL_MAX || hp->n_ff_exp < 1) {
+            return lares_fail(err, LARES_EUNSUPPORTED,
+                              "%s: %d experts with %d used per token (expert FFN %d) are outside "
+                              "what lares runs (at most %d used)",
+                              path, hp->n_expert, hp->n_expert_used, hp->n_ff_exp,
+                              OPS_MATMUL_MAX / 2);
+        }
+        hp->moe_norm = ad->moe_norm;
+    }
     if (!(hp->rms_eps > 0.0f) || !(hp->rope_base > 0.0f)) {
         return lares_fail(err, LARES_EFORMAT, "%s: rms epsilon %g / rope base %g out of range",
                           path, hp->rms_eps, hp->rope_base);
@@ -195,6 +230,45 @@ static lares_status find_shaped(const model *m, const char *name, int64_t ne0, i
                           gguf_path(m->file), name, gguf_alignment(m->file));
     }
     *out = t;
+    return LARES_OK;
+}
+
+/* A 3-D tensor of n_expert stacked matrices (ne0 x ne1 each): one view per expert. */
+static lares_status bind_experts(model *m, model_layer *l, ops_matrix **out, uint64_t *file_off,
+                                 uint64_t *stride, const char *name, int64_t ne0, int64_t ne1,
+                                 lares_error *err) {
+    const int32_t ne2 = m->hp.n_expert;
+    const gguf_tensor *t = gguf_find_tensor(m->file, name);
+    if (t == NULL) {
+        return lares_fail(err, LARES_ENOTFOUND, "%s: missing tensor '%s'", gguf_path(m->file),
+                          name);
+    }
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1) {
+        return lares_fail(err, LARES_EFORMAT,
+                          "%s: tensor '%s' is %" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64
+                          ", expected %" PRId64 "x%" PRId64 "x%d",
+                          gguf_path(m->file), name, t->ne[0], t->ne[1], t->ne[2], t->ne[3], ne0,
+                          ne1, ne2);
+    }
+    if (((uintptr_t)t->data & 3u) != 0) {
+        return lares_fail(err, LARES_EUNSUPPORTED, "%s: tensor '%s' is not 4-byte aligned",
+                          gguf_path(m->file), name);
+    }
+    widen_range(l, m->file, t);
+    *out = lares_calloc((size_t)ne2, sizeof **out);
+    if (*out == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    *stride = t->nbytes / (uint64_t)ne2;
+    *file_off = gguf_data_offset(m->file) + t->offset;
+    for (int32_t e = 0; e < ne2; e++) {
+        lares_status st = ops_matrix_init(&(*out)[e], (const uint8_t *)t->data + e * *stride,
+                                          t->type, ne0, ne1, name, err);
+        if (st != LARES_OK) {
+            lares_error_prefix(err, "%s: ", gguf_path(m->file));
+            return st;
+        }
+    }
     return LARES_OK;
 }
 
@@ -268,11 +342,39 @@ static lares_status bind_layer(model *m, const arch_desc *ad, int il, lares_erro
         (st = bind_matrix(m, l, &l->wk, NAME("attn_k.weight"), e, kvd, true, err)) ||
         (st = bind_matrix(m, l, &l->wv, NAME("attn_v.weight"), e, kvd, true, err)) ||
         (st = bind_matrix(m, l, &l->wo, NAME("attn_output.weight"), qd, e, true, err)) ||
-        (st = bind_vector(m, l, &l->ffn_norm, NAME("ffn_norm.weight"), e, true, err)) ||
-        (st = bind_matrix(m, l, &l->w_gate, NAME("ffn_gate.weight"), e, hp->n_ff, true, err)) ||
-        (st = bind_matrix(m, l, &l->w_up, NAME("ffn_up.weight"), e, hp->n_ff, true, err)) ||
-        (st = bind_matrix(m, l, &l->w_down, NAME("ffn_down.weight"), hp->n_ff, e, true, err))) {
+        (st = bind_vector(m, l, &l->ffn_norm, NAME("ffn_norm.weight"), e, true, err))) {
         return st;
+    }
+    if (hp->n_expert == 0) {
+        if ((st = bind_matrix(m, l, &l->w_gate, NAME("ffn_gate.weight"), e, hp->n_ff, true, err)) ||
+            (st = bind_matrix(m, l, &l->w_up, NAME("ffn_up.weight"), e, hp->n_ff, true, err)) ||
+            (st = bind_matrix(m, l, &l->w_down, NAME("ffn_down.weight"), hp->n_ff, e, true, err))) {
+            return st;
+        }
+    } else {
+        const int64_t fe = hp->n_ff_exp;
+        if ((st = bind_matrix(m, l, &l->gate_inp, NAME("ffn_gate_inp.weight"), e, hp->n_expert,
+                              true, err)) ||
+            (st = bind_experts(m, l, &l->exp_gate, &l->exp_file_off[0], &l->exp_stride[0],
+                               NAME("ffn_gate_exps.weight"), e, fe, err)) ||
+            (st = bind_experts(m, l, &l->exp_up, &l->exp_file_off[1], &l->exp_stride[1],
+                               NAME("ffn_up_exps.weight"), e, fe, err)) ||
+            (st = bind_experts(m, l, &l->exp_down, &l->exp_file_off[2], &l->exp_stride[2],
+                               NAME("ffn_down_exps.weight"), fe, e, err))) {
+            return st;
+        }
+        if (ad->shared_exp) {
+            const int64_t fs = hp->n_ff_shexp;
+            if ((st = bind_vector(m, l, &l->gate_inp_sh, NAME("ffn_gate_inp_shexp.weight"), e,
+                                  true, err)) ||
+                (st = bind_matrix(m, l, &l->sh_gate, NAME("ffn_gate_shexp.weight"), e, fs, true,
+                                  err)) ||
+                (st = bind_matrix(m, l, &l->sh_up, NAME("ffn_up_shexp.weight"), e, fs, true, err)) ||
+                (st = bind_matrix(m, l, &l->sh_down, NAME("ffn_down_shexp.weight"), fs, e, true,
+                                  err))) {
+                return st;
+            }
+        }
     }
     /* biases: qwen2 has them; a llama file may carry them too (some fine-tunes) */
     if ((st = bind_vector(m, l, &l->bq, NAME("attn_q.bias"), qd, ad->qkv_bias, err)) ||

@@ -24,11 +24,20 @@
 #include "ops/ops.h"
 
 typedef enum model_arch {
-    MODEL_ARCH_LLAMA = 0,
+    MODEL_ARCH_LLAMA = 0, /* also Mistral, and Mixtral-style MoE (ffn_*_exps) */
     MODEL_ARCH_QWEN2,
     MODEL_ARCH_QWEN3,
+    MODEL_ARCH_QWEN2MOE,
+    MODEL_ARCH_QWEN3MOE,
     MODEL_ARCH_COUNT
 } model_arch;
+
+/* How a MoE router turns its logits into expert weights (all: softmax over
+ * every expert's logit, then the top k). */
+typedef enum model_moe_norm {
+    MODEL_MOE_RENORM = 0, /* the k weights rescaled to sum to 1 (Mixtral, Qwen3-MoE) */
+    MODEL_MOE_RAW = 1,    /* the k softmax probabilities as they are (Qwen2-MoE) */
+} model_moe_norm;
 
 typedef struct model_hparams {
     model_arch arch;
@@ -46,6 +55,12 @@ typedef struct model_hparams {
     float rope_base;
     float rope_freq_scale; /* 1 / rope.scaling.factor for linear scaling, else 1 */
     ops_rope_mode rope_mode;
+    /* mixture of experts: n_expert == 0 for dense models */
+    int32_t n_expert;
+    int32_t n_expert_used;
+    int32_t n_ff_exp;     /* expert FFN width */
+    int32_t n_ff_shexp;   /* shared expert FFN width, 0 without one */
+    model_moe_norm moe_norm;
 } model_hparams;
 
 /* One decoder layer. Shapes in (n_in -> n_out) form; vectors are F32. */
@@ -58,9 +73,18 @@ typedef struct model_layer {
     const float *bq, *bk, *bv; /* optional biases (qwen2) */
     const float *q_norm, *k_norm; /* optional per-head RMS norms (qwen3), (head_dim) */
     const float *ffn_norm;  /* (n_embd) */
-    ops_matrix w_gate;      /* (n_embd -> n_ff) */
+    ops_matrix w_gate;      /* (n_embd -> n_ff), dense layers */
     ops_matrix w_up;        /* (n_embd -> n_ff) */
     ops_matrix w_down;      /* (n_ff -> n_embd) */
+    /* MoE layers: the router and one view per expert into the 3-D tensors */
+    ops_matrix gate_inp;    /* (n_embd -> n_expert) */
+    ops_matrix *exp_gate;   /* owned array of n_expert views (n_embd -> n_ff_exp) */
+    ops_matrix *exp_up;     /* (n_embd -> n_ff_exp) */
+    ops_matrix *exp_down;   /* (n_ff_exp -> n_embd) */
+    uint64_t exp_file_off[3]; /* file offsets of ffn_{gate,up,down}_exps */
+    uint64_t exp_stride[3];   /* bytes per expert in each of them */
+    const float *gate_inp_sh; /* shared expert's sigmoid gate (n_embd), qwen2moe */
+    ops_matrix sh_gate, sh_up, sh_down; /* shared expert (n_embd -> n_ff_shexp -> n_embd) */
     uint64_t file_lo, file_hi; /* byte range of the layer's tensors in the file */
 } model_layer;
 
@@ -100,6 +124,14 @@ lares_status model_kv_create(const model *m, int32_t l0, int32_t l1, int32_t n_c
 void model_kv_free(model_kv *kv);
 ops_kv_view model_kv_view(const model_kv *kv, int32_t layer);
 
+/* ---- observing the router ----
+ * Called on the thread running the forward pass after a MoE layer's router
+ * chose its experts for the tokens of this pass and before any expert weight
+ * is read: `experts` lists the distinct experts in use (ascending), so the
+ * memory manager can prefetch exactly their slices. */
+typedef void (*model_route_fn)(void *user, int32_t layer, const int32_t *experts,
+                               int32_t n_experts);
+
 /* ---- per-session working memory ---- */
 
 typedef struct model_ctx {
@@ -115,9 +147,25 @@ typedef struct model_ctx {
     float *attn_scratch; /* n_threads x n_ctx */
     void *act;           /* quantized activations, act_bytes */
     size_t act_bytes;
+    /* MoE scratch (NULL for dense models) */
+    float *router;       /* n_batch x n_expert logits */
+    int32_t *sel;        /* n_batch x n_expert_used chosen experts */
+    float *sel_w;        /* n_batch x n_expert_used their weights */
+    int32_t *order;      /* n_batch x n_expert_used: (token, slot) -> grouped row */
+    float *xg;           /* n_batch x n_expert_used x n_embd gathered inputs */
+    float *hg, *hu;      /* n_batch x n_expert_used x n_ff_exp */
+    float *og;           /* n_batch x n_expert_used x n_embd expert outputs */
+    void *act2;          /* second activation buffer, act_bytes */
+    uint32_t *route_counts; /* n_layer x n_expert: times each expert was chosen */
+    int32_t *exp_cnt, *exp_used, *exp_start; /* n_expert (+1): grouping by expert */
+    model_route_fn on_route; /* may be NULL */
+    void *route_user;
     void *mem;           /* owned: everything above */
     size_t bytes;
 } model_ctx;
+
+/* Sets the router observer of a context (NULL to remove). */
+void model_ctx_on_route(model_ctx *cx, model_route_fn fn, void *user);
 
 lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, int32_t n_ctx,
                               model_ctx **out, lares_error *err);
@@ -138,5 +186,17 @@ lares_status model_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t 
 /* logits (n_rows x n_vocab) from the last hidden states x (n_rows x n_embd):
  * final norm, then the output matrix. x is overwritten. n_rows <= n_batch. */
 void model_output(const model *m, model_ctx *cx, float *x, int32_t n_rows, float *logits);
+
+/* ---- quantization mixes (mix.c) ---- */
+
+/* Index of a named mix ("q4_k_m", "q8_0", ...) or -1. */
+int model_mix_find(const char *name);
+const char *model_mix_names(void); /* for messages */
+const char *model_mix_name(int mix);
+uint32_t model_mix_file_type(int mix); /* general.file_type value */
+/* The type a tensor gets under a mix: name and dims from the file, row = ne[0],
+ * tied = the embedding doubles as the output matrix. */
+uint32_t model_mix_type(int mix, const char *name, uint32_t n_dims, int64_t row, bool tied,
+                        int32_t n_layer);
 
 #endif /* LARES_MODEL_H */

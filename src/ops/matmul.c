@@ -85,8 +85,8 @@ typedef struct mm_task {
     int n;
     const ops_matrix *const *ws;
     float *const *ys;
-    const ops_act *a;
-    int64_t chunk_end[8]; /* cumulative chunk counts per matrix */
+    const ops_act *const *acts;
+    int64_t chunk_end[OPS_MATMUL_MAX]; /* cumulative chunk counts per matrix */
     atomic_int_fast64_t next;
 } mm_task;
 
@@ -141,14 +141,14 @@ static void mm_worker(void *vctx, int ith, int nth) {
         int64_t first = i == 0 ? 0 : t->chunk_end[i - 1];
         int64_t r0 = (chunk - first) * CHUNK_ROWS;
         int64_t r1 = LARES_MIN(r0 + CHUNK_ROWS, t->ws[i]->n_out);
-        mm_rows(t->ws[i], t->a, t->ys[i], r0, r1);
+        mm_rows(t->ws[i], t->acts[i], t->ys[i], r0, r1);
     }
 }
 
-void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_act *a,
+void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_act *const *acts,
                 float *const *ys) {
-    assert(n >= 1 && n <= (int)LARES_ARRAY_LEN(((mm_task *)0)->chunk_end));
-    mm_task t = {.n = n, .ws = ws, .ys = ys, .a = a};
+    assert(n >= 1 && n <= OPS_MATMUL_MAX);
+    mm_task t = {.n = n, .ws = ws, .ys = ys, .acts = acts};
     int64_t acc = 0;
     for (int i = 0; i < n; i++) {
         acc += (ws[i]->n_out + CHUNK_ROWS - 1) / CHUNK_ROWS;

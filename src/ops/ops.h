@@ -71,10 +71,14 @@ size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in);
 void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_in, uint32_t type,
                      void *buf, ops_act *out);
 
-/* y[r * n_out + o] = dot(W row o, activation row r) for every matrix i:
- * ws[i] with ys[i]. All matrices take the same prepared activation, so they
- * share one parallel pass (Q, K, V; gate and up). */
-void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_act *a,
+/* The most matrices one ops_matmul call takes (8 experts x gate/up and more). */
+#define OPS_MATMUL_MAX 64
+
+/* For every matrix i < n (n <= OPS_MATMUL_MAX):
+ *   ys[i][r * ws[i]->n_out + o] = dot(row o of ws[i], row r of acts[i])
+ * in one parallel pass, so small products (Q, K, V; gate and up; the experts of
+ * a MoE layer) share one fork/join. acts[i] may be the same activation. */
+void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_act *const *acts,
                 float *const *ys);
 
 /* ---- element-wise and row ops (single thread; callers split rows) ---- */

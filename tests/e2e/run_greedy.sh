@@ -41,6 +41,17 @@ for f in stories260K.gguf TinyStories-656K.f16.gguf TinyStories-656K-Q8_0.rainca
          derived/TinyStories-656K.llamacpp-Q8_0.gguf; do
   check_model "$f" 48
 done
+# other architectures and mixtures of experts (identical experts equal the dense model)
+for f in derived/TinyStories-656K.f32.qwen2-arch.gguf \
+         derived/stories260K-moe4top2-identical-experts.gguf \
+         derived/stories260K-moe4top2-perturbed-experts.gguf \
+         derived/TinyStories-656K-qwen2moe-4x2-shared.gguf \
+         derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf; do
+  check_model "$f" 48
+done
+a=$(jq -c .generated_ids "$TMP/stories260K-moe4top2-identical-experts.gguf.json")
+b=$(jq -c .generated_ids "$TMP/stories260K.gguf.json")
+[ "$a" = "$b" ] && ok || fail "identical experts $a differ from the dense model $b"
 check_model derived/TinyStories-656K.llamacpp-Q5_1.gguf 30
 check_model derived/TinyStories-656K.llamacpp-Q4_K_M.gguf 30
 

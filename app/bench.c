@@ -1,0 +1,286 @@
+/*
+ * lares bench: prompt-processing and generation speed, like the reference
+ * engine's bench tool: pp = N prompt tokens evaluated in batches from an empty
+ * context; tg = N tokens generated one forward pass each. Each test is warmed
+ * up once, then repeated; the table shows mean and standard deviation of
+ * tokens/s, and --json gives every sample and the memory figures.
+ */
+#include "app.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bench_opts {
+    const char *model;
+    int32_t n_prompt, n_gen, repeat;
+    lares_session_opts session;
+    bool json;
+    const char *isa;
+} bench_opts;
+
+typedef struct samples {
+    double v[64];
+    int n;
+} samples;
+
+static double mean(const samples *s) {
+    double m = 0;
+    for (int i = 0; i < s->n; i++) {
+        m += s->v[i];
+    }
+    return s->n ? m / s->n : 0;
+}
+
+static double stddev(const samples *s) {
+    if (s->n < 2) {
+        return 0;
+    }
+    double m = mean(s), v = 0;
+    for (int i = 0; i < s->n; i++) {
+        v += (s->v[i] - m) * (s->v[i] - m);
+    }
+    return sqrt(v / (s->n - 1));
+}
+
+static int parse_bench(int argc, char **argv, bench_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_prompt = 128;
+    o->n_gen = 32;
+    o->repeat = 3;
+    o->session = lares_session_opts_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            puts("usage: lares bench -m MODEL [-p 128] [-n 32] [-t THREADS] [-r|--repeat 3]\n"
+                 "                   [-b BATCH] [-c CTX] [--kv-type auto|f16|f32] [--json] [--isa NAME]\n"
+                 "  -p N   prompt tokens of the pp test (0 skips it)\n"
+                 "  -n N   generated tokens of the tg test (0 skips it)");
+            return APP_OK;
+        }
+        if (strcmp(a, "--json") == 0) {
+            o->json = true;
+            continue;
+        }
+        if ((v = app_need_value(argc, argv, &i)) == NULL) {
+            return APP_USAGE;
+        }
+        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            o->model = v;
+        } else if (strcmp(a, "-p") == 0 || strcmp(a, "--n-prompt") == 0) {
+            if (!app_parse_i32(a, v, 0, 1 << 20, &o->n_prompt)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-gen") == 0) {
+            if (!app_parse_i32(a, v, 0, 1 << 20, &o->n_gen)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "-r") == 0 || strcmp(a, "--repeat") == 0) {
+            if (!app_parse_i32(a, v, 1, 64, &o->repeat)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            if (!app_parse_i32(a, v, 1, 512, &o->session.n_threads)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "-b") == 0 || strcmp(a, "--batch-size") == 0) {
+            if (!app_parse_i32(a, v, 1, 1 << 16, &o->session.n_batch)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
+            if (!app_parse_i32(a, v, 1, 1 << 24, &o->session.n_ctx)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--kv-type") == 0) {
+            if (strcmp(v, "auto") == 0) {
+                o->session.kv_type = LARES_KV_AUTO;
+            } else if (strcmp(v, "f16") == 0) {
+                o->session.kv_type = LARES_KV_F16;
+            } else if (strcmp(v, "f32") == 0) {
+                o->session.kv_type = LARES_KV_F32;
+            } else {
+                app_error("--kv-type: '%s' is not auto, f16 or f32", v);
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--isa") == 0) {
+            o->isa = v;
+        } else {
+            app_error("bench: unknown option '%s'", a);
+            return APP_USAGE;
+        }
+    }
+    if (o->model == NULL) {
+        app_error("bench: no model given (-m MODEL)");
+        return APP_USAGE;
+    }
+    if (o->n_prompt == 0 && o->n_gen == 0) {
+        app_error("bench: nothing to measure (-p 0 and -n 0)");
+        return APP_USAGE;
+    }
+    return -1;
+}
+
+/* deterministic prompt tokens spread over the vocabulary */
+static void fill_prompt(int32_t *ids, int32_t n, int32_t n_vocab, int32_t bos) {
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int32_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)n_vocab);
+    }
+    if (n > 0 && bos >= 0) {
+        ids[0] = bos;
+    }
+}
+
+/* One measured pass: pp evaluates the prompt only; tg generates n tokens after one. */
+static lares_status run_once(lares_session *s, const int32_t *prompt, int32_t n_prompt,
+                             int32_t n_gen, lares_stats *st, lares_error *err) {
+    lares_session_truncate(s, 0);
+    lares_generate_opts go = lares_generate_opts_default();
+    go.sampler.temperature = 0; /* greedy: sampling costs next to nothing */
+    go.n_predict = n_gen;
+    return lares_generate(s, prompt, (size_t)n_prompt, &go, NULL, 0, NULL, st, err);
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o;
+    int rc = parse_bench(argc, argv, &o);
+    if (rc >= 0) {
+        return rc;
+    }
+    app_setup_log(0);
+    lares_error err = {0};
+    if (o.isa != NULL && lares_force_isa(o.isa, &err) != LARES_OK) {
+        return app_fail(&err);
+    }
+    if (o.session.n_ctx == 0) {
+        int32_t need = (o.n_prompt > o.n_gen + 1 ? o.n_prompt : o.n_gen + 1) + 8;
+        o.session.n_ctx = need;
+    }
+    lares_model *m = NULL;
+    lares_session *s = NULL;
+    int32_t *prompt = NULL;
+    if (lares_model_open(o.model, NULL, &m, &err) != LARES_OK ||
+        lares_session_create(m, &o.session, &s, &err) != LARES_OK) {
+        rc = app_fail(&err);
+        goto done;
+    }
+    lares_model_info info;
+    lares_model_get_info(m, &info);
+    int32_t np = o.n_prompt > 8 ? o.n_prompt : 8;
+    prompt = malloc((size_t)np * sizeof *prompt);
+    if (prompt == NULL) {
+        app_error("out of memory");
+        rc = APP_FAIL;
+        goto done;
+    }
+    fill_prompt(prompt, np, info.n_vocab, lares_token_bos(m));
+
+    samples pp = {0}, tg = {0};
+    lares_stats st, last_pp = {0}, last_tg = {0};
+    /* warm-up: touches every weight once so the first sample is not a cold read */
+    if (run_once(s, prompt, 8, 1, &st, &err) != LARES_OK) {
+        rc = app_fail(&err);
+        goto done;
+    }
+    for (int r = 0; r < o.repeat; r++) {
+        if (o.n_prompt > 0) {
+            if (run_once(s, prompt, o.n_prompt, 0, &st, &err) != LARES_OK) {
+                rc = app_fail(&err);
+                goto done;
+            }
+            pp.v[pp.n++] = st.prompt_tok_s;
+            last_pp = st;
+        }
+        if (o.n_gen > 0) {
+            /* n_gen forward passes: one token of prompt, then n_gen + 1 sampled tokens */
+            if (run_once(s, prompt, 1, o.n_gen + 1, &st, &err) != LARES_OK) {
+                rc = app_fail(&err);
+                goto done;
+            }
+            tg.v[tg.n++] = st.gen_tok_s;
+            last_tg = st;
+        }
+    }
+    char b1[32];
+    const int threads = o.session.n_threads ? o.session.n_threads : 0;
+    if (o.json) {
+        json_t *root = json_object();
+        json_object_set_new(root, "model", json_string(o.model));
+        json_object_set_new(root, "arch", json_string(info.arch));
+        json_object_set_new(root, "type", json_string(info.file_type));
+        json_object_set_new(root, "file_bytes", json_integer((json_int_t)info.file_bytes));
+        json_object_set_new(root, "n_layer", json_integer(info.n_layer));
+        json_object_set_new(root, "isa", json_string(lares_isa()));
+        json_object_set_new(root, "threads", json_integer(threads));
+        json_object_set_new(root, "repeat", json_integer(o.repeat));
+        json_t *tests = json_array();
+        const samples *ss[2] = {&pp, &tg};
+        const lares_stats *ls[2] = {&last_pp, &last_tg};
+        const char *names[2] = {"pp", "tg"};
+        const int32_t ns[2] = {o.n_prompt, o.n_gen};
+        for (int k = 0; k < 2; k++) {
+            if (ns[k] == 0) {
+                continue;
+            }
+            json_t *t = json_object();
+            char name[32];
+            snprintf(name, sizeof name, "%s%d", names[k], ns[k]);
+            json_object_set_new(t, "test", json_string(name));
+            json_object_set_new(t, "n_tokens", json_integer(ns[k]));
+            json_object_set_new(t, "tok_s_mean", json_real(mean(ss[k])));
+            json_object_set_new(t, "tok_s_stddev", json_real(stddev(ss[k])));
+            json_t *sa = json_array();
+            for (int i = 0; i < ss[k]->n; i++) {
+                json_array_append_new(sa, json_real(ss[k]->v[i]));
+            }
+            json_object_set_new(t, "samples", sa);
+            json_object_set_new(t, "peak_rss_bytes", json_integer((json_int_t)ls[k]->peak_rss_bytes));
+            json_object_set_new(t, "major_faults", json_integer((json_int_t)ls[k]->major_faults));
+            json_object_set_new(t, "disk_read_bytes",
+                                ls[k]->disk_read_bytes == UINT64_MAX
+                                    ? json_null()
+                                    : json_integer((json_int_t)ls[k]->disk_read_bytes));
+            json_object_set_new(t, "mem_pressure", json_real(ls[k]->mem_pressure));
+            json_array_append_new(tests, t);
+        }
+        json_object_set_new(root, "tests", tests);
+        char *txt = json_dumps(root, JSON_COMPACT);
+        if (txt != NULL) {
+            puts(txt);
+            free(txt);
+        }
+        json_decref(root);
+    } else {
+        printf("| model | size | arch | type | isa | threads | test | t/s |\n"
+               "| --- | ---: | --- | --- | --- | ---: | --- | ---: |\n");
+        const char *base = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
+        if (o.n_prompt > 0) {
+            printf("| %s | %s | %s | %s | %s | %d | pp%d | %.2f ± %.2f |\n", base,
+                   app_fmt_bytes(info.file_bytes, b1, sizeof b1), info.arch, info.file_type,
+                   lares_isa(), threads ? threads : 0, o.n_prompt, mean(&pp), stddev(&pp));
+        }
+        if (o.n_gen > 0) {
+            printf("| %s | %s | %s | %s | %s | %d | tg%d | %.2f ± %.2f |\n", base,
+                   app_fmt_bytes(info.file_bytes, b1, sizeof b1), info.arch, info.file_type,
+                   lares_isa(), threads ? threads : 0, o.n_gen, mean(&tg), stddev(&tg));
+        }
+        const lares_stats *l = o.n_gen > 0 ? &last_tg : &last_pp;
+        char b2[32], b3[32];
+        fprintf(stderr, "lares: peak RSS %s | major faults %" PRIu64 " | disk read %s | memory pressure %.2f %%\n",
+                app_fmt_bytes(l->peak_rss_bytes, b2, sizeof b2), l->major_faults,
+                l->disk_read_bytes == UINT64_MAX ? "unknown"
+                                                 : app_fmt_bytes(l->disk_read_bytes, b3, sizeof b3),
+                l->mem_pressure * 100);
+    }
+    rc = APP_OK;
+done:
+    free(prompt);
+    lares_session_free(s);
+    lares_model_close(m);
+    return rc;
+}
