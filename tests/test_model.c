@@ -12,6 +12,7 @@
 #include "ops/ops.h"
 
 #include <jansson.h>
+#include <unistd.h>
 
 typedef struct runner {
     gguf_file *f;
@@ -274,6 +275,100 @@ static void test_batch_equals_sequential(void) {
     runner_close(&b);
 }
 
+/* Copies a model adding metadata or a rope_freqs tensor (all `factor`). */
+static bool variant(const char *src_rel, const char *out, float factor, bool linear_key) {
+    lares_error err = {0};
+    gguf_file *src = NULL;
+    gguf_writer *w = NULL;
+    bool ok = gguf_open(fixture(src_rel), NULL, &src, &err) == LARES_OK &&
+              gguf_writer_create(&w, &err) == LARES_OK;
+    for (uint64_t i = 0; ok && i < gguf_n_kv(src); i++) {
+        ok = gguf_writer_copy_kv(w, src, i, &err) == LARES_OK;
+    }
+    float freqs[64];
+    if (ok && linear_key) {
+        ok = gguf_writer_set_str(w, "llama.rope.scaling.type", "linear", &err) == LARES_OK &&
+             gguf_writer_set_f32(w, "llama.rope.scaling.factor", factor, &err) == LARES_OK;
+    } else if (ok) {
+        uint32_t n_rot = 0;
+        ok = gguf_get_u32(src, "llama.rope.dimension_count", &n_rot, &err) == LARES_OK &&
+             n_rot / 2 <= 64;
+        for (uint32_t i = 0; i < n_rot / 2; i++) {
+            freqs[i] = factor;
+        }
+        int64_t ne[1] = {n_rot / 2};
+        ok = ok && gguf_writer_add_tensor(w, "rope_freqs.weight", GGUF_TYPE_F32, 1, ne, freqs,
+                                          &err) == LARES_OK;
+    }
+    for (uint64_t i = 0; ok && i < gguf_n_tensors(src); i++) {
+        const gguf_tensor *t = gguf_tensor_at(src, i);
+        ok = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, &err) ==
+             LARES_OK;
+    }
+    ok = ok && gguf_writer_write_file(w, out, &err) == LARES_OK;
+    CHECKF(ok, "variant: %s", err.msg);
+    gguf_writer_free(w);
+    gguf_close(src);
+    return ok;
+}
+
+/* Llama-3.1-style rope_freqs factors and linear RoPE scaling are two ways of
+ * stretching positions: a uniform factor of 2 must match linear factor 2, a
+ * factor of 1 must match the plain file, and 2 must differ from it. */
+static void test_rope_scaling(void) {
+    const char *src = "stories260K.gguf";
+    const char *a = "/tmp/lares-test-ropefreqs1.gguf", *b = "/tmp/lares-test-ropefreqs2.gguf",
+               *c = "/tmp/lares-test-ropelinear2.gguf";
+    if (!variant(src, a, 1.0f, false) || !variant(src, b, 2.0f, false) ||
+        !variant(src, c, 2.0f, true)) {
+        return;
+    }
+    const int32_t prompt[] = {1, 403, 407, 261, 378, 432, 383, 286};
+    const int n = (int)LARES_ARRAY_LEN(prompt);
+    float *logits[4] = {NULL};
+    const char *paths[4] = {fixture(src), a, b, c};
+    int32_t n_vocab = 0;
+    for (int i = 0; i < 4; i++) {
+        lares_error err = {0};
+        runner r;
+        memset(&r, 0, sizeof r);
+        /* open by absolute path: runner_open expects a fixture name */
+        CHECK_OK(gguf_open(paths[i], NULL, &r.f, &err), &err);
+        if (r.f == NULL) {
+            continue;
+        }
+        CHECK_OK(model_load(r.f, &r.m, &err), &err);
+        if (r.m != NULL) {
+            CHECK_OK(ops_pool_create(1, &r.pool, &err), &err);
+            CHECK_OK(model_kv_create(r.m, 0, r.m->hp.n_layer, 64, GGUF_TYPE_F32, &r.kv, &err), &err);
+            CHECK_OK(model_ctx_create(r.m, r.pool, 8, 64, &r.cx, &err), &err);
+            r.x = calloc(8 * (size_t)r.m->hp.n_embd, sizeof(float));
+            r.logits = calloc((size_t)r.m->hp.n_vocab, sizeof(float));
+            n_vocab = r.m->hp.n_vocab;
+            if (feed(&r, prompt, n, 0, 8)) {
+                logits[i] = r.logits;
+                r.logits = NULL;
+            }
+        }
+        runner_close(&r);
+    }
+    double d_a = 0, d_bc = 0, d_b = 0;
+    for (int32_t v = 0; logits[0] && logits[1] && logits[2] && logits[3] && v < n_vocab; v++) {
+        d_a = fmax(d_a, fabs((double)logits[0][v] - logits[1][v]));
+        d_bc = fmax(d_bc, fabs((double)logits[2][v] - logits[3][v]));
+        d_b = fmax(d_b, fabs((double)logits[0][v] - logits[2][v]));
+    }
+    CHECKF(logits[3] != NULL && d_a < 1e-5, "rope_freqs of 1 changed logits by %g", d_a);
+    CHECKF(logits[3] != NULL && d_bc < 1e-4, "rope_freqs 2 vs linear 2 differ by %g", d_bc);
+    CHECKF(logits[3] != NULL && d_b > 1e-2, "a rope factor of 2 changed nothing (%g)", d_b);
+    for (int i = 0; i < 4; i++) {
+        free(logits[i]);
+    }
+    unlink(a);
+    unlink(b);
+    unlink(c);
+}
+
 /* bad files get errors naming the fault */
 static void test_bad_models(void) {
     lares_error err = {0};
@@ -300,6 +395,7 @@ int main(void) {
     test_greedy_once_upon_a_time(GGUF_TYPE_F16, 1, 3);
     test_bos_only_logits();
     test_batch_equals_sequential();
+    test_rope_scaling();
     test_bad_models();
     return check_finish("test_model");
 }

@@ -472,10 +472,24 @@ lares_status model_load(gguf_file *f, model **out, lares_error *err) {
             goto fail;
         }
     }
-    /* theta_i = base^(-2i / n_rot), scaled for linear RoPE scaling */
+    /* theta_i = base^(-2i / n_rot), scaled for linear RoPE scaling, and divided
+     * by per-dimension factors when the file carries them (Llama-3.1's
+     * rope_freqs tensor) */
+    const float *factors = NULL;
+    if ((st = bind_vector(m, NULL, &factors, "rope_freqs.weight", hp->n_rot / 2, false, err))) {
+        goto fail;
+    }
     for (int i = 0; i < hp->n_rot / 2; i++) {
-        m->rope_inv_freq[i] =
-            (float)(hp->rope_freq_scale * pow((double)hp->rope_base, -2.0 * i / hp->n_rot));
+        double inv = hp->rope_freq_scale * pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
+        if (factors != NULL) {
+            if (!(factors[i] > 0.0f)) {
+                st = lares_fail(err, LARES_EFORMAT, "%s: rope_freqs.weight[%d] = %g", gguf_path(f),
+                                i, factors[i]);
+                goto fail;
+            }
+            inv /= factors[i];
+        }
+        m->rope_inv_freq[i] = (float)inv;
     }
     *out = m;
     return LARES_OK;
