@@ -46,10 +46,20 @@ const char *app_fmt_bytes(uint64_t n, char *buf, size_t cap);
 void app_progress(const char *what, uint64_t done, uint64_t total, void *user);
 
 int cmd_run(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+/* ring_report.c: a ring session's figures; NULL / nothing for one device */
+struct json_t *app_ring_json(const lares_session *s);
+void app_ring_print(const lares_session *s);
+
+int cmd_keygen(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
 
 #endif

@@ -11,9 +11,15 @@ static const struct {
     {"run", cmd_run, "generate text from a prompt"},
     {"tokenize", cmd_tokenize, "show the token ids of a text"},
     {"convert", cmd_convert, "convert a llama2.c checkpoint to GGUF"},
+    {"chat", cmd_chat, "talk with a model, using its chat template"},
+    {"serve", cmd_serve, "serve the OpenAI-compatible HTTP API"},
     {"bench", cmd_bench, "measure prompt and generation speed"},
     {"quantize", cmd_quantize, "re-encode a model in another block type mix"},
     {"synth", cmd_synth, "write a benchmark model with a real shape and synthetic weights"},
+    {"keygen", cmd_keygen, "make a key pair for a ring's head or worker"},
+    {"worker", cmd_worker, "serve as a worker of a ring (several devices, one model)"},
+    {"profile", cmd_profile, "measure what this device can do (for plans)"},
+    {"plan", cmd_plan, "place a model's layers on devices and predict its speed"},
 };
 
 static void usage(FILE *to) {

@@ -47,6 +47,14 @@ static void run_usage(FILE *to) {
           "      --no-echo           do not print the prompt before the generated text\n"
           "      --json              print one JSON object at the end instead of streaming\n"
           "      --isa NAME          force kernels: scalar, avx2, neon (default: best)\n"
+          "      --mem-budget SIZE   memory for the whole run, e.g. 2G, 512M (default: the\n"
+          "                          cgroup limit or 80%% of available memory); weights that do\n"
+          "                          not fit stream from disk, read ahead layer by layer\n"
+          "      --mem-window N      streamed layers in memory at once (default: as fits)\n"
+          "      --mem-lock          lock the weights that stay resident in memory (mlock)\n"
+          "      --ring FILE         run as the head of the ring FILE describes (ring.json:\n"
+          "                          workers in ring order, their layers; docs/ring.md)\n"
+          "      --insecure          the ring without encryption or keys (test networks only)\n"
           "  -v, --verbose / -q, --quiet\n",
           to);
 }
@@ -160,6 +168,27 @@ static int parse_run(int argc, char **argv, run_opts *o) {
                 app_error("--kv-type: '%s' is not auto, f16 or f32", v);
                 return APP_USAGE;
             }
+        } else if (IS("--mem-budget", NULL)) {
+            VALUE();
+            if (!app_parse_size(a, v, &o->session.mem_budget)) {
+                return APP_USAGE;
+            }
+            if (o->session.mem_budget == 0) {
+                app_error("%s: a budget of 0 bytes leaves nothing to run in", a);
+                return APP_USAGE;
+            }
+        } else if (IS("--mem-window", NULL)) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, 1 << 20, &o->session.mem_window)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--mem-lock", NULL)) {
+            o->session.mem_lock = true;
+        } else if (IS("--ring", NULL)) {
+            VALUE();
+            o->session.ring = v;
+        } else if (IS("--insecure", NULL)) {
+            o->session.ring_insecure = true;
         } else if (IS("--isa", NULL)) {
             VALUE();
             o->isa = v;
@@ -203,12 +232,42 @@ typedef struct run_state {
     bool stream;
     char *text;
     size_t len, cap;
+    double *token_ms;     /* time from each token to the next, for --json */
+    size_t n_token_ms, cap_token_ms;
+    double last_ms;       /* when the previous token arrived; 0 before the first */
 } run_state;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* the gap since the previous token: a stall shows here, not in an average */
+static void note_token_time(run_state *rs) {
+    const double t = now_ms();
+    if (rs->last_ms > 0) {
+        if (rs->n_token_ms == rs->cap_token_ms) {
+            size_t cap = rs->cap_token_ms ? rs->cap_token_ms * 2 : 64;
+            double *p = realloc(rs->token_ms, cap * sizeof *p);
+            if (p == NULL) {
+                return;
+            }
+            rs->token_ms = p;
+            rs->cap_token_ms = cap;
+        }
+        rs->token_ms[rs->n_token_ms++] = t - rs->last_ms;
+    }
+    rs->last_ms = t;
+}
 
 static bool on_token(const lares_token_info *info, void *user) {
     const char *piece = info->piece;
     const size_t n = info->piece_len;
     run_state *rs = user;
+    if (info->token >= 0) {
+        note_token_time(rs);
+    }
     if (rs->stream) {
         fwrite(piece, 1, n, stdout);
         fflush(stdout);
@@ -267,6 +326,24 @@ static void print_figures(const lares_stats *st) {
             st->disk_read_bytes == UINT64_MAX ? "unknown"
                                               : app_fmt_bytes(st->disk_read_bytes, b2, sizeof b2),
             st->mem_pressure * 100.0, st->load_ms);
+    if (st->streaming) {
+        char b3[32], b4[32], b5[32], b6[32];
+        const int32_t passes = st->n_generated > 1 ? st->n_generated - 1 : 1;
+        fprintf(stderr,
+                "lares: weights stream from disk within a budget of %s: %s resident, %s read "
+                "per token through a %s window | prefetched %s | per token %.1f ms computing + "
+                "%.1f ms waiting for disk\n",
+                app_fmt_bytes(st->mem_budget_bytes, b1, sizeof b1),
+                app_fmt_bytes(st->pinned_bytes, b2, sizeof b2),
+                app_fmt_bytes(st->stream_bytes, b3, sizeof b3),
+                app_fmt_bytes(st->window_bytes, b4, sizeof b4),
+                app_fmt_bytes(st->prefetch_bytes, b5, sizeof b5),
+                (st->gen_ms - st->gen_wait_ms) / passes, st->gen_wait_ms / passes);
+        if (st->locked_bytes > 0) {
+            fprintf(stderr, "lares: %s of weights locked in memory\n",
+                    app_fmt_bytes(st->locked_bytes, b6, sizeof b6));
+        }
+    }
 }
 
 static void print_json(const run_opts *o, const lares_model *m, const lares_session *s,
@@ -295,6 +372,14 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_object_set_new(t, "gen_ms", json_real(st->gen_ms));
     json_object_set_new(t, "gen_tok_s", json_real(st->gen_tok_s));
     json_object_set_new(t, "ttft_ms", json_real(st->ttft_ms));
+    json_object_set_new(t, "prompt_wait_ms", json_real(st->prompt_wait_ms));
+    json_object_set_new(t, "gen_wait_ms", json_real(st->gen_wait_ms));
+    json_object_set_new(t, "gen_compute_ms", json_real(st->gen_ms - st->gen_wait_ms));
+    json_t *gaps = json_array();
+    for (size_t i = 0; i < rs->n_token_ms; i++) {
+        json_array_append_new(gaps, json_real(rs->token_ms[i]));
+    }
+    json_object_set_new(t, "token_ms", gaps);
     json_object_set_new(root, "timings", t);
     json_t *mem = json_object();
     json_object_set_new(mem, "peak_rss_bytes", json_integer((json_int_t)st->peak_rss_bytes));
@@ -303,7 +388,20 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
                                                     ? json_null()
                                                     : json_integer((json_int_t)st->disk_read_bytes));
     json_object_set_new(mem, "mem_pressure", json_real(st->mem_pressure));
+    json_object_set_new(mem, "budget_bytes", st->mem_budget_bytes == UINT64_MAX
+                                                 ? json_null()
+                                                 : json_integer((json_int_t)st->mem_budget_bytes));
+    json_object_set_new(mem, "streaming", json_boolean(st->streaming));
+    json_object_set_new(mem, "stream_bytes", json_integer((json_int_t)st->stream_bytes));
+    json_object_set_new(mem, "pinned_bytes", json_integer((json_int_t)st->pinned_bytes));
+    json_object_set_new(mem, "window_bytes", json_integer((json_int_t)st->window_bytes));
+    json_object_set_new(mem, "locked_bytes", json_integer((json_int_t)st->locked_bytes));
+    json_object_set_new(mem, "prefetch_bytes", json_integer((json_int_t)st->prefetch_bytes));
     json_object_set_new(root, "memory", mem);
+    json_t *ring = app_ring_json(s);
+    if (ring != NULL) {
+        json_object_set_new(root, "ring", ring);
+    }
     char *txt = json_dumps(root, JSON_COMPACT | JSON_ENSURE_ASCII);
     if (txt != NULL) {
         puts(txt);
@@ -387,12 +485,14 @@ int cmd_run(int argc, char **argv) {
         fflush(stdout);
         if (o.verbosity >= 0) {
             print_figures(&st);
+            app_ring_print(s);
         }
     }
     rc = APP_OK;
 done:
     free(gen);
     free(rs.text);
+    free(rs.token_ms);
     lares_free(ids);
     lares_session_free(s);
     lares_model_close(m);

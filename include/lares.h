@@ -146,6 +146,20 @@ typedef struct lares_session_opts {
     int32_t n_threads; /* 0 = number of online cores */
     int32_t n_batch;   /* prompt tokens per forward pass; 0 = default */
     lares_kv_type kv_type;
+    /* Memory for models larger than memory (weights, KV cache and buffers
+     * together). 0: automatic, the smaller of the cgroup memory limit and 80 %
+     * of MemAvailable. When the weights fit, nothing changes; when they do not,
+     * layers stream from disk (read ahead, released after use) and the rest
+     * stays resident. A budget below the least that can work (KV cache,
+     * buffers and the largest layer) is LARES_ERANGE naming that minimum. */
+    uint64_t mem_budget;
+    int32_t mem_window; /* streamed layers in memory at once; 0: as the budget allows */
+    bool mem_lock;      /* lock resident weights in memory (mlock); a refusal is a warning */
+    /* Run as the head of a ring of devices (see "rings" below): NULL for this
+     * device alone, else the path of a ring.json naming the workers in ring
+     * order and the layers each runs. */
+    const char *ring;
+    bool ring_insecure; /* no encryption and no keys (warns): trusted test networks only */
 } lares_session_opts;
 
 LARES_API lares_session_opts lares_session_opts_default(void);
@@ -222,6 +236,16 @@ typedef struct lares_stats {
     uint64_t disk_read_bytes;  /* read from storage during the call; UINT64_MAX unknown */
     double mem_pressure;       /* largest drop of MemAvailable / MemTotal during the call */
     lares_stop_reason stop;
+    /* weight residency (see lares_session_opts.mem_budget) */
+    uint64_t mem_budget_bytes; /* the budget in force; UINT64_MAX: no limit known */
+    bool streaming;            /* the weights did not fit: some stream from disk */
+    uint64_t stream_bytes;     /* weight bytes read from disk per forward pass */
+    uint64_t pinned_bytes;     /* weight bytes kept resident while streaming */
+    uint64_t window_bytes;     /* most streamed weight bytes in memory at once */
+    uint64_t locked_bytes;     /* weight bytes locked in memory */
+    uint64_t prefetch_bytes;   /* bytes the prefetch thread read during the call */
+    double prompt_wait_ms;     /* of prompt_ms: waiting for weights from disk */
+    double gen_wait_ms;        /* of gen_ms: waiting for weights from disk (the rest computes) */
 } lares_stats;
 
 /* Evaluates `prompt` (which should start with BOS when the model wants one)
@@ -304,7 +328,7 @@ typedef struct lares_synth_opts {
 
 LARES_API lares_synth_opts lares_synth_opts_default(void);
 /* Writes a GGUF with a named model shape and deterministic pseudo-random
- * weights (uniform, std 0.02; norms 1) in the given mix, loadable by any GGUF
+ * weights (bell-shaped, std 0.02; norms 1) in the given mix, loadable by any GGUF
  * engine. Used for speed and memory benchmarks: speed does not depend on the
  * weight values. */
 LARES_API lares_status lares_synth(const lares_synth_opts *o, const char *out_path,
@@ -338,6 +362,132 @@ LARES_API lares_status lares_force_isa(const char *name, lares_error *err);
 /* The kernel family in use ("avx2", "neon+dotprod", "scalar"). */
 LARES_API const char *lares_isa(void);
 LARES_API const char *lares_version(void);
+
+/* ---- rings: several devices running one model (docs/ring.md) ------------ */
+
+#define LARES_KEY_Z85_LEN 40
+
+/* Writes a new CURVE key pair to `path` (created with mode 0600; an existing
+ * file is never overwritten) and its public half to `path`.pub. The public key
+ * (40 Z85 characters and a NUL) goes to public_key. */
+LARES_API lares_status lares_keygen(const char *path, char public_key[LARES_KEY_Z85_LEN + 1],
+                                    lares_error *err);
+
+/* One device of a head's ring, as the head saw it. */
+typedef struct lares_ring_device {
+    const char *name;       /* borrowed from the session */
+    const char *address;    /* "" for the head */
+    int32_t w, n;           /* layers per window, of which on a GPU */
+    int32_t n_layers;       /* layers held over all rounds */
+    uint64_t windows_run;   /* windows computed since the session started */
+    double compute_ms;      /* their compute time, as the device measured it */
+    uint64_t major_faults;  /* page faults that read the disk during those windows */
+} lares_ring_device;
+
+typedef struct lares_ring_stats {
+    int32_t n_devices;      /* the head included */
+    int32_t rounds;         /* k */
+    int32_t width;          /* layers per round, W */
+    uint64_t hops;          /* hidden-state transfers between devices */
+    double wait_ms;         /* time hidden states spent in the ring, from send to return */
+    double remote_ms;       /* of which the workers computed (the rest: network and queues) */
+} lares_ring_stats;
+
+/* Figures of a ring session: LARES_EINVAL for a session on one device.
+ * devices (capacity cap, may be NULL) receives up to cap devices in ring order. */
+LARES_API lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *out,
+                                                lares_ring_device *devices, int32_t cap,
+                                                lares_error *err);
+
+typedef struct lares_worker lares_worker;
+
+typedef enum lares_worker_event_kind {
+    LARES_WORKER_LISTENING = 0, /* bound; text has the address */
+    LARES_WORKER_REFUSED,       /* a peer was refused: key, version, model, malformed frame */
+    LARES_WORKER_HEAD,          /* a head connected */
+    LARES_WORKER_PLAN,          /* the head's plan is in force: this worker's layers */
+    LARES_WORKER_ROUND,         /* one window ran (round, layers, times) */
+    LARES_WORKER_HEAD_LOST,     /* the head went silent; waiting for the next */
+    LARES_WORKER_STOPPED,       /* the head ended its session; waiting for the next */
+    LARES_WORKER_ERROR          /* something failed; the head was told */
+} lares_worker_event_kind;
+
+typedef struct lares_worker_event {
+    lares_worker_event_kind kind;
+    const char *text;       /* one line saying what happened */
+    int32_t round, l0, l1, n_tok; /* LARES_WORKER_ROUND: the window [l0, l1) of round `round` */
+    double compute_ms;      /* LARES_WORKER_ROUND */
+    double wait_ms;         /* LARES_WORKER_ROUND: from arrival to the start of compute */
+} lares_worker_event;
+
+/* Called from the worker's threads (network and compute), one call at a time. */
+typedef void (*lares_worker_event_fn)(const lares_worker_event *ev, void *user);
+
+typedef struct lares_worker_opts {
+    const char *listen;       /* "host:port"; port 0 picks a free one (lares_worker_address) */
+    const char *key_path;     /* this worker's key pair (lares keygen) */
+    const char *const *allow; /* heads allowed: public keys (40 Z85) or files of them */
+    size_t n_allow;
+    const char *model_path;   /* NULL: open the file the head names */
+    int32_t n_threads;        /* 0: the head's ring.json, else all cores */
+    uint64_t mem_budget;      /* as lares_session_opts.mem_budget; 0: automatic */
+    bool no_stream;           /* plain mmap, no read-ahead or release (to compare) */
+    bool insecure;            /* no encryption, no keys (warns) */
+    lares_worker_event_fn on_event;
+    void *user;
+} lares_worker_opts;
+
+LARES_API lares_worker_opts lares_worker_opts_default(void);
+/* Reads the key and the allow-list and binds the listening socket. */
+LARES_API lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
+                                           lares_error *err);
+/* The address actually listened on ("127.0.0.1:40123"). */
+LARES_API const char *lares_worker_address(const lares_worker *w);
+/* This worker's public key (Z85); "" when insecure. */
+LARES_API const char *lares_worker_public_key(const lares_worker *w);
+/* Serves heads, one after another, until lares_worker_stop. */
+LARES_API lares_status lares_worker_run(lares_worker *w, lares_error *err);
+/* Makes lares_worker_run return soon; safe from another thread or a signal handler. */
+LARES_API void lares_worker_stop(lares_worker *w);
+LARES_API void lares_worker_free(lares_worker *w);
+
+/* ---- devices and plans (docs/scheduling-impl.md) ------------------------ */
+
+typedef struct lares_profile_opts {
+    const char *model_path; /* time the disk holding this file; NULL: a temporary
+                               file in cache_dir (or /tmp) */
+    const char *cache_dir;  /* profiles are cached here per hardware fingerprint;
+                               NULL or "": no cache */
+    const char *name;       /* the device's name; NULL: the host name */
+    bool refresh;           /* measure again even when the cache has this device */
+    int32_t n_threads;      /* 0: every core */
+    uint32_t budget_ms;     /* measuring time (0: 2000 ms) */
+} lares_profile_opts;
+
+LARES_API lares_profile_opts lares_profile_opts_default(void);
+/* Profiles this device: FLOP/s per weight type with lares' kernels, memory
+ * bandwidth, free memory (cgroup limits honoured), disk throughput, OS, GPU.
+ * *json_out: one JSON object (a device entry of a devices file), released with
+ * lares_free. */
+LARES_API lares_status lares_profile(const lares_profile_opts *o, char **json_out,
+                                     lares_error *err);
+
+typedef struct lares_plan_opts {
+    const char *model_path;   /* a GGUF file, or */
+    const char *shape;        /* a public shape and mix, "llama3-70b:q4_k_m" */
+    const char *placement;    /* "halda" (default), "even", "memory", "single" */
+    int32_t n_ctx;            /* context held in the KV caches; 0: min(model's, 4096) */
+    double net_latency_ms;    /* a default hop for devices without figures; < 0: none */
+    const char *net_bandwidth; /* with it: "300Mbit/s", "1GB/s" */
+} lares_plan_opts;
+
+LARES_API lares_plan_opts lares_plan_opts_default(void);
+/* Plans the model over the devices of devices_json (a devices file or a list of
+ * profiles; `what` names it in messages) with the chosen placement, and prices
+ * the other placements with the same latency model. *json_out: the plan, the
+ * predicted times per device and the baselines, released with lares_free. */
+LARES_API lares_status lares_plan(const lares_plan_opts *o, const char *devices_json, size_t len,
+                                  const char *what, char **json_out, lares_error *err);
 
 /* ---- memory ------------------------------------------------------------- */
 

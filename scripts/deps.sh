@@ -9,7 +9,14 @@ PKGS=(
   libjansson-dev libpcre2-dev libzmq3-dev libglpk-dev libmicrohttpd-dev
   clang libclang-rt-dev
   qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+  python3
 )
+# lares serve's test with the official openai npm client needs node and npm: Debian's
+# packages, unless a node with npm is there already (NodeSource's nodejs carries its own
+# npm and conflicts with Debian's npm package)
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  PKGS+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do

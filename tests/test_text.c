@@ -2,6 +2,7 @@
  * the UTF-8 stream assembler, special tokens, and bad vocabularies. */
 #include "check.h"
 #include "text/text.h"
+#include "text/text_impl.h" /* to switch the per-word SPM shortcut off */
 
 #include <jansson.h>
 #include <stdint.h>
@@ -59,8 +60,7 @@ static size_t tok(const text_vocab *v, const char *s, size_t len, bool add_speci
 }
 
 /* Concatenates the pieces of ids into a malloc'd buffer (length in *len). */
-static char *pieces(const text_vocab *v, const int32_t *ids, size_t n, bool special,
-                    size_t *len) {
+static char *pieces(const text_vocab *v, const int32_t *ids, size_t n, bool special, size_t *len) {
     size_t cap = 64, used = 0;
     char *s = malloc(cap);
     for (size_t i = 0; i < n; i++) {
@@ -190,6 +190,28 @@ static vec_result vector_file(const char *rel, bool space_prefixed, bool lossles
 static void test_spm_vectors(void) {
     vector_file("vocab/ggml-vocab-llama-spm.gguf", true, true);
     vector_file("vocab/ggml-vocab-phi-3.gguf", true, true);
+}
+
+static void test_bpe_vectors(void) {
+    static const char *const files[] = {
+        "vocab/ggml-vocab-gpt-2.gguf",
+        "vocab/ggml-vocab-deepseek-coder.gguf",
+        "vocab/ggml-vocab-deepseek-llm.gguf",
+        "vocab/ggml-vocab-falcon.gguf",
+        "vocab/ggml-vocab-mpt.gguf",
+        "vocab/ggml-vocab-refact.gguf",
+        "vocab/ggml-vocab-starcoder.gguf",
+        "derived/ggml-vocab-llama-bpe.from-npm-llama3.gguf",
+        "derived/ggml-vocab-qwen2.from-npm-qwen3.gguf",
+    };
+    for (size_t i = 0; i < LARES_ARRAY_LEN(files); i++) {
+        vector_file(files[i], false, true);
+    }
+}
+
+static void test_wpm_vectors(void) {
+    /* WordPiece lowercases and strips accents: no round trip */
+    vector_file("vocab/ggml-vocab-bert-bge.gguf", false, false);
 }
 
 /* ---- real models: the prompt ids and the greedy continuation's text ---- */
@@ -335,6 +357,69 @@ static void test_models(void) {
     }
 }
 
+/* SPM merges each word alone when no token has U+2581 inside (spm.c); the
+ * result must equal merging the whole text as one sequence. */
+static void test_spm_word_shortcut(void) {
+    static const struct {
+        const char *file;
+        bool shortcut; /* TinyStories-656K has tokens like "a\u2581b" */
+    } files[] = {{"vocab/ggml-vocab-llama-spm.gguf", true},
+                 {"vocab/ggml-vocab-phi-3.gguf", true},
+                 {"stories260K.gguf", true},
+                 {"TinyStories-656K.f16.gguf", false}};
+    static const char *const words[] = {
+        "the",
+        "a",
+        " ",
+        "  ",
+        "   ",
+        "Hello",
+        "world",
+        "\n",
+        "\t",
+        "don't",
+        "12345",
+        ",",
+        ".",
+        "caf\xc3\xa9",
+        "\xe6\x9d\xb1\xe4\xba\xac",
+        "\xf0\x9f\xa6\x99",
+        "\xff",
+        "<s>",
+        "\xe2\x96\x81",
+        "__init__",
+        "x\xe2\x96\x81y",
+    };
+    size_t cap = 200000;
+    char *text = malloc(cap);
+    uint64_t seed = 0x853c49e6748fea9bull;
+    size_t n = 0;
+    while (n + 16 < cap) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        const char *w = words[(seed >> 33) % LARES_ARRAY_LEN(words)];
+        memcpy(text + n, w, strlen(w));
+        n += strlen(w);
+    }
+    for (size_t i = 0; i < LARES_ARRAY_LEN(files); i++) {
+        vocab_fx x;
+        if (!vocab_open(files[i].file, &x)) {
+            continue;
+        }
+        CHECKF(x.v->spm_words_independent == files[i].shortcut, "%s: shortcut %d", files[i].file,
+               x.v->spm_words_independent);
+        int32_t *a = NULL, *b = NULL;
+        size_t na = tok(x.v, text, n, true, true, &a);
+        x.v->spm_words_independent = false;
+        size_t nb = tok(x.v, text, n, true, true, &b);
+        CHECKF(na > 1000 && ids_eq(a, na, b, nb), "%s: %zu tokens by word, %zu whole",
+               files[i].file, na, nb);
+        lares_free(a);
+        lares_free(b);
+        vocab_close(&x);
+    }
+    free(text);
+}
+
 /* ---- pieces ---- */
 
 static void test_pieces(void) {
@@ -457,16 +542,16 @@ static void test_stream(void) {
         const char *out;
     } cases[] = {
         {"plain ascii", "plain ascii"},
-        {"\xc3\xa4pfel", "\xc3\xa4pfel"},                                   /* 2-byte */
-        {"\xe2\x82\xac 5", "\xe2\x82\xac 5"},                               /* 3-byte */
-        {"\xf0\x9f\xa6\x99.cpp", "\xf0\x9f\xa6\x99.cpp"},                   /* 4-byte emoji */
-        {"\xf0\x9f\x98\xb6\xe2\x80\x8d\xf0\x9f\x8c\xab\xef\xb8\x8f",       /* ZWJ sequence */
+        {"\xc3\xa4pfel", "\xc3\xa4pfel"},                            /* 2-byte */
+        {"\xe2\x82\xac 5", "\xe2\x82\xac 5"},                        /* 3-byte */
+        {"\xf0\x9f\xa6\x99.cpp", "\xf0\x9f\xa6\x99.cpp"},            /* 4-byte emoji */
+        {"\xf0\x9f\x98\xb6\xe2\x80\x8d\xf0\x9f\x8c\xab\xef\xb8\x8f", /* ZWJ sequence */
          "\xf0\x9f\x98\xb6\xe2\x80\x8d\xf0\x9f\x8c\xab\xef\xb8\x8f"},
-        {"a\x80z", "a\xef\xbf\xbdz"},                                       /* lone continuation */
-        {"\xe2\x82z", "\xef\xbf\xbdz"},              /* truncated 3-byte: one subpart */
-        {"\xf0\x9f\x98", "\xef\xbf\xbd"},            /* unfinished at the end: flushed */
-        {"\xc0\x80", "\xef\xbf\xbd\xef\xbf\xbd"},    /* overlong NUL: two subparts */
-        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate */
+        {"a\x80z", "a\xef\xbf\xbdz"},             /* lone continuation */
+        {"\xe2\x82z", "\xef\xbf\xbdz"},           /* truncated 3-byte: one subpart */
+        {"\xf0\x9f\x98", "\xef\xbf\xbd"},         /* unfinished at the end: flushed */
+        {"\xc0\x80", "\xef\xbf\xbd\xef\xbf\xbd"}, /* overlong NUL: two subparts */
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},                 /* surrogate */
         {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
         {"\xfe\xff", "\xef\xbf\xbd\xef\xbf\xbd"},
         {"\xe0\x9f\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* overlong 3-byte */
@@ -486,8 +571,8 @@ static void test_stream(void) {
             for (size_t b = a + 1; b < n; b++) {
                 size_t cuts2[2] = {a, b};
                 got = stream_cuts(s, n, cuts2, 2, out);
-                CHECKF(got == want && memcmp(out, cases[c].out, want) == 0,
-                       "case %zu cuts %zu %zu", c, a, b);
+                CHECKF(got == want && memcmp(out, cases[c].out, want) == 0, "case %zu cuts %zu %zu",
+                       c, a, b);
             }
         }
         size_t every[64];
@@ -576,6 +661,19 @@ static void test_parse_special(void) {
         size_t nb = tok(x.v, "Hi", 2, false, false, &b);
         CHECK(na == nb + 2 && a[0] == 32010 && ids_eq(a + 1, nb, b, nb) && a[na - 1] == 32007);
         CHECK(text_token_is_eog(x.v, 32007)); /* <|end|> */
+        /* </s> is user-defined in the file, but as an end-of-generation text
+         * the reference engine makes it control: not matched unless parsed */
+        CHECK(text_token_type_of(x.v, 2) == TEXT_TOKEN_USER_DEFINED && text_token_is_eog(x.v, 2));
+        int32_t *c = NULL;
+        size_t nc = tok(x.v, "a</s>", 5, false, false, &c);
+        bool has_eos = false;
+        for (size_t i = 0; i < nc; i++) {
+            has_eos |= c[i] == 2;
+        }
+        CHECK(nc > 2 && !has_eos);
+        lares_free(c);
+        char buf[8];
+        CHECK(text_token_piece(x.v, 2, false, buf, sizeof buf) == 0);
         CHECK(text_token_is_eog(x.v, 32000)); /* eos <|endoftext|> */
         lares_free(a);
         lares_free(b);
@@ -587,14 +685,14 @@ static void test_parse_special(void) {
 
 typedef struct kv_spec {
     const char *model;
-    int n_tokens;      /* tokens "t0", "t1", ... */
-    int n_scores;      /* -1: none */
-    int n_types;       /* -1: none */
-    int bad_type;      /* written into types[1] when >= 0 */
-    int64_t bos;       /* -2: none */
-    bool dup;          /* token 2 repeats token 1 */
-    bool tokens_u32;   /* tokens stored as numbers */
-    const char *pre;   /* NULL: none */
+    int n_tokens;    /* tokens "t0", "t1", ... */
+    int n_scores;    /* -1: none */
+    int n_types;     /* -1: none */
+    int bad_type;    /* written into types[1] when >= 0 */
+    int64_t bos;     /* -2: none */
+    bool dup;        /* token 2 repeats token 1 */
+    bool tokens_u32; /* tokens stored as numbers */
+    const char *pre; /* NULL: none */
 } kv_spec;
 
 static lares_status load_spec(const kv_spec *k, lares_error *err) {
@@ -632,8 +730,8 @@ static lares_status load_spec(const kv_spec *k, lares_error *err) {
         gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", strs, (uint64_t)k->n_tokens, &e2);
     }
     if (k->n_scores >= 0) {
-        gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_F32, scores,
-                            (uint64_t)k->n_scores, &e2);
+        gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_VT_F32, scores, (uint64_t)k->n_scores,
+                            &e2);
     }
     if (k->n_types >= 0) {
         gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_I32, types,
@@ -754,8 +852,11 @@ static void test_alloc_failures(void) {
 
 int main(void) {
     test_spm_vectors();
+    test_bpe_vectors();
+    test_wpm_vectors();
     test_models();
     test_expected_json();
+    test_spm_word_shortcut();
     test_pieces();
     test_stream();
     test_parse_special();

@@ -41,6 +41,18 @@ struct lares_session {
     int32_t n_past;    /* tokens in the cache */
     atomic_bool cancel; /* set by lares_session_cancel from any thread */
     double create_ms;
+    uint64_t mem_budget_bytes; /* the memory budget in force; UINT64_MAX: none known */
+    struct api_ring *ring; /* owned: the head's side of a ring (api/ring.h); NULL on one device */
 };
+
+/* budget.c: the executor's options from the session's memory budget (after
+ * the KV cache and buffers exist); LARES_ERANGE when the budget cannot work. */
+lares_status api_exec_opts(const lares_session *s, exec_opts *out, uint64_t *budget_out,
+                           lares_error *err);
+/* Re-plans the weights for a KV cache holding `positions` positions (a
+ * generate call's reach): fewer positions leave more of the budget to pin. */
+lares_status api_plan_positions(lares_session *s, int32_t positions, lares_error *err);
+/* True when the weights stream even with an empty KV cache. */
+bool api_streams_surely(const lares_session *s);
 
 #endif /* LARES_API_H */

@@ -4,6 +4,7 @@
  * in lares_stats is measured here around the real work.
  */
 #include "api/api.h"
+#include "api/ring.h"
 #include "mem/mem.h"
 
 #include <math.h>
@@ -40,9 +41,13 @@ static lares_status evaluate(lares_session *s, const int32_t *tokens, size_t n, 
         for (int32_t i = 0; i < nb; i++) {
             s->pos[i] = s->n_past + i;
         }
+        const bool output_after = want_logits && done + (size_t)nb == n;
+        exec_local_begin_pass(s->exec, output_after);
         lares_status st = model_embed(m, tokens + done, nb, s->x, err);
         if (st == LARES_OK) {
-            st = exec_local_forward(s->exec, 0, m->hp.n_layer, s->pos, nb, s->x, err);
+            st = s->ring != NULL ? api_ring_forward(s, nb, err)
+                                 : exec_local_forward(s->exec, 0, m->hp.n_layer, s->pos, nb, s->x,
+                                                      err);
         }
         if (st != LARES_OK) {
             return st;
@@ -52,13 +57,33 @@ static lares_status evaluate(lares_session *s, const int32_t *tokens, size_t n, 
         done += (size_t)nb;
         if (done == n && want_logits) {
             float *last = s->x + (size_t)(nb - 1) * (size_t)m->hp.n_embd;
-            model_output(m, s->cx, last, 1, s->logits);
+            exec_local_output(s->exec, last, 1, s->logits);
         }
     }
     return LARES_OK;
 }
 
+/* The residency figures of lares_stats: the executor's plan, and its
+ * counters over the prompt and over generation after the first token. */
+static void fill_residency(lares_session *s, lares_stats *fig, const exec_counters *c_start,
+                           const exec_counters *c_prompt, const exec_counters *c_first,
+                           const exec_counters *c_end) {
+    exec_plan_info plan;
+    exec_local_plan(s->exec, &plan);
+    fig->mem_budget_bytes = s->mem_budget_bytes;
+    fig->streaming = plan.streaming;
+    fig->stream_bytes = plan.stream_bytes;
+    fig->pinned_bytes = plan.pinned_bytes;
+    fig->window_bytes = plan.window_bytes;
+    fig->locked_bytes = plan.locked_bytes;
+    fig->prefetch_bytes = c_end->prefetch_bytes - c_start->prefetch_bytes;
+    fig->prompt_wait_ms = lares_ns_to_ms(c_prompt->wait_ns - c_start->wait_ns);
+    fig->gen_wait_ms = c_first ? lares_ns_to_ms(c_end->wait_ns - c_first->wait_ns) : 0;
+}
+
 #define MAX_LOGPROBS 20
+/* the longest token piece streamed (real vocabularies stay far below) */
+#define PIECE_MAX 2048
 
 typedef struct token_probs {
     float logprob;
@@ -105,7 +130,7 @@ static void compute_logprobs(const float *logits, int32_t n_vocab, int32_t chose
 /* Delivers a piece through the UTF-8 assembler; false when the caller stops. */
 static bool deliver(const lares_generate_opts *o, text_stream *ts, int32_t tok, const char *piece,
                     size_t n, const token_probs *tp) {
-    char buf[2048 + 16];
+    char buf[TEXT_STREAM_OUT_MAX(PIECE_MAX)];
     size_t len = text_stream_push(ts, piece, n, buf, sizeof buf);
     if (o->on_token == NULL) {
         return true;
@@ -153,14 +178,22 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
                               "vocabulary of %d", prompt[i], i, m->hp.n_vocab);
         }
     }
+    /* the KV cache this call can fill: the rest of the budget holds weights */
+    const int64_t reach = o.n_predict >= 0 ? need : n_ctx;
+    lares_status rc = api_plan_positions(s, (int32_t)LARES_MIN(reach, (int64_t)n_ctx), err);
+    if (rc != LARES_OK) {
+        return rc;
+    }
     text_sampler *smp = NULL;
-    lares_status rc = text_sampler_create(&o.sampler, m->hp.n_vocab, &smp, err);
+    rc = text_sampler_create(&o.sampler, m->hp.n_vocab, &smp, err);
     if (rc != LARES_OK) {
         return rc;
     }
 
     mem_sample before, after;
     mem_sample_now(&before);
+    exec_counters c_start, c_prompt, c_first = {0}, c_end;
+    exec_local_counters(s->exec, &c_start);
     mem_pressure pressure;
     mem_pressure_begin(&pressure);
     const uint64_t t_start = lares_now_ns();
@@ -168,6 +201,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
 
     rc = evaluate(s, prompt, n_prompt, true, err);
     const uint64_t t_prompt = lares_now_ns();
+    exec_local_counters(s->exec, &c_prompt);
     if (rc == LARES_ECANCELED) {
         rc = LARES_OK;
         fig->stop = LARES_STOP_CANCELED;
@@ -181,7 +215,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     text_stream_init(&ts);
     uint64_t t_first = 0;
     size_t n_gen = 0;
-    char piece[2048];
+    char piece[PIECE_MAX];
     token_probs tp;
     /* logprobs need the logits before the sampler edits them */
     float *raw = NULL;
@@ -211,6 +245,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         }
         if (n_gen == 0) {
             t_first = lares_now_ns();
+            exec_local_counters(s->exec, &c_first);
         }
         if (out != NULL && n_gen < out_cap) {
             out[n_gen] = tok;
@@ -222,7 +257,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         }
         int32_t plen = text_token_piece(s->lm->vocab, tok, false, piece, sizeof piece);
         if (plen < 0 || (size_t)plen > sizeof piece) {
-            plen = 0; /* a piece longer than 2 KiB is not text anyone streams */
+            plen = 0; /* a piece longer than PIECE_MAX is not text anyone streams */
         }
         if (!deliver(&o, &ts, tok, piece, (size_t)plen, raw ? &tp : NULL)) {
             fig->stop = LARES_STOP_CALLER;
@@ -243,7 +278,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         }
     }
     /* bytes of a character that never completed */
-    char tail[16];
+    char tail[TEXT_STREAM_OUT_MAX(4)];
     size_t tl = text_stream_flush(&ts, tail, sizeof tail);
     if (tl > 0 && o.on_token != NULL) {
         lares_token_info info = {.token = -1, .piece = tail, .piece_len = tl};
@@ -251,6 +286,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     }
     lares_free(raw);
     const uint64_t t_end = lares_now_ns();
+    exec_local_counters(s->exec, &c_end);
     mem_pressure_update(&pressure);
     mem_sample_now(&after);
     text_sampler_free(smp);
@@ -268,6 +304,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
                                ? (uint64_t)(after.read_bytes - before.read_bytes)
                                : UINT64_MAX;
     fig->mem_pressure = mem_pressure_value(&pressure);
+    fill_residency(s, fig, &c_start, &c_prompt, t_first ? &c_first : NULL, &c_end);
     if (n_out != NULL) {
         *n_out = n_gen < out_cap ? n_gen : out_cap;
     }

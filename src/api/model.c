@@ -99,13 +99,14 @@ lares_status lares_force_isa(const char *name, lares_error *err) {
     } isas[] = {{"auto", QUANT_ISA_AUTO},
                 {"scalar", QUANT_ISA_SCALAR},
                 {"avx2", QUANT_ISA_AVX2},
-                {"neon", QUANT_ISA_NEON}};
+                {"neon", QUANT_ISA_NEON},
+                {"neon-nodot", QUANT_ISA_NEON_NODOT}};
     for (size_t i = 0; i < LARES_ARRAY_LEN(isas); i++) {
         if (strcmp(name, isas[i].name) == 0) {
             return quant_force_isa(isas[i].isa, err);
         }
     }
-    return lares_fail(err, LARES_EINVAL, "unknown instruction set '%s' (auto, scalar, avx2, neon)",
+    return lares_fail(err, LARES_EINVAL, "unknown instruction set '%s' (auto, scalar, avx2, neon, neon-nodot)",
                       name);
 }
 

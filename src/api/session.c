@@ -1,5 +1,6 @@
 /* Sessions: everything one conversation needs, sized once at creation. */
 #include "api/api.h"
+#include "api/ring.h"
 
 lares_session_opts lares_session_opts_default(void) {
     lares_session_opts o = {.n_ctx = 0, .n_threads = 0, .n_batch = 0, .kv_type = LARES_KV_AUTO};
@@ -10,6 +11,7 @@ void lares_session_free(lares_session *s) {
     if (s == NULL) {
         return;
     }
+    api_ring_free(s->ring);
     exec_local_free(s->exec);
     model_ctx_free(s->cx);
     model_kv_free(s->kv);
@@ -52,6 +54,9 @@ lares_status lares_session_create(lares_model *lm, const lares_session_opts *opt
         const double f32_bytes = 8.0 * hp->n_layer * (double)hp->n_head_kv * hp->head_dim * o.n_ctx;
         o.kv_type = f32_bytes <= KV_AUTO_F32_BYTES ? LARES_KV_F32 : LARES_KV_F16;
     }
+    if (o.mem_window < 0) {
+        return lares_fail(err, LARES_EINVAL, "memory window of %d layers", o.mem_window);
+    }
     if (o.kv_type != LARES_KV_F16 && o.kv_type != LARES_KV_F32) {
         return lares_fail(err, LARES_EINVAL, "unknown KV cache type %d", (int)o.kv_type);
     }
@@ -73,15 +78,36 @@ lares_status lares_session_create(lares_model *lm, const lares_session_opts *opt
         st = model_ctx_create(lm->m, s->pool, o.n_batch, o.n_ctx, &s->cx, err);
     }
     if (st == LARES_OK) {
-        st = exec_local_create(lm->m, s->kv, s->cx, NULL, &s->exec, err);
-    }
-    if (st == LARES_OK) {
         s->x = lares_alloc_array((size_t)o.n_batch * (size_t)hp->n_embd, sizeof *s->x);
         s->logits = lares_alloc_array((size_t)hp->n_vocab, sizeof *s->logits);
         s->history = lares_alloc_array((size_t)o.n_ctx, sizeof *s->history);
         s->pos = lares_alloc_array((size_t)o.n_batch, sizeof *s->pos);
         if (s->x == NULL || s->logits == NULL || s->history == NULL || s->pos == NULL) {
             st = lares_fail(err, LARES_ENOMEM, "out of memory for the session buffers");
+        }
+    }
+    /* the executor last: its weight budget is what the buffers above leave */
+    exec_opts eo;
+    if (st == LARES_OK) {
+        st = api_exec_opts(s, &eo, &s->mem_budget_bytes, err);
+    }
+    if (st == LARES_OK && o.ring != NULL) {
+        st = api_ring_open(s, &eo, err); /* the workers, and the head's own windows in eo */
+    }
+    if (st == LARES_OK) {
+        st = exec_local_create(lm->m, s->kv, s->cx, &eo, &s->exec, err);
+    }
+    /* weights that stream keep a prefetch thread busy in the kernel: when the
+     * thread count is ours to choose, leave it a core (measured in
+     * docs/memory.md: 6-8 % faster on 2 cores than sharing them) */
+    const bool auto_threads = opts == NULL || opts->n_threads == 0;
+    if (st == LARES_OK && auto_threads && o.n_threads > 1 && api_streams_surely(s)) {
+        ops_pool *fewer = NULL;
+        if (ops_pool_create(o.n_threads - 1, &fewer, NULL) == LARES_OK) {
+            ops_pool_free(s->pool);
+            s->pool = fewer;
+            s->cx->pool = fewer;
+            s->o.n_threads = o.n_threads - 1;
         }
     }
     if (st != LARES_OK) {

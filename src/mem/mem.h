@@ -1,18 +1,35 @@
 /*
  * mem: the residency of weights and the memory figures users see.
  *
- * Owns (so far): process-level counters read from the OS: peak resident set,
- * major page faults, bytes read from storage, and the machine's MemTotal /
- * MemAvailable (memory pressure = the drop of MemAvailable during a run,
- * relative to MemTotal). Prefetch, release and budgets come with the
- * memory-budget work.
+ * Owns:
+ *   - process-level counters read from the OS: peak resident set, major page
+ *     faults, bytes read from storage, and the machine's MemTotal /
+ *     MemAvailable (memory pressure = the drop of MemAvailable during a run,
+ *     relative to MemTotal);
+ *   - spans: which byte ranges of a GGUF file a layer (tensors "blk.N.*"), a
+ *     tensor or one expert's slice of a stacked expert tensor occupies;
+ *   - advice on a mapped file: prefetch (large sequential reads that leave the
+ *     pages mapped), release (unmap and drop from the page cache), residency
+ *     (mincore) and locking (mlock);
+ *   - the memory limit the process lives under: cgroup v1/v2 limits and a
+ *     share of MemAvailable.
  *
- * Knows nothing about what a layer computes.
+ * Knows nothing about what a layer computes, nor about windows or threads:
+ * the executor (exec/) decides what to prefetch and when.
+ *
+ * Lifetimes: a mem_file borrows the mapping of a gguf_file (mem never maps or
+ * unmaps). A mem_span owns its range array.
+ *
+ * Threads: every function here may be called from any thread; a mem_span is
+ * not shared while it is being built.
  */
 #ifndef LARES_MEM_H
 #define LARES_MEM_H
 
 #include "core/core.h"
+#include "gguf/gguf.h"
+
+/* ---- process and machine figures (stats.c) ---- */
 
 typedef struct mem_sample {
     uint64_t peak_rss_bytes;  /* high-water mark of the resident set */
@@ -37,5 +54,137 @@ void mem_pressure_begin(mem_pressure *p);
 void mem_pressure_update(mem_pressure *p);
 /* (start - min) / total, 0 when unknown or when MemAvailable only rose */
 double mem_pressure_value(const mem_pressure *p);
+
+/* ---- spans: byte ranges of the file (span.c) ---- */
+
+/* [lo, hi) in file offsets (not offsets into the data section). */
+typedef struct mem_range {
+    uint64_t lo, hi;
+} mem_range;
+
+/* A set of file ranges, kept sorted and merged by mem_span_add. */
+typedef struct mem_span {
+    mem_range *r; /* owned */
+    size_t n, cap;
+    uint64_t bytes; /* sum of hi - lo */
+} mem_span;
+
+/* Adds [lo, hi), merging it with ranges it touches or overlaps. An empty range
+ * is ignored. LARES_EINVAL for lo > hi, LARES_ENOMEM when the array cannot
+ * grow (the span is unchanged then). */
+lares_status mem_span_add(mem_span *s, uint64_t lo, uint64_t hi, lares_error *err);
+/* Adds every range of `from`. */
+lares_status mem_span_add_span(mem_span *s, const mem_span *from, lares_error *err);
+void mem_span_clear(mem_span *s);   /* keeps the array */
+void mem_span_free(mem_span *s);    /* releases the array; the span is empty after */
+bool mem_span_overlaps(const mem_span *a, const mem_span *b);
+
+/* The file range of a tensor's data. */
+mem_range mem_tensor_range(const gguf_file *f, const gguf_tensor *t);
+/* Adds the ranges of every tensor whose name starts with "blk.<layer>." except
+ * those whose name contains `skip` (NULL: none), e.g. "_exps." to leave an MoE
+ * layer's experts to mem_expert_range. LARES_ENOTFOUND when no tensor matched. */
+lares_status mem_span_of_layer(const gguf_file *f, int32_t layer, const char *skip, mem_span *s,
+                               lares_error *err);
+/* The slice of expert e in a stacked expert tensor (ne[2] experts of ne[0] x
+ * ne[1] each, GGUF order: the expert index varies slowest, so each expert's
+ * weights are one contiguous range). LARES_EINVAL for a tensor that is not 3-D
+ * or an expert out of range; LARES_EFORMAT when the bytes do not split evenly. */
+lares_status mem_expert_range(const gguf_file *f, const gguf_tensor *t, int64_t e, mem_range *out,
+                              lares_error *err);
+
+/* ---- advice on the mapped file (advise.c) ---- */
+
+/* How a prefetch brings pages in. The default is what bench/mem_read measured
+ * fastest here (see docs/memory.md): the fault path's own read-ahead, which
+ * reads in large folios, about 4x the throughput of WILLNEED (small folios)
+ * on this machine. WILLNEED reads exactly the range asked, so it serves
+ * small scattered ranges (expert slices), where read-ahead would over-read. */
+typedef enum mem_read_method {
+    MEM_READ_DEFAULT = 0,      /* MEM_READ_POPULATE */
+    MEM_READ_FADVISE_POPULATE, /* posix_fadvise(WILLNEED) in read-ahead sized chunks, then
+                                  MADV_POPULATE_READ (touching pages where it is missing) */
+    MEM_READ_MADVISE_TOUCH,    /* one madvise(WILLNEED) over the range, then touch each page */
+    MEM_READ_PREAD,            /* pread into a scratch buffer in 4 MiB blocks, then map */
+    MEM_READ_FAULT,            /* just touch each page: what a plain mmap reader does */
+    MEM_READ_POPULATE,         /* MADV_POPULATE_READ alone: the fault path's read-ahead */
+    MEM_READ_SEQ_POPULATE,     /* MADV_SEQUENTIAL on the range, then MADV_POPULATE_READ */
+    MEM_READ_COUNT
+} mem_read_method;
+
+const char *mem_read_method_name(mem_read_method m);
+
+/* A borrowed view of a mapped file plus the OS facts advice needs. */
+typedef struct mem_file {
+    const uint8_t *base; /* borrowed: file offset 0 of the mapping */
+    uint64_t bytes;      /* mapped length */
+    int fd;              /* borrowed; -1 for a buffer that is not a file */
+    const char *path;    /* borrowed, for messages */
+    size_t page;         /* page size */
+    size_t ra_chunk;     /* the most one WILLNEED call reads (the device's read-ahead limit) */
+} mem_file;
+
+/* Describes the mapping of an opened GGUF file. */
+void mem_file_of(const gguf_file *f, mem_file *out);
+/* The same for any mapping (tests, benchmarks): base maps fd from offset 0. */
+void mem_file_init(mem_file *mf, const void *base, uint64_t bytes, int fd, const char *path);
+
+/* What one prefetch did. */
+typedef struct mem_io {
+    uint64_t bytes;   /* bytes asked for (page-rounded) */
+    uint64_t ns;      /* wall time of the call */
+} mem_io;
+
+/* Brings every page of the span into memory and maps it, rounding each range
+ * out to whole pages; returns when the pages are resident (synchronous: call
+ * it from a prefetch thread). `scratch` (scratch_bytes, may be NULL) serves
+ * MEM_READ_PREAD. Fails only on a range outside the file. */
+lares_status mem_prefetch(const mem_file *mf, const mem_span *s, mem_read_method how,
+                          void *scratch, size_t scratch_bytes, mem_io *io, lares_error *err);
+/* Only starts the reads (WILLNEED), returns at once. */
+void mem_prefetch_async(const mem_file *mf, const mem_span *s);
+/* Unmaps the span's pages from this process and drops them from the page
+ * cache, rounding each range in to whole pages (a page shared with a
+ * neighbouring range stays). Returns the bytes released. */
+uint64_t mem_release(const mem_file *mf, const mem_span *s);
+/* Pages of the span (rounded out) in memory now, in bytes (mincore); 0 when
+ * the OS cannot tell. */
+uint64_t mem_resident_bytes(const mem_file *mf, const mem_span *s);
+/* Tells the OS that the span is read front to back: a fault reads ahead
+ * from the faulting page on (in large folios), never behind it. */
+void mem_advise_sequential(const mem_file *mf, const mem_span *s);
+/* Tells the OS that faults in the span are random (no read-around): for the
+ * embedding, whose rows are touched one per token. */
+void mem_advise_random(const mem_file *mf, const mem_span *s);
+/* Locks the span's pages in memory. LARES_ENOMEM with a message naming the
+ * file, the bytes and RLIMIT_MEMLOCK when the OS refuses; nothing stays locked
+ * then. */
+lares_status mem_lock(const mem_file *mf, const mem_span *s, lares_error *err);
+void mem_unlock(const mem_file *mf, const mem_span *s);
+
+/* ---- the memory limit (limit.c) ---- */
+
+/* Where the limit comes from; tests point these at a fake tree. */
+typedef struct mem_limit_src {
+    const char *proc_cgroup;    /* "/proc/self/cgroup" */
+    const char *proc_mountinfo; /* "/proc/self/mountinfo" */
+    const char *proc_meminfo;   /* "/proc/meminfo" */
+    const char *root;           /* prepended to mount points; "" */
+} mem_limit_src;
+
+typedef struct mem_limit {
+    uint64_t cgroup_bytes;    /* the tightest cgroup limit above us; UINT64_MAX when none */
+    int cgroup_version;       /* 1, 2, or 0 when no limit was found */
+    uint64_t available_bytes; /* MemAvailable; UINT64_MAX when unknown */
+    uint64_t total_bytes;     /* MemTotal; UINT64_MAX when unknown */
+    uint64_t auto_bytes;      /* min(cgroup, share x MemAvailable): what a process may use */
+} mem_limit;
+
+/* The share of MemAvailable a run may fill by itself. */
+#define MEM_AVAILABLE_SHARE 0.8
+
+/* Reads the limits (src NULL: this process's). Never fails: what cannot be
+ * read is reported as "no limit". */
+void mem_limit_read(const mem_limit_src *src, mem_limit *out);
 
 #endif /* LARES_MEM_H */

@@ -76,6 +76,11 @@ ops_kv_view model_kv_view(const model_kv *kv, int32_t layer) {
 
 /* ---- working memory ---- */
 
+/* floats of attention scratch per thread: scores over the context, then one V row */
+static size_t attn_stride(const model_hparams *hp, int32_t n_ctx) {
+    return (size_t)n_ctx + (size_t)hp->head_dim;
+}
+
 /* The activation formats any matrix of the model asks for, largest row wins. */
 static size_t act_bytes_for(const model *m, int32_t n_batch) {
     const model_hparams *hp = &m->hp;
@@ -128,7 +133,7 @@ lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, i
     enum { N_BUF = 22 };
     const size_t counts[N_BUF] = {
         nb * (size_t)hp->n_embd, nb * qd, nb * kvd, nb * kvd, nb * qd, nb * (size_t)hp->n_embd,
-        nb * ffw, nb * ffw, nb * (size_t)hp->n_rot, (size_t)nth * (size_t)n_ctx,
+        nb * ffw, nb * ffw, nb * (size_t)hp->n_rot, (size_t)nth * attn_stride(hp, n_ctx),
         /* MoE */
         nb * (size_t)hp->n_expert, nb * ku, nb * ku, nb * ku, nb * ku * (size_t)hp->n_embd,
         nb * ku * fe, nb * ku * fe, nb * ku * (size_t)hp->n_embd,
@@ -238,11 +243,8 @@ static void norm_rows(void *vctx, int ith, int nth) {
 static void norm_all(ops_pool *pool, const float *x, const float *w, int64_t n, float eps,
                      int64_t rows, float *out) {
     norm_task t = {.x = x, .w = w, .out = out, .n = n, .eps = eps, .rows = rows};
-    if (pool != NULL && rows > 1) {
-        ops_pool_run(pool, norm_rows, &t);
-    } else {
-        norm_rows(&t, 0, 1);
-    }
+    ops_pool_run_n(pool, norm_rows, &t,
+                   ops_pool_threads_for(pool, (double)rows * (double)n, 32.0 * 1024));
 }
 
 void model_output(const model *m, model_ctx *cx, float *x, int32_t n_rows, float *logits) {
@@ -321,12 +323,9 @@ static void swiglu_rows(void *vctx, int ith, int nth) {
     ops_swiglu(t->gate + lo, t->up + lo, hi - lo);
 }
 
+/* an element-wise task over `work` values, on as many threads as it deserves */
 static void run_rows(ops_pool *pool, ops_task_fn fn, void *ctx, int64_t work) {
-    if (pool != NULL && work > 1) {
-        ops_pool_run(pool, fn, ctx);
-    } else {
-        fn(ctx, 0, 1);
-    }
+    ops_pool_run_n(pool, fn, ctx, ops_pool_threads_for(pool, (double)work, 16.0 * 1024));
 }
 
 /* y_i = W_i . act(x) for matrices that share one input; activations are
@@ -555,7 +554,7 @@ static void moe_ffn(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     float *const d_out[2] = {cx->og, NULL};
     experts_matmul(cx, 1, d_sets, d_acts, d_out, e, used, start, n_used, rows);
     scatter_task st = {.hp = hp, .cx = cx, .row_of = row_of, .n_tok = n_tok};
-    run_rows(cx->pool, scatter_rows, &st, n_tok);
+    run_rows(cx->pool, scatter_rows, &st, (int64_t)n_tok * k * e);
     shared_expert(m, cx, il, n_tok);
 }
 
@@ -574,7 +573,7 @@ static void layer_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t i
 
     attn_prep ap = {.m = m, .l = l, .cx = cx, .kv = model_kv_view(kv, il), .pos = pos,
                     .n_tok = n_tok};
-    run_rows(pool, prep_rows, &ap, n_tok);
+    run_rows(pool, prep_rows, &ap, (int64_t)n_tok * (hp->n_head + hp->n_head_kv) * hp->head_dim);
 
     ops_attn_args aa = {.q = cx->q,
                         .out = cx->att,
@@ -586,7 +585,7 @@ static void layer_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t i
                         .scale = 1.0f / sqrtf((float)hp->head_dim),
                         .kv = ap.kv,
                         .scratch = cx->attn_scratch,
-                        .scratch_stride = (size_t)cx->n_ctx};
+                        .scratch_stride = attn_stride(hp, cx->n_ctx)};
     ops_attention(pool, &aa);
 
     const ops_matrix *wo[] = {&l->wo};

@@ -6,7 +6,7 @@
  * files follow GGUF naming and metadata conventions so other engines load them.
  *
  * Each row's values come from a generator seeded by (seed, tensor, row), so
- * the file is the same whatever the thread count. Values are uniform with
+ * the file is the same whatever the thread count. Values are bell-shaped with
  * standard deviation 0.02 (the usual initialisation scale), norms are 1.
  */
 #include "gguf/gguf.h"
@@ -65,11 +65,18 @@ static uint64_t name_hash(const char *s) {
     return h;
 }
 
-/* n uniform values in [-a, a] from a counter-based generator */
-static void fill_row(float *dst, int64_t n, uint64_t key, float amp) {
+/* n values with standard deviation `std`, close to a normal distribution
+ * (the sum of four uniforms, Irwin-Hall), from a counter-based generator.
+ * Trained weights are bell-shaped, and non-linear formats (IQ4) are built for
+ * that: uniform weights would misjudge them. */
+static void fill_row(float *dst, int64_t n, uint64_t key, float std) {
+    /* four 16-bit uniforms centred on 0 have standard deviation 65536 / sqrt(3) */
+    const float scale = std / 37837.2272f;
     for (int64_t i = 0; i < n; i++) {
         const uint64_t r = mix64(key + (uint64_t)i * 0x9e3779b97f4a7c15u);
-        dst[i] = amp * ((float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f);
+        const int32_t s4 = (int32_t)(r & 0xffff) + (int32_t)((r >> 16) & 0xffff) +
+                           (int32_t)((r >> 32) & 0xffff) + (int32_t)(r >> 48) - 2 * 65536;
+        dst[i] = (float)s4 * scale;
     }
 }
 
@@ -103,8 +110,7 @@ static void fill_rows(void *vctx, int ith, int nth) {
                 row[i] = 1.0f;
             }
         } else {
-            /* uniform on [-a, a] has standard deviation a / sqrt(3) */
-            fill_row(row, n, mix64(f->key + (uint64_t)r), 0.02f * sqrtf(3.0f));
+            fill_row(row, n, mix64(f->key + (uint64_t)r), 0.02f);
         }
         f->qt->from_float_ref(row, f->out + (size_t)r * f->row_bytes, n);
     }

@@ -12,20 +12,20 @@
 
 typedef struct attn_task {
     const ops_attn_args *a;
-    const quant_traits *kt; /* dot of a K row (F16/F32) with an F32 query */
+    const quant_traits *kt; /* dot of a K row (F16/F32) with an F32 query; V rows to F32 */
 } attn_task;
 
-static void accumulate_row(float *out, const void *vrow, uint32_t type, float p, int64_t n) {
-    if (type == GGUF_TYPE_F32) {
-        const float *v = vrow;
-        for (int64_t d = 0; d < n; d++) {
-            out[d] += p * v[d];
-        }
-    } else {
-        const lares_f16 *v = vrow;
-        for (int64_t d = 0; d < n; d++) {
-            out[d] += p * f16_to_f32(v[d]);
-        }
+/* out += p * v over n values; F16 rows go through the type's (vectorised)
+ * conversion into tmp first */
+static void accumulate_row(float *restrict out, const void *vrow, const quant_traits *vt, float p,
+                           int64_t n, float *restrict tmp) {
+    const float *v = vrow;
+    if (vt->type != GGUF_TYPE_F32) {
+        vt->to_float(vrow, tmp, n);
+        v = tmp;
+    }
+    for (int64_t d = 0; d < n; d++) {
+        out[d] += p * v[d];
     }
 }
 
@@ -37,6 +37,7 @@ static void attn_worker(void *vctx, int ith, int nth) {
     const size_t esz = a->kv.type == GGUF_TYPE_F32 ? 4 : 2;
     const size_t row_bytes = a->kv.row_elems * esz;
     float *scores = a->scratch + (size_t)ith * a->scratch_stride;
+    float *vtmp = scores + a->scratch_stride - (size_t)hd; /* the row's last head_dim floats */
     int64_t lo, hi;
     ops_split(a->n_tok * a->n_head, ith, nth, &lo, &hi);
     for (int64_t w = lo; w < hi; w++) {
@@ -54,16 +55,23 @@ static void attn_worker(void *vctx, int ith, int nth) {
         memset(out, 0, (size_t)hd * sizeof *out);
         const uint8_t *vbase = (const uint8_t *)a->kv.v + (size_t)(g * hd) * esz;
         for (int64_t j = 0; j < n_kv; j++) {
-            accumulate_row(out, vbase + (size_t)j * row_bytes, a->kv.type, scores[j], hd);
+            accumulate_row(out, vbase + (size_t)j * row_bytes, t->kt, scores[j], hd, vtmp);
         }
     }
 }
 
 void ops_attention(ops_pool *pool, const ops_attn_args *a) {
     attn_task t = {.a = a, .kt = quant_traits_of(a->kv.type)};
-    if (pool == NULL) {
+    /* work: query-key products; a few thousand are not worth a second thread */
+    double work = 0;
+    for (int64_t i = 0; i < a->n_tok; i++) {
+        work += (double)(a->pos[i] + 1);
+    }
+    work *= (double)a->n_head * (double)a->head_dim;
+    const int nth = ops_pool_threads_for(pool, work, 32.0 * 1024);
+    if (nth <= 1) {
         attn_worker(&t, 0, 1);
     } else {
-        ops_pool_run(pool, attn_worker, &t);
+        ops_pool_run_n(pool, attn_worker, &t, nth);
     }
 }

@@ -17,6 +17,13 @@
 /* weight rows per work chunk: 16 rows of a 4096-wide Q4_0 matrix are 36 KiB,
  * which stays in L2 while all activation rows stream past it */
 #define CHUNK_ROWS 16
+/* the least work worth another thread: a fork/join costs a few microseconds,
+ * so about 64 KiB of weights (3 us of memory bandwidth) or 16k activations */
+#define MIN_BYTES_PER_THREAD (64.0 * 1024)
+#define MIN_ELEMS_PER_THREAD (16.0 * 1024)
+/* activation rows walked against each group of weight rows: about half of a
+ * 512 KiB L2 */
+#define ACT_BLOCK_BYTES (256 * 1024)
 
 lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int64_t n_in,
                              int64_t n_out, const char *what, lares_error *err) {
@@ -74,7 +81,8 @@ void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_i
     act_task t = {.x = x, .n_rows = n_rows, .n_in = n_in, .qt = quant_traits_of(type), .buf = buf,
                   .row_bytes = out->row_bytes};
     if (pool != NULL && n_rows > 1) {
-        ops_pool_run(pool, act_rows, &t);
+        ops_pool_run_n(pool, act_rows, &t,
+                       ops_pool_threads_for(pool, (double)n_rows * n_in, MIN_ELEMS_PER_THREAD));
     } else {
         act_rows(&t, 0, 1);
     }
@@ -102,22 +110,30 @@ static void mm_rows(const ops_matrix *w, const ops_act *a, float *y, int64_t r0,
         }
         return;
     }
-    for (int64_t c = 0; c < a->n_rows; c += QUANT_TILE_MAX) {
-        int nc = (int)LARES_MIN((int64_t)QUANT_TILE_MAX, a->n_rows - c);
+    /* blocks of activation rows small enough to stay in L2 while four weight
+     * rows at a time (in L1) meet every one of them */
+    const int64_t tb = LARES_MAX((int64_t)QUANT_TILE_MAX,
+                                 (int64_t)(ACT_BLOCK_BYTES / (a->row_bytes ? a->row_bytes : 1)) &
+                                     ~(int64_t)(QUANT_TILE_MAX - 1));
+    for (int64_t c0 = 0; c0 < a->n_rows; c0 += tb) {
+        const int64_t c1 = LARES_MIN(c0 + tb, a->n_rows);
         for (int64_t r = r0; r < r1; r += QUANT_TILE_MAX) {
-            int nr = (int)LARES_MIN((int64_t)QUANT_TILE_MAX, r1 - r);
-            float *s = y + c * n_out + r;
+            const int nr = (int)LARES_MIN((int64_t)QUANT_TILE_MAX, r1 - r);
             const uint8_t *x = wd + (size_t)r * w->row_bytes;
-            const uint8_t *yy = ad + (size_t)c * a->row_bytes;
-            if (qt->vec_dot_tile != NULL) {
-                qt->vec_dot_tile(w->n_in, s, (size_t)n_out, x, w->row_bytes, yy, a->row_bytes, nr,
-                                 nc);
-                continue;
-            }
-            for (int j = 0; j < nc; j++) {
-                for (int i = 0; i < nr; i++) {
-                    qt->vec_dot(w->n_in, s + (size_t)j * n_out + i, x + (size_t)i * w->row_bytes,
-                                yy + (size_t)j * a->row_bytes);
+            for (int64_t c = c0; c < c1; c += QUANT_TILE_MAX) {
+                const int nc = (int)LARES_MIN((int64_t)QUANT_TILE_MAX, c1 - c);
+                float *s = y + c * n_out + r;
+                const uint8_t *yy = ad + (size_t)c * a->row_bytes;
+                if (qt->vec_dot_tile != NULL) {
+                    qt->vec_dot_tile(w->n_in, s, (size_t)n_out, x, w->row_bytes, yy, a->row_bytes,
+                                     nr, nc);
+                    continue;
+                }
+                for (int j = 0; j < nc; j++) {
+                    for (int i = 0; i < nr; i++) {
+                        qt->vec_dot(w->n_in, s + (size_t)j * n_out + i,
+                                    x + (size_t)i * w->row_bytes, yy + (size_t)j * a->row_bytes);
+                    }
                 }
             }
         }
@@ -155,9 +171,17 @@ void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_ac
         t.chunk_end[i] = acc;
     }
     atomic_init(&t.next, 0);
-    if (pool == NULL) {
+    /* work in weight bytes touched per activation row block */
+    double bytes = 0;
+    for (int i = 0; i < n; i++) {
+        bytes += (double)ws[i]->row_bytes * ws[i]->n_out *
+                 (double)LARES_MAX((int64_t)1, acts[i]->n_rows / QUANT_TILE_MAX);
+    }
+    const int nth = LARES_MIN(ops_pool_threads_for(pool, bytes, MIN_BYTES_PER_THREAD),
+                              (int)LARES_MIN(t.chunk_end[n - 1], (int64_t)1 << 20));
+    if (pool == NULL || nth <= 1) {
         mm_worker(&t, 0, 1);
     } else {
-        ops_pool_run(pool, mm_worker, &t);
+        ops_pool_run_n(pool, mm_worker, &t, nth);
     }
 }

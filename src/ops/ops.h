@@ -30,6 +30,13 @@ void ops_pool_free(ops_pool *p);
 int ops_pool_size(const ops_pool *p);
 /* Runs fn(ctx, ith, nth) on every thread of the pool, the caller as thread 0. */
 void ops_pool_run(ops_pool *p, ops_task_fn fn, void *ctx);
+/* The same on the first n threads only (n <= 1: inline on the caller, no
+ * synchronisation at all). Small tasks cost less on fewer threads: a fork/join
+ * costs microseconds, and a worker that is not running costs a time slice. */
+void ops_pool_run_n(ops_pool *p, ops_task_fn fn, void *ctx, int n);
+/* How many threads a task of `work` units deserves when each thread should
+ * get at least min_per_thread of them (1 .. pool size; 1 for a NULL pool). */
+int ops_pool_threads_for(const ops_pool *p, double work, double min_per_thread);
 
 /* [lo, hi) of n items for thread ith of nth: contiguous, sizes differ by at most one. */
 static inline void ops_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
@@ -122,7 +129,7 @@ typedef struct ops_attn_args {
     float scale;        /* usually 1/sqrt(head_dim) */
     ops_kv_view kv;
     float *scratch;     /* nth x scratch_stride floats */
-    size_t scratch_stride; /* >= n_ctx */
+    size_t scratch_stride; /* >= n_ctx + head_dim (scores, then a converted V row) */
 } ops_attn_args;
 
 /* Grouped-query attention (Ainslie et al. 2023) with a causal window. */

@@ -9,10 +9,13 @@
 #include "ops/ops.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
 /* spins before a worker sleeps: about a millisecond on current cores */
 #define SPIN_LIMIT 20000
+/* spins of the caller waiting for workers before it starts yielding its core */
+#define WAIT_SPINS 2000
 
 struct ops_pool {
     int n;
@@ -24,6 +27,7 @@ struct ops_pool {
     atomic_bool stop;
     ops_task_fn fn;     /* published by gen (release/acquire) */
     void *ctx;
+    int active;         /* threads taking part in the current task (published by gen) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
@@ -67,8 +71,10 @@ static void *worker_main(void *arg) {
             spins = 0;
         }
         seen = g;
-        p->fn(p->ctx, wa.ith, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        if (wa.ith < p->active) {
+            p->fn(p->ctx, wa.ith, p->active);
+            atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        }
     }
 }
 
@@ -138,21 +144,49 @@ int ops_pool_size(const ops_pool *p) {
 }
 
 void ops_pool_run(ops_pool *p, ops_task_fn fn, void *ctx) {
-    if (p->n == 1) {
+    ops_pool_run_n(p, fn, ctx, p->n);
+}
+
+int ops_pool_threads_for(const ops_pool *p, double work, double min_per_thread) {
+    if (p == NULL) {
+        return 1;
+    }
+    double n = work / min_per_thread;
+    return n >= p->n ? p->n : n < 1 ? 1 : (int)n;
+}
+
+void ops_pool_run_n(ops_pool *p, ops_task_fn fn, void *ctx, int n) {
+    if (p == NULL || n <= 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    if (n > p->n) {
+        n = p->n;
+    }
+    if (n <= 1) {
         fn(ctx, 0, 1);
         return;
     }
     p->fn = fn;
     p->ctx = ctx;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
+    p->active = n;
+    atomic_store_explicit(&p->pending, n - 1, memory_order_relaxed);
     atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes fn/ctx, orders the load below */
     if (atomic_load(&p->n_sleeping) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
-    fn(ctx, 0, p->n);
+    fn(ctx, 0, n);
+    /* a worker that is not running (the machine has more runnable threads
+     * than cores) would make a pure spin wait last a whole time slice: spin
+     * briefly, then give the core away until the workers are done */
+    int spins = 0;
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
-        cpu_relax();
+        if (++spins < WAIT_SPINS) {
+            cpu_relax();
+        } else {
+            sched_yield();
+        }
     }
 }

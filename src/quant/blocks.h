@@ -72,7 +72,25 @@ static_assert(sizeof(block_q8_1) == 36, "block_q8_1 size");
 
 /*
  * K-quants: 256-element super-blocks of 16 or 8 sub-blocks with quantized
- * sub-block scales (and mins). Layouts as GGML's ggml-common.h.
+ * sub-block scales (and mins). Layouts as GGML's ggml-common.h (sizes and
+ * element orders verified against derived/ggml-quant-test-vectors.gguf by
+ * tests/test_kquant.c). Element e (0..255) of a super-block:
+ *   Q2_K  bits 2 * ((e % 128) / 32) of qs[32 * (e / 128) + e % 32];
+ *         value = d * (scales[e / 16] & 15) * q - dmin * (scales[e / 16] >> 4)
+ *   Q3_K  low 2 bits as Q2_K, bit 2 is bit e / 32 of hmask[e % 32], the level is
+ *         q - 4 when that bit is clear, q otherwise; value = d * (s[e / 16] - 32) * level
+ *         (6-bit s: see kq_scales_q3 in quant/kquant_impl.h)
+ *   Q4_K  nibble (e % 64) / 32 (low first) of qs[32 * (e / 64) + e % 32];
+ *         value = d * sc[e / 32] * q - dmin * m[e / 32] (6-bit sc, m: kq_scale_min_k4)
+ *   Q5_K  low 4 bits as Q4_K, bit 4 is bit e / 32 of qh[e % 32]
+ *   Q6_K  part p = (e % 128) / 32, l = e % 32, h = e / 128: nibble p / 2 of
+ *         ql[64 h + 32 (p % 2) + l], bits 4-5 are bits 2p..2p+1 of qh[32 h + l];
+ *         value = d * scales[e / 16] * (q - 32)
+ *   Q8_K  value = d * qs[e]; bsums[g] = sum of qs[16 g .. 16 g + 15]
+ * IQ4_NL (32 elements) and IQ4_XS (256, sub-blocks of 32): element j of a
+ * 32-element sub-block is the low nibble of qs[j] for j < 16, the high nibble
+ * of qs[j - 16] otherwise, an index into the 16-value codebook; IQ4_XS scale of
+ * sub-block i = (scales_l[i / 2] nibble i % 2) | (bits 2i..2i+1 of scales_h) << 4, - 32.
  */
 
 /* 2.625 bits: 16 sub-blocks of 16, 4-bit scale and 4-bit min each */

@@ -179,8 +179,8 @@ void dot_iq4_nl_q8_0_ref(int64_t n, float *restrict s, const void *restrict vx,
             dot += kq_iq4nl_values[qs[j] & 0xf] * q8[j];
             dot += kq_iq4nl_values[qs[j] >> 4] * q8[j + QK4_NL / 2];
         }
-        sum += (double)kq_f16(KQ_FIELD(bx, block_iq4_nl, d)) *
-               kq_f16(KQ_FIELD(by, block_q8_0, d)) * (double)dot;
+        sum += (double)kq_f16(KQ_FIELD(bx, block_iq4_nl, d)) * kq_f16(KQ_FIELD(by, block_q8_0, d)) *
+               (double)dot;
     }
     *s = (float)sum;
 }

@@ -76,24 +76,73 @@ static void dot_iq4_nl_q8_0_avx2(int64_t n, float *restrict s, const void *restr
     *s = hsum256(_mm256_add_ps(acc0, acc1));
 }
 
+/* the eight sub-block scales of an IQ4_XS block, offset removed, as s16 in
+ * both 128-bit lanes (see kq_iq4xs_scale) */
+static inline __m256i iq4xs_scales(const uint8_t *b) {
+    const __m128i sl = _mm_cvtsi32_si128((int)rd_u32le(KQ_FIELD(b, block_iq4_xs, scales_l)));
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    /* low 4 bits: nibble ib % 2 of byte ib / 2, in ib order */
+    const __m128i lo =
+        _mm_unpacklo_epi8(_mm_and_si128(sl, m4), _mm_and_si128(_mm_srli_epi16(sl, 4), m4));
+    /* high 2 bits: bits 2 ib..2 ib + 1 of scales_h */
+    const __m256i h =
+        _mm256_srlv_epi32(_mm256_set1_epi32(rd_u16le(KQ_FIELD(b, block_iq4_xs, scales_h))),
+                          _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    const __m256i h3 = _mm256_and_si256(h, _mm256_set1_epi32(3));
+    const __m128i h16 =
+        _mm_packus_epi32(_mm256_castsi256_si128(h3), _mm256_extracti128_si256(h3, 1));
+    const __m128i s16 = _mm_sub_epi16(_mm_or_si128(_mm_cvtepu8_epi16(lo), _mm_slli_epi16(h16, 4)),
+                                      _mm_set1_epi16(32));
+    return _mm256_broadcastsi128_si256(s16);
+}
+
+/* vpshufb masks broadcasting s16 word ib of each lane to the whole lane */
+static const uint8_t word_masks[8][32] = {
+    {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+     0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1},
+    {2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+     2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+    {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,
+     4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5},
+    {6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7,
+     6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+    {8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9,
+     8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9},
+    {10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11,
+     10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+    {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
+     12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13},
+    {14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15,
+     14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15},
+};
+
 /* reference: dot_iq4_xs_q8_K_ref */
 static void dot_iq4_xs_q8_K_avx2(int64_t n, float *restrict s, const void *restrict vx,
                                  const void *restrict vy) {
     const __m256i book = codebook256();
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *bx = (const uint8_t *)vx + i * sizeof(block_iq4_xs);
         const uint8_t *by = (const uint8_t *)vy + i * sizeof(block_q8_K);
         const uint8_t *qs = KQ_FIELD(bx, block_iq4_xs, qs);
         const int8_t *q8 = (const int8_t *)KQ_FIELD(by, block_q8_K, qs);
+        const __m256i sc = iq4xs_scales(bx);
         __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int ib = 0; ib < QK_K / 32; ib += 2) {
-            const __m256i v0 = iq4_values(book, qs + 16 * ib);
-            const __m256i v1 = iq4_values(book, qs + 16 * ib + 16);
+            /* two sub-blocks: bytes 0..15 index the first, 16..31 the second */
+            const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 16 * ib));
+            const __m256i lo = _mm256_and_si256(raw, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            const __m256i v0 = _mm256_shuffle_epi8(book, _mm256_permute2x128_si256(lo, hi, 0x20));
+            const __m256i v1 = _mm256_shuffle_epi8(book, _mm256_permute2x128_si256(lo, hi, 0x31));
             const __m256i y0 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * ib));
             const __m256i y1 = _mm256_loadu_si256((const __m256i *)(q8 + 32 * ib + 32));
-            const __m256i s0 = _mm256_set1_epi16((short)kq_iq4xs_scale(bx, ib));
-            const __m256i s1 = _mm256_set1_epi16((short)kq_iq4xs_scale(bx, ib + 1));
+            const __m256i s0 =
+                _mm256_shuffle_epi8(sc, _mm256_loadu_si256((const __m256i *)word_masks[ib]));
+            const __m256i s1 =
+                _mm256_shuffle_epi8(sc, _mm256_loadu_si256((const __m256i *)word_masks[ib + 1]));
             sumi0 = _mm256_add_epi32(sumi0, _mm256_madd_epi16(mul_signed(v0, y0), s0));
             sumi1 = _mm256_add_epi32(sumi1, _mm256_madd_epi16(mul_signed(v1, y1), s1));
         }
@@ -109,11 +158,11 @@ static inline void store_scaled(float *y, __m256i v, float dl) {
     const __m256 d = _mm256_set1_ps(dl);
     const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
     _mm256_storeu_ps(y, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
-    _mm256_storeu_ps(y + 8,
-                     _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+    _mm256_storeu_ps(
+        y + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
     _mm256_storeu_ps(y + 16, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
-    _mm256_storeu_ps(y + 24,
-                     _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+    _mm256_storeu_ps(
+        y + 24, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
 }
 
 /* reference: dequant_iq4_nl_ref */

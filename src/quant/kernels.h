@@ -58,6 +58,9 @@ extern const quant_traits quant_ref_table[GGUF_TYPE_COUNT];
  * reference table). Defined only in builds that carry that ISA. */
 void quant_install_avx2(quant_traits *t);
 void quant_install_neon(quant_traits *t, bool dotprod);
+/* per-file parts of the installers above (legacy_avx2.c, legacy_neon.c) */
+void quant_install_avx2_legacy(quant_traits *t);
+void quant_install_neon_legacy(quant_traits *t, bool dotprod);
 /* The K-quant and i-quant kernels (kquants_avx2.c + iquants_avx2.c,
  * kquants_neon.c + iquants_neon.c), installed after the ones above. */
 void quant_install_avx2_kquants(quant_traits *t);

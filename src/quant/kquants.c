@@ -703,8 +703,7 @@ void quant_q6_K_ref(const float *restrict x, void *restrict dst, int64_t n) {
                 continue;
             }
             for (int ii = 0; ii < 16; ii++) {
-                L[16 * g + ii] =
-                    (int8_t)(clampi(nearest_int(x[16 * g + ii] / dl), -32, 31) + 32);
+                L[16 * g + ii] = (int8_t)(clampi(nearest_int(x[16 * g + ii] / dl), -32, 31) + 32);
             }
         }
         /* 128-element half h, l < 32: ql[64h + l] holds elements 128h + l (low
@@ -718,7 +717,8 @@ void quant_q6_K_ref(const float *restrict x, void *restrict dst, int64_t n) {
                 const int q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64], q4 = L[j + l + 96];
                 ql[l] = (uint8_t)((q1 & 0xf) | ((q3 & 0xf) << 4));
                 ql[l + 32] = (uint8_t)((q2 & 0xf) | ((q4 & 0xf) << 4));
-                qh[l] = (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+                qh[l] =
+                    (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
             }
         }
     }

@@ -48,13 +48,24 @@ typedef struct krow {
     float dm;   /* scale of mb (signed) */
 } krow;
 
+/* vpshufb masks: lanes 0..7 <- s16 word 2j of the lane, lanes 8..15 <- word 2j + 1 */
+static const uint8_t spread_masks[4][32] = {
+    {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+     2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3},
+    {4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5,
+     6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7},
+    {8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,  8,  9,
+     10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11},
+    {12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13,
+     14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15},
+};
+
 /* lanes 0..7 = scale of 16-group 2k, lanes 8..15 = of group 2k + 1: the
- * scales of the 16 pairs vpmaddubsw leaves for chunk k (elements 32k..32k+31) */
-static ALWAYS_INLINE __m256i chunk_scales(__m256i sc, int k) {
-    const __m256i pair = _mm256_permutevar8x32_epi32(sc, _mm256_set1_epi32(k));
-    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, /**/
-                                            2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-    return _mm256_shuffle_epi8(pair, spread);
+ * scales of the 16 pairs vpmaddubsw leaves for chunk k (elements 32k..32k+31).
+ * half[0] holds scales 0..7 in both lanes, half[1] scales 8..15. */
+static ALWAYS_INLINE __m256i chunk_scales(const __m256i *half, int k) {
+    return _mm256_shuffle_epi8(half[k / 4],
+                               _mm256_loadu_si256((const __m256i *)spread_masks[k % 4]));
 }
 
 /* 8 bytes to 16 x s16, each byte twice (one scale per 32 -> per 16) */
@@ -75,7 +86,7 @@ static inline void scale_min_k4(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
 }
 
 /* Accumulates chunk k of a weight row against the activation rows yq[c]. */
-static ALWAYS_INLINE void mac_chunk(__m256i q, __m256i sc, int k, const int8_t *const *yq,
+static ALWAYS_INLINE void mac_chunk(__m256i q, const __m256i *sc, int k, const int8_t *const *yq,
                                     __m256i *sumi, int nc) {
     const __m256i sv = chunk_scales(sc, k);
 #pragma GCC unroll 4
@@ -98,9 +109,10 @@ static ALWAYS_INLINE krow prep_q2_K(const uint8_t *b) {
     return w;
 }
 
-static ALWAYS_INLINE void chunks_q2_K(const uint8_t *b, __m256i sc, const int8_t *const *yq,
+static ALWAYS_INLINE void chunks_q2_K(const uint8_t *b, const __m256i *sc, const int8_t *const *yq,
                                       __m256i *sumi, int nc) {
     const __m256i m3 = _mm256_set1_epi8(3);
+#pragma GCC unroll 4
     for (int h = 0; h < 2; h++) {
         const __m256i raw = loadu256(KQ_FIELD(b, block_q2_K, qs) + 32 * h);
         mac_chunk(_mm256_and_si256(raw, m3), sc, 4 * h + 0, yq, sumi, nc);
@@ -127,12 +139,14 @@ static ALWAYS_INLINE krow prep_q3_K(const uint8_t *b) {
     return w;
 }
 
-static ALWAYS_INLINE void chunks_q3_K(const uint8_t *b, __m256i sc, const int8_t *const *yq,
+static ALWAYS_INLINE void chunks_q3_K(const uint8_t *b, const __m256i *sc, const int8_t *const *yq,
                                       __m256i *sumi, int nc) {
     const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     __m256i hm = loadu256(KQ_FIELD(b, block_q3_K, hmask));
+#pragma GCC unroll 4
     for (int h = 0; h < 2; h++) {
         const __m256i raw = loadu256(KQ_FIELD(b, block_q3_K, qs) + 32 * h);
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             /* bit k of hmask byte l is bit 2 of element 32k + l */
             const __m256i hb = _mm256_slli_epi16(_mm256_and_si256(hm, one), 2);
@@ -155,9 +169,10 @@ static ALWAYS_INLINE krow prep_q45_K(const uint8_t *b) {
     return w;
 }
 
-static ALWAYS_INLINE void chunks_q4_K(const uint8_t *b, __m256i sc, const int8_t *const *yq,
+static ALWAYS_INLINE void chunks_q4_K(const uint8_t *b, const __m256i *sc, const int8_t *const *yq,
                                       __m256i *sumi, int nc) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
         const __m256i raw = loadu256(KQ_FIELD(b, block_q4_K, qs) + 32 * g);
         mac_chunk(_mm256_and_si256(raw, m4), sc, 2 * g, yq, sumi, nc);
@@ -165,10 +180,11 @@ static ALWAYS_INLINE void chunks_q4_K(const uint8_t *b, __m256i sc, const int8_t
     }
 }
 
-static ALWAYS_INLINE void chunks_q5_K(const uint8_t *b, __m256i sc, const int8_t *const *yq,
+static ALWAYS_INLINE void chunks_q5_K(const uint8_t *b, const __m256i *sc, const int8_t *const *yq,
                                       __m256i *sumi, int nc) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     __m256i qh = loadu256(KQ_FIELD(b, block_q5_K, qh));
+#pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
         const __m256i raw = loadu256(KQ_FIELD(b, block_q5_K, qs) + 32 * g);
         /* bit k of qh byte l is bit 4 of element 32k + l */
@@ -190,18 +206,19 @@ static ALWAYS_INLINE krow prep_q6_K(const uint8_t *b) {
     return w;
 }
 
-static ALWAYS_INLINE void chunks_q6_K(const uint8_t *b, __m256i sc, const int8_t *const *yq,
+static ALWAYS_INLINE void chunks_q6_K(const uint8_t *b, const __m256i *sc, const int8_t *const *yq,
                                       __m256i *sumi, int nc) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 4
     for (int h = 0; h < 2; h++) {
         const __m256i ql0 = loadu256(KQ_FIELD(b, block_q6_K, ql) + 64 * h);
         const __m256i ql1 = loadu256(KQ_FIELD(b, block_q6_K, ql) + 64 * h + 32);
         const __m256i qh = loadu256(KQ_FIELD(b, block_q6_K, qh) + 32 * h);
         /* qh bits 2p..2p+1 are bits 4..5 of part p: moved to 0x30 */
-        const __m256i q0 =
-            _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-        const __m256i q1 =
-            _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+        const __m256i q0 = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                                           _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                           _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
         const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
                                            _mm256_and_si256(qh, m30));
         const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
@@ -216,8 +233,8 @@ static ALWAYS_INLINE void chunks_q6_K(const uint8_t *b, __m256i sc, const int8_t
 /* ---- the generic tile: nr weight rows x NC activation rows ---- */
 
 typedef krow (*prep_fn)(const uint8_t *b);
-typedef void (*chunks_fn)(const uint8_t *b, __m256i sc, const int8_t *const *yq, __m256i *sumi,
-                          int nc);
+typedef void (*chunks_fn)(const uint8_t *b, const __m256i *sc, const int8_t *const *yq,
+                          __m256i *sumi, int nc);
 
 static ALWAYS_INLINE void tile_k(int64_t n, float *restrict s, size_t ldc, const uint8_t *x,
                                  size_t bx, const uint8_t *y, size_t by, int nr, const int NC,
@@ -248,12 +265,14 @@ static ALWAYS_INLINE void tile_k(int64_t n, float *restrict s, size_t ldc, const
             for (int c = 0; c < NC; c++) {
                 sumi[c] = _mm256_setzero_si256();
             }
-            chunks(xb, w.sc, yq, sumi, NC);
+            const __m256i halves[2] = {_mm256_permute4x64_epi64(w.sc, 0x44),
+                                       _mm256_permute4x64_epi64(w.sc, 0xee)};
+            chunks(xb, halves, yq, sumi, NC);
 #pragma GCC unroll 4
             for (int c = 0; c < NC; c++) {
                 const __m256i bias = _mm256_madd_epi16(bsum[c], w.mb);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(w.d * dy[c]), _mm256_cvtepi32_ps(sumi[c]),
-                                            acc[r][c]);
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(w.d * dy[c]),
+                                            _mm256_cvtepi32_ps(sumi[c]), acc[r][c]);
                 acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(w.dm * dy[c]), _mm256_cvtepi32_ps(bias),
                                             acc[r][c]);
             }
@@ -361,7 +380,8 @@ static void quant_q8_K_avx2(const float *restrict x, void *restrict dst, int64_t
             const __m256i h23 = _mm256_hadd_epi32(s[2], s[3]);
             const __m256i h = _mm256_hadd_epi32(h01, h23);
             /* lanes: [g0 g1 g2 g3 | g0 g1 g2 g3] halves: add them */
-            const __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            const __m128i t =
+                _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
             const __m128i t16 = _mm_packs_epi32(t, t);
             _mm_storel_epi64((__m128i *)(bsums + 2 * (j / 16)), t16);
         }
@@ -392,7 +412,8 @@ static void dequant_q4_K_avx2(const void *restrict src, float *restrict y, int64
             const __m128i parts[2] = {l0, l1};
             for (int p = 0; p < 2; p++) {
                 const __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[p]));
-                const __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(parts[p], 8)));
+                const __m256 f1 =
+                    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(parts[p], 8)));
                 _mm256_storeu_ps(y + 16 * p, _mm256_sub_ps(_mm256_mul_ps(dl, f0), ml));
                 _mm256_storeu_ps(y + 16 * p + 8, _mm256_sub_ps(_mm256_mul_ps(dl, f1), ml));
             }
@@ -414,13 +435,14 @@ static void dequant_q5_K_avx2(const void *restrict src, float *restrict y, int64
             const __m256 dl = _mm256_set1_ps(d * sc[sb]);
             const __m256 ml = _mm256_set1_ps(min * mn[sb]);
             const __m256i raw = loadu256(q + 32 * (sb / 2));
-            const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(raw, 4 * (sb % 2)),
-                                                _mm256_set1_epi8(0x0f));
+            const __m256i lo =
+                _mm256_and_si256(_mm256_srli_epi16(raw, 4 * (sb % 2)), _mm256_set1_epi8(0x0f));
             const __m256i hb = _mm256_slli_epi16(
                 _mm256_and_si256(_mm256_srli_epi16(qh, sb), _mm256_set1_epi8(1)), 4);
             const __m256i lv = _mm256_or_si256(lo, hb);
             for (int p = 0; p < 4; p++) {
-                const __m128i part = p < 2 ? _mm256_castsi256_si128(lv) : _mm256_extracti128_si256(lv, 1);
+                const __m128i part =
+                    p < 2 ? _mm256_castsi256_si128(lv) : _mm256_extracti128_si256(lv, 1);
                 const __m256 f = _mm256_cvtepi32_ps(
                     _mm256_cvtepu8_epi32(p % 2 ? _mm_srli_si128(part, 8) : part));
                 _mm256_storeu_ps(y + 8 * p, _mm256_sub_ps(_mm256_mul_ps(dl, f), ml));
@@ -441,8 +463,10 @@ static void dequant_q6_K_avx2(const void *restrict src, float *restrict y, int64
             const __m256i ql1 = loadu256(KQ_FIELD(b, block_q6_K, ql) + 64 * h + 32);
             const __m256i qh = loadu256(KQ_FIELD(b, block_q6_K, qh) + 32 * h);
             __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                   _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
             q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
                                    _mm256_and_si256(qh, m30));
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
@@ -452,9 +476,11 @@ static void dequant_q6_K_avx2(const void *restrict src, float *restrict y, int64
                 for (int half = 0; half < 2; half++) {
                     const int g = 8 * h + 2 * p + half;
                     const __m256 dl = _mm256_set1_ps(d * (float)sc[g]);
-                    const __m128i part = half ? _mm256_extracti128_si256(sv, 1) : _mm256_castsi256_si128(sv);
+                    const __m128i part =
+                        half ? _mm256_extracti128_si256(sv, 1) : _mm256_castsi256_si128(sv);
                     const __m256 f0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part));
-                    const __m256 f1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(part, 8)));
+                    const __m256 f1 =
+                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(part, 8)));
                     _mm256_storeu_ps(y + 16 * half, _mm256_mul_ps(dl, f0));
                     _mm256_storeu_ps(y + 16 * half + 8, _mm256_mul_ps(dl, f1));
                 }

@@ -50,22 +50,22 @@ static size_t find_present(const text_vocab *v, const char *text, size_t len, bo
     size_t n_seen = 0;
     const text_trie_node *t = v->trie;
     for (size_t i = 0; i < len; i++) {
-        int32_t node = 0;
-        for (size_t j = i; j < len; j++) {
-            uint8_t b = (uint8_t)text[j];
-            int32_t c = t[node].child;
-            while (c >= 0 && t[c].byte != b) {
-                c = t[c].sibling;
-            }
-            if (c < 0) {
-                break;
-            }
-            node = c;
+        int32_t node = v->trie_root[(uint8_t)text[i]];
+        for (size_t j = i + 1; node >= 0; j++) {
             int32_t k = t[node].special;
             if (k >= 0 && !seen[k] && wanted(v, v->special[k], parse_special)) {
                 seen[k] = 1;
                 n_seen++;
             }
+            if (j == len) {
+                break;
+            }
+            uint8_t b = (uint8_t)text[j];
+            int32_t c = t[node].child;
+            while (c >= 0 && t[c].byte != b) {
+                c = t[c].sibling;
+            }
+            node = c;
         }
     }
     return n_seen;
@@ -112,9 +112,8 @@ lares_status text_partition(const text_vocab *v, const char *text, size_t len, b
             for (;;) {
                 size_t at = find(text, off, end, t, tn);
                 if (at == SIZE_MAX) {
-                    if (end > off &&
-                        !push(&w->frags2, &w->n_frags2, &w->cap_frags2,
-                              (text_frag){-1, off, end - off})) {
+                    if (end > off && !push(&w->frags2, &w->n_frags2, &w->cap_frags2,
+                                           (text_frag){-1, off, end - off})) {
                         goto oom_seen;
                     }
                     break;
@@ -125,8 +124,8 @@ lares_status text_partition(const text_vocab *v, const char *text, size_t len, b
                         left--;
                     }
                 }
-                if (left > 0 && !push(&w->frags2, &w->n_frags2, &w->cap_frags2,
-                                      (text_frag){-1, off, left})) {
+                if (left > 0 &&
+                    !push(&w->frags2, &w->n_frags2, &w->cap_frags2, (text_frag){-1, off, left})) {
                     goto oom_seen;
                 }
                 if (!push(&w->frags2, &w->n_frags2, &w->cap_frags2, (text_frag){id, at, tn})) {

@@ -38,10 +38,10 @@
                  "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* GPT-4o (tiktoken o200k_base) */
 #define RE_GPT4O                                                                                   \
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"    \
-    CONTRACTIONS "?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"                    \
-                 "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*" CONTRACTIONS "?|\\p{N}{1,3}|"                    \
-                 " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"     \
+    "+" CONTRACTIONS "?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"               \
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*" CONTRACTIONS "?|\\p{N}{1,3}|"                                 \
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* Mistral tekken */
 #define RE_TEKKEN                                                                                  \
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"   \
@@ -49,15 +49,10 @@
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 /* CJK runs of DeepSeek LLM/Coder: U+4E00-U+9FA5, U+0800-U+4E00, U+AC00-U+D7FF */
 #define RE_DEEPSEEK_CJK "[\\x{4e00}-\\x{9fa5}\\x{800}-\\x{4e00}\\x{ac00}-\\x{d7ff}]+"
-#define RE_BLOOM                                                                                   \
-    " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{ff0c}\\x{3001}\\x{964}\\x{6d4}\\x{60c})]+"
+#define RE_BLOOM        " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{ff0c}\\x{3001}\\x{964}\\x{6d4}\\x{60c})]+"
 
 static const char *const re_default[] = {
-    "[\\p{P}\\$\\+<=>\\^~\\|]+",
-    RE_GPT2,
-    "\\p{N}+",
-    "[0-9][0-9][0-9]",
-    NULL,
+    "[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]", NULL,
 };
 static const char *const re_gpt2[] = {RE_GPT2, NULL};
 static const char *const re_llama3[] = {RE_LLAMA3, NULL};
@@ -82,12 +77,14 @@ static const char *const re_deepseek_llm[] = {
     "\\x{1cbd}-\\x{1cbf}\\x{1d00}-\\x{1d2b}\\x{1d6b}-\\x{1d77}\\x{1d79}-\\x{1d9a}\\x{1e00}-"
     "\\x{1f15}\\x{1f18}-\\x{1f1d}\\x{1f20}-\\x{1f45}\\x{1f48}-\\x{1f4d}\\x{1f50}-\\x{1f57}\\x{1f59}"
     "\\x{1f5b}\\x{1f5d}\\x{1f5f}-\\x{1f7d}\\x{1f80}-\\x{1fb4}\\x{1fb6}-\\x{1fbc}\\x{1fbe}\\x{1fc2}-"
-    "\\x{1fc4}\\x{1fc6}-\\x{1fcc}\\x{1fd0}-\\x{1fd3}\\x{1fd6}-\\x{1fdb}\\x{1fe0}-\\x{1fec}\\x{1ff2}-"
+    "\\x{1fc4}\\x{1fc6}-\\x{1fcc}\\x{1fd0}-\\x{1fd3}\\x{1fd6}-\\x{1fdb}\\x{1fe0}-\\x{1fec}\\x{1ff2}"
+    "-"
     "\\x{1ff4}\\x{1ff6}-\\x{1ffc}\\x{2102}\\x{2107}\\x{210a}-\\x{2113}\\x{2115}\\x{2119}-\\x{211d}"
     "\\x{2124}\\x{2126}\\x{2128}\\x{212a}-\\x{212d}\\x{212f}-\\x{2134}\\x{2139}\\x{213c}-\\x{213f}"
     "\\x{2145}-\\x{2149}\\x{214e}\\x{2183}\\x{2184}\\x{2c00}-\\x{2c7b}\\x{2c7e}-\\x{2ce4}\\x{2ceb}-"
     "\\x{2cee}\\x{2cf2}\\x{2cf3}\\x{a640}-\\x{a66d}\\x{a680}-\\x{a69b}\\x{a722}-\\x{a76f}\\x{a771}-"
-    "\\x{a787}\\x{a78b}-\\x{a78e}\\x{ab70}-\\x{abbf}\\x{fb00}-\\x{fb06}\\x{fb13}-\\x{fb17}\\x{ff21}-"
+    "\\x{a787}\\x{a78b}-\\x{a78e}\\x{ab70}-\\x{abbf}\\x{fb00}-\\x{fb06}\\x{fb13}-\\x{fb17}\\x{ff21}"
+    "-"
     "\\x{ff3a}\\x{ff41}-\\x{ff5a}\\x{10400}-\\x{1044f}\\x{104b0}-\\x{104d3}\\x{104d8}-\\x{104fb}"
     "\\x{10c80}-\\x{10cb2}\\x{10cc0}-\\x{10cf2}\\x{118a0}-\\x{118df}\\x{1e900}-\\x{1e943}]+",
     "\\s?[!-/:-~\\x{ff01}-\\x{ff0f}\\x{ff1a}-\\x{ff5e}\\x{2018}-\\x{201f}\\x{3000}-\\x{3002}]+",
@@ -117,10 +114,10 @@ static const char *const re_bloom[] = {RE_BLOOM, NULL};
 static const char *const re_viking[] = {RE_BLOOM, "\\p{N}", NULL};
 static const char *const re_gpt4o[] = {RE_GPT4O, NULL};
 static const char *const re_granite_multi[] = {
-    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
-    CONTRACTIONS "?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
-                 "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*" CONTRACTIONS "?|\\p{N}{1,3}|"
-                 " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+    "+" CONTRACTIONS "?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*" CONTRACTIONS "?|\\p{N}{1,3}|"
+    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
     NULL,
 };
 static const char *const re_tiny_aya[] = {"\\d{1,3}(?=(?:\\d{3})*\\b)", RE_GPT4O, NULL};
@@ -171,8 +168,8 @@ static const family families[] = {
            "a.x-4.0", "mellum", "modern-bert", "exaone4", "mpt", "olmo", "jais", "trillion",
            "granite-docling", "jina-v1-en", "jina-v2-code", "roberta-bpe"),
      re_gpt2, false, false},
-    {NAMES("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0",
-           "lfm2", "jina-v5-nano"),
+    {NAMES("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+           "jina-v5-nano"),
      re_llama3, true, true},
     {NAMES("dbrx", "smaug-bpe", "glm4", "chatglm-bpe"), re_llama3, false, false},
     {NAMES("jais-2"), re_jais2, false, false},
@@ -368,8 +365,8 @@ static lares_status split_span(const text_pretok *p, size_t ri, const char *s, t
     PCRE2_SPTR subject = (PCRE2_SPTR)(s + sp.off);
     size_t start = 0, prev = 0;
     while (start < sp.len) {
-        int rc = pcre2_match(re, subject, sp.len, start, PCRE2_NO_UTF_CHECK, w->rx->md,
-                             w->rx->mctx);
+        int rc =
+            pcre2_match(re, subject, sp.len, start, PCRE2_NO_UTF_CHECK, w->rx->md, w->rx->mctx);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
             rc = pcre2_match(re, subject, sp.len, start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
                              w->rx->md, w->rx->mctx);

@@ -5,18 +5,23 @@
  *
  *   spaces become U+2581, a space is prefixed to each raw fragment that
  *   starts the text or follows a special token, the fragment is split into
- *   UTF-8 characters (by lead byte), and the adjacent pair whose concatenation
+ *   UTF-8 characters, and the adjacent pair whose concatenation
  *   is a token with the highest score is merged until no pair is a token
  *   (ties: the leftmost pair). A final symbol that is not a token is written
  *   as byte tokens <0xAB>.
+ *
+ * Invalid UTF-8 splits into single bytes, which end up as byte tokens, so
+ * any byte string round-trips. (The reference engine takes the length of a
+ * symbol from its lead byte alone, so an invalid lead can swallow the next
+ * character; on valid UTF-8 both split the same.)
  *
  * Symbols form a linked list over the escaped text; candidate pairs wait in
  * a binary heap and are dropped when popped if either side changed since.
  */
 #include "text/text_impl.h"
 
-static lares_status try_pair(const text_vocab *v, const char *s, text_work *w, int32_t l,
-                             int32_t r, lares_error *err) {
+static lares_status try_pair(const text_vocab *v, const char *s, text_work *w, int32_t l, int32_t r,
+                             lares_error *err) {
     if (l < 0 || r < 0) {
         return LARES_OK;
     }
@@ -53,15 +58,20 @@ static lares_status emit_symbol(const text_vocab *v, const char *s, const text_s
     return LARES_OK;
 }
 
-/* Tokenizes the escaped fragment s[0, n), n >= 1. */
-static lares_status fragment(const text_vocab *v, const char *s, size_t n, text_work *w,
-                             lares_error *err) {
+/* Merges the escaped text s[0, n), n >= 1, as one sequence. */
+static lares_status merge(const text_vocab *v, const char *s, size_t n, text_work *w,
+                          lares_error *err) {
     if (!text_grow((void **)&w->sym, &w->cap_sym, n, sizeof *w->sym)) {
         return lares_fail(err, LARES_ENOMEM, "text: no memory for %zu symbols", n);
     }
     int32_t count = 0;
     for (size_t off = 0; off < n;) {
-        size_t len = LARES_MIN(text_utf8_lead_len((unsigned char)s[off]), n - off);
+        /* a character, or one byte of an ill-formed sequence */
+        size_t len;
+        uint32_t cp;
+        if (text_utf8_scan((const unsigned char *)s + off, n - off, &len, &cp) != TEXT_UTF8_VALID) {
+            len = 1;
+        }
         text_symbol *y = &w->sym[count];
         y->prev = count - 1;
         y->next = off + len == n ? -1 : count + 1;
@@ -105,6 +115,32 @@ static lares_status fragment(const text_vocab *v, const char *s, size_t n, text_
     return LARES_OK;
 }
 
+#define SPACE "\xe2\x96\x81" /* U+2581 */
+
+/* Tokenizes the escaped fragment s[0, n). When no token holds U+2581 after
+ * another character (spm_words_independent), no pair that straddles the
+ * start of a word (U+2581 after something else) is ever a token, so merging
+ * each word alone gives what merging the whole fragment gives, with a heap
+ * the size of a word instead of the text. */
+static lares_status fragment(const text_vocab *v, const char *s, size_t n, text_work *w,
+                             lares_error *err) {
+    if (!v->spm_words_independent) {
+        return merge(v, s, n, w, err);
+    }
+    size_t start = 0;
+    for (size_t i = 1; i + 3 <= n; i++) {
+        if (memcmp(s + i, SPACE, 3) == 0 && (i < 3 || memcmp(s + i - 3, SPACE, 3) != 0)) {
+            lares_status st = merge(v, s + start, i - start, w, err);
+            if (st != LARES_OK) {
+                return st;
+            }
+            start = i;
+            i += 2;
+        }
+    }
+    return merge(v, s + start, n - start, w, err);
+}
+
 /* Writes the fragment with spaces escaped (and an optional leading space)
  * into w->buf; returns its length, 0 when out of memory. */
 static size_t escape(const char *text, size_t len, bool prefix, text_work *w) {
@@ -118,12 +154,12 @@ static size_t escape(const char *text, size_t len, bool prefix, text_work *w) {
     }
     char *o = w->buf;
     if (prefix) {
-        memcpy(o, "\xe2\x96\x81", 3);
+        memcpy(o, SPACE, 3);
         o += 3;
     }
     for (size_t i = 0; i < len; i++) {
         if (text[i] == ' ') {
-            memcpy(o, "\xe2\x96\x81", 3);
+            memcpy(o, SPACE, 3);
             o += 3;
         } else {
             *o++ = text[i];

@@ -2,10 +2,12 @@
  * text: from text to token ids and back, and from logits to the next token.
  *
  * Owns: the vocabulary (token strings stay in the GGUF mapping; scores, types
- * and lookup tables are owned), the tokenizers (SentencePiece-style BPE by
- * scores with byte fallback for tokenizer.ggml.model = "llama"; byte-level BPE
- * comes later), the detokenizer and its UTF-8 stream assembler, and the
- * samplers.
+ * and lookup tables are owned), the tokenizers (tokenizer.ggml.model =
+ * "llama": SentencePiece-style BPE by scores with byte fallback; "gpt2":
+ * byte-level BPE by merge rank after a regex pre-tokenizer chosen by
+ * tokenizer.ggml.pre; "bert": WordPiece), the detokenizer and its UTF-8 stream
+ * assembler, and the samplers. Token ids match the reference engine
+ * (llama.cpp) on its tokenizer test vectors.
  *
  * Knows nothing about weights or how logits were computed.
  *
@@ -39,7 +41,14 @@ typedef enum text_vocab_kind {
 typedef struct text_vocab text_vocab;
 
 /* Loads the vocabulary described by tokenizer.ggml.* keys. Unknown tokenizer
- * models get LARES_EUNSUPPORTED naming the model. */
+ * models and unknown tokenizer.ggml.pre values get LARES_EUNSUPPORTED naming
+ * them; a "gpt2" vocabulary without tokenizer.ggml.pre uses the "default"
+ * pre-tokenizer and logs a warning (as the reference engine does). Arrays of
+ * unequal length, token types outside 0..6, repeated token texts and special
+ * ids outside the vocabulary get LARES_EFORMAT naming the key (an id of -1 or
+ * 0xffffffff means "none"). Absent keys take the reference engine's defaults:
+ * "llama": BOS 1, EOS 2, unknown 0, add_bos true, add_space_prefix true;
+ * "bert": [CLS] 101 as BOS, [UNK] 100, [SEP] 102; "gpt2": none. */
 lares_status text_vocab_load(const gguf_file *f, text_vocab **out, lares_error *err);
 void text_vocab_free(text_vocab *v);
 
@@ -51,20 +60,30 @@ bool text_vocab_add_bos(const text_vocab *v);
 bool text_vocab_add_eos(const text_vocab *v);
 /* End of generation: EOS, EOT and other tokens that end a turn. */
 bool text_token_is_eog(const text_vocab *v, int32_t id);
+/* As stored in tokenizer.ggml.token_type (NORMAL when the key is absent;
+ * UNDEFINED for an id out of range). */
 text_token_type text_token_type_of(const text_vocab *v, int32_t id);
 /* The token's string as stored in the vocabulary (e.g. "\xe2\x96\x81the"). */
 gguf_str text_token_text(const text_vocab *v, int32_t id);
 
 /* Tokenizes len bytes of text. add_special: add BOS/EOS as the vocabulary
- * asks. parse_special: control tokens written in the text ("<s>") become
- * their ids; user-defined tokens are always matched, as SentencePiece does.
- * *out is allocated with lares_alloc (caller frees); an empty result gives
- * *out == NULL and *n_out == 0. */
+ * asks ("bert": [CLS] ... [SEP]); empty text then gives [BOS] alone, as
+ * SentencePiece does. parse_special: control tokens written in the text
+ * ("<s>") become their ids; user-defined tokens are always matched, as
+ * SentencePiece does. Invalid UTF-8 is never an error: "llama" vocabularies
+ * keep every byte (byte-fallback tokens, so pieces give the bytes back);
+ * "gpt2" and "bert" replace each ill-formed subpart with U+FFFD first (as the
+ * reference engine does). *out is allocated with lares_alloc (caller frees);
+ * an empty result gives *out == NULL and *n_out == 0. Errors: LARES_EINVAL
+ * (NULL arguments), LARES_ERANGE (more than 1 GiB at once), LARES_ENOMEM,
+ * LARES_EFORMAT (a vocabulary without a token for some byte). */
 lares_status text_tokenize(const text_vocab *v, const char *text, size_t len, bool add_special,
                            bool parse_special, int32_t **out, size_t *n_out, lares_error *err);
 
 /* The bytes a token stands for: "\xe2\x96\x81" becomes a space, byte tokens
- * <0xAB> become that byte; control tokens give nothing unless `special`.
+ * <0xAB> become that byte, byte-level BPE characters become their bytes;
+ * control and unknown tokens give nothing unless `special` (then their text);
+ * user-defined tokens give their text.
  * Returns the length (may exceed cap: then only cap bytes were written), or
  * -1 for an id out of range. */
 int32_t text_token_piece(const text_vocab *v, int32_t id, bool special, char *buf, size_t cap);

@@ -83,8 +83,8 @@ typedef struct text_frag {
 
 /* ---- UTF-8 ---- */
 
-/* Length of a sequence from its lead byte alone, as the reference engine
- * splits SentencePiece input (continuation and invalid bytes count 1). */
+/* Length of a character from its lead byte alone (for text known to be
+ * valid UTF-8; continuation and invalid bytes count 1). */
 size_t text_utf8_lead_len(unsigned char c);
 
 typedef enum text_utf8_scan_kind {
@@ -108,6 +108,33 @@ size_t text_utf8_sanitize(const char *s, size_t n, char *out);
 uint32_t text_gpt2_byte_cp(uint8_t b);
 /* The byte a code point stands for, or -1. */
 int text_gpt2_cp_byte(uint32_t cp);
+
+/* ---- Unicode facts for WordPiece (unicode_tables.c, generated) ---- */
+
+enum {
+    TEXT_UCLASS_OTHER = 0,
+    TEXT_UCLASS_PUNCT = 1,   /* P* */
+    TEXT_UCLASS_SYMBOL = 2,  /* S* */
+    TEXT_UCLASS_MARK = 3,    /* M* */
+    TEXT_UCLASS_CONTROL = 4, /* Cc Cf Co Cs */
+};
+
+typedef struct text_uclass_range {
+    uint32_t first;
+    uint8_t cls;
+} text_uclass_range;
+
+typedef struct text_nfd_range {
+    uint32_t first, last, nfd;
+} text_nfd_range;
+
+extern const char text_unicode_version[];
+extern const text_uclass_range text_uclass_ranges[];
+extern const size_t text_uclass_n;
+extern const uint32_t text_lower_map[][2];
+extern const size_t text_lower_n;
+extern const text_nfd_range text_nfd_ranges[];
+extern const size_t text_nfd_n;
 
 /* ---- the pre-tokenizer (byte-level BPE): regex splits by PCRE2 ---- */
 
@@ -144,14 +171,19 @@ struct text_vocab {
     bool add_bos, add_eos, add_sep, add_space_prefix;
 
     /* special tokens (control, user-defined, unknown), longest text first */
-    int32_t *special;     /* owned, n_special ids */
+    int32_t *special; /* owned, n_special ids */
     size_t n_special;
     text_trie_node *trie; /* owned: node 0 is the root */
     size_t n_trie;
+    int32_t trie_root[256]; /* the root's child for each first byte, -1: none */
 
     /* SPM: the token for each byte (<0xAB>, else the one-byte text, else
      * unknown, else -1). BPE: the token of the byte's GPT-2 character. */
     int32_t byte_token[256];
+
+    /* SPM: no token has U+2581 after another character, so no merge can
+     * cross the start of a word and words can be merged one at a time */
+    bool spm_words_independent;
 
     /* byte-level BPE */
     text_pairmap merges; /* owned */

@@ -118,8 +118,10 @@ lares_status text_tokenize(const text_vocab *v, const char *text, size_t len, bo
     }
     if (len > UINT32_MAX / 4) {
         /* symbol offsets are 32-bit; SPM escaping can triple the text */
-        return lares_fail(err, LARES_ERANGE, "text: %zu bytes of text is too long to tokenize"
-                          " at once (at most %u)", len, UINT32_MAX / 4);
+        return lares_fail(err, LARES_ERANGE,
+                          "text: %zu bytes of text is too long to tokenize"
+                          " at once (at most %u)",
+                          len, UINT32_MAX / 4);
     }
     *out = NULL;
     *n_out = 0;

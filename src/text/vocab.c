@@ -56,30 +56,80 @@ static lares_status read_bool(const text_vocab *v, const char *key, bool *b, lar
 
 /* ---- texts the reference engine recognises (llama-vocab.cpp, load) ---- */
 
-static const char *const eot_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
-    "<end_of_utterance>", NULL};
+static const char *const eot_texts[] = {"<|eot_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "<|end_of_text|>",
+                                        "<EOT>",
+                                        "_<EOT>",
+                                        "[EOT]",
+                                        "<\xef\xbd\x9c"
+                                        "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                        "<end_of_utterance>",
+                                        NULL};
 static const char *const eom_texts[] = {"<|eom_id|>", NULL};
-static const char *const fim_pre_texts[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>",
-    "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL};
-static const char *const fim_suf_texts[] = {
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>",
-    "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL};
-static const char *const fim_mid_texts[] = {
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>",
-    "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL};
-static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
-                                            "[PAD]", NULL};
+static const char *const fim_pre_texts[] = {"<|fim_prefix|>",
+                                            "<fim-prefix>",
+                                            "<fim_prefix>",
+                                            "<\xef\xbd\x9c"
+                                            "fim\xe2\x96\x81"
+                                            "begin\xef\xbd\x9c>",
+                                            "<PRE>",
+                                            "\xe2\x96\x81<PRE>",
+                                            "<|code_prefix|>",
+                                            "<|prefix|>",
+                                            NULL};
+static const char *const fim_suf_texts[] = {"<|fim_suffix|>",
+                                            "<fim-suffix>",
+                                            "<fim_suffix>",
+                                            "<\xef\xbd\x9c"
+                                            "fim\xe2\x96\x81hole\xef\xbd\x9c>",
+                                            "<SUF>",
+                                            "\xe2\x96\x81<SUF>",
+                                            "<|code_suffix|>",
+                                            "<|suffix|>",
+                                            NULL};
+static const char *const fim_mid_texts[] = {"<|fim_middle|>",
+                                            "<fim-middle>",
+                                            "<fim_middle>",
+                                            "<\xef\xbd\x9c"
+                                            "fim\xe2\x96\x81"
+                                            "end\xef\xbd\x9c>",
+                                            "<MID>",
+                                            "\xe2\x96\x81<MID>",
+                                            "<|code_middle|>",
+                                            "<|middle|>",
+                                            NULL};
+static const char *const fim_pad_texts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>",
+                                            "<PAD>",       "[PAD]",     NULL};
 static const char *const fim_rep_texts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
-                                            "<REPO>", "<reponame>", NULL};
+                                            "<REPO>",       "<reponame>",    NULL};
 static const char *const fim_sep_texts[] = {"<|file_sep|>", NULL};
-static const char *const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", NULL};
+static const char *const eog_texts[] = {"<|eot_id|>",
+                                        "<|im_end|>",
+                                        "<|end|>",
+                                        "<|return|>",
+                                        "<|call|>",
+                                        "<|flush|>",
+                                        "<|calls|>",
+                                        "<end_of_turn>",
+                                        "<|endoftext|>",
+                                        "</s>",
+                                        "<|eom_id|>",
+                                        "<EOT>",
+                                        "_<EOT>",
+                                        "[EOT]",
+                                        "[EOS]",
+                                        "<|end_of_text|>",
+                                        "<end_of_utterance>",
+                                        "<eos>",
+                                        "<turn|>",
+                                        "<|tool_response>",
+                                        "<\xef\xbd\x9c"
+                                        "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                        NULL};
 /* gpt-oss: always rendered, never control */
 static const char *const harmony_texts[] = {"<|channel|>", "<|message|>", "<|start|>",
                                             "<|constrain|>", NULL};
@@ -130,7 +180,8 @@ static lares_status special_ids(text_vocab *v, lares_error *err) {
         "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.seperator_token_id",
         "tokenizer.ggml.padding_token_id", "tokenizer.ggml.mask_token_id",
     };
-    int32_t *const ids[] = {&v->bos, &v->eos, &v->eot, &v->eom, &v->unk, &v->sep, &v->pad, &v->mask};
+    int32_t *const ids[] = {&v->bos, &v->eos, &v->eot, &v->eom,
+                            &v->unk, &v->sep, &v->pad, &v->mask};
     for (size_t i = 0; i < LARES_ARRAY_LEN(keys); i++) {
         lares_status st = read_id(v, keys[i], ids[i], err);
         if (st != LARES_OK) {
@@ -293,6 +344,7 @@ static lares_status build_special(text_vocab *v, lares_error *err) {
     }
     v->trie[0] = (text_trie_node){.child = -1, .sibling = -1, .special = -1, .byte = 0};
     v->n_trie = 1;
+    memset(v->trie_root, 0xff, sizeof v->trie_root);
     if (n == 0) {
         return LARES_OK;
     }
@@ -330,6 +382,9 @@ static lares_status build_special(text_vocab *v, lares_error *err) {
         }
         v->trie[node].special = (int32_t)k;
     }
+    for (int32_t c = v->trie[0].child; c >= 0; c = v->trie[c].sibling) {
+        v->trie_root[v->trie[c].byte] = c;
+    }
     return LARES_OK;
 }
 
@@ -353,6 +408,22 @@ static void byte_tokens(text_vocab *v) {
         }
         v->byte_token[b] = id;
     }
+}
+
+/* Whether some token holds U+2581 right after a character other than U+2581
+ * (then SPM merges can cross word starts; spm.c). */
+static bool space_inside_tokens(const text_vocab *v) {
+    for (int32_t id = 0; id < v->n; id++) {
+        const char *t = v->text[id].ptr;
+        size_t n = (size_t)v->text[id].len;
+        for (size_t i = 1; i + 3 <= n; i++) {
+            if (memcmp(t + i, "\xe2\x96\x81", 3) == 0 &&
+                (i < 3 || memcmp(t + i - 3, "\xe2\x96\x81", 3) != 0)) {
+                return true;
+            }
+        }
+    }
+    return false;
 }
 
 /* ---- arrays ---- */
@@ -398,8 +469,8 @@ static lares_status load_arrays(text_vocab *v, lares_error *err) {
             return st;
         }
         if (sc.type == GGUF_VT_STRING || gguf_vtype_bytes(sc.type) == 0) {
-            return lares_fail(err, LARES_EFORMAT, "%s: %s holds %s, not numbers", path,
-                              KEY_SCORES, gguf_vtype_name(sc.type));
+            return lares_fail(err, LARES_EFORMAT, "%s: %s holds %s, not numbers", path, KEY_SCORES,
+                              gguf_vtype_name(sc.type));
         }
         if (sc.n != toks.n) {
             return lares_fail(err, LARES_EFORMAT,
@@ -409,8 +480,8 @@ static lares_status load_arrays(text_vocab *v, lares_error *err) {
         for (int32_t i = 0; i < v->n; i++) {
             double x = gguf_arr_f64(&sc, (uint64_t)i);
             if (isnan(x)) {
-                return lares_fail(err, LARES_EFORMAT, "%s: %s[%" PRId32 "] is not a number",
-                                  path, KEY_SCORES, i);
+                return lares_fail(err, LARES_EFORMAT, "%s: %s[%" PRId32 "] is not a number", path,
+                                  KEY_SCORES, i);
             }
             v->score[i] = (float)x;
         }
@@ -424,13 +495,13 @@ static lares_status load_arrays(text_vocab *v, lares_error *err) {
         }
         if (ty.type == GGUF_VT_STRING || ty.type == GGUF_VT_F32 || ty.type == GGUF_VT_F64 ||
             gguf_vtype_bytes(ty.type) == 0) {
-            return lares_fail(err, LARES_EFORMAT, "%s: %s holds %s, not integers", path,
-                              KEY_TYPES, gguf_vtype_name(ty.type));
+            return lares_fail(err, LARES_EFORMAT, "%s: %s holds %s, not integers", path, KEY_TYPES,
+                              gguf_vtype_name(ty.type));
         }
         if (ty.n != toks.n) {
             return lares_fail(err, LARES_EFORMAT,
-                              "%s: %s has %" PRIu64 " entries but %s has %" PRIu64, path,
-                              KEY_TYPES, ty.n, KEY_TOKENS, toks.n);
+                              "%s: %s has %" PRIu64 " entries but %s has %" PRIu64, path, KEY_TYPES,
+                              ty.n, KEY_TOKENS, toks.n);
         }
         for (int32_t i = 0; i < v->n; i++) {
             int64_t t = gguf_arr_i64(&ty, (uint64_t)i);
@@ -549,6 +620,9 @@ lares_status text_vocab_load(const gguf_file *f, text_vocab **out, lares_error *
         goto fail;
     }
     byte_tokens(v);
+    if (v->kind == TEXT_VOCAB_SPM) {
+        v->spm_words_independent = !space_inside_tokens(v);
+    }
     *out = v;
     return LARES_OK;
 

@@ -1,0 +1,105 @@
+/* Sampling and session options shared by lares chat and lares serve. */
+#include "opts.h"
+
+#include <string.h>
+#include <time.h>
+
+static bool is(const char *a, const char *s1, const char *s2) {
+    return strcmp(a, s1) == 0 || (s2 != NULL && strcmp(a, s2) == 0);
+}
+
+void app_sampling_usage(FILE *to) {
+    fputs("      --temp T            temperature; 0 = greedy (default 0.8)\n"
+          "      --top-k N           keep the N most likely tokens (default 40; 0 = off)\n"
+          "      --top-p P           nucleus sampling (default 0.95; 1 = off)\n"
+          "      --min-p P           drop tokens below P x the best (default 0.05; 0 = off)\n"
+          "      --repeat-penalty R  penalise recent tokens (default 1 = off)\n"
+          "      --repeat-last-n N   how far back the penalties look (default 64)\n"
+          "      --presence-penalty F, --frequency-penalty F   (default 0)\n"
+          "  -s, --seed S            random seed (default: from the clock)\n",
+          to);
+}
+
+void app_session_usage(FILE *to) {
+    fputs("  -c, --ctx-size N        context length in tokens (default: the model's)\n"
+          "  -t, --threads N         threads (default: all cores)\n"
+          "  -b, --batch-size N      prompt tokens per forward pass (default 128)\n"
+          "      --kv-type T         KV cache precision: auto, f16, f32 (default auto)\n"
+          "      --ring FILE         run as the head of the ring FILE describes (docs/ring.md)\n"
+          "      --insecure          the ring without encryption or keys (test networks only)\n",
+          to);
+}
+
+int app_sampling_opt(int argc, char **argv, int *i, lares_sampler_opts *s, bool *seed_given) {
+    const char *a = argv[*i];
+    const char *v;
+    bool ok;
+    if (is(a, "--temp", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) &&
+             app_parse_f32(a, v, 0.0f, 100.0f, &s->temperature);
+    } else if (is(a, "--top-k", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) && app_parse_i32(a, v, 0, INT32_MAX, &s->top_k);
+    } else if (is(a, "--top-p", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) && app_parse_f32(a, v, 0.0f, 1.0f, &s->top_p);
+    } else if (is(a, "--min-p", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) && app_parse_f32(a, v, 0.0f, 1.0f, &s->min_p);
+    } else if (is(a, "--repeat-penalty", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) &&
+             app_parse_f32(a, v, 0.01f, 100.0f, &s->repeat_penalty);
+    } else if (is(a, "--repeat-last-n", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) &&
+             app_parse_i32(a, v, 0, 1 << 24, &s->repeat_last_n);
+    } else if (is(a, "--presence-penalty", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) &&
+             app_parse_f32(a, v, -2.0f, 2.0f, &s->presence_penalty);
+    } else if (is(a, "--frequency-penalty", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) &&
+             app_parse_f32(a, v, -2.0f, 2.0f, &s->frequency_penalty);
+    } else if (is(a, "-s", "--seed")) {
+        ok = (v = app_need_value(argc, argv, i)) && app_parse_u64(a, v, &s->seed);
+        *seed_given = true;
+    } else {
+        return 0;
+    }
+    return ok ? 1 : -1;
+}
+
+int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
+    const char *a = argv[*i];
+    const char *v;
+    bool ok;
+    if (is(a, "-c", "--ctx-size")) {
+        ok = (v = app_need_value(argc, argv, i)) && app_parse_i32(a, v, 1, 1 << 24, &o->n_ctx);
+    } else if (is(a, "-t", "--threads")) {
+        ok = (v = app_need_value(argc, argv, i)) && app_parse_i32(a, v, 1, 512, &o->n_threads);
+    } else if (is(a, "-b", "--batch-size")) {
+        ok = (v = app_need_value(argc, argv, i)) && app_parse_i32(a, v, 1, 1 << 16, &o->n_batch);
+    } else if (is(a, "--kv-type", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) != NULL;
+        if (ok && strcmp(v, "auto") == 0) {
+            o->kv_type = LARES_KV_AUTO;
+        } else if (ok && strcmp(v, "f16") == 0) {
+            o->kv_type = LARES_KV_F16;
+        } else if (ok && strcmp(v, "f32") == 0) {
+            o->kv_type = LARES_KV_F32;
+        } else if (ok) {
+            app_error("--kv-type: '%s' is not auto, f16 or f32", v);
+            ok = false;
+        }
+    } else if (is(a, "--ring", NULL)) { /* the head of a ring (docs/ring.md) */
+        ok = (v = app_need_value(argc, argv, i)) != NULL;
+        o->ring = v;
+    } else if (is(a, "--insecure", NULL)) {
+        ok = true;
+        o->ring_insecure = true;
+    } else {
+        return 0;
+    }
+    return ok ? 1 : -1;
+}
+
+uint64_t app_clock_seed(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,19 @@
+/*
+ * Options that several sub-commands share (chat, serve): sampling and the
+ * session. Each parser looks at argv[*i]; it returns 1 when that was one of
+ * its options (its value consumed, *i moved past it), 0 when not, and -1
+ * after printing why a value was bad.
+ */
+#ifndef LARES_APP_OPTS_H
+#define LARES_APP_OPTS_H
+
+#include "app.h"
+
+int app_sampling_opt(int argc, char **argv, int *i, lares_sampler_opts *s, bool *seed_given);
+int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o);
+void app_sampling_usage(FILE *to);
+void app_session_usage(FILE *to);
+/* A seed from the clock, for runs that were given none. */
+uint64_t app_clock_seed(void);
+
+#endif

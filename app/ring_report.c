@@ -1,0 +1,60 @@
+/* What the head of a ring reports after a run: per device, its layers and
+ * measured compute, and the ring's waiting time beside it (docs/ring.md). */
+#include "app.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+
+#define REPORT_MAX_DEVICES 64
+
+struct json_t *app_ring_json(const lares_session *s) {
+    lares_ring_stats rs;
+    lares_ring_device dev[REPORT_MAX_DEVICES];
+    if (lares_session_ring_stats(s, &rs, dev, REPORT_MAX_DEVICES, NULL) != LARES_OK) {
+        return NULL;
+    }
+    json_t *root = json_object();
+    json_object_set_new(root, "devices", json_integer(rs.n_devices));
+    json_object_set_new(root, "rounds", json_integer(rs.rounds));
+    json_object_set_new(root, "width", json_integer(rs.width));
+    json_object_set_new(root, "hops", json_integer((json_int_t)rs.hops));
+    json_object_set_new(root, "wait_ms", json_real(rs.wait_ms));
+    json_object_set_new(root, "remote_compute_ms", json_real(rs.remote_ms));
+    json_t *arr = json_array();
+    for (int32_t d = 0; d < rs.n_devices && d < REPORT_MAX_DEVICES; d++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(dev[d].name));
+        json_object_set_new(o, "address", json_string(dev[d].address));
+        json_object_set_new(o, "w", json_integer(dev[d].w));
+        json_object_set_new(o, "n", json_integer(dev[d].n));
+        json_object_set_new(o, "layers", json_integer(dev[d].n_layers));
+        json_object_set_new(o, "windows_run", json_integer((json_int_t)dev[d].windows_run));
+        json_object_set_new(o, "compute_ms", json_real(dev[d].compute_ms));
+        json_object_set_new(o, "major_faults", json_integer((json_int_t)dev[d].major_faults));
+        json_array_append_new(arr, o);
+    }
+    json_object_set_new(root, "device", arr);
+    return root;
+}
+
+void app_ring_print(const lares_session *s) {
+    lares_ring_stats rs;
+    lares_ring_device dev[REPORT_MAX_DEVICES];
+    if (lares_session_ring_stats(s, &rs, dev, REPORT_MAX_DEVICES, NULL) != LARES_OK) {
+        return;
+    }
+    fprintf(stderr, "lares: ring of %d devices, %d layers per round, k = %d\n", rs.n_devices,
+            rs.width, rs.rounds);
+    for (int32_t d = 0; d < rs.n_devices && d < REPORT_MAX_DEVICES; d++) {
+        fprintf(stderr,
+                "lares:   %-12s %-22s w %-3d layers %-3d windows %-6" PRIu64
+                " compute %9.1f ms  major faults %" PRIu64 "\n",
+                dev[d].name, d == 0 ? "(head)" : dev[d].address, dev[d].w, dev[d].n_layers,
+                dev[d].windows_run, dev[d].compute_ms, dev[d].major_faults);
+    }
+    const double net = rs.wait_ms - rs.remote_ms;
+    fprintf(stderr,
+            "lares:   waited %.1f ms for the ring: %.1f ms worker compute, %.1f ms "
+            "network and queues (%.3f ms per hop over %" PRIu64 " hops)\n",
+            rs.wait_ms, rs.remote_ms, net, rs.hops ? net / (double)rs.hops : 0.0, rs.hops);
+}

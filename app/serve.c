@@ -1,0 +1,147 @@
+/*
+ * lares serve: the OpenAI-compatible HTTP API on this device (src/server/).
+ * SIGINT and SIGTERM stop it gracefully: they are blocked in every thread and
+ * taken by sigwait on the main thread, which then stops the server.
+ */
+#include "opts.h"
+#include "server/server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void serve_usage(FILE *to) {
+    fputs("usage: lares serve -m MODEL [options]\n"
+          "  -m, --model PATH        GGUF model file\n"
+          "      --host ADDR         address to listen on (default 127.0.0.1; 0.0.0.0: all)\n"
+          "      --port P            TCP port (default 8080; 0: any free port)\n"
+          "      --api-key KEY       require 'Authorization: Bearer KEY' (or set LARES_API_KEY)\n"
+          "      --model-name NAME   the model id clients use (default: the file name)\n"
+          "      --template NAME     chat format instead of the model's template (chatml, llama3,\n"
+          "                          llama2, mistral, mistral-v7, gemma, phi3, zephyr, plain)\n"
+          "      --queue N           requests that may wait behind the running one (default 8)\n"
+          "      --max-body SIZE     largest request body (default 1M)\n"
+          "      --max-connections N (default 64)\n",
+          to);
+    app_session_usage(to);
+    fputs("  -v, --verbose / -q, --quiet\n"
+          "Sampling is chosen per request (temperature, top_p, top_k, min_p, seed, ...).\n",
+          to);
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL;
+    lares_session_opts so = lares_session_opts_default();
+    server_opts o = server_opts_default();
+    int verbosity = 0;
+    int32_t v32;
+    uint64_t v64;
+    o.api_key = getenv("LARES_API_KEY");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = app_session_opt(argc, argv, &i, &so);
+        if (r < 0) {
+            return APP_USAGE;
+        }
+        if (r > 0) {
+            continue;
+        }
+        const char *v = NULL;
+#define VALUE()                                                                                    \
+    if ((v = app_need_value(argc, argv, &i)) == NULL)                                              \
+    return APP_USAGE
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            serve_usage(stdout);
+            return APP_OK;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            VALUE();
+            model = v;
+        } else if (strcmp(a, "--host") == 0) {
+            VALUE();
+            o.host = v;
+        } else if (strcmp(a, "--port") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 0, 65535, &v32)) {
+                return APP_USAGE;
+            }
+            o.port = (uint16_t)v32;
+        } else if (strcmp(a, "--api-key") == 0) {
+            VALUE();
+            o.api_key = v;
+        } else if (strcmp(a, "--model-name") == 0) {
+            VALUE();
+            o.model_id = v;
+        } else if (strcmp(a, "--template") == 0) {
+            VALUE();
+            o.template_name = v;
+        } else if (strcmp(a, "--queue") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, 4096, &o.queue_capacity)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--max-connections") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 2, 4096, &o.max_connections)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--max-body") == 0) {
+            VALUE();
+            if (!app_parse_size(a, v, &v64)) {
+                return APP_USAGE;
+            }
+            o.max_body_bytes = (size_t)v64;
+        } else if (strcmp(a, "--ring") == 0) {
+            app_error("serve: --ring needs the ring runtime, which lares serve does not use yet");
+            return APP_USAGE;
+        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            verbosity++;
+        } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+            verbosity = -1;
+        } else {
+            app_error("serve: unknown option '%s' (lares serve --help lists them)", a);
+            return APP_USAGE;
+        }
+#undef VALUE
+    }
+    if (model == NULL) {
+        app_error("serve: no model given (-m MODEL)");
+        return APP_USAGE;
+    }
+    app_setup_log(verbosity);
+    /* every thread started from here on inherits the blocked signals; the
+     * main thread takes them with sigwait */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a client that leaves mid-reply is an error return, not a kill */
+
+    lares_error err = {0};
+    lares_model *m = NULL;
+    lares_session *s = NULL;
+    server *sv = NULL;
+    int rc = APP_FAIL;
+    if (lares_model_open(model, NULL, &m, &err) != LARES_OK ||
+        lares_session_create(m, &so, &s, &err) != LARES_OK ||
+        server_start(m, s, model, &o, &sv, &err) != LARES_OK) {
+        rc = app_fail(&err);
+        goto done;
+    }
+    fprintf(stderr,
+            "lares: serving %s (chat template %s, context %d tokens) on http://%s%s%s:%u%s\n",
+            model, server_template(sv), lares_session_n_ctx(s), strchr(o.host, ':') ? "[" : "",
+            o.host, strchr(o.host, ':') ? "]" : "", (unsigned)server_port(sv),
+            o.api_key ? " (API key required)" : "");
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "lares: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    rc = APP_OK;
+done:
+    server_stop(sv);
+    lares_session_free(s);
+    lares_model_close(m);
+    return rc;
+}

@@ -1,0 +1,161 @@
+/* lares worker: join rings as a worker, serving one head after another (docs/ring.md). */
+#include "app.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void worker_usage(FILE *to) {
+    fputs("usage: lares worker --listen HOST:PORT --key KEYFILE --allow HEAD_KEY... [options]\n"
+          "      --listen HOST:PORT  where heads connect (port 0: any free port, printed)\n"
+          "      --key FILE          this worker's key pair (lares keygen -o FILE)\n"
+          "      --allow KEY|FILE    a head allowed to use this worker: its public key (40\n"
+          "                          characters) or a file of keys (HEAD.key.pub); repeatable\n"
+          "  -m, --model PATH        the model file here (default: the path ring.json names)\n"
+          "  -t, --threads N         threads (default: ring.json's, else all cores)\n"
+          "      --mem-budget SIZE   memory for this worker (default: the cgroup limit or 80%\n"
+          "                          of available memory); layers that do not fit stream\n"
+          "      --no-stream         plain mmap: no read-ahead of the next window, no release\n"
+          "                          (the comparison \"prefetch off\")\n"
+          "      --insecure          no encryption and no keys: only on a trusted test network\n"
+          "  -q, --quiet             only refusals and errors (no per-round lines)\n"
+          "  -v, --verbose\n",
+          to);
+}
+
+static lares_worker *running; /* for the signal handler */
+
+static void on_signal(int sig) {
+    (void)sig;
+    if (running != NULL) {
+        lares_worker_stop(running);
+    }
+}
+
+typedef struct out_state {
+    int verbosity;
+    pthread_mutex_t mu;
+} out_state;
+
+static void on_event(const lares_worker_event *ev, void *user) {
+    out_state *os = user;
+    static const char *const tag[] = {
+        [LARES_WORKER_LISTENING] = "listening", [LARES_WORKER_REFUSED] = "refused",
+        [LARES_WORKER_HEAD] = "head",           [LARES_WORKER_PLAN] = "plan",
+        [LARES_WORKER_ROUND] = "round",         [LARES_WORKER_HEAD_LOST] = "head lost",
+        [LARES_WORKER_STOPPED] = "stopped",     [LARES_WORKER_ERROR] = "error"};
+    if (ev->kind == LARES_WORKER_ROUND && os->verbosity < 0) {
+        return;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    localtime_r(&ts.tv_sec, &tm);
+    pthread_mutex_lock(&os->mu);
+    fprintf(stderr, "%02d:%02d:%02d.%03ld worker %s: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+            ts.tv_nsec / 1000000, tag[ev->kind], ev->text);
+    fflush(stderr);
+    pthread_mutex_unlock(&os->mu);
+}
+
+int cmd_worker(int argc, char **argv) {
+    lares_worker_opts o = lares_worker_opts_default();
+    o.listen = NULL;
+    const char **allow = calloc((size_t)argc, sizeof *allow);
+    out_state os = {.verbosity = 0};
+    pthread_mutex_init(&os.mu, NULL);
+    int rc = APP_USAGE;
+    if (allow == NULL) {
+        app_error("out of memory");
+        return APP_FAIL;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            worker_usage(stdout);
+            rc = APP_OK;
+            goto done;
+        } else if (strcmp(a, "--listen") == 0) {
+            if ((o.listen = app_need_value(argc, argv, &i)) == NULL) {
+                goto done;
+            }
+        } else if (strcmp(a, "--key") == 0) {
+            if ((o.key_path = app_need_value(argc, argv, &i)) == NULL) {
+                goto done;
+            }
+        } else if (strcmp(a, "--allow") == 0) {
+            if ((v = app_need_value(argc, argv, &i)) == NULL) {
+                goto done;
+            }
+            allow[o.n_allow++] = v;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            if ((o.model_path = app_need_value(argc, argv, &i)) == NULL) {
+                goto done;
+            }
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            if ((v = app_need_value(argc, argv, &i)) == NULL ||
+                !app_parse_i32(a, v, 1, 512, &o.n_threads)) {
+                goto done;
+            }
+        } else if (strcmp(a, "--mem-budget") == 0) {
+            if ((v = app_need_value(argc, argv, &i)) == NULL ||
+                !app_parse_size(a, v, &o.mem_budget)) {
+                goto done;
+            }
+        } else if (strcmp(a, "--no-stream") == 0) {
+            o.no_stream = true;
+        } else if (strcmp(a, "--insecure") == 0) {
+            o.insecure = true;
+        } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
+            os.verbosity = -1;
+        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            os.verbosity++;
+        } else {
+            app_error("worker: unknown option '%s' (lares worker --help lists them)", a);
+            goto done;
+        }
+    }
+    if (o.listen == NULL) {
+        app_error("worker: no --listen HOST:PORT");
+        goto done;
+    }
+    if (!o.insecure && (o.key_path == NULL || o.n_allow == 0)) {
+        app_error("worker: give --key KEYFILE and at least one --allow HEAD_KEY (or --insecure "
+                  "on a trusted test network)");
+        goto done;
+    }
+    app_setup_log(os.verbosity);
+    o.allow = allow;
+    o.on_event = on_event;
+    o.user = &os;
+    lares_error err = {0};
+    lares_worker *w = NULL;
+    if (lares_worker_create(&o, &w, &err) != LARES_OK) {
+        rc = app_fail(&err);
+        goto done;
+    }
+    if (o.insecure) {
+        fprintf(stderr,
+                "lares: WARNING: --insecure: no encryption, no keys; any host that reaches "
+                "%s can use this worker and read its traffic\n",
+                lares_worker_address(w));
+    } else {
+        fprintf(stderr, "lares: worker public key %s\n", lares_worker_public_key(w));
+    }
+    running = w;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    rc = lares_worker_run(w, &err) == LARES_OK ? APP_OK : app_fail(&err);
+    running = NULL;
+    lares_worker_free(w);
+done:
+    free(allow);
+    pthread_mutex_destroy(&os.mu);
+    return rc;
+}

@@ -1,0 +1,66 @@
+/* Writes one valid ring frame of each type into a folder: the seeds of fuzz_frame. */
+#include "cluster/cluster.h"
+
+#include <stdio.h>
+
+static int put(const char *dir, const char *name, const uint8_t *b, size_t n) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || n == 0 || fwrite(b, 1, n, f) != n) {
+        fprintf(stderr, "make_frame_seeds: cannot write %s\n", path);
+        if (f) {
+            fclose(f);
+        }
+        return 1;
+    }
+    return fclose(f) != 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: make_frame_seeds DIR\n");
+        return 2;
+    }
+    static uint8_t b[1 << 16];
+    int bad = 0;
+    cluster_hello h = {.model = {1185376, 0x1234},
+                       .device = 1,
+                       .n_devices = 3,
+                       .heartbeat_ms = 250,
+                       .timeout_ms = 3000};
+    snprintf(h.model_path, sizeof h.model_path, "/models/stories260K.gguf");
+    snprintf(h.head_name, sizeof h.head_name, "head");
+    bad |= put(argv[1], "hello", b, cluster_encode_hello(b, sizeof b, &h));
+    cluster_welcome w = {.model = h.model, .n_layer = 5, .n_embd = 64, .n_cpu = 2};
+    snprintf(w.name, sizeof w.name, "worker");
+    bad |= put(argv[1], "welcome", b, cluster_encode_welcome(b, sizeof b, &w));
+    static cluster_plan_msg p;
+    p.self = 2;
+    p.n_ctx = 256;
+    p.n_batch = 16;
+    p.n_embd = 64;
+    p.plan = (cluster_plan){.n_layer = 5, .n_dev = 3, .w = {1, 1, 1}, .n = {0, 1, 0}};
+    snprintf(p.addr[1], sizeof p.addr[1], "127.0.0.1:9101");
+    snprintf(p.addr[2], sizeof p.addr[2], "127.0.0.1:9102");
+    bad |= put(argv[1], "plan", b, cluster_encode_plan(b, sizeof b, 9, &p));
+    const cluster_ready r = {.kv_bytes = 4096, .n_windows = 2};
+    bad |= put(argv[1], "ready", b, cluster_encode_ready(b, sizeof b, 9, &r));
+    const int32_t pos[3] = {7, 8, 9};
+    float x[3 * 16];
+    for (int i = 0; i < 48; i++) {
+        x[i] = (float)i / 7.0f;
+    }
+    const cluster_trace t[2] = {{1, 0, 1500, 0}, {2, 0, 900, 3}};
+    cluster_act a = {.seq = 4, .layer = 3, .n_tok = 3, .n_embd = 16, .n_trace = 2};
+    bad |= put(argv[1], "act-f32", b, cluster_encode_act(b, sizeof b, 9, &a, pos, t, x));
+    a.dtype = CLUSTER_DTYPE_F16;
+    bad |= put(argv[1], "act-f16", b, cluster_encode_act(b, sizeof b, 9, &a, pos, t, x));
+    const cluster_kv kv = {.op = CLUSTER_KV_TRUNCATE, .pos = 3};
+    bad |= put(argv[1], "kv", b, cluster_encode_kv(b, sizeof b, 9, CLUSTER_KV, &kv));
+    bad |= put(argv[1], "heartbeat", b, cluster_encode_heartbeat(b, sizeof b, 9, 1));
+    bad |= put(argv[1], "stop", b, cluster_encode_stop(b, sizeof b, 9, 0));
+    bad |= put(argv[1], "error", b, cluster_encode_error(b, sizeof b, 9, LARES_EBUSY, "busy"));
+    bad |= put(argv[1], "link", b, cluster_encode_link(b, sizeof b, 9, CLUSTER_LINK, 1));
+    return bad;
+}

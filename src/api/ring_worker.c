@@ -1,0 +1,336 @@
+/*
+ * lares_worker: a device of a ring (docs/ring.md). The cluster module runs
+ * the network and the protocol; the callbacks here open the model the head
+ * names, build the executor for this device's windows (so the memory budget
+ * and streaming work on every device) and run them.
+ *
+ * The prefetch of the next window: the executor's cycle is this device's
+ * windows round by round, and its prefetch thread reads units in that order,
+ * releasing each after use. So the next window is read as soon as the one
+ * just computed is released, at the latest while the hidden state travels on
+ * (../shared/docs/scheduling.md). With no_stream the executor gets no budget:
+ * plain mmap, the comparison "prefetch off".
+ */
+#include "api/ring.h"
+#include "mem/mem.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* program text, libraries, stacks, allocator slack (as api/budget.c) */
+#define RESERVE_BYTES ((uint64_t)16 << 20)
+/* page-table share of the mapping (as api/budget.c) */
+#define PAGE_TABLE_SHARE 256
+
+struct lares_worker {
+    cluster_worker *cw; /* owned */
+    cluster_keypair key;
+    bool insecure;
+    char *model_path; /* owned copy; NULL: the head names the file */
+    int32_t n_threads;
+    uint64_t mem_budget;
+    bool no_stream;
+    lares_worker_event_fn on_event;
+    void *user;
+    /* compute state: touched only by the compute thread */
+    lares_model *lm; /* owned: the open model, kept across heads */
+    ops_pool *pool;  /* owned */
+    int32_t pool_threads;
+    model_kv *kv;         /* owned: spans this device's windows (pages of other layers stay
+                             untouched, so never resident) */
+    model_ctx *cx;        /* owned */
+    exec_local *exec;     /* owned */
+    exec_window *windows; /* owned */
+    int32_t n_windows;
+};
+
+lares_worker_opts lares_worker_opts_default(void) {
+    lares_worker_opts o = {.listen = "0.0.0.0:9100"};
+    return o;
+}
+
+static void on_cluster_event(const cluster_event *ev, void *user) {
+    lares_worker *w = user;
+    if (w->on_event == NULL) {
+        return;
+    }
+    const lares_worker_event out = {.kind = (lares_worker_event_kind)ev->kind,
+                                    .text = ev->text,
+                                    .round = ev->round,
+                                    .l0 = ev->l0,
+                                    .l1 = ev->l1,
+                                    .n_tok = ev->n_tok,
+                                    .compute_ms = ev->compute_ms,
+                                    .wait_ms = ev->wait_ms};
+    w->on_event(&out, w->user);
+}
+
+static void release_windows(lares_worker *w) {
+    exec_local_free(w->exec);
+    model_ctx_free(w->cx);
+    model_kv_free(w->kv);
+    lares_free(w->windows);
+    w->exec = NULL;
+    w->cx = NULL;
+    w->kv = NULL;
+    w->windows = NULL;
+    w->n_windows = 0;
+}
+
+static void cb_release(void *user) {
+    release_windows(user);
+}
+
+static lares_status cb_open(void *user, const cluster_hello *h, cluster_welcome *out,
+                            lares_error *err) {
+    lares_worker *w = user;
+    const char *path = w->model_path != NULL ? w->model_path : h->model_path;
+    if (path[0] == '\0') {
+        return lares_fail(err, LARES_EINVAL,
+                          "no model: ring.json names no \"model\" for device "
+                          "%u and the worker was started without --model",
+                          h->device);
+    }
+    if (w->lm == NULL || strcmp(w->lm->path, path) != 0) {
+        release_windows(w);
+        lares_model_close(w->lm);
+        w->lm = NULL;
+        lares_status st = lares_model_open(path, NULL, &w->lm, err);
+        if (st != LARES_OK) {
+            return st;
+        }
+    }
+    const model *m = w->lm->m;
+    out->model.file_bytes = gguf_file_bytes(w->lm->file);
+    out->model.header_hash = gguf_header_hash(w->lm->file);
+    out->n_layer = (uint32_t)m->hp.n_layer;
+    out->n_embd = (uint32_t)m->hp.n_embd;
+    out->n_cpu = (uint32_t)lares_cpu_count();
+    mem_limit lim;
+    mem_limit_read(NULL, &lim);
+    out->mem_available_bytes = lim.auto_bytes == UINT64_MAX ? 0 : lim.auto_bytes;
+    if (gethostname(out->name, sizeof out->name) != 0) {
+        snprintf(out->name, sizeof out->name, "worker");
+    }
+    out->name[sizeof out->name - 1] = '\0';
+    return LARES_OK;
+}
+
+/* The executor's weight budget: as a head session's (api/budget.c), with the
+ * KV entries of the layers this device holds, not of the span. */
+static lares_status worker_budget(lares_worker *w, exec_opts *eo, int32_t held, lares_error *err) {
+    const model *m = w->lm->m;
+    if (w->no_stream) {
+        return LARES_OK;
+    }
+    uint64_t budget = w->mem_budget;
+    if (budget == 0) {
+        mem_limit lim;
+        mem_limit_read(NULL, &lim);
+        budget = lim.auto_bytes;
+    }
+    if (budget == UINT64_MAX) {
+        return LARES_OK; /* no limit known */
+    }
+    uint64_t weights, least;
+    lares_status st = exec_weight_needs(m, w->kv, eo, &weights, &least, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    const uint64_t span = (uint64_t)(w->kv->l1 - w->kv->l0);
+    const uint64_t kv_unused = w->kv->bytes / span * (span - (uint64_t)held);
+    const uint64_t heap = lares_mem_in_use() - LARES_MIN(lares_mem_in_use(), kv_unused);
+    const uint64_t overhead =
+        heap + gguf_file_bytes(w->lm->file) / PAGE_TABLE_SHARE + RESERVE_BYTES;
+    if (budget < overhead + least) {
+        return lares_fail(err, LARES_ERANGE,
+                          "a memory budget of %.1f MiB is below the %.1f MiB this worker needs at "
+                          "least (KV cache and buffers %.1f MiB, the largest layer %.1f MiB)",
+                          (double)budget / 1048576.0, (double)(overhead + least) / 1048576.0,
+                          (double)heap / 1048576.0, (double)least / 1048576.0);
+    }
+    eo->weight_budget_bytes = budget - overhead;
+    return LARES_OK;
+}
+
+static lares_status cb_setup(void *user, const cluster_plan_msg *p, cluster_ready *out,
+                             lares_error *err) {
+    lares_worker *w = user;
+    const model *m = w->lm->m;
+    release_windows(w);
+    if (p->plan.n_layer != m->hp.n_layer || (int64_t)p->n_embd != m->hp.n_embd) {
+        return lares_fail(err, LARES_EINVAL,
+                          "the plan is for %d layers of width %u, the model "
+                          "has %d of %d",
+                          p->plan.n_layer, p->n_embd, m->hp.n_layer, m->hp.n_embd);
+    }
+    int32_t threads = p->n_threads > 0 ? (int32_t)p->n_threads : w->n_threads;
+    if (threads <= 0) {
+        threads = lares_cpu_count();
+    }
+    lares_status st = LARES_OK;
+    if (w->pool == NULL || w->pool_threads != threads) {
+        ops_pool_free(w->pool);
+        w->pool = NULL;
+        st = ops_pool_create(threads, &w->pool, err);
+        w->pool_threads = st == LARES_OK ? threads : 0;
+    }
+    const int32_t self = (int32_t)p->self;
+    const int32_t rounds = cluster_plan_rounds(&p->plan);
+    int32_t lo = m->hp.n_layer, hi = 0, held = 0;
+    if (st == LARES_OK && (w->windows = lares_calloc((size_t)rounds, sizeof *w->windows)) == NULL) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    for (int32_t r = 0; r < rounds && st == LARES_OK; r++) {
+        int32_t l0, l1;
+        if (cluster_plan_window(&p->plan, self, r, &l0, &l1)) {
+            w->windows[w->n_windows++] = (exec_window){l0, l1};
+            lo = LARES_MIN(lo, l0);
+            hi = LARES_MAX(hi, l1);
+            held += l1 - l0;
+        }
+    }
+    if (st == LARES_OK && w->n_windows == 0) {
+        st = lares_fail(err, LARES_EINVAL, "the plan gives device %d no layers", self);
+    }
+    if (st == LARES_OK) {
+        st = model_kv_create(m, lo, hi, (int32_t)p->n_ctx,
+                             p->kv_f16 ? GGUF_TYPE_F16 : GGUF_TYPE_F32, &w->kv, err);
+    }
+    if (st == LARES_OK) {
+        st = model_ctx_create(m, w->pool, (int32_t)p->n_batch, (int32_t)p->n_ctx, &w->cx, err);
+    }
+    exec_opts eo = {.windows = w->windows, .n_windows = w->n_windows, .head = false};
+    if (st == LARES_OK) {
+        st = worker_budget(w, &eo, held, err);
+    }
+    if (st == LARES_OK) {
+        st = exec_local_create(m, w->kv, w->cx, &eo, &w->exec, err);
+    }
+    if (st != LARES_OK) {
+        release_windows(w);
+        return st;
+    }
+    const uint64_t span = (uint64_t)(hi - lo);
+    out->kv_bytes = w->kv->bytes / span * (uint64_t)held;
+    out->n_windows = (uint32_t)w->n_windows;
+    return LARES_OK;
+}
+
+static lares_status cb_forward(void *user, int32_t l0, int32_t l1, const int32_t *pos,
+                               int32_t n_tok, float *x, uint32_t *major_faults, lares_error *err) {
+    lares_worker *w = user;
+    struct rusage r0, r1;
+    getrusage(RUSAGE_SELF, &r0);
+    lares_status st = exec_local_forward(w->exec, l0, l1, pos, n_tok, x, err);
+    getrusage(RUSAGE_SELF, &r1);
+    const long faults = r1.ru_majflt - r0.ru_majflt;
+    *major_faults = faults > 0 ? (uint32_t)LARES_MIN(faults, (long)UINT32_MAX) : 0;
+    return st;
+}
+
+void lares_worker_free(lares_worker *w) {
+    if (w == NULL) {
+        return;
+    }
+    cluster_worker_free(w->cw);
+    release_windows(w);
+    ops_pool_free(w->pool);
+    lares_model_close(w->lm);
+    lares_free(w->model_path);
+    lares_free(w);
+}
+
+lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out, lares_error *err) {
+    if (o == NULL || o->listen == NULL) {
+        return lares_fail(err, LARES_EINVAL, "worker: no address to listen on");
+    }
+    lares_worker *w = lares_calloc(1, sizeof *w);
+    cluster_allow *allow = lares_calloc(1, sizeof *allow);
+    lares_status st = LARES_OK;
+    if (w == NULL || allow == NULL) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    if (st == LARES_OK) {
+        w->insecure = o->insecure;
+        w->n_threads = o->n_threads;
+        w->mem_budget = o->mem_budget;
+        w->no_stream = o->no_stream;
+        w->on_event = o->on_event;
+        w->user = o->user;
+        if (o->model_path != NULL && (w->model_path = lares_strdup(o->model_path)) == NULL) {
+            st = lares_fail(err, LARES_ENOMEM, "out of memory");
+        }
+    }
+    if (st == LARES_OK && o->insecure) {
+        lares_log(LARES_LOG_WARN, "cluster: --insecure: this worker accepts any head without "
+                                  "keys or encryption; use it only on a trusted test network");
+    } else if (st == LARES_OK) {
+        if (o->key_path == NULL) {
+            st = lares_fail(err, LARES_EAUTH,
+                            "worker: no key pair (--key FILE, made by lares "
+                            "keygen), or --insecure");
+        } else {
+            st = cluster_key_read(o->key_path, &w->key, err);
+        }
+        for (size_t i = 0; i < o->n_allow && st == LARES_OK; i++) {
+            st = cluster_allow_add(allow, o->allow[i], err);
+        }
+        if (st == LARES_OK && allow->n == 0) {
+            st = lares_fail(err, LARES_EAUTH,
+                            "worker: no head is allowed (--allow HEAD.pub), or "
+                            "--insecure");
+        }
+    }
+    if (st == LARES_OK) {
+        const cluster_worker_opts co = {.listen = o->listen,
+                                        .key = o->insecure ? NULL : &w->key,
+                                        .allow = allow,
+                                        .insecure = o->insecure,
+                                        .compute = {.user = w,
+                                                    .open = cb_open,
+                                                    .setup = cb_setup,
+                                                    .forward = cb_forward,
+                                                    .release = cb_release},
+                                        .on_event = on_cluster_event,
+                                        .user = w};
+        st = cluster_worker_create(&co, &w->cw, err);
+    }
+    lares_free(allow);
+    if (st != LARES_OK) {
+        lares_worker_free(w);
+        return st;
+    }
+    *out = w;
+    return LARES_OK;
+}
+
+const char *lares_worker_address(const lares_worker *w) {
+    return cluster_worker_endpoint(w->cw);
+}
+
+const char *lares_worker_public_key(const lares_worker *w) {
+    return w->insecure ? "" : w->key.public_z85;
+}
+
+lares_status lares_worker_run(lares_worker *w, lares_error *err) {
+    return cluster_worker_run(w->cw, err);
+}
+
+void lares_worker_stop(lares_worker *w) {
+    cluster_worker_stop(w->cw);
+}
+
+lares_status lares_keygen(const char *path, char public_key[LARES_KEY_Z85_LEN + 1],
+                          lares_error *err) {
+    cluster_keypair k;
+    lares_status st = cluster_key_generate(&k, err);
+    if (st == LARES_OK) {
+        st = cluster_key_write(path, &k, err);
+    }
+    if (st == LARES_OK && public_key != NULL) {
+        memcpy(public_key, k.public_z85, LARES_KEY_Z85_LEN + 1);
+    }
+    memset(&k, 0, sizeof k);
+    return st;
+}

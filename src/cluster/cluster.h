@@ -1,0 +1,430 @@
+/*
+ * cluster: the piped ring (docs/ring.md, the wire format in docs/protocol.md).
+ *
+ * Owns: the wire protocol (versioned, length-checked frames; every integer
+ * little-endian through a byte cursor), CURVE key pairs and allow-lists, the
+ * ring description (ring.json) and the plan (layers per window, rounds), the
+ * head's side of a ring (connections to the workers, heartbeats, failure
+ * detection) and the worker's side (listening, ZAP allow-list, the link to its
+ * successor, heartbeats), all over ZeroMQ with CURVE.
+ *
+ * Knows nothing about kernels or models: a worker computes through the
+ * callbacks of cluster_compute (filled by api/ring_worker.c), and the head's
+ * session (api/ring_head.c) runs its own windows between cluster_head_send
+ * and cluster_head_recv.
+ *
+ * Threads: a cluster_head or cluster_worker runs its own network thread (it
+ * owns the sockets, answers heartbeats and detects dead peers while the
+ * caller computes); the caller talks to it through an in-process pipe. Each
+ * handle is used by one caller thread, except cluster_worker_stop.
+ */
+#ifndef LARES_CLUSTER_H
+#define LARES_CLUSTER_H
+
+#include "core/core.h"
+
+/* ---- limits and constants (file format: see docs/protocol.md) ---- */
+
+#define CLUSTER_PROTO_VERSION 1
+#define CLUSTER_MAGIC         0x474e524cu /* "LRNG" little-endian */
+#define CLUSTER_HEADER_BYTES  20
+/* the largest frame either side accepts (also ZMQ_MAXMSGSIZE on every socket):
+ * a batch of hidden states is n_batch x n_embd x 4 bytes */
+#define CLUSTER_MAX_FRAME   (64u << 20)
+#define CLUSTER_MAX_DEVICES 64
+#define CLUSTER_MAX_LAYERS  65536 /* far above any model; bounds per-round arrays */
+#define CLUSTER_MAX_ADDR    255   /* "host:port" */
+#define CLUSTER_MAX_PATH    1023  /* a model path on a device */
+#define CLUSTER_MAX_NAME    63    /* device and head names */
+#define CLUSTER_MAX_MSG     255   /* error messages */
+#define CLUSTER_MAX_TRACE   CLUSTER_MAX_DEVICES
+#define CLUSTER_KEY_BYTES   32
+#define CLUSTER_KEY_Z85     40
+#define CLUSTER_MAX_ALLOW   256
+/* emulated link latency (tests and benchmarks): Wi-Fi hops are 2-10 ms */
+#define CLUSTER_MAX_LINK_DELAY_MS 1000
+
+typedef enum cluster_frame_type {
+    CLUSTER_HELLO = 1,     /* head -> worker: version, model identity, device index */
+    CLUSTER_WELCOME = 2,   /* worker -> head: its model identity and resources */
+    CLUSTER_PLAN = 3,      /* head -> worker: windows of every device, rounds, sizes */
+    CLUSTER_READY = 4,     /* worker -> head: windows allocated, successor reached */
+    CLUSTER_ACT = 5,       /* hidden states of a batch between devices */
+    CLUSTER_KV = 6,        /* head -> worker: clear / truncate the KV caches */
+    CLUSTER_KV_DONE = 7,   /* worker -> head: the KV operation is done */
+    CLUSTER_HEARTBEAT = 8, /* both ways, every heartbeat interval */
+    CLUSTER_STOP = 9,      /* head -> worker: the session is over */
+    CLUSTER_ERROR = 10,    /* either way: a refusal or failure with its reason */
+    CLUSTER_LINK = 11,     /* worker -> its successor: "I am your predecessor" */
+    CLUSTER_LINK_OK = 12,  /* successor -> worker */
+    CLUSTER_FRAME_TYPE_END
+} cluster_frame_type;
+
+const char *cluster_frame_type_name(uint32_t type); /* "hello", ..., "?" */
+
+/* element type of hidden states on the wire */
+typedef enum cluster_dtype { CLUSTER_DTYPE_F32 = 0, CLUSTER_DTYPE_F16 = 1 } cluster_dtype;
+
+typedef enum cluster_kv_op { CLUSTER_KV_CLEAR = 1, CLUSTER_KV_TRUNCATE = 2 } cluster_kv_op;
+
+/* A model file is the same on two devices when its size and the hash of its
+ * header (metadata + tensor directory, gguf_header_hash) agree. */
+typedef struct cluster_model_id {
+    uint64_t file_bytes;
+    uint64_t header_hash;
+} cluster_model_id;
+
+/* ---- the plan: which layers each device runs ----
+ *
+ * Device 0 is the head. Each round, device m runs a window of w[m]
+ * consecutive layers starting at r * W + (w[0] + ... + w[m-1]), W = sum w.
+ * Rounds k = ceil(n_layer / W); when W does not divide n_layer the last
+ * round is cut at n_layer and the devices past the cut idle in it. The head
+ * may hold no layers (w[0] = 0); every worker holds at least one. */
+typedef struct cluster_plan {
+    int32_t n_layer;
+    int32_t n_dev;
+    int32_t w[CLUSTER_MAX_DEVICES]; /* layers per window */
+    int32_t n[CLUSTER_MAX_DEVICES]; /* of those, on the device's GPU (the last n of each window) */
+} cluster_plan;
+
+/* Checks counts, w[0] >= 0, w[m] >= 1 for workers, 0 <= n <= w, W <= n_layer. */
+lares_status cluster_plan_check(const cluster_plan *p, lares_error *err);
+int32_t cluster_plan_width(const cluster_plan *p);  /* W */
+int32_t cluster_plan_rounds(const cluster_plan *p); /* k */
+/* Window of device `dev` in round `r`; false (and l0 = l1) when it is empty. */
+bool cluster_plan_window(const cluster_plan *p, int32_t dev, int32_t r, int32_t *l0, int32_t *l1);
+/* Layers device `dev` holds over all rounds. */
+int32_t cluster_plan_layers_of(const cluster_plan *p, int32_t dev);
+/* The device and round whose window starts at `layer`; false when none does. */
+bool cluster_plan_owner(const cluster_plan *p, int32_t layer, int32_t *dev, int32_t *round);
+/* The even split used for "auto" windows until the planner (issue 7) fills
+ * them: `rounds` rounds (0 = 1), W = ceil(n_layer / rounds) spread as evenly
+ * as possible, the remainder to the first devices. */
+lares_status cluster_plan_even(int32_t n_dev, int32_t n_layer, int32_t rounds, cluster_plan *out,
+                               lares_error *err);
+/* "head 1 | w1 2 | w2 2 (k=2)" for messages */
+void cluster_plan_describe(const cluster_plan *p, char *buf, size_t cap);
+
+/* ---- frames ---- */
+
+typedef struct cluster_hello {
+    cluster_model_id model;
+    uint32_t device; /* the receiver's index in the ring (1..n-1) */
+    uint32_t n_devices;
+    uint32_t heartbeat_ms;                 /* how often each side sends a heartbeat */
+    uint32_t timeout_ms;                   /* silence after which a side gives the other up */
+    char model_path[CLUSTER_MAX_PATH + 1]; /* where ring.json says the file is ("" none) */
+    char head_name[CLUSTER_MAX_NAME + 1];
+} cluster_hello;
+
+typedef struct cluster_welcome {
+    cluster_model_id model;
+    uint32_t n_layer;
+    uint32_t n_embd;
+    uint32_t n_cpu;
+    uint64_t mem_available_bytes; /* 0: unknown */
+    char name[CLUSTER_MAX_NAME + 1];
+} cluster_welcome;
+
+typedef struct cluster_plan_msg {
+    uint32_t self; /* the receiver's index */
+    uint32_t n_ctx;
+    uint32_t n_batch; /* most tokens per ACT frame */
+    uint32_t n_embd;
+    uint32_t n_threads; /* 0: the worker decides */
+    uint8_t act_dtype;  /* cluster_dtype */
+    uint8_t kv_f16;     /* 1: F16 KV cache, 0: F32 */
+    cluster_plan plan;
+    uint8_t keys[CLUSTER_MAX_DEVICES][CLUSTER_KEY_BYTES]; /* public keys; zero when insecure */
+    char addr[CLUSTER_MAX_DEVICES][CLUSTER_MAX_ADDR + 1]; /* "" for the head */
+    uint32_t link_delay_ms[CLUSTER_MAX_DEVICES]; /* emulated latency of each device's send */
+} cluster_plan_msg;
+
+typedef struct cluster_ready {
+    uint64_t kv_bytes; /* the worker's KV caches */
+    uint32_t n_windows;
+} cluster_ready;
+
+/* One device's figures for one window, appended as the frame travels. */
+typedef struct cluster_trace {
+    uint16_t device;
+    uint16_t round;
+    uint32_t compute_us;
+    uint32_t major_faults;
+} cluster_trace;
+#define CLUSTER_TRACE_BYTES 12
+
+/* Hidden states of a batch. The arrays stay in the frame's bytes: read them
+ * with cluster_act_pos, cluster_act_trace_at and cluster_act_read. */
+typedef struct cluster_act {
+    uint64_t seq;   /* the head's batch counter */
+    uint32_t layer; /* the next layer to run; n_layer when all are done */
+    uint32_t n_tok;
+    uint32_t n_embd;
+    uint8_t dtype; /* cluster_dtype */
+    uint32_t n_trace;
+    const uint8_t *pos;   /* n_tok int32 */
+    const uint8_t *trace; /* n_trace entries */
+    const uint8_t *data;  /* n_tok x n_embd of dtype */
+} cluster_act;
+
+typedef struct cluster_kv {
+    uint32_t op; /* cluster_kv_op */
+    int32_t pos;
+} cluster_kv;
+
+typedef struct cluster_errmsg {
+    uint32_t code; /* lares_status */
+    char msg[CLUSTER_MAX_MSG + 1];
+} cluster_errmsg;
+
+typedef struct cluster_frame {
+    uint16_t version;
+    uint16_t type;
+    uint64_t session;
+    union {
+        cluster_hello hello;
+        cluster_welcome welcome;
+        cluster_plan_msg plan;
+        cluster_ready ready;
+        cluster_act act;
+        cluster_kv kv;
+        uint64_t heartbeat; /* the sender's counter */
+        uint32_t stop_reason;
+        cluster_errmsg error;
+        uint32_t link_from; /* LINK: the sender's device index */
+    } u;
+} cluster_frame;
+
+/* Reads only the fixed header: magic, version, type and that the payload
+ * length matches len. A different version is LARES_EPROTO (with *version set
+ * so the caller can answer in kind); version is read before anything else. */
+lares_status cluster_frame_header(const uint8_t *buf, size_t len, uint16_t *version, uint16_t *type,
+                                  uint64_t *session, lares_error *err);
+/* Decodes and validates a whole frame. Every count and length is checked
+ * against the bytes present and the limits above before it is used; enum
+ * values are range-checked; strings must not contain NUL. ACT arrays point
+ * into buf, which must outlive *out's use. An ERROR frame of any version
+ * decodes (its layout is fixed forever). */
+lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame *out,
+                                  lares_error *err);
+
+/* Encoders write into buf (capacity cap) and return the frame's length, or 0
+ * when it does not fit. */
+size_t cluster_encode_hello(uint8_t *buf, size_t cap, const cluster_hello *h);
+size_t cluster_encode_welcome(uint8_t *buf, size_t cap, const cluster_welcome *w);
+size_t cluster_encode_plan(uint8_t *buf, size_t cap, uint64_t session, const cluster_plan_msg *p);
+size_t cluster_encode_ready(uint8_t *buf, size_t cap, uint64_t session, const cluster_ready *r);
+size_t cluster_encode_kv(uint8_t *buf, size_t cap, uint64_t session, uint16_t type,
+                         const cluster_kv *kv);
+size_t cluster_encode_heartbeat(uint8_t *buf, size_t cap, uint64_t session, uint64_t counter);
+size_t cluster_encode_stop(uint8_t *buf, size_t cap, uint64_t session, uint32_t reason);
+size_t cluster_encode_error(uint8_t *buf, size_t cap, uint64_t session, uint32_t code,
+                            const char *msg);
+size_t cluster_encode_link(uint8_t *buf, size_t cap, uint64_t session, uint16_t type,
+                           uint32_t from);
+/* A version-`version` header with an empty payload of `type` (tests of
+ * version refusal write frames of other versions with this). */
+size_t cluster_encode_raw_header(uint8_t *buf, size_t cap, uint16_t version, uint16_t type,
+                                 uint64_t session, uint32_t payload_bytes);
+
+/* Bytes of an ACT frame for n_tok x n_embd values and n_trace entries; 0 on overflow. */
+size_t cluster_act_bytes(uint32_t n_tok, uint32_t n_embd, uint8_t dtype, uint32_t n_trace);
+/* Encodes hidden states x (n_tok x n_embd floats) with their positions and
+ * trace; F16 rounds to nearest even. */
+size_t cluster_encode_act(uint8_t *buf, size_t cap, uint64_t session, const cluster_act *hdr,
+                          const int32_t *pos, const cluster_trace *trace, const float *x);
+int32_t cluster_act_pos(const cluster_act *a, uint32_t i);
+void cluster_act_trace_at(const cluster_act *a, uint32_t i, cluster_trace *out);
+/* Converts the frame's hidden states into x (n_tok x n_embd floats). */
+void cluster_act_read(const cluster_act *a, float *x);
+
+/* ---- keys ---- */
+
+typedef struct cluster_keypair {
+    char public_z85[CLUSTER_KEY_Z85 + 1];
+    char secret_z85[CLUSTER_KEY_Z85 + 1];
+    uint8_t public_key[CLUSTER_KEY_BYTES];
+} cluster_keypair;
+
+typedef struct cluster_allow {
+    size_t n;
+    uint8_t keys[CLUSTER_MAX_ALLOW][CLUSTER_KEY_BYTES];
+} cluster_allow;
+
+lares_status cluster_key_generate(cluster_keypair *out, lares_error *err);
+/* Writes the pair to path (created with mode 0600, never over an existing
+ * file) and the public key to path.pub (0644). Format: docs/protocol.md. */
+lares_status cluster_key_write(const char *path, const cluster_keypair *k, lares_error *err);
+/* Reads a key pair file; refuses a file readable by others, a malformed key
+ * and a secret key whose public half is not the one written beside it. */
+lares_status cluster_key_read(const char *path, cluster_keypair *out, lares_error *err);
+/* A Z85 public key (40 characters) into 32 bytes. */
+lares_status cluster_key_parse(const char *z85, uint8_t out[CLUSTER_KEY_BYTES], lares_error *err);
+void cluster_key_z85(const uint8_t key[CLUSTER_KEY_BYTES], char out[CLUSTER_KEY_Z85 + 1]);
+/* Adds a key given as 40 Z85 characters or as a file of public keys (one a
+ * line, "public-key = ..." lines, '#' comments; a key pair file is refused,
+ * since it holds a secret). */
+lares_status cluster_allow_add(cluster_allow *a, const char *key_or_file, lares_error *err);
+bool cluster_allow_has(const cluster_allow *a, const uint8_t key[CLUSTER_KEY_BYTES]);
+
+/* ---- ring.json ---- */
+
+typedef struct cluster_ring_device {
+    char name[CLUSTER_MAX_NAME + 1];
+    char address[CLUSTER_MAX_ADDR + 1]; /* "" for the head */
+    uint8_t key[CLUSTER_KEY_BYTES];     /* the worker's public key */
+    bool has_key;
+    char model_path[CLUSTER_MAX_PATH + 1]; /* "" when not given */
+    int32_t n_threads;                     /* 0: the device decides */
+    int32_t w, n;                          /* -1 when "auto" */
+    int32_t link_delay_ms;                 /* test/emulation only */
+} cluster_ring_device;
+
+typedef struct cluster_ring_config {
+    char path[CLUSTER_MAX_PATH + 1];
+    int32_t n_dev; /* device 0 is the head */
+    cluster_ring_device dev[CLUSTER_MAX_DEVICES];
+    bool auto_windows; /* "windows": "auto" */
+    int32_t rounds;    /* 0: auto */
+    uint8_t act_dtype; /* cluster_dtype */
+    int32_t heartbeat_ms, timeout_ms, connect_timeout_ms;
+    char head_key_path[CLUSTER_MAX_PATH + 1]; /* "" when not given */
+} cluster_ring_config;
+
+#define CLUSTER_DEFAULT_HEARTBEAT_MS 250
+#define CLUSTER_DEFAULT_TIMEOUT_MS   3000
+#define CLUSTER_DEFAULT_CONNECT_MS   5000
+
+/* Parses ring.json text; relative key and model paths are taken relative to
+ * base_dir. `name` is used in messages. */
+lares_status cluster_ring_parse(const char *json, size_t len, const char *name,
+                                const char *base_dir, cluster_ring_config *out, lares_error *err);
+lares_status cluster_ring_load(const char *path, cluster_ring_config *out, lares_error *err);
+/* The plan for a model of n_layer layers: the explicit windows, or "auto". */
+lares_status cluster_ring_plan(const cluster_ring_config *c, int32_t n_layer, cluster_plan *out,
+                               lares_error *err);
+
+/* ---- the head ---- */
+
+typedef struct cluster_head cluster_head;
+
+typedef struct cluster_head_opts {
+    const cluster_ring_config *ring; /* borrowed during open */
+    cluster_plan plan;
+    cluster_model_id model;
+    int32_t n_ctx, n_batch, n_embd;
+    bool kv_f16;
+    const cluster_keypair *key; /* the head's pair; NULL only when insecure */
+    bool insecure;
+    const char *head_name;
+} cluster_head_opts;
+
+/* Per device, what the head learnt and measured. */
+typedef struct cluster_device_stats {
+    cluster_welcome welcome; /* what the worker said (zero for the head) */
+    uint64_t windows;        /* windows run */
+    uint64_t compute_us;     /* as the device measured them */
+    uint64_t major_faults;
+} cluster_device_stats;
+
+/* Connects to every worker, checks version and model identity (HELLO), hands
+ * out the plan and waits until every worker is ready (its successor
+ * reached). Errors name the device and its address. */
+lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, lares_error *err);
+/* Sends STOP to the workers and closes everything. */
+void cluster_head_close(cluster_head *h);
+/* Hands out a new plan (same devices) and waits for every worker; the seam
+ * for re-balancing and fail-over (issues 7, 9). */
+lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, lares_error *err);
+const cluster_plan *cluster_head_plan(const cluster_head *h);
+/* Sends the batch x (n_tok x n_embd) at positions pos to device 1, `layer`
+ * being the next layer to run. Returns the sequence number of the batch. */
+lares_status cluster_head_send(cluster_head *h, int32_t layer, const int32_t *pos, int32_t n_tok,
+                               const float *x, uint64_t *seq, lares_error *err);
+/* Waits for the batch `seq` to come back (or for a device to fail: the error
+ * names it) and writes its hidden states into x; *layer is the next layer to
+ * run. Stale frames of an earlier, abandoned batch are dropped. cancel (may
+ * be NULL) is polled while waiting: LARES_ECANCELED when it becomes true. */
+lares_status cluster_head_recv(cluster_head *h, uint64_t seq, int32_t n_tok, float *x,
+                               int32_t *layer, const _Atomic bool *cancel, lares_error *err);
+/* Makes every worker forget positions >= pos (0 clears). */
+lares_status cluster_head_truncate(cluster_head *h, int32_t pos, lares_error *err);
+int32_t cluster_head_n_devices(const cluster_head *h);
+const cluster_device_stats *cluster_head_device(const cluster_head *h, int32_t dev);
+const cluster_ring_device *cluster_head_ring_device(const cluster_head *h, int32_t dev);
+/* Counts a window the head ran itself (device 0's figures). */
+void cluster_head_add_local(cluster_head *h, uint64_t compute_us);
+/* Microseconds the batches spent in the ring (from each send to its return),
+ * and the hops they made. */
+uint64_t cluster_head_wait_us(const cluster_head *h);
+uint64_t cluster_head_hops(const cluster_head *h);
+
+/* ---- the worker ---- */
+
+/* What a worker computes with; the callbacks run on the worker's compute
+ * thread, one at a time. Each returns LARES_OK or fills err. The prefetch of
+ * the next window belongs to the executor behind forward: its cycle is the
+ * device's windows in round order (api/ring_worker.c). */
+typedef struct cluster_compute {
+    void *user;
+    /* Opens (or keeps) the model `hello` names and says what it is. */
+    lares_status (*open)(void *user, const cluster_hello *hello, cluster_welcome *out,
+                         lares_error *err);
+    /* Allocates the windows of the plan for device p->self. */
+    lares_status (*setup)(void *user, const cluster_plan_msg *p, cluster_ready *out,
+                          lares_error *err);
+    /* Runs layers [l0, l1) on x (n_tok x n_embd) at positions pos. */
+    lares_status (*forward)(void *user, int32_t l0, int32_t l1, const int32_t *pos, int32_t n_tok,
+                            float *x, uint32_t *major_faults, lares_error *err);
+    /* Forgets positions >= pos in every window. */
+    void (*truncate)(void *user, int32_t pos);
+    /* The session ended: release its windows (the model may stay open). */
+    void (*release)(void *user);
+} cluster_compute;
+
+typedef enum cluster_event_kind {
+    CLUSTER_EV_LISTENING,
+    CLUSTER_EV_REFUSED,
+    CLUSTER_EV_HEAD,
+    CLUSTER_EV_PLAN,
+    CLUSTER_EV_ROUND,
+    CLUSTER_EV_HEAD_LOST,
+    CLUSTER_EV_STOPPED,
+    CLUSTER_EV_ERROR
+} cluster_event_kind;
+
+typedef struct cluster_event {
+    cluster_event_kind kind;
+    const char *text;
+    int32_t round, l0, l1, n_tok;
+    double compute_ms, wait_ms;
+} cluster_event;
+
+typedef void (*cluster_event_fn)(const cluster_event *ev, void *user);
+
+typedef struct cluster_worker_opts {
+    const char *listen;         /* "host:port"; port 0 picks a free one */
+    const cluster_keypair *key; /* NULL only when insecure */
+    const cluster_allow *allow; /* heads allowed to connect (copied) */
+    bool insecure;
+    cluster_compute compute;
+    cluster_event_fn on_event; /* called from the worker's threads; may be NULL */
+    void *user;
+} cluster_worker_opts;
+
+typedef struct cluster_worker cluster_worker;
+
+/* Binds the listening socket (so the port is known before run). */
+lares_status cluster_worker_create(const cluster_worker_opts *o, cluster_worker **out,
+                                   lares_error *err);
+/* "host:port" actually bound. */
+const char *cluster_worker_endpoint(const cluster_worker *w);
+/* Serves heads one after the other until cluster_worker_stop. */
+lares_status cluster_worker_run(cluster_worker *w, lares_error *err);
+/* Asks run to return (from any thread or a signal handler). */
+void cluster_worker_stop(cluster_worker *w);
+void cluster_worker_free(cluster_worker *w);
+
+#endif /* LARES_CLUSTER_H */

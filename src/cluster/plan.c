@@ -1,0 +1,151 @@
+/*
+ * The plan of a ring: layers per window per device, and the windows each
+ * device runs in each round (docs/ring.md, ../shared/docs/scheduling.md).
+ * Head and workers derive every window from the same few numbers with the
+ * functions here, so they cannot disagree about who runs what.
+ */
+#include "cluster/cluster.h"
+
+lares_status cluster_plan_check(const cluster_plan *p, lares_error *err) {
+    if (p->n_dev < 1 || p->n_dev > CLUSTER_MAX_DEVICES) {
+        return lares_fail(err, LARES_EINVAL, "plan: %d devices (1 to %d)", p->n_dev,
+                          CLUSTER_MAX_DEVICES);
+    }
+    if (p->n_layer < 1 || p->n_layer > CLUSTER_MAX_LAYERS) {
+        return lares_fail(err, LARES_EINVAL, "plan: a model of %d layers (1 to %d)", p->n_layer,
+                          CLUSTER_MAX_LAYERS);
+    }
+    int64_t width = 0;
+    for (int32_t d = 0; d < p->n_dev; d++) {
+        if (p->w[d] < (d == 0 ? 0 : 1) || p->w[d] > p->n_layer) {
+            return lares_fail(err, LARES_EINVAL,
+                              "plan: device %d has a window of %d layers (%s 1 to %d)", d, p->w[d],
+                              d == 0 ? "the head: 0," : "a worker:", p->n_layer);
+        }
+        if (p->n[d] < 0 || p->n[d] > p->w[d]) {
+            return lares_fail(err, LARES_EINVAL,
+                              "plan: device %d puts %d of its %d window layers on a gpu", d,
+                              p->n[d], p->w[d]);
+        }
+        width += p->w[d];
+    }
+    if (width < 1 || width > p->n_layer) {
+        return lares_fail(err, LARES_EINVAL,
+                          "plan: the windows add up to %" PRId64 " layers per round; the model "
+                          "has %d (1 to %d allowed)",
+                          width, p->n_layer, p->n_layer);
+    }
+    return LARES_OK;
+}
+
+int32_t cluster_plan_width(const cluster_plan *p) {
+    int32_t width = 0;
+    for (int32_t d = 0; d < p->n_dev; d++) {
+        width += p->w[d];
+    }
+    return width;
+}
+
+int32_t cluster_plan_rounds(const cluster_plan *p) {
+    const int32_t width = cluster_plan_width(p);
+    return width > 0 ? (p->n_layer + width - 1) / width : 0;
+}
+
+static int32_t offset_of(const cluster_plan *p, int32_t dev) {
+    int32_t off = 0;
+    for (int32_t d = 0; d < dev; d++) {
+        off += p->w[d];
+    }
+    return off;
+}
+
+bool cluster_plan_window(const cluster_plan *p, int32_t dev, int32_t r, int32_t *l0, int32_t *l1) {
+    const int32_t width = cluster_plan_width(p);
+    int64_t a = (int64_t)r * width + offset_of(p, dev);
+    int64_t b = a + p->w[dev];
+    if (a > p->n_layer) {
+        a = p->n_layer;
+    }
+    if (b > p->n_layer) {
+        b = p->n_layer; /* the last round is cut at the model's end */
+    }
+    *l0 = (int32_t)a;
+    *l1 = (int32_t)b;
+    return b > a;
+}
+
+int32_t cluster_plan_layers_of(const cluster_plan *p, int32_t dev) {
+    int32_t n = 0, l0, l1;
+    for (int32_t r = 0; r < cluster_plan_rounds(p); r++) {
+        if (cluster_plan_window(p, dev, r, &l0, &l1)) {
+            n += l1 - l0;
+        }
+    }
+    return n;
+}
+
+bool cluster_plan_owner(const cluster_plan *p, int32_t layer, int32_t *dev, int32_t *round) {
+    const int32_t width = cluster_plan_width(p);
+    if (layer < 0 || layer >= p->n_layer || width < 1) {
+        return false;
+    }
+    const int32_t r = layer / width;
+    for (int32_t d = 0; d < p->n_dev; d++) {
+        int32_t l0, l1;
+        if (cluster_plan_window(p, d, r, &l0, &l1) && l0 == layer) {
+            *dev = d;
+            *round = r;
+            return true;
+        }
+    }
+    return false;
+}
+
+lares_status cluster_plan_even(int32_t n_dev, int32_t n_layer, int32_t rounds, cluster_plan *out,
+                               lares_error *err) {
+    if (rounds == 0) {
+        rounds = 1;
+    }
+    if (n_dev < 1 || n_dev > CLUSTER_MAX_DEVICES || n_layer < 1 || rounds < 1 || rounds > n_layer) {
+        return lares_fail(err, LARES_EINVAL,
+                          "even split: %d devices, %d layers, %d rounds (1 to %d rounds)", n_dev,
+                          n_layer, rounds, n_layer);
+    }
+    const int32_t width = (n_layer + rounds - 1) / rounds;
+    if (width < n_dev) {
+        return lares_fail(err, LARES_EINVAL,
+                          "even split: %d rounds of a %d-layer model leave %d layers per round "
+                          "for %d devices; use fewer rounds or devices",
+                          rounds, n_layer, width, n_dev);
+    }
+    memset(out, 0, sizeof *out);
+    out->n_layer = n_layer;
+    out->n_dev = n_dev;
+    for (int32_t d = 0; d < n_dev; d++) {
+        out->w[d] = width / n_dev + (d < width % n_dev ? 1 : 0);
+    }
+    if (cluster_plan_rounds(out) != rounds) {
+        return lares_fail(err, LARES_EINVAL,
+                          "even split: %d layers cannot be cut into %d rounds of equal width "
+                          "(%d per round gives %d rounds)",
+                          n_layer, rounds, width, cluster_plan_rounds(out));
+    }
+    return cluster_plan_check(out, err);
+}
+
+void cluster_plan_describe(const cluster_plan *p, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int32_t d = 0; d < p->n_dev && len < cap; d++) {
+        int n = d == 0 ? snprintf(buf, cap, "head %d", p->w[0])
+                       : snprintf(buf + len, cap - len, " | dev%d %d", d, p->w[d]);
+        if (n < 0) {
+            return;
+        }
+        len += (size_t)n;
+    }
+    if (len < cap) {
+        snprintf(buf + len, cap - len, " (%d layers per round, k = %d)", cluster_plan_width(p),
+                 cluster_plan_rounds(p));
+    }
+}

@@ -1,0 +1,121 @@
+/*
+ * exec internals shared by local.c (the executor), plan.c (units and the
+ * choice of what stays resident) and stream.c (the prefetch thread).
+ */
+#ifndef LARES_EXEC_IMPL_H
+#define LARES_EXEC_IMPL_H
+
+#include "exec/exec.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* The life of a streamed unit within one pass:
+ * IDLE -> FETCHING (prefetch thread reads) -> READY -> DONE (computed) ->
+ * RELEASING (prefetch thread drops it) -> IDLE. A DONE unit asked for again
+ * before it was released goes straight back to READY. Pinned units go
+ * IDLE -> FETCHING -> READY once and stay. */
+typedef enum unit_state {
+    UNIT_IDLE = 0,
+    UNIT_FETCHING,
+    UNIT_READY,
+    UNIT_DONE,
+    UNIT_RELEASING
+} unit_state;
+
+typedef struct exec_unit {
+    mem_span span;      /* owned: the unit's bytes in the file */
+    int32_t layer;      /* -1: the output matrix (and final norm) */
+    bool pinned;        /* stays resident across tokens */
+    unit_state state;   /* guarded by exec_stream.mu */
+    atomic_bool loaded; /* pinned and read: the caller may use it without the lock */
+} exec_unit;
+
+/* The expert slices of the MoE layers this device runs, and which of them
+ * are resident: an LRU cache of `capacity` bytes, filled on the caller's
+ * thread when a router picks experts (model_ctx_on_route). */
+typedef struct exec_experts {
+    int32_t n_expert;
+    mem_span *slices;     /* owned: n_layer x n_expert, the 3 ranges of an expert */
+    uint64_t *last_use;   /* owned: n_layer x n_expert, tick of last use; 0: never */
+    bool *resident;       /* owned: n_layer x n_expert */
+    int32_t *missing;     /* owned: n_expert, scratch of one route call */
+    uint64_t tick;
+    uint64_t bytes;       /* every slice of the cycle's MoE layers */
+    uint64_t layer_max;   /* the most one layer's experts take */
+    uint64_t capacity;    /* the cache's budget; at least layer_max */
+    uint64_t cached;      /* bytes resident now */
+    uint64_t wait_ns, hits, misses, read_bytes, release_bytes;
+} exec_experts;
+
+typedef struct exec_stream {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool sync_ready;       /* mu and cv exist (from creation to free) */
+    bool started;          /* the prefetch thread runs */
+    bool stop;             /* guarded by mu */
+    int32_t cursor;        /* the unit the prefetcher considers next */
+    int32_t *fifo;         /* owned: streamed units not yet released, in fetch order */
+    int32_t n_fifo;
+    uint64_t inflight_bytes; /* span bytes of the units in fifo */
+    bool want_output;      /* the caller's pass `caller_pass` ends with the output */
+    uint64_t caller_pass;  /* passes the caller began (exec_local_begin_pass) */
+    uint64_t fetch_pass;   /* the pass the cursor is in: +1 each time it wraps */
+    bool out_asked;        /* the caller waits for the output unit */
+    bool lock_refused;     /* a lock was refused once: do not retry every unit */
+    exec_counters c;       /* guarded by mu */
+    void *scratch;         /* owned: MEM_READ_PREAD's buffer */
+    size_t scratch_bytes;
+} exec_stream;
+
+struct exec_local {
+    const model *m;      /* borrowed */
+    model_kv *kv;        /* borrowed */
+    model_ctx *cx;       /* borrowed */
+    exec_opts o;         /* o.windows points at `windows` below */
+    exec_window *windows; /* owned copy */
+    int32_t n_windows;
+    mem_file mf;
+    exec_unit *units;    /* owned: the cycle, in the order a token uses them */
+    int32_t n_units;
+    int32_t *unit_of_layer; /* owned, n_layer: index into units, -1 when not run here */
+    int32_t out_unit;    /* index of the output unit, -1 when not the head */
+    mem_span embd;       /* the embedding's bytes (head, untied output) */
+    mem_span locked;     /* what mem_lock holds */
+    bool *pin_scratch;   /* owned, n_units: a candidate plan's pinned units */
+    exec_experts x;      /* MoE layers: expert slices and their cache */
+    exec_plan_info plan;
+    exec_stream st;
+};
+
+/* plan.c: the units of the cycle and what stays resident */
+lares_status exec_units_build(exec_local *e, lares_error *err);
+void exec_units_free(exec_local *e);
+/* The plan for a weight budget: fills p and pinned[n_units]; changes nothing. */
+lares_status exec_plan_compute(const exec_local *e, uint64_t budget, bool *pinned,
+                               exec_plan_info *p, lares_error *err);
+
+/* experts.c: the expert slices of MoE layers and their cache */
+lares_status exec_experts_build(exec_local *e, lares_error *err);
+void exec_experts_free(exec_local *e);
+/* the router observer installed while streaming (model_route_fn) */
+void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, int32_t n);
+/* A new cache size (0: not streaming): releases least recently used slices
+ * until the cache fits; `untracked` says slices may be resident without the
+ * cache knowing (the weights fitted until now), so all are released. */
+void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked);
+
+/* stream.c: the prefetch thread and the caller's side of it. init/destroy
+ * bracket the executor's life; start/stop bracket a streaming plan (the
+ * thread is stopped while a plan changes), keeping the counters. */
+lares_status exec_stream_init(exec_local *e, lares_error *err);
+void exec_stream_destroy(exec_local *e);
+lares_status exec_stream_start(exec_local *e, lares_error *err);
+void exec_stream_stop(exec_local *e);
+/* blocks until unit u is in memory */
+void exec_stream_acquire(exec_local *e, int32_t u);
+/* the caller finished with unit u */
+void exec_stream_done(exec_local *e, int32_t u);
+
+#endif /* LARES_EXEC_IMPL_H */

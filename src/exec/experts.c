@@ -1,0 +1,183 @@
+/*
+ * Expert slices of MoE layers and the cache that holds them while streaming.
+ *
+ * In a stacked expert tensor (ffn_{gate,up,down}_exps) expert e's weights are
+ * one contiguous slice, so an expert is three ranges of the file. A token
+ * uses n_expert_used of n_expert experts per layer; which ones is known only
+ * when the layer's router has run. Then the missing slices of exactly the
+ * chosen experts are requested together (their reads proceed in parallel),
+ * and the caller waits for them; least recently used slices of other
+ * choices are released first when the cache would overflow. The cache holds
+ * at least one whole layer's experts, so a prompt batch that uses them all
+ * still fits.
+ */
+#include "exec/exec_impl.h"
+
+static const char *const exps_names[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+
+static size_t slot(const exec_local *e, int32_t layer, int32_t expert) {
+    return (size_t)layer * (size_t)e->x.n_expert + (size_t)expert;
+}
+
+lares_status exec_experts_build(exec_local *e, lares_error *err) {
+    exec_experts *x = &e->x;
+    const model *m = e->m;
+    if (m->hp.n_expert <= 0) {
+        return LARES_OK;
+    }
+    x->n_expert = m->hp.n_expert;
+    const size_t n = (size_t)m->hp.n_layer * (size_t)x->n_expert;
+    x->slices = lares_calloc(n, sizeof *x->slices);
+    x->last_use = lares_calloc(n, sizeof *x->last_use);
+    x->resident = lares_calloc(n, sizeof *x->resident);
+    x->missing = lares_alloc_array((size_t)x->n_expert, sizeof *x->missing);
+    if (x->slices == NULL || x->last_use == NULL || x->resident == NULL || x->missing == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "exec: out of memory for %zu expert slices", n);
+    }
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        if (e->unit_of_layer[l] < 0) {
+            continue;
+        }
+        uint64_t layer_bytes = 0;
+        for (int k = 0; k < 3; k++) {
+            char name[GGUF_MAX_NAME_BYTES + 1];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, exps_names[k]);
+            const gguf_tensor *t = gguf_find_tensor(m->file, name);
+            if (t == NULL) {
+                continue; /* a dense layer in a MoE model */
+            }
+            for (int32_t ex = 0; ex < x->n_expert; ex++) {
+                mem_range r;
+                lares_status st = mem_expert_range(m->file, t, ex, &r, err);
+                if (st == LARES_OK) {
+                    st = mem_span_add(&x->slices[slot(e, l, ex)], r.lo, r.hi, err);
+                }
+                if (st != LARES_OK) {
+                    return st;
+                }
+                layer_bytes += r.hi - r.lo;
+            }
+        }
+        x->bytes += layer_bytes;
+        x->layer_max = LARES_MAX(x->layer_max, layer_bytes);
+    }
+    return LARES_OK;
+}
+
+void exec_experts_free(exec_local *e) {
+    exec_experts *x = &e->x;
+    if (x->slices != NULL) {
+        const size_t n = (size_t)e->m->hp.n_layer * (size_t)x->n_expert;
+        for (size_t i = 0; i < n; i++) {
+            mem_span_free(&x->slices[i]);
+        }
+    }
+    lares_free(x->slices);
+    lares_free(x->last_use);
+    lares_free(x->resident);
+    lares_free(x->missing);
+    memset(x, 0, sizeof *x);
+}
+
+void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked) {
+    exec_experts *x = &e->x;
+    if (x->slices == NULL) {
+        return;
+    }
+    const size_t n = (size_t)e->m->hp.n_layer * (size_t)x->n_expert;
+    for (size_t i = 0; i < n && (untracked || capacity == 0); i++) {
+        if (untracked && capacity > 0) {
+            x->release_bytes += mem_release(&e->mf, &x->slices[i]);
+        }
+        x->resident[i] = false; /* the OS keeps or drops them as it likes */
+    }
+    if (untracked || capacity == 0) {
+        x->cached = 0;
+    }
+    x->capacity = capacity;
+    x->tick++; /* nothing is "chosen now": everything may go */
+    while (x->cached > x->capacity) {
+        size_t victim = n;
+        for (size_t i = 0; i < n; i++) {
+            if (x->resident[i] && (victim == n || x->last_use[i] < x->last_use[victim])) {
+                victim = i;
+            }
+        }
+        if (victim == n) {
+            break;
+        }
+        x->release_bytes += mem_release(&e->mf, &x->slices[victim]);
+        x->resident[victim] = false;
+        x->cached -= x->slices[victim].bytes;
+    }
+}
+
+/* Releases least recently used slices not chosen now until `need` more bytes fit. */
+static void make_room(exec_local *e, uint64_t need) {
+    exec_experts *x = &e->x;
+    const size_t n = (size_t)e->m->hp.n_layer * (size_t)x->n_expert;
+    while (x->cached + need > x->capacity) {
+        size_t victim = n;
+        for (size_t i = 0; i < n; i++) {
+            if (x->resident[i] && x->last_use[i] != x->tick &&
+                (victim == n || x->last_use[i] < x->last_use[victim])) {
+                victim = i;
+            }
+        }
+        if (victim == n) {
+            return; /* only this call's experts are left: capacity holds a whole layer */
+        }
+        x->release_bytes += mem_release(&e->mf, &x->slices[victim]);
+        x->resident[victim] = false;
+        x->cached -= x->slices[victim].bytes;
+    }
+}
+
+void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, int32_t n) {
+    exec_local *e = user;
+    exec_experts *x = &e->x;
+    if (x->slices == NULL || layer < 0 || layer >= e->m->hp.n_layer ||
+        e->unit_of_layer[layer] < 0) {
+        return;
+    }
+    x->tick++;
+    int32_t n_missing = 0;
+    uint64_t need = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (experts[i] < 0 || experts[i] >= x->n_expert) {
+            continue;
+        }
+        const size_t s = slot(e, layer, experts[i]);
+        x->last_use[s] = x->tick;
+        if (x->resident[s]) {
+            x->hits++;
+        } else {
+            x->missing[n_missing++] = experts[i];
+            need += x->slices[s].bytes;
+        }
+    }
+    if (n_missing == 0) {
+        return;
+    }
+    x->misses += (uint64_t)n_missing;
+    make_room(e, need);
+    const uint64_t t0 = lares_now_ns();
+    /* every read in flight before the first wait */
+    for (int32_t i = 0; i < n_missing; i++) {
+        mem_prefetch_async(&e->mf, &x->slices[slot(e, layer, x->missing[i])]);
+    }
+    for (int32_t i = 0; i < n_missing; i++) {
+        const size_t s = slot(e, layer, x->missing[i]);
+        mem_io io = {0};
+        lares_error err = {0};
+        /* exactly the slice: read-ahead around a fault would read other experts */
+        if (mem_prefetch(&e->mf, &x->slices[s], MEM_READ_FADVISE_POPULATE, NULL, 0, &io, &err) !=
+            LARES_OK) {
+            lares_log(LARES_LOG_WARN, "exec: expert prefetch failed: %s", err.msg);
+        }
+        x->read_bytes += io.bytes;
+        x->resident[s] = true;
+        x->cached += x->slices[s].bytes;
+    }
+    x->wait_ns += lares_now_ns() - t0;
+}

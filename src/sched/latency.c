@@ -1,0 +1,608 @@
+/*
+ * The latency model of ../shared/docs/scheduling.md: what one generated token
+ * costs on a ring, device by device. Every placement (Halda and the baselines)
+ * is judged here, layer by layer, with each layer's own bytes and FLOPs; the
+ * integer programs of halda.c use the same terms averaged over the layers.
+ *
+ * Per layer on a processor: for each weight type q, the time of its FLOPs at
+ * the rate the device computes q when the weights stream from memory -- the
+ * measured memory-bound rate when the profile has one, else the roofline
+ * max(FLOPs / compute rate, bytes / memory bandwidth) (Williams, Waterman &
+ * Patterson 2009, "Roofline") -- plus attention over n_past cached positions,
+ * also by the roofline. A device whose share overflows its RAM re-reads the
+ * excess from disk every token: (share - RAM) / disk throughput, sequential
+ * reads on Linux and Android, random reads on macOS (scheduling.md). A hop is
+ * latency + hidden-state bytes / bandwidth; a token makes k laps of the ring.
+ */
+#include "sched/sched_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+sched_opts sched_opts_default(void) {
+    sched_opts o;
+    memset(&o, 0, sizeof o);
+    o.placement = SCHED_HALDA;
+    o.n_ctx = 4096;
+    o.n_past = -1;
+    o.kv_elem_bytes = 2;
+    o.hidden_elem_bytes = 4;
+    o.ram_reserve_bytes = 128ull << 20;
+    o.vram_reserve_bytes = 256ull << 20;
+    o.head = -1;
+    o.net_default.latency_s = -1;
+    o.drop_small = true;
+    o.calibrate_gpu = true;
+    o.max_case_iters = 16;
+    return o;
+}
+
+void sched_device_init(sched_device *d, const char *name) {
+    memset(d, 0, sizeof *d);
+    snprintf(d->name, sizeof d->name, "%s", name ? name : "");
+    d->os = SCHED_OS_LINUX;
+    d->disk_free_bytes = -1;
+    d->net_out.latency_s = -1;
+}
+
+double sched_rate_of(const sched_rates *r, uint32_t type) {
+    if (type < GGUF_TYPE_COUNT && r->by_type[type] > 0) {
+        return r->by_type[type];
+    }
+    return r->other > 0 ? r->other : 0.0;
+}
+
+bool sched_unified(const sched_device *d) {
+    return d->gpu == SCHED_GPU_METAL;
+}
+
+sched_case sched_overflow_case(const sched_device *d) {
+    if (d->os == SCHED_OS_MACOS) {
+        return d->gpu == SCHED_GPU_METAL ? SCHED_CASE_OVERFLOW_MACOS_METAL
+                                         : SCHED_CASE_OVERFLOW_MACOS;
+    }
+    return SCHED_CASE_OVERFLOW;
+}
+
+const char *sched_os_name(sched_os os) {
+    static const char *const names[SCHED_OS_COUNT] = {"linux", "android", "macos"};
+    return (unsigned)os < SCHED_OS_COUNT ? names[os] : "?";
+}
+
+const char *sched_gpu_backend_name(sched_gpu_backend b) {
+    static const char *const names[SCHED_GPU_COUNT] = {"none", "cuda", "metal"};
+    return (unsigned)b < SCHED_GPU_COUNT ? names[b] : "?";
+}
+
+const char *sched_case_name(sched_case c) {
+    static const char *const names[SCHED_CASE_COUNT] = {"fits", "overflow", "overflow-macos",
+                                                        "overflow-macos-metal"};
+    return (unsigned)c < SCHED_CASE_COUNT ? names[c] : "?";
+}
+
+const char *sched_placement_name(sched_placement p) {
+    static const char *const names[SCHED_PLACEMENT_COUNT] = {"halda", "even", "memory", "single"};
+    return (unsigned)p < SCHED_PLACEMENT_COUNT ? names[p] : "?";
+}
+
+int sched_placement_from_name(const char *name) {
+    for (int p = 0; p < SCHED_PLACEMENT_COUNT; p++) {
+        if (strcmp(name, sched_placement_name((sched_placement)p)) == 0) {
+            return p;
+        }
+    }
+    return -1;
+}
+
+const char *sched_fmt_bytes(double n, char *buf, size_t cap) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (n >= 1024 && u < 4) {
+        n /= 1024;
+        u++;
+    }
+    snprintf(buf, cap, u == 0 ? "%.0f %s" : "%.2f %s", n, unit[u]);
+    return buf;
+}
+
+/* ---- per-layer times ---- */
+
+typedef struct proc_rates {
+    const sched_rates *compute;  /* compute-bound */
+    const sched_rates *streamed; /* measured memory-bound, or NULL */
+    double bw;
+    const char *what; /* "cpu" / "gpu" */
+} proc_rates;
+
+/* Seconds for `flops` FLOPs over `bytes` of weights of `type`; -1 when the
+ * device has no figure for the type. */
+static double type_time(const proc_rates *p, uint32_t type, double flops, double bytes) {
+    if (flops <= 0 && bytes <= 0) {
+        return 0.0;
+    }
+    double rs = p->streamed ? sched_rate_of(p->streamed, type) : 0.0;
+    if (rs > 0) {
+        return flops / rs;
+    }
+    double rc = sched_rate_of(p->compute, type);
+    if (rc <= 0 || p->bw <= 0) {
+        return flops > 0 ? -1.0 : bytes / (p->bw > 0 ? p->bw : 1.0);
+    }
+    return fmax(flops / rc, bytes / p->bw);
+}
+
+static lares_status layer_time(const sched_costs *c, const sched_device *d, const proc_rates *p,
+                               const sched_layer *l, bool with_attention, double *out,
+                               lares_error *err) {
+    double t = 0.0;
+    for (uint32_t q = 0; q < GGUF_TYPE_COUNT; q++) {
+        if (l->bytes[q] == 0 && l->flops[q] == 0) {
+            continue;
+        }
+        double tq = type_time(p, q, l->flops[q], (double)l->bytes[q]);
+        if (tq < 0) {
+            const gguf_type_info *ti = gguf_type_info_of(q);
+            return lares_fail(err, LARES_EINVAL,
+                              "device '%s' has no %s FLOP/s figure for %s (the model uses it)",
+                              d->name, p->what, ti ? ti->name : "?");
+        }
+        t += tq;
+    }
+    if (with_attention && c->n_past > 0) {
+        const sched_model *m = c->m;
+        /* q.k over n_past positions, then the weighted sum of values: 2 FLOPs per
+         * multiply-add, head_dim per head per position, twice */
+        double flops = 4.0 * m->n_head * (double)m->head_dim * c->n_past;
+        double bytes = (double)sched_layer_kv_bytes(m, c->n_past, c->o->kv_elem_bytes);
+        uint32_t kvt = c->o->kv_elem_bytes == 2 ? GGUF_TYPE_F16 : GGUF_TYPE_F32;
+        proc_rates roof = *p;
+        roof.streamed = NULL;
+        double ta = type_time(&roof, kvt, flops, bytes);
+        if (ta < 0) {
+            return lares_fail(err, LARES_EINVAL,
+                              "device '%s' has no %s FLOP/s figure for %s (attention uses it)",
+                              d->name, p->what, kvt == GGUF_TYPE_F16 ? "f16" : "f32");
+        }
+        t += ta;
+    }
+    *out = t;
+    return LARES_OK;
+}
+
+static int cmp_desc_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int32_t sched_most_layers(const uint64_t *sums, int32_t L, uint64_t limit) {
+    int32_t lo = 0, hi = L; /* sums[lo] <= limit; binary search the last such j */
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (sums[mid] <= limit) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
+void sched_costs_free(sched_costs *c) {
+    if (c == NULL) {
+        return;
+    }
+    lares_free(c->t_cpu);
+    lares_free(c->t_gpu);
+    lares_free(c->bp);
+    lares_free(c->bp_heavy);
+    lares_free(c->b_heavy);
+    lares_free(c->avg_tc);
+    lares_free(c->avg_tg);
+    lares_free(c->ram_limit);
+    lares_free(c->vram_limit);
+    lares_free(c->disk_Bps);
+    lares_free(c->t_head);
+    lares_free(c->gpu_trim);
+    lares_free(c);
+}
+
+static lares_status check_device(const sched_device *d, lares_error *err) {
+    if (d->name[0] == '\0') {
+        return lares_fail(err, LARES_EINVAL, "a device has no name");
+    }
+    if (d->cores < 1 || (unsigned)d->os >= SCHED_OS_COUNT || (unsigned)d->gpu >= SCHED_GPU_COUNT) {
+        return lares_fail(err, LARES_EINVAL, "device '%s': cores %d, os %d, gpu %d out of range",
+                          d->name, d->cores, (int)d->os, (int)d->gpu);
+    }
+    if (!(d->mem_bw_Bps > 0) || !isfinite(d->mem_bw_Bps)) {
+        return lares_fail(err, LARES_EINVAL, "device '%s': memory bandwidth %g is not positive",
+                          d->name, d->mem_bw_Bps);
+    }
+    if (!(d->disk_seq_Bps > 0) || !isfinite(d->disk_seq_Bps) || !(d->disk_rand_Bps >= 0)) {
+        return lares_fail(err, LARES_EINVAL, "device '%s': disk throughput %g / %g", d->name,
+                          d->disk_seq_Bps, d->disk_rand_Bps);
+    }
+    if (d->gpu != SCHED_GPU_NONE && !(d->gpu_mem_bw_Bps > 0)) {
+        return lares_fail(err, LARES_EINVAL, "device '%s': GPU memory bandwidth %g", d->name,
+                          d->gpu_mem_bw_Bps);
+    }
+    return LARES_OK;
+}
+
+lares_status sched_costs_create(const sched_model *m, const sched_device *devs, size_t n,
+                                const sched_opts *o, sched_costs **out, lares_error *err) {
+    if (n == 0) {
+        return lares_fail(err, LARES_EINVAL, "no devices to plan for");
+    }
+    if (m->n_layer < 1) {
+        return lares_fail(err, LARES_EINVAL, "model '%s' has no layers", m->name);
+    }
+    if (o->n_ctx < 1 || (o->kv_elem_bytes != 2 && o->kv_elem_bytes != 4) ||
+        o->hidden_elem_bytes < 1 || o->hidden_elem_bytes > 8) {
+        return lares_fail(err, LARES_EINVAL, "options: context %d, KV %u bytes, hidden %u bytes",
+                          o->n_ctx, o->kv_elem_bytes, o->hidden_elem_bytes);
+    }
+    for (size_t i = 0; i < n; i++) {
+        lares_status st = check_device(&devs[i], err);
+        if (st != LARES_OK) {
+            return st;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(devs[i].name, devs[j].name) == 0) {
+                return lares_fail(err, LARES_EINVAL, "two devices are named '%s'", devs[i].name);
+            }
+        }
+    }
+    sched_costs *c = lares_calloc(1, sizeof *c);
+    if (c == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    lares_status st = LARES_OK;
+    const size_t L = (size_t)m->n_layer;
+    c->m = m;
+    c->devs = devs;
+    c->n = n;
+    c->o = o;
+    c->L = m->n_layer;
+    c->n_past = o->n_past >= 0 ? LARES_MIN(o->n_past, o->n_ctx) : o->n_ctx / 2;
+    c->kv_bytes = sched_layer_kv_bytes(m, o->n_ctx, o->kv_elem_bytes);
+    c->t_cpu = lares_calloc(n * L, sizeof *c->t_cpu);
+    c->t_gpu = lares_calloc(n * L, sizeof *c->t_gpu);
+    c->bp = lares_calloc(L, sizeof *c->bp);
+    c->bp_heavy = lares_calloc(L + 1, sizeof *c->bp_heavy);
+    c->b_heavy = lares_calloc(L + 1, sizeof *c->b_heavy);
+    c->avg_tc = lares_calloc(n, sizeof *c->avg_tc);
+    c->avg_tg = lares_calloc(n, sizeof *c->avg_tg);
+    c->ram_limit = lares_calloc(n, sizeof *c->ram_limit);
+    c->vram_limit = lares_calloc(n, sizeof *c->vram_limit);
+    c->disk_Bps = lares_calloc(n, sizeof *c->disk_Bps);
+    c->t_head = lares_calloc(n, sizeof *c->t_head);
+    c->gpu_trim = lares_calloc(n, sizeof *c->gpu_trim);
+    if (!c->t_cpu || !c->t_gpu || !c->bp || !c->bp_heavy || !c->b_heavy || !c->avg_tc ||
+        !c->avg_tg || !c->ram_limit || !c->vram_limit || !c->disk_Bps || !c->t_head ||
+        !c->gpu_trim) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory");
+        goto fail;
+    }
+    double sum_b = 0, sum_bp = 0;
+    for (size_t l = 0; l < L; l++) {
+        c->bp[l] = m->layers[l].weight_bytes + c->kv_bytes;
+        sum_b += (double)m->layers[l].weight_bytes;
+        sum_bp += (double)c->bp[l];
+    }
+    c->avg_b = sum_b / (double)L;
+    c->avg_bp = sum_bp / (double)L;
+    /* hard limits (VRAM, storage) must hold whichever layers a window gets:
+     * bound them by the heaviest layers */
+    for (size_t l = 0; l < L; l++) {
+        c->bp_heavy[l + 1] = c->bp[l];
+        c->b_heavy[l + 1] = m->layers[l].weight_bytes;
+    }
+    qsort(c->bp_heavy + 1, L, sizeof *c->bp_heavy, cmp_desc_u64);
+    qsort(c->b_heavy + 1, L, sizeof *c->b_heavy, cmp_desc_u64);
+    for (size_t l = 1; l <= L; l++) {
+        c->bp_heavy[l] += c->bp_heavy[l - 1];
+        c->b_heavy[l] += c->b_heavy[l - 1];
+    }
+    c->head_bytes = m->head.weight_bytes;
+    for (size_t d = 0; d < n; d++) {
+        const sched_device *dv = &devs[d];
+        bool has_mem = false;
+        for (uint32_t q = 0; q < GGUF_TYPE_COUNT && !has_mem; q++) {
+            has_mem = dv->cpu_flops_mem.by_type[q] > 0;
+        }
+        proc_rates cpu = {&dv->cpu_flops,
+                          has_mem || dv->cpu_flops_mem.other > 0 ? &dv->cpu_flops_mem : NULL,
+                          dv->mem_bw_Bps, "cpu"};
+        proc_rates gpu = {&dv->gpu_flops, NULL, dv->gpu_mem_bw_Bps, "gpu"};
+        double stc = 0, stg = 0;
+        for (size_t l = 0; l < L; l++) {
+            if ((st = layer_time(c, dv, &cpu, &m->layers[l], true, &c->t_cpu[d * L + l], err))) {
+                goto fail;
+            }
+            stc += c->t_cpu[d * L + l];
+            if (dv->gpu != SCHED_GPU_NONE) {
+                if ((st =
+                         layer_time(c, dv, &gpu, &m->layers[l], true, &c->t_gpu[d * L + l], err))) {
+                    goto fail;
+                }
+                stg += c->t_gpu[d * L + l];
+            }
+        }
+        c->avg_tc[d] = stc / (double)L;
+        c->avg_tg[d] = stg / (double)L;
+        /* the output matrix and norm on the head's CPU; sampling (a pass over
+         * n_vocab logits) and the embedding row are below a millisecond */
+        if ((st = layer_time(c, dv, &cpu, &m->head, false, &c->t_head[d], err))) {
+            lares_error_prefix(err, "head work: ");
+            goto fail;
+        }
+        uint64_t ram = dv->ram_avail_bytes;
+        if (dv->os == SCHED_OS_ANDROID) {
+            ram += dv->swap_avail_bytes; /* zram: compressed RAM the OS swaps apps to */
+        }
+        c->ram_limit[d] = ram > o->ram_reserve_bytes ? ram - o->ram_reserve_bytes : 0;
+        if (dv->gpu == SCHED_GPU_CUDA) {
+            c->vram_limit[d] = dv->vram_avail_bytes > o->vram_reserve_bytes
+                                   ? dv->vram_avail_bytes - o->vram_reserve_bytes
+                                   : 0;
+        } else if (dv->gpu == SCHED_GPU_METAL) {
+            c->vram_limit[d] = dv->vram_avail_bytes;
+        }
+        c->disk_Bps[d] = dv->os == SCHED_OS_MACOS && dv->disk_rand_Bps > 0 ? dv->disk_rand_Bps
+                                                                           : dv->disk_seq_Bps;
+    }
+    *out = c;
+    return LARES_OK;
+fail:
+    sched_costs_free(c);
+    return st;
+}
+
+uint64_t sched_ram_of(const sched_costs *c, size_t d, size_t head) {
+    uint64_t r = c->ram_limit[d];
+    if (d == head) {
+        r = r > c->head_bytes ? r - c->head_bytes : 0;
+    }
+    return r;
+}
+
+static bool hop_known(const sched_hop *h) {
+    return h->latency_s >= 0 && h->bandwidth_Bps > 0 && isfinite(h->latency_s);
+}
+
+lares_status sched_hop_s(const sched_costs *c, size_t a, size_t b, double *out, lares_error *err) {
+    const sched_hop *h = NULL;
+    for (size_t i = 0; i < c->o->n_links; i++) {
+        const sched_link *lk = &c->o->links[i];
+        if (lk->from == a && lk->to == b) {
+            h = &lk->hop;
+        }
+    }
+    if (h == NULL && hop_known(&c->devs[a].net_out)) {
+        h = &c->devs[a].net_out;
+    }
+    if (h == NULL && hop_known(&c->o->net_default)) {
+        h = &c->o->net_default;
+    }
+    if (h == NULL || !hop_known(h)) {
+        return lares_fail(err, LARES_EINVAL,
+                          "no network figures for the hop %s -> %s: give a link, the device's "
+                          "\"net\" or a default network",
+                          c->devs[a].name, c->devs[b].name);
+    }
+    double bytes = (double)c->m->n_embd * c->o->hidden_elem_bytes;
+    *out = h->latency_s + bytes / h->bandwidth_Bps;
+    return LARES_OK;
+}
+
+/* ---- plans ---- */
+
+lares_status sched_plan_alloc(size_t n_ring, size_t n_devices, sched_plan **out, lares_error *err) {
+    sched_plan *p = lares_calloc(1, sizeof *p);
+    if (p == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    p->a = lares_calloc(n_ring ? n_ring : 1, sizeof *p->a);
+    p->dropped = lares_calloc(n_devices ? n_devices : 1, sizeof *p->dropped);
+    if (p->a == NULL || p->dropped == NULL) {
+        sched_plan_free(p);
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    p->n = n_ring;
+    p->n_devices = n_devices;
+    for (size_t i = 0; i < n_devices; i++) {
+        p->dropped[i] = true;
+    }
+    *out = p;
+    return LARES_OK;
+}
+
+void sched_plan_free(sched_plan *p) {
+    if (p == NULL) {
+        return;
+    }
+    lares_free(p->a);
+    lares_free(p->dropped);
+    lares_free(p);
+}
+
+lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_error *err) {
+    const size_t L = (size_t)c->L;
+    double total = 0;
+    if (p->n == 0 || p->head >= c->n || p->a[0].device != p->head) {
+        return lares_fail(err, LARES_EINVAL, "plan: the head is not the first device of the ring");
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        sched_assign *a = &p->a[i];
+        if (a->device >= c->n) {
+            return lares_fail(err, LARES_EINVAL, "plan: device index %zu of %zu", a->device, c->n);
+        }
+        const sched_device *d = &c->devs[a->device];
+        double tc = 0, tg = 0;
+        uint64_t ram = 0, vram = 0;
+        for (int32_t r = 0; r < p->k; r++) {
+            int64_t l0 = (int64_t)r * p->W + a->offset;
+            for (int64_t l = l0; l < l0 + a->w; l++) {
+                if (l < 0 || l >= (int64_t)L) {
+                    return lares_fail(err, LARES_EINVAL,
+                                      "plan: device '%s' owns layer %" PRId64 " of %zu", d->name, l,
+                                      L);
+                }
+                if (l >= l0 + a->w - a->n_gpu) {
+                    tg += c->t_gpu[a->device * L + (size_t)l];
+                    vram += c->bp[l];
+                } else {
+                    tc += c->t_cpu[a->device * L + (size_t)l];
+                    ram += c->bp[l];
+                }
+            }
+        }
+        uint64_t limit = sched_ram_of(c, a->device, p->head);
+        uint64_t need = sched_unified(d) ? ram + vram : ram;
+        a->t_cpu_s = tc;
+        a->t_gpu_s = tg;
+        a->ram_bytes = need;
+        a->ram_limit_bytes = limit;
+        a->vram_bytes = vram;
+        a->disk_read_bytes = need > limit ? need - limit : 0;
+        a->mem_case = need > limit ? sched_overflow_case(d) : SCHED_CASE_FITS;
+        a->t_disk_s = (double)a->disk_read_bytes / c->disk_Bps[a->device];
+        a->t_net_s = 0;
+        if (p->n > 1) {
+            double hop;
+            lares_status st = sched_hop_s(c, a->device, p->a[(i + 1) % p->n].device, &hop, err);
+            if (st != LARES_OK) {
+                return st;
+            }
+            a->t_net_s = p->k * hop;
+        }
+        a->t_total_s = a->t_cpu_s + a->t_gpu_s + a->t_disk_s + a->t_net_s;
+        total += a->t_total_s;
+    }
+    p->t_head_s = c->t_head[p->head];
+    p->t_token_s = total + p->t_head_s;
+    return LARES_OK;
+}
+
+lares_status sched_plan_finish(sched_plan *p, const sched_costs *c, lares_error *err) {
+    int32_t off = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        p->a[i].offset = off;
+        off += p->a[i].w;
+    }
+    p->W = off;
+    p->n_layer = c->L;
+    p->n_devices = c->n;
+    for (size_t d = 0; d < c->n; d++) {
+        p->dropped[d] = true;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->a[i].device < c->n) {
+            p->dropped[p->a[i].device] = false;
+        }
+    }
+    return sched_evaluate_costs(p, c, err);
+}
+
+lares_status sched_validate_costs(const sched_plan *p, const sched_costs *c, lares_error *err) {
+    const int32_t L = c->L;
+    char b1[32], b2[32];
+    if (p->n == 0) {
+        return lares_fail(err, LARES_EINVAL, "plan: no device in the ring");
+    }
+    if (p->k < 1 || p->W < 1 || (int64_t)p->k * p->W != L || p->n_layer != L) {
+        return lares_fail(err, LARES_EINVAL, "plan: %d rounds of %d layers for a %d-layer model",
+                          p->k, p->W, L);
+    }
+    if (p->head >= c->n || p->a[0].device != p->head) {
+        return lares_fail(err, LARES_EINVAL, "plan: the head is not the first device of the ring");
+    }
+    uint8_t *seen = lares_calloc((size_t)L, 1);
+    bool *in_ring = lares_calloc(c->n, sizeof *in_ring);
+    lares_status st = LARES_OK;
+    if (seen == NULL || in_ring == NULL) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        const sched_assign *a = &p->a[i];
+        if (a->device >= c->n) {
+            st = lares_fail(err, LARES_EINVAL, "plan: device index %zu of %zu", a->device, c->n);
+            goto done;
+        }
+        const sched_device *d = &c->devs[a->device];
+        if (in_ring[a->device]) {
+            st = lares_fail(err, LARES_EINVAL, "plan: device '%s' is in the ring twice", d->name);
+            goto done;
+        }
+        in_ring[a->device] = true;
+        if (a->w < 1 || a->n_gpu < 0 || a->n_gpu > a->w ||
+            (d->gpu == SCHED_GPU_NONE && a->n_gpu > 0)) {
+            st = lares_fail(err, LARES_EINVAL,
+                            "plan: device '%s' has a window of %d with %d GPU layers%s", d->name,
+                            a->w, a->n_gpu, d->gpu == SCHED_GPU_NONE ? " and no GPU" : "");
+            goto done;
+        }
+        uint64_t vram = 0, kv_ram = 0, weights = 0;
+        for (int32_t r = 0; r < p->k; r++) {
+            int64_t l0 = (int64_t)r * p->W + a->offset;
+            for (int64_t l = l0; l < l0 + a->w; l++) {
+                if (l < 0 || l >= L) {
+                    st =
+                        lares_fail(err, LARES_EINVAL,
+                                   "plan: device '%s' owns layer %" PRId64 " of %d", d->name, l, L);
+                    goto done;
+                }
+                if (seen[l]++) {
+                    st = lares_fail(err, LARES_EINVAL,
+                                    "plan: layer %" PRId64 " is owned twice (device '%s')", l,
+                                    d->name);
+                    goto done;
+                }
+                weights += c->m->layers[l].weight_bytes;
+                if (l >= l0 + a->w - a->n_gpu) {
+                    vram += c->bp[l];
+                } else {
+                    kv_ram += c->kv_bytes;
+                }
+            }
+        }
+        if (sched_unified(d)) { /* the GPU layers' KV lives in the same RAM */
+            kv_ram = (uint64_t)p->k * (uint64_t)a->w * c->kv_bytes;
+        }
+        uint64_t ram_lim = sched_ram_of(c, a->device, p->head);
+        if (vram > c->vram_limit[a->device]) {
+            st = lares_fail(err, LARES_ERANGE,
+                            "plan: device '%s' has %s of GPU layers but %s of GPU memory", d->name,
+                            sched_fmt_bytes((double)vram, b1, sizeof b1),
+                            sched_fmt_bytes((double)c->vram_limit[a->device], b2, sizeof b2));
+            goto done;
+        }
+        if (kv_ram > ram_lim) {
+            st = lares_fail(err, LARES_ERANGE,
+                            "plan: device '%s' needs %s of KV cache in RAM but can give %s",
+                            d->name, sched_fmt_bytes((double)kv_ram, b1, sizeof b1),
+                            sched_fmt_bytes((double)ram_lim, b2, sizeof b2));
+            goto done;
+        }
+        if (d->disk_free_bytes >= 0 && weights > ram_lim + (uint64_t)d->disk_free_bytes) {
+            st = lares_fail(
+                err, LARES_ERANGE,
+                "plan: device '%s' holds %s of weights but has %s of RAM and disk", d->name,
+                sched_fmt_bytes((double)weights, b1, sizeof b1),
+                sched_fmt_bytes((double)(ram_lim + (uint64_t)d->disk_free_bytes), b2, sizeof b2));
+            goto done;
+        }
+    }
+    for (int32_t l = 0; l < L; l++) {
+        if (!seen[l]) {
+            st = lares_fail(err, LARES_EINVAL, "plan: layer %d is owned by no device", l);
+            goto done;
+        }
+    }
+done:
+    lares_free(seen);
+    lares_free(in_ring);
+    return st;
+}

@@ -1,0 +1,236 @@
+/*
+ * Plans: made by a placement, or from explicit windows (ring.json), always
+ * validated before they are handed out; and the question the ring asks of a
+ * plan: which layers does this device run in this round.
+ */
+#include "sched/sched_impl.h"
+
+#include <glpk.h>
+#include <math.h>
+
+lares_status sched_pick_head(const sched_costs *c, size_t *head, lares_error *err) {
+    const sched_opts *o = c->o;
+    if (o->head >= 0) {
+        if ((size_t)o->head >= c->n) {
+            return lares_fail(err, LARES_EINVAL, "head device %d of %zu", o->head, c->n);
+        }
+        *head = (size_t)o->head;
+        return LARES_OK;
+    }
+    size_t marked = SIZE_MAX;
+    for (size_t i = 0; i < c->n; i++) {
+        if (c->devs[i].head) {
+            if (marked != SIZE_MAX) {
+                return lares_fail(err, LARES_EINVAL, "devices '%s' and '%s' are both marked head",
+                                  c->devs[marked].name, c->devs[i].name);
+            }
+            marked = i;
+        }
+    }
+    *head = marked; /* SIZE_MAX: free (Halda tries each; baselines take the cheapest) */
+    return LARES_OK;
+}
+
+static size_t cheapest_head(const sched_costs *c) {
+    size_t best = 0;
+    for (size_t i = 1; i < c->n; i++) {
+        if (c->t_head[i] < c->t_head[best]) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+lares_status sched_plan_make(const sched_model *m, const sched_device *devs, size_t n,
+                             const sched_opts *o, sched_plan **out, lares_error *err) {
+    uint64_t t0 = lares_now_ns();
+    if ((unsigned)o->placement >= SCHED_PLACEMENT_COUNT) {
+        return lares_fail(err, LARES_EINVAL, "placement %d is unknown", (int)o->placement);
+    }
+    sched_costs *c;
+    lares_status st = sched_costs_create(m, devs, n, o, &c, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    size_t head;
+    sched_plan *p = NULL;
+    if ((st = sched_pick_head(c, &head, err)) != LARES_OK) {
+        goto done;
+    }
+    if (o->placement == SCHED_HALDA) {
+        st = sched_halda(c, head, &p, err);
+        glp_free_env(); /* GLPK's per-thread environment: nothing of it outlives a plan */
+    } else {
+        st = sched_baseline(c, o->placement, head == SIZE_MAX ? cheapest_head(c) : head, &p, err);
+    }
+    if (st != LARES_OK) {
+        goto done;
+    }
+    if ((st = sched_validate_costs(p, c, err)) != LARES_OK) {
+        lares_error_prefix(err, "%s: ", sched_placement_name(o->placement));
+        goto done;
+    }
+    p->solve_s = (double)(lares_now_ns() - t0) / 1e9;
+    *out = p;
+    p = NULL;
+done:
+    sched_plan_free(p);
+    sched_costs_free(c);
+    return st;
+}
+
+lares_status sched_plan_from_windows(const sched_model *m, const sched_device *devs, size_t n,
+                                     const sched_opts *o, const size_t *ring, const int32_t *w,
+                                     const int32_t *n_gpu, size_t n_ring, sched_plan **out,
+                                     lares_error *err) {
+    if (n_ring == 0) {
+        return lares_fail(err, LARES_EINVAL, "windows: no device in the ring");
+    }
+    int64_t W = 0;
+    for (size_t i = 0; i < n_ring; i++) {
+        if (ring[i] >= n) {
+            return lares_fail(err, LARES_EINVAL, "windows: device index %zu of %zu", ring[i], n);
+        }
+        if (w[i] < 1 || (n_gpu && (n_gpu[i] < 0 || n_gpu[i] > w[i]))) {
+            return lares_fail(err, LARES_EINVAL, "windows: device '%s' gets %d layers, %d on GPU",
+                              devs[ring[i]].name, w[i], n_gpu ? n_gpu[i] : 0);
+        }
+        W += w[i];
+    }
+    if (W > m->n_layer || m->n_layer % W != 0) {
+        return lares_fail(err, LARES_EINVAL,
+                          "windows: one round of %" PRId64 " layers does not divide the %d layers "
+                          "of '%s'",
+                          W, m->n_layer, m->name);
+    }
+    sched_costs *c;
+    lares_status st = sched_costs_create(m, devs, n, o, &c, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    sched_plan *p = NULL;
+    if ((st = sched_plan_alloc(n_ring, n, &p, err)) != LARES_OK) {
+        goto done;
+    }
+    p->placement = o->placement;
+    p->k = m->n_layer / (int32_t)W;
+    p->head = ring[0];
+    for (size_t i = 0; i < n_ring; i++) {
+        p->a[i].device = ring[i];
+        p->a[i].w = w[i];
+        p->a[i].n_gpu = n_gpu ? n_gpu[i] : 0;
+    }
+    if ((st = sched_plan_finish(p, c, err)) != LARES_OK ||
+        (st = sched_validate_costs(p, c, err)) != LARES_OK) {
+        goto done;
+    }
+    *out = p;
+    p = NULL;
+done:
+    sched_plan_free(p);
+    sched_costs_free(c);
+    return st;
+}
+
+static const sched_assign *find(const sched_plan *p, size_t device) {
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->a[i].device == device) {
+            return &p->a[i];
+        }
+    }
+    return NULL;
+}
+
+lares_status sched_plan_layers_of(const sched_plan *p, size_t device, int32_t round, int32_t *l0,
+                                  int32_t *l1, lares_error *err) {
+    const sched_assign *a = find(p, device);
+    if (a == NULL) {
+        return lares_fail(err, LARES_ENOTFOUND, "device %zu is not in the ring", device);
+    }
+    if (round < 0 || round >= p->k) {
+        return lares_fail(err, LARES_ERANGE, "round %d of %d", round, p->k);
+    }
+    *l0 = round * p->W + a->offset;
+    *l1 = *l0 + a->w;
+    return LARES_OK;
+}
+
+lares_status sched_plan_gpu_from(const sched_plan *p, size_t device, int32_t round, int32_t *g0,
+                                 lares_error *err) {
+    int32_t l0, l1;
+    lares_status st = sched_plan_layers_of(p, device, round, &l0, &l1, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    *g0 = l1 - find(p, device)->n_gpu;
+    return LARES_OK;
+}
+
+lares_status sched_plan_validate(const sched_plan *p, const sched_model *m,
+                                 const sched_device *devs, size_t n, const sched_opts *o,
+                                 lares_error *err) {
+    sched_costs *c;
+    lares_status st = sched_costs_create(m, devs, n, o, &c, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    if (p->n_devices != n) {
+        st = lares_fail(err, LARES_EINVAL, "plan: made for %zu devices, checked against %zu",
+                        p->n_devices, n);
+    } else {
+        st = sched_validate_costs(p, c, err);
+    }
+    sched_costs_free(c);
+    return st;
+}
+
+lares_status sched_plan_evaluate(sched_plan *p, const sched_model *m, const sched_device *devs,
+                                 size_t n, const sched_opts *o, lares_error *err) {
+    sched_costs *c;
+    lares_status st = sched_costs_create(m, devs, n, o, &c, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    st = sched_evaluate_costs(p, c, err);
+    sched_costs_free(c);
+    return st;
+}
+
+void sched_plan_windows(const sched_plan *p, int32_t *w, int32_t *n_gpu) {
+    for (size_t d = 0; d < p->n_devices; d++) {
+        w[d] = 0;
+        n_gpu[d] = 0;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        w[p->a[i].device] = p->a[i].w;
+        n_gpu[p->a[i].device] = p->a[i].n_gpu;
+    }
+}
+
+size_t sched_plan_format_measured(const sched_plan *p, const sched_device *devs,
+                                  const double *measured_ms, char *buf, size_t cap) {
+    size_t n = 0;
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        int r_ = snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__);                            \
+        n += r_ > 0 ? (size_t)r_ : 0;                                                              \
+    } while (0)
+    if (cap > 0) {
+        buf[0] = '\0';
+    }
+    PUT("%-16s %7s %12s %12s %7s\n", "device", "layers", "predicted ms", "measured ms", "ratio");
+    for (size_t i = 0; i < p->n; i++) {
+        const sched_assign *a = &p->a[i];
+        double meas = measured_ms ? measured_ms[a->device] : -1;
+        double pred = a->t_total_s * 1e3;
+        if (meas >= 0) {
+            PUT("%-16s %7d %12.1f %12.1f %7.2f\n", devs[a->device].name, a->w * p->k, pred, meas,
+                pred > 0 ? meas / pred : 0.0);
+        } else {
+            PUT("%-16s %7d %12.1f %12s %7s\n", devs[a->device].name, a->w * p->k, pred, "-", "-");
+        }
+    }
+    PUT("%-16s %7s %12.1f\n", "token (+ head)", "", p->t_token_s * 1e3);
+#undef PUT
+    return n < cap ? n : (cap > 0 ? cap - 1 : 0);
+}

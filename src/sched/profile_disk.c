@@ -1,0 +1,240 @@
+/*
+ * How fast this device reads from the disk that holds the model: sequential
+ * throughput (what re-reading an overflowing share costs on Linux and
+ * Android) and random throughput (4 KiB reads at queue depth 1, what page
+ * faults cost on macOS), each in a bounded time slice.
+ *
+ * The page cache must not answer. Sequential reads are buffered 4 MiB reads
+ * after posix_fadvise(DONTNEED) has dropped the file's cached pages: cold, but
+ * with the kernel's readahead, as lares itself reads a model (the testbed
+ * figure "sequential buffered read, cold page cache" is measured the same
+ * way). Random reads bypass the cache with O_DIRECT (Linux) or F_NOCACHE
+ * (macOS); where the file system refuses direct I/O (tmpfs, some overlays)
+ * they are buffered without readahead after DONTNEED, and the result says they
+ * were not direct.
+ *
+ * Without a model file, a temporary file of up to 64 MiB is written in the
+ * given directory (and unlinked at once, so nothing is left behind).
+ */
+#if defined(__linux__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* O_DIRECT is a GNU extension of <fcntl.h> */
+#endif
+#include "sched/sched_impl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define SEQ_BLOCK  (4u << 20)
+#define RAND_BLOCK 4096u
+
+static double now_s(void) {
+    return (double)lares_now_ns() / 1e9;
+}
+
+static uint64_t xorshift(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+/* Opens path for reads that bypass the page cache; *direct says whether they do. */
+static int open_uncached(const char *path, bool *direct) {
+#if defined(O_DIRECT)
+    int fd = open(path, O_RDONLY | O_DIRECT);
+    if (fd >= 0) {
+        *direct = true;
+        return fd;
+    }
+#endif
+    int fd2 = open(path, O_RDONLY);
+    *direct = false;
+#if defined(F_NOCACHE)
+    if (fd2 >= 0 && fcntl(fd2, F_NOCACHE, 1) == 0) {
+        *direct = true;
+    }
+#endif
+    return fd2;
+}
+
+static void drop_cache(int fd, bool direct) {
+#if defined(POSIX_FADV_DONTNEED)
+    if (!direct) {
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    }
+#else
+    (void)fd;
+    (void)direct;
+#endif
+}
+
+/* Writes a temporary file of `bytes` pseudo-random bytes in dir; returns its
+ * path in out (the caller unlinks it). */
+static lares_status make_test_file(const char *dir, uint64_t bytes, uint8_t *buf, char *out,
+                                   size_t cap, lares_error *err) {
+    snprintf(out, cap, "%s/.lares-disk-test-XXXXXX", dir);
+    int fd = mkstemp(out);
+    if (fd < 0) {
+        return lares_fail(err, LARES_EIO, "%s: cannot create a test file: %s", dir,
+                          strerror(errno));
+    }
+    uint64_t s = 0x2545f4914f6cdd1dull;
+    for (size_t i = 0; i < SEQ_BLOCK / 8; i++) {
+        uint64_t v = xorshift(&s);
+        memcpy(buf + i * 8, &v, 8);
+    }
+    for (uint64_t done = 0; done < bytes;) {
+        size_t n = (size_t)LARES_MIN((uint64_t)SEQ_BLOCK, bytes - done);
+        buf[0] = (uint8_t)(done >> 20); /* no two blocks alike: no deduplication */
+        ssize_t w = write(fd, buf, n);
+        if (w <= 0) {
+            int e = errno;
+            close(fd);
+            unlink(out);
+            return lares_fail(err, LARES_EIO, "%s: writing the disk test file: %s", out,
+                              w < 0 ? strerror(e) : "short write");
+        }
+        done += (uint64_t)w;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(out);
+        return lares_fail(err, LARES_EIO, "%s: fsync: %s", out, strerror(e));
+    }
+    close(fd);
+    return LARES_OK;
+}
+
+/* Reads `len` bytes at `off`; on EINVAL from direct I/O falls back to buffered. */
+static ssize_t read_at(int *fd, const char *path, bool *direct, void *buf, size_t len,
+                       uint64_t off) {
+    ssize_t r = pread(*fd, buf, len, (off_t)off);
+    if (r < 0 && errno == EINVAL && *direct) {
+        /* the device wants another alignment than ours: measure buffered instead */
+        int f2 = open(path, O_RDONLY);
+        if (f2 < 0) {
+            return -1;
+        }
+        close(*fd);
+        *fd = f2;
+        *direct = false;
+        drop_cache(*fd, false);
+        r = pread(*fd, buf, len, (off_t)off);
+    }
+    return r;
+}
+
+lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budget_ms,
+                                sched_device *d, bool *direct_out, uint64_t *test_bytes,
+                                lares_error *err) {
+    uint8_t *buf = lares_alloc_aligned(SEQ_BLOCK, 4096);
+    if (buf == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    char tmp[1100] = "";
+    const char *path = file;
+    lares_status st = LARES_OK;
+    int fd = -1;
+    if (path == NULL) {
+        /* about 0.1 s of writing at 640 MB/s, less for short budgets */
+        uint64_t bytes = budget_ms >= 1000 ? 64ull << 20 : 16ull << 20;
+        if ((st = make_test_file(dir, bytes, buf, tmp, sizeof tmp, err)) != LARES_OK) {
+            goto done;
+        }
+        path = tmp;
+    }
+    struct stat sb;
+    bool direct = false;
+    int fdb = open(path, O_RDONLY);
+    fd = open_uncached(path, &direct);
+    if (tmp[0]) {
+        unlink(tmp); /* the open descriptors keep it readable */
+    }
+    if (fd < 0 || fdb < 0 || fstat(fd, &sb) != 0) {
+        st = lares_fail(err, LARES_EIO, "%s: %s", path, strerror(errno));
+        if (fdb >= 0) {
+            close(fdb);
+        }
+        goto done;
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size < RAND_BLOCK) {
+        close(fdb);
+        st = lares_fail(err, LARES_EINVAL, "%s: %" PRIu64 " bytes is too small to time a disk",
+                        path, size);
+        goto done;
+    }
+    const double budget = budget_ms / 1e3;
+    /* sequential: cold buffered 4 MiB blocks from the start, wrapping at the end */
+    drop_cache(fdb, false);
+    double t0 = now_s(), t_end = t0 + 0.6 * budget;
+    uint64_t got = 0, off = 0;
+    while (now_s() < t_end && got < (4ull << 30)) {
+        ssize_t r = pread(fdb, buf, SEQ_BLOCK, (off_t)off);
+        if (r < 0) {
+            int e = errno;
+            close(fdb);
+            st = lares_fail(err, LARES_EIO, "%s: read at %" PRIu64 ": %s", path, off, strerror(e));
+            goto done;
+        }
+        got += (uint64_t)r;
+        off += (uint64_t)r;
+        if (r == 0 || off >= size) {
+            off = 0;
+            drop_cache(fdb, false);
+        }
+    }
+    double dt = now_s() - t0;
+    drop_cache(fdb, false); /* leave the cache as we found it (cold) */
+    close(fdb);
+    d->disk_seq_Bps = dt > 0 && got > 0 ? (double)got / dt : 0;
+    *test_bytes = got;
+    /* random: 4 KiB at aligned offsets, one at a time */
+    drop_cache(fd, direct);
+#if defined(POSIX_FADV_RANDOM)
+    if (!direct) { /* no readahead: it would turn one 4 KiB read into many */
+        (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    }
+#endif
+    uint64_t s = 0x9e3779b97f4a7c15ull ^ size, blocks = size / RAND_BLOCK;
+    t0 = now_s();
+    t_end = t0 + 0.4 * budget;
+    got = 0;
+    while (now_s() < t_end) {
+        uint64_t at = (xorshift(&s) % blocks) * RAND_BLOCK;
+        ssize_t r = read_at(&fd, path, &direct, buf, RAND_BLOCK, at);
+        if (r <= 0) {
+            st = lares_fail(err, LARES_EIO, "%s: read at %" PRIu64 ": %s", path, at,
+                            r < 0 ? strerror(errno) : "end of file");
+            goto done;
+        }
+        got += (uint64_t)r;
+    }
+    dt = now_s() - t0;
+    d->disk_rand_Bps = dt > 0 && got > 0 ? (double)got / dt : 0;
+    *direct_out = direct;
+    /* room for a model share on that file system (the whole model, when it is there) */
+    struct statvfs vs;
+    if (file != NULL) {
+        d->disk_free_bytes = -1;
+    } else if (statvfs(dir, &vs) == 0) {
+        uint64_t fr = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
+        d->disk_free_bytes = fr > INT64_MAX ? INT64_MAX : (int64_t)fr;
+    }
+    snprintf(d->disk_path, sizeof d->disk_path, "%s", file ? file : dir);
+    if (!(d->disk_seq_Bps > 0)) {
+        st = lares_fail(err, LARES_EIO, "%s: no bytes read in %u ms", path, budget_ms);
+    }
+done:
+    if (fd >= 0) {
+        close(fd);
+    }
+    lares_free_aligned(buf);
+    return st;
+}

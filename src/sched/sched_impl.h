@@ -1,0 +1,125 @@
+/*
+ * sched internals shared by the files of this folder: the per-device, per-layer
+ * costs one planning call works from (computed once from the model, the
+ * devices and the options), and the integer program of one k.
+ */
+#ifndef LARES_SCHED_IMPL_H
+#define LARES_SCHED_IMPL_H
+
+#include "sched/sched.h"
+
+/* What one planning call knows, all derived from (model, devices, options). */
+typedef struct sched_costs {
+    const sched_model *m;     /* borrowed */
+    const sched_device *devs; /* borrowed, n */
+    size_t n;
+    const sched_opts *o; /* borrowed */
+    int32_t L;
+    int32_t n_past;
+    uint64_t kv_bytes;       /* KV of one layer at n_ctx */
+    double *t_cpu;           /* owned, n x L: seconds to run layer l on device d's CPU */
+    double *t_gpu;           /* owned, n x L: on its GPU (0 without one) */
+    uint64_t *bp;            /* owned, L: b' = weights + KV of layer l */
+    uint64_t *bp_heavy;      /* owned, L + 1: sums of the j heaviest b' (safe memory bounds) */
+    uint64_t *b_heavy;       /* owned, L + 1: sums of the j heaviest weight sizes */
+    double avg_b, avg_bp;    /* mean weight bytes and b' of a layer */
+    double *avg_tc, *avg_tg; /* owned, n */
+    uint64_t *ram_limit;     /* owned, n: RAM the model may use when the device is not head */
+    uint64_t *vram_limit;    /* owned, n */
+    double *disk_Bps;        /* owned, n: the disk figure of its OS */
+    double *t_head;          /* owned, n: kappa when the device is the head */
+    int32_t *gpu_trim;       /* owned, n: GPU layers taken off the mean-layer VRAM bound after
+                                a solution's real layers overflowed it (halda.c) */
+    uint64_t head_bytes;     /* kept in RAM by the head (output matrix, norm) */
+} sched_costs;
+
+lares_status sched_costs_create(const sched_model *m, const sched_device *devs, size_t n,
+                                const sched_opts *o, sched_costs **out, lares_error *err);
+void sched_costs_free(sched_costs *c);
+
+/* Adds one tensor to the layer its name says (blk.N.*) or to the head. */
+lares_status sched_model_account(sched_model *m, const char *name, uint32_t type, uint32_t n_dims,
+                                 const int64_t *ne, uint64_t nbytes, int32_t n_expert,
+                                 int32_t n_used, bool tied, lares_error *err);
+
+/* The most j with sums[j] <= limit (sums: L + 1 non-decreasing prefix sums). */
+int32_t sched_most_layers(const uint64_t *sums, int32_t L, uint64_t limit);
+
+/* RAM device d may give the model when `head` is the head. */
+uint64_t sched_ram_of(const sched_costs *c, size_t d, size_t head);
+bool sched_unified(const sched_device *d);
+/* Seconds of the hop from device a to device b (per token, one hidden state). */
+lares_status sched_hop_s(const sched_costs *c, size_t a, size_t b, double *out, lares_error *err);
+sched_case sched_overflow_case(const sched_device *d);
+
+/* The plan shell: n ring slots, n_devices offered. */
+lares_status sched_plan_alloc(size_t n_ring, size_t n_devices, sched_plan **out, lares_error *err);
+/* Fills offsets from w (ring order) and evaluates. */
+lares_status sched_plan_finish(sched_plan *p, const sched_costs *c, lares_error *err);
+lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_error *err);
+lares_status sched_validate_costs(const sched_plan *p, const sched_costs *c, lares_error *err);
+
+/* ---- one integer program: fixed k, fixed device set and cases ---- */
+
+typedef struct sched_ilp_dev {
+    size_t device; /* index into the devices */
+    bool overflow; /* the case: true = overflows its RAM */
+    int32_t w, n;  /* solution */
+} sched_ilp_dev;
+
+typedef struct sched_ilp {
+    const sched_costs *c;
+    int32_t k;
+    size_t head;
+    size_t n;
+    sched_ilp_dev *d; /* borrowed, n, ring order */
+    double hops_s;    /* sum of the ring's hop times of one round */
+    double objective; /* the predicted latency of the solution (linear model) */
+} sched_ilp;
+
+/* Per-device bounds of w under the device's case (exact: see docs). */
+typedef struct sched_wrange {
+    int32_t lo, hi;
+    int32_t nmax;  /* GPU layers at most */
+    int32_t F;     /* floor(RAM / (k b')): CPU layers that fit */
+    int32_t kvcap; /* floor(RAM / (k kv)): CPU layers whose KV fits */
+} sched_wrange;
+
+sched_wrange sched_range_of(const sched_costs *c, size_t device, size_t head, int32_t k,
+                            bool overflow);
+
+/* Solves one ILP with GLPK. LARES_ERANGE when it has no feasible point. */
+lares_status sched_ilp_solve(sched_ilp *p, lares_error *err);
+
+/* Halda and the baselines (halda.c, baseline.c). */
+lares_status sched_halda(const sched_costs *c, size_t head, sched_plan **out, lares_error *err);
+lares_status sched_baseline(const sched_costs *c, sched_placement pl, size_t head, sched_plan **out,
+                            lares_error *err);
+/* The head the options ask for (or the cheapest). */
+lares_status sched_pick_head(const sched_costs *c, size_t *head, lares_error *err);
+
+/* out[i] >= 1 layers in proportion to weight[i], summing to total (>= n):
+ * floors, then the largest remainders. */
+void sched_split_proportional(const double *weight, size_t n, int32_t total, int32_t *out);
+
+/* ---- the profiler's parts ---- */
+/* FLOP/s per type (compute- and memory-bound) and read bandwidth, on n_threads. */
+lares_status sched_profile_cpu(sched_device *d, int32_t n_threads, uint32_t budget_ms,
+                               size_t big_bytes, lares_error *err);
+/* Disk throughput on `file`, or on a temporary file in `dir` when file is NULL. */
+lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budget_ms,
+                                sched_device *d, bool *direct, uint64_t *test_bytes,
+                                lares_error *err);
+void sched_probe_cpu_model(const char *root, char *out, size_t cap);
+lares_status sched_probe_memory_macos(sched_device *d, lares_error *err);
+
+/* ---- JSON (jansson objects; json_device.c) ---- */
+struct json_t;
+struct json_t *sched_device_json(const sched_device *d); /* NULL when out of memory */
+/* Dumps and releases o into lares_alloc'd text. */
+lares_status sched_json_text(struct json_t *o, char **out, lares_error *err);
+
+/* "1.5 GiB" into buf */
+const char *sched_fmt_bytes(double n, char *buf, size_t cap);
+
+#endif /* LARES_SCHED_IMPL_H */

@@ -1,0 +1,642 @@
+/*
+ * The HTTP side: libmicrohttpd with one thread per connection, so a handler
+ * may wait for its job. Routes, the API key, the body size limit, JSON and
+ * server-sent-event replies, noticing a client that left, and the server's
+ * start and graceful stop.
+ *
+ * A client that leaves is noticed by peeking at its socket while waiting
+ * (recv with MSG_PEEK returns 0 at the peer's close), since the daemon does
+ * not read a connection whose handler is busy.
+ */
+#include "core/core.h"
+#include "server/server_impl.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_SLICE_MS 100 /* how often a waiting handler looks at its client */
+
+typedef struct req_ctx {
+    char *body; /* malloc'd */
+    size_t len, cap;
+    bool too_big;
+} req_ctx;
+
+typedef struct stream_ctx {
+    server *sv;
+    server_job *j;
+} stream_ctx;
+
+static void active_add(server *sv, int d);
+
+/* ---- replies ---- */
+
+static enum MHD_Result send_bytes(server *sv, struct MHD_Connection *c, int status,
+                                  const char *ctype, const char *s, size_t n, int retry_after) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, (void *)s, MHD_RESPMEM_MUST_COPY);
+    if (r == NULL) {
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", retry_after);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, v);
+    }
+    if (status == 401) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    }
+    enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    server_count_response(sv, status);
+    return ok;
+}
+
+static enum MHD_Result send_json(server *sv, struct MHD_Connection *c, int status, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (s == NULL) {
+        return MHD_NO;
+    }
+    enum MHD_Result ok = send_bytes(sv, c, status, "application/json", s, strlen(s), 0);
+    free(s);
+    return ok;
+}
+
+static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const server_error *e) {
+    json_t *o = server_error_json(e);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (s == NULL) {
+        return MHD_NO;
+    }
+    enum MHD_Result ok = send_bytes(sv, c, e->status, "application/json", s, strlen(s),
+                                    e->status == 503 ? sv->o.retry_after_s : 0);
+    free(s);
+    return ok;
+}
+
+/* ---- waiting for a job while watching the client ---- */
+
+static bool client_gone(int fd) {
+    if (fd < 0) {
+        return false;
+    }
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void deadline_in(struct timespec *ts, int ms) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_nsec += (long)ms * 1000000L;
+    ts->tv_sec += ts->tv_nsec / 1000000000L;
+    ts->tv_nsec %= 1000000000L;
+}
+
+/* Waits until the job is done (or, for_start, has started); false when the
+ * client left first. Called with j->mu not held. */
+static bool wait_job(server_job *j, bool for_start) {
+    pthread_mutex_lock(&j->mu);
+    while (!j->done && !(for_start && j->started)) {
+        struct timespec ts;
+        deadline_in(&ts, WAIT_SLICE_MS);
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (!j->done && !(for_start && j->started) && client_gone(j->fd)) {
+            pthread_mutex_unlock(&j->mu);
+            return false;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    return true;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream_ctx *sc = cls;
+    server_job *j = sc->j;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        if (j->out_pos < j->out_len) {
+            size_t n = LARES_MIN(max, j->out_len - j->out_pos);
+            memcpy(buf, j->out + j->out_pos, n);
+            j->out_pos += n;
+            pthread_mutex_unlock(&j->mu);
+            return (ssize_t)n;
+        }
+        if (j->done) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        struct timespec ts;
+        deadline_in(&ts, WAIT_SLICE_MS);
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (j->out_pos == j->out_len && !j->done && client_gone(j->fd)) {
+            pthread_mutex_unlock(&j->mu);
+            server_cancel_job(sc->sv, j);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls) {
+    stream_ctx *sc = cls;
+    pthread_mutex_lock(&sc->j->mu);
+    bool done = sc->j->done;
+    pthread_mutex_unlock(&sc->j->mu);
+    if (!done) {
+        server_cancel_job(sc->sv, sc->j); /* the connection ended before the answer */
+    }
+    server_job_release(sc->j);
+    active_add(sc->sv, -1);
+    lares_free(sc);
+}
+
+/* ---- the generation endpoints ---- */
+
+static void active_add(server *sv, int d) {
+    pthread_mutex_lock(&sv->mu);
+    sv->active += d;
+    pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
+}
+
+static int connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci != NULL ? ci->connect_fd : -1;
+}
+
+static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, server_kind kind,
+                                    const req_ctx *rc, bool *streaming);
+
+/* counts the reply as active until it is sent (a stream: until the daemon frees it) */
+static enum MHD_Result generate(server *sv, struct MHD_Connection *c, server_kind kind,
+                                const req_ctx *rc) {
+    bool streaming = false;
+    active_add(sv, 1);
+    enum MHD_Result ok = generate_job(sv, c, kind, rc, &streaming);
+    if (!streaming) {
+        active_add(sv, -1);
+    }
+    return ok;
+}
+
+static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, server_kind kind,
+                                    const req_ctx *rc, bool *streaming) {
+    server_job *j = server_job_create();
+    server_error e;
+    if (j == NULL) {
+        server_fail(&e, 500, "server_error", NULL, NULL, "out of memory for a request");
+        return send_error(sv, c, &e);
+    }
+    if (!server_request_parse(kind, rc->body ? rc->body : "", rc->len, &j->req, &e) ||
+        !server_prepare(sv, j, &e)) {
+        server_job_release(j);
+        return send_error(sv, c, &e);
+    }
+    j->fd = connection_fd(c);
+    if (!server_enqueue(sv, j, &e)) {
+        server_job_release(j);
+        return send_error(sv, c, &e);
+    }
+    if (!wait_job(j, j->req.stream)) {
+        server_cancel_job(sv, j); /* left while waiting: nothing to answer */
+        server_job_release(j);
+        return MHD_NO;
+    }
+    pthread_mutex_lock(&j->mu);
+    const bool done = j->done;
+    const int status = j->status;
+    pthread_mutex_unlock(&j->mu);
+    if (!j->req.stream || (done && status != 200)) {
+        enum MHD_Result ok =
+            status == 499 ? MHD_NO
+                          : send_bytes(sv, c, status, "application/json", j->out ? j->out : "",
+                                       j->out_len, status == 503 ? sv->o.retry_after_s : 0);
+        server_job_release(j);
+        return ok;
+    }
+    stream_ctx *sc = lares_calloc(1, sizeof *sc);
+    struct MHD_Response *r = NULL;
+    if (sc != NULL) {
+        sc->sv = sv;
+        sc->j = j;
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, sc,
+                                              stream_free);
+    }
+    if (r == NULL) {
+        lares_free(sc);
+        server_cancel_job(sv, j);
+        server_job_release(j);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    *streaming = true; /* from here on stream_free ends the reply */
+    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r); /* stream_free runs when the daemon lets go of it */
+    server_count_response(sv, 200);
+    return ok;
+}
+
+/* ---- other endpoints ---- */
+
+static json_t *model_json(const server *sv) {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(sv->model_id));
+    json_object_set_new(o, "object", json_string("model"));
+    json_object_set_new(o, "created", json_integer(sv->started_at));
+    json_object_set_new(o, "owned_by", json_string("lares"));
+    return o;
+}
+
+static enum MHD_Result models(server *sv, struct MHD_Connection *c, const char *id) {
+    if (id != NULL) {
+        if (strcmp(id, sv->model_id) != 0 && strcmp(id, "lares") != 0) {
+            server_error e;
+            server_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                        "the model '%.64s' does not exist; this server has '%s'", id, sv->model_id);
+            return send_error(sv, c, &e);
+        }
+        return send_json(sv, c, 200, model_json(sv));
+    }
+    json_t *list = json_object();
+    json_object_set_new(list, "object", json_string("list"));
+    json_t *data = json_array();
+    json_array_append_new(data, model_json(sv));
+    json_object_set_new(list, "data", data);
+    return send_json(sv, c, 200, list);
+}
+
+static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
+    char *t = server_metrics_text(sv);
+    if (t == NULL) {
+        return MHD_NO;
+    }
+    enum MHD_Result ok = send_bytes(sv, c, 200, "text/plain; version=0.0.4", t, strlen(t), 0);
+    free(t);
+    return ok;
+}
+
+/* ---- routing ---- */
+
+typedef enum route {
+    R_NONE,
+    R_HEALTH,
+    R_METRICS,
+    R_MODELS,
+    R_MODEL,
+    R_CHAT,
+    R_COMPLETIONS,
+} route;
+
+static route route_of(const char *url, bool *is_post) {
+    static const struct {
+        const char *path;
+        route r;
+        bool post;
+    } table[] = {
+        {"/health", R_HEALTH, false},
+        {"/metrics", R_METRICS, false},
+        {"/v1/models", R_MODELS, false},
+        {"/v1/chat/completions", R_CHAT, true},
+        {"/v1/completions", R_COMPLETIONS, true},
+    };
+    for (size_t i = 0; i < LARES_ARRAY_LEN(table); i++) {
+        if (strcmp(url, table[i].path) == 0) {
+            *is_post = table[i].post;
+            return table[i].r;
+        }
+    }
+    if (strncmp(url, "/v1/models/", 11) == 0 && url[11] != '\0') {
+        *is_post = false;
+        return R_MODEL;
+    }
+    return R_NONE;
+}
+
+/* constant time in the key's length */
+static bool key_ok(const server *sv, struct MHD_Connection *c) {
+    if (sv->api_key == NULL) {
+        return true;
+    }
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (h == NULL || strncmp(h, "Bearer ", 7) != 0) {
+        return false;
+    }
+    h += 7;
+    const size_t n = strlen(sv->api_key);
+    if (strlen(h) != n) {
+        return false;
+    }
+    unsigned char diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        diff |= (unsigned char)(h[i] ^ sv->api_key[i]);
+    }
+    return diff == 0;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **con_cls) {
+    (void)version;
+    server *sv = cls;
+    server_error e;
+    bool want_post = false;
+    const route r = route_of(url, &want_post);
+    req_ctx *rc = *con_cls;
+    if (rc == NULL) { /* headers are in; the body (if any) follows */
+        if ((rc = calloc(1, sizeof *rc)) == NULL) {
+            return MHD_NO;
+        }
+        *con_cls = rc;
+        const bool is_post = strcmp(method, "POST") == 0;
+        if (r == R_NONE) {
+            server_fail(&e, 404, "invalid_request_error", "unknown_url", NULL,
+                        "unknown endpoint %.8s %.200s", method, url);
+            return send_error(sv, c, &e);
+        }
+        if (is_post != want_post || (!is_post && strcmp(method, "GET") != 0)) {
+            server_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
+                        "%.200s takes %s, not %.8s", url, want_post ? "POST" : "GET", method);
+            return send_error(sv, c, &e);
+        }
+        if (r != R_HEALTH && !key_ok(sv, c)) {
+            server_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
+                        "incorrect or missing API key: send 'Authorization: Bearer KEY'");
+            return send_error(sv, c, &e);
+        }
+        const char *cl =
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl != NULL && strtoull(cl, NULL, 10) > sv->o.max_body_bytes) {
+            server_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                        "the body has %.20s bytes; the limit is %zu", cl, sv->o.max_body_bytes);
+            return send_error(sv, c, &e);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size > 0) { /* a piece of the body */
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (rc->too_big || rc->len + n > sv->o.max_body_bytes) {
+            rc->too_big = true; /* read and dropped: the reply comes at the end */
+            return MHD_YES;
+        }
+        if (rc->len + n > rc->cap) {
+            size_t cap = rc->cap ? rc->cap : 4096;
+            while (cap < rc->len + n) {
+                cap *= 2;
+            }
+            char *p = realloc(rc->body, cap);
+            if (p == NULL) {
+                return MHD_NO;
+            }
+            rc->body = p;
+            rc->cap = cap;
+        }
+        memcpy(rc->body + rc->len, upload, n);
+        rc->len += n;
+        return MHD_YES;
+    }
+    if (rc->too_big) {
+        server_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                    "the body is larger than the limit of %zu bytes", sv->o.max_body_bytes);
+        return send_error(sv, c, &e);
+    }
+    switch (r) {
+    case R_HEALTH: {
+        pthread_mutex_lock(&sv->mu);
+        const bool stopping = sv->stopping;
+        pthread_mutex_unlock(&sv->mu);
+        json_t *o = json_object();
+        json_object_set_new(o, "status", json_string(stopping ? "stopping" : "ok"));
+        return send_json(sv, c, stopping ? 503 : 200, o);
+    }
+    case R_METRICS:
+        return metrics(sv, c);
+    case R_MODELS:
+        return models(sv, c, NULL);
+    case R_MODEL:
+        return models(sv, c, url + 11);
+    case R_CHAT:
+        return generate(sv, c, SERVER_CHAT, rc);
+    case R_COMPLETIONS:
+        return generate(sv, c, SERVER_COMPLETION, rc);
+    case R_NONE:
+        break;
+    }
+    return MHD_NO;
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    (void)toe;
+    req_ctx *rc = *con_cls;
+    if (rc != NULL) {
+        free(rc->body);
+        free(rc);
+        *con_cls = NULL;
+    }
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n > 0 && line[n - 1] == '\n') {
+        line[--n] = '\0';
+    }
+    lares_log(LARES_LOG_INFO, "server: libmicrohttpd: %s", line);
+}
+
+/* ---- start and stop ---- */
+
+server_opts server_opts_default(void) {
+    server_opts o = {.host = "127.0.0.1",
+                     .port = 8080,
+                     .max_body_bytes = 1u << 20,
+                     .queue_capacity = 8,
+                     .max_connections = 64,
+                     .retry_after_s = 1};
+    return o;
+}
+
+uint16_t server_port(const server *sv) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(sv->d, MHD_DAEMON_INFO_BIND_PORT);
+    return di != NULL ? di->port : 0;
+}
+
+const char *server_template(const server *sv) {
+    return sv->tmpl;
+}
+
+static void base_name(const char *path, char *out, size_t cap) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    size_t n = strlen(b);
+    if (n > 5 && strcmp(b + n - 5, ".gguf") == 0) {
+        n -= 5;
+    }
+    snprintf(out, cap, "%.*s", (int)LARES_MIN(n, cap - 1), b);
+}
+
+lares_status server_start(lares_model *m, lares_session *s, const char *model_path,
+                          const server_opts *opts, server **out, lares_error *err) {
+    server_opts o = opts ? *opts : server_opts_default();
+    if (o.host == NULL) {
+        o.host = "127.0.0.1";
+    }
+    if (o.queue_capacity < 1 || o.queue_capacity > 4096) {
+        return lares_fail(err, LARES_EINVAL, "queue capacity %d: 1 to 4096", o.queue_capacity);
+    }
+    if (o.max_connections < 2 || o.max_connections > 4096) {
+        return lares_fail(err, LARES_EINVAL, "connection limit %d: 2 to 4096", o.max_connections);
+    }
+    if (o.max_body_bytes < 1024) {
+        return lares_fail(err, LARES_EINVAL, "body limit %zu bytes: at least 1024",
+                          o.max_body_bytes);
+    }
+    if (o.api_key != NULL && o.api_key[0] == '\0') {
+        return lares_fail(err, LARES_EINVAL, "the API key is empty");
+    }
+    server *sv = lares_calloc(1, sizeof *sv);
+    if (sv == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    sv->m = m;
+    sv->s = s;
+    sv->o = o;
+    sv->started_at = (int64_t)time(NULL);
+    lares_model_info info;
+    lares_model_get_info(m, &info);
+    sv->n_vocab = info.n_vocab;
+    atomic_init(&sv->next_id, 1);
+    pthread_mutex_init(&sv->mu, NULL);
+    pthread_cond_init(&sv->cv, NULL);
+    lares_status st = LARES_OK;
+    if (o.model_id != NULL) {
+        snprintf(sv->model_id, sizeof sv->model_id, "%s", o.model_id);
+    } else {
+        base_name(model_path, sv->model_id, sizeof sv->model_id);
+    }
+    st = lares_chat_template(m, o.template_name, &sv->tmpl, err);
+    if (st == LARES_ENOTFOUND && o.template_name == NULL) {
+        lares_log(LARES_LOG_WARN,
+                  "server: %s has no chat template; chat requests use the plain "
+                  "format ('user: ...' lines, the answer after 'assistant:')",
+                  model_path);
+        sv->tmpl = "plain";
+        st = LARES_OK;
+    }
+    sv->queue = lares_calloc((size_t)o.queue_capacity, sizeof *sv->queue);
+    if (st == LARES_OK &&
+        (sv->queue == NULL ||
+         (o.api_key != NULL && (sv->api_key = lares_strdup(o.api_key)) == NULL))) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *ai = NULL;
+    char port[8];
+    snprintf(port, sizeof port, "%u", (unsigned)o.port);
+    if (st == LARES_OK && getaddrinfo(o.host, port, &hints, &ai) != 0) {
+        st = lares_fail(err, LARES_EINVAL, "'%s' is not a numeric IPv4 or IPv6 address", o.host);
+    }
+    if (st == LARES_OK) {
+        unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                         MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+        if (ai->ai_family == AF_INET6) {
+            flags |= MHD_USE_IPv6;
+        }
+        sv->d = MHD_start_daemon(flags, o.port, NULL, NULL, handle, sv, MHD_OPTION_NOTIFY_COMPLETED,
+                                 completed, sv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.max_connections,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, sv, MHD_OPTION_END);
+        if (sv->d == NULL) {
+            st = lares_fail(err, LARES_EIO,
+                            "cannot listen on %s port %u (in use, or not an "
+                            "address of this machine?)",
+                            o.host, (unsigned)o.port);
+        }
+    }
+    if (ai != NULL) {
+        freeaddrinfo(ai);
+    }
+    if (st == LARES_OK) {
+        if (pthread_create(&sv->worker, NULL, server_worker_main, sv) != 0) {
+            st = lares_fail(err, LARES_EIO, "cannot start the worker thread");
+        } else {
+            sv->worker_started = true;
+        }
+    }
+    if (st != LARES_OK) {
+        server_stop(sv);
+        return st;
+    }
+    *out = sv;
+    return LARES_OK;
+}
+
+void server_stop(server *sv) {
+    if (sv == NULL) {
+        return;
+    }
+    if (sv->d != NULL) {
+        MHD_socket ls = MHD_quiesce_daemon(sv->d); /* no new connections */
+        if (ls != MHD_INVALID_SOCKET) {
+            close(ls);
+        }
+    }
+    pthread_mutex_lock(&sv->mu);
+    sv->stopping = true;
+    while (sv->q_len > 0) { /* the waiting ones get 503 */
+        server_job *j = sv->queue[sv->q_head];
+        sv->q_head = (sv->q_head + 1) % (size_t)sv->o.queue_capacity;
+        sv->q_len--;
+        server_error e;
+        server_fail(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        json_t *o = server_error_json(&e);
+        char *s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (s != NULL) {
+            server_job_write(j, s, strlen(s));
+            free(s);
+        }
+        server_job_finish(j, 503);
+        server_job_release(j);
+    }
+    if (sv->running != NULL) {
+        atomic_store(&sv->running->cancel, true);
+        lares_session_cancel(sv->s);
+    }
+    pthread_cond_broadcast(&sv->cv);
+    pthread_mutex_unlock(&sv->mu);
+    if (sv->worker_started) {
+        pthread_join(sv->worker, NULL);
+    }
+    /* let the replies in progress reach their clients (bounded: 10 s) */
+    pthread_mutex_lock(&sv->mu);
+    for (int i = 0; i < 100 && sv->active > 0; i++) {
+        struct timespec ts;
+        deadline_in(&ts, WAIT_SLICE_MS);
+        pthread_cond_timedwait(&sv->cv, &sv->mu, &ts);
+    }
+    pthread_mutex_unlock(&sv->mu);
+    if (sv->d != NULL) {
+        MHD_stop_daemon(sv->d); /* waits for the connections' threads */
+    }
+    pthread_cond_destroy(&sv->cv);
+    pthread_mutex_destroy(&sv->mu);
+    lares_free(sv->queue);
+    lares_free(sv->api_key);
+    lares_free(sv);
+}

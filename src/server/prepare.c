@@ -1,0 +1,70 @@
+/*
+ * From a parsed request to a job that can run: the model name, the prompt's
+ * tokens (chat: the template with contents never parsed for special tokens;
+ * completions: the text as text, or token ids as given), and whether prompt
+ * plus max_tokens fit the context. Runs on the HTTP thread: the model is
+ * read-only and the session is not touched.
+ */
+#include "core/core.h"
+#include "server/server_impl.h"
+
+#include <time.h>
+
+static bool fail_from(server_error *e, const lares_error *err, const char *param) {
+    int status = err->code == LARES_ENOMEM ? 500 : 400;
+    return server_fail(e, status, status == 500 ? "server_error" : "invalid_request_error", NULL,
+                       param, "%s", err->msg);
+}
+
+bool server_prepare(server *sv, server_job *j, server_error *e) {
+    server_request *r = &j->req;
+    if (strcmp(r->model, sv->model_id) != 0 && strcmp(r->model, "lares") != 0) {
+        return server_fail(e, 404, "invalid_request_error", "model_not_found", "model",
+                           "the model '%.64s' does not exist; this server has '%s'", r->model,
+                           sv->model_id);
+    }
+    lares_error err = {0};
+    if (r->kind == SERVER_CHAT) {
+        if (lares_chat_tokenize(sv->m, sv->tmpl, r->msgs, r->n_msgs, true, &j->ids, &j->n_ids,
+                                &err) != LARES_OK) {
+            return fail_from(e, &err, "messages");
+        }
+    } else if (r->prompt != NULL) {
+        lares_tokenize_opts to = {.add_bos = true, .parse_special = false};
+        if (lares_tokenize(sv->m, r->prompt, r->prompt_len, &to, &j->ids, &j->n_ids, &err) !=
+            LARES_OK) {
+            return fail_from(e, &err, "prompt");
+        }
+    } else {
+        for (size_t i = 0; i < r->n_prompt_ids; i++) {
+            if (r->prompt_ids[i] >= sv->n_vocab) {
+                return server_fail(e, 400, "invalid_request_error", NULL, "prompt",
+                                   "prompt[%zu] is token %d, outside the vocabulary of %d", i,
+                                   r->prompt_ids[i], sv->n_vocab);
+            }
+        }
+        j->ids = r->prompt_ids; /* moved */
+        j->n_ids = r->n_prompt_ids;
+        r->prompt_ids = NULL;
+        r->n_prompt_ids = 0;
+    }
+    if (j->n_ids == 0) {
+        return server_fail(e, 400, "invalid_request_error", NULL,
+                           r->kind == SERVER_CHAT ? "messages" : "prompt",
+                           "the prompt gives no tokens");
+    }
+    const int32_t n_ctx = lares_session_n_ctx(sv->s);
+    const int64_t want = r->max_tokens > 0 ? r->max_tokens : 1;
+    if ((int64_t)j->n_ids + want > n_ctx) {
+        return server_fail(e, 400, "invalid_request_error", "context_length_exceeded",
+                           r->kind == SERVER_CHAT ? "messages" : "prompt",
+                           "this model's maximum context length is %d tokens; the request has "
+                           "%zu prompt tokens and asks for %" PRId64 " more",
+                           n_ctx, j->n_ids, r->max_tokens > 0 ? want : (int64_t)1);
+    }
+    snprintf(j->id, sizeof j->id, "%s-lares%" PRIx64 "x%" PRIu64,
+             r->kind == SERVER_CHAT ? "chatcmpl" : "cmpl", (uint64_t)sv->started_at,
+             (uint64_t)atomic_fetch_add(&sv->next_id, 1));
+    j->created = (int64_t)time(NULL);
+    return true;
+}

@@ -1,0 +1,56 @@
+/*
+ * server: the OpenAI-compatible HTTP API (`lares serve`), built on
+ * libmicrohttpd and jansson as its own library (lares_server), so the core
+ * library stays free of HTTP.
+ *
+ * Owns: the HTTP daemon (one thread per connection), a bounded queue of
+ * generation jobs, the one worker thread that runs them on the session, and
+ * the counters /metrics reports.
+ *
+ * Knows nothing about kernels or model internals: it talks to a lares_model
+ * (tokenizing, chat templates, token pieces; read-only, shared by the HTTP
+ * threads) and to one lares_session through include/lares.h only (generate,
+ * prefix reuse, cancel). Whatever provides a lares_session (one device, or
+ * the head of a ring) can serve.
+ *
+ * Lifetimes: the model and the session are borrowed and must outlive the
+ * server; only the worker thread uses the session while the server runs.
+ */
+#ifndef LARES_SERVER_H
+#define LARES_SERVER_H
+
+#include "lares.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct server server;
+
+typedef struct server_opts {
+    const char *host;          /* address to bind; default "127.0.0.1" */
+    uint16_t port;             /* 0: any free port (server_port tells which) */
+    const char *api_key;       /* NULL: no key; else "Authorization: Bearer KEY" */
+    const char *model_id;      /* the id /v1/models lists; NULL: the file's base name */
+    const char *template_name; /* chat format; NULL: the model's (plain when it has none) */
+    size_t max_body_bytes;     /* larger request bodies get 413; default 1 MiB */
+    int32_t queue_capacity;    /* requests waiting behind the running one; default 8 */
+    int32_t max_connections;   /* default 64 */
+    int32_t retry_after_s;     /* Retry-After of a 503; default 1 */
+} server_opts;
+
+server_opts server_opts_default(void);
+
+/* Starts listening and the worker. model_path names the model in
+ * /v1/models when opts->model_id is NULL. */
+lares_status server_start(lares_model *m, lares_session *s, const char *model_path,
+                          const server_opts *opts, server **out, lares_error *err);
+/* The port it listens on. */
+uint16_t server_port(const server *sv);
+/* The chat format in use ("chatml", "plain", ...). */
+const char *server_template(const server *sv);
+/* Graceful stop: no new requests, the running generation is cancelled,
+ * waiting ones get 503, connections finish; then frees. NULL is a no-op. */
+void server_stop(server *sv);
+
+#endif /* LARES_SERVER_H */

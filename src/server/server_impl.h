@@ -1,0 +1,160 @@
+/*
+ * server internals shared by the files of the module: requests as parsed from
+ * JSON, OpenAI-style errors, stop strings, jobs, the queue, the counters.
+ * Nothing here is visible outside src/server/ (tests and the fuzz target
+ * include it for the parser).
+ */
+#ifndef LARES_SERVER_IMPL_H
+#define LARES_SERVER_IMPL_H
+
+#include "server/server.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* ---- errors: what an OpenAI client expects in {"error": {...}} ---- */
+
+typedef struct server_error {
+    int status;       /* HTTP status: 400, 401, 404, 405, 413, 500, 503 */
+    const char *type; /* "invalid_request_error", "authentication_error", ... (static) */
+    const char *code; /* "context_length_exceeded", ... or NULL (static) */
+    char param[64];   /* the request field at fault, "" when none */
+    char msg[LARES_ERROR_MSG_MAX];
+} server_error;
+
+/* Fills e and returns false (so parsers can `return server_fail(...)`). */
+bool server_fail(server_error *e, int status, const char *type, const char *code, const char *param,
+                 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* {"error": {"message", "type", "param", "code"}} */
+json_t *server_error_json(const server_error *e);
+
+/* ---- requests ---- */
+
+typedef enum server_kind { SERVER_CHAT = 0, SERVER_COMPLETION = 1 } server_kind;
+
+#define SERVER_MAX_STOP       4   /* stop strings per request (as OpenAI) */
+#define SERVER_MAX_STOP_BYTES 256 /* bytes of one stop string */
+#define SERVER_MAX_MESSAGES   4096
+#define SERVER_MAX_LOGPROBS   20
+
+typedef struct server_request {
+    server_kind kind;
+    char *model;          /* owned */
+    lares_chat_msg *msgs; /* owned; chat: roles are constant strings, contents owned */
+    size_t n_msgs;
+    char *prompt; /* owned; completions: text prompt */
+    size_t prompt_len;
+    int32_t *prompt_ids; /* owned; completions: a prompt given as token ids */
+    size_t n_prompt_ids;
+    int32_t max_tokens; /* -1: until the end of the turn or a full context */
+    lares_sampler_opts sampler;
+    bool seed_given;
+    char *stop[SERVER_MAX_STOP]; /* owned */
+    size_t stop_len[SERVER_MAX_STOP];
+    size_t n_stop;
+    bool stream;
+    bool include_usage;
+    bool logprobs;        /* log-probabilities of the chosen tokens */
+    int32_t top_logprobs; /* alternatives per token, 0..20 */
+} server_request;
+
+/* Parses and validates a request body. On failure e says what (400, naming
+ * the field) and *out is left empty. Never reads past len; body need not be
+ * NUL-terminated. */
+bool server_request_parse(server_kind kind, const char *body, size_t len, server_request *out,
+                          server_error *e);
+void server_request_free(server_request *r); /* leaves *r empty; accepts an empty one */
+
+/* ---- stop strings ---- */
+
+/* Looks for the stop strings in text[0, n). Returns true when one occurs,
+ * with *cut where the earliest occurrence starts. Otherwise *safe is how
+ * many leading bytes cannot be the start of any stop string (the rest is a
+ * prefix of one and must be held back). */
+bool server_stop_find(char *const *stop, const size_t *stop_len, size_t n_stop, const char *text,
+                      size_t n, size_t *cut, size_t *safe);
+
+/* ---- counters (/metrics) ---- */
+
+typedef struct server_metrics {
+    uint64_t responses[8]; /* by status: see metrics.c, status_slot */
+    uint64_t requests_chat, requests_completion;
+    uint64_t canceled;      /* generations stopped because the client left */
+    uint64_t rejected_busy; /* 503: the queue was full */
+    uint64_t prompt_tokens, cached_tokens, completion_tokens;
+    double prompt_seconds, gen_seconds;
+    double last_prompt_tok_s, last_gen_tok_s, last_mem_pressure;
+    int32_t kv_tokens; /* tokens in the session's context after the last job */
+} server_metrics;
+
+/* ---- jobs: one request from the HTTP thread to the worker ---- */
+
+typedef struct server_job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;           /* HTTP side + worker side; freed at 0 */
+    server_request req; /* owned */
+    int32_t *ids;       /* owned: the prompt */
+    size_t n_ids;
+    char id[48];     /* "chatcmpl-..." */
+    int64_t created; /* unix seconds */
+    int fd;          /* the client's socket, to notice when it leaves */
+    /* output for the client, written by the worker, read by the HTTP thread */
+    char *out; /* owned */
+    size_t out_len, out_pos, out_cap;
+    bool started, done, oom;
+    int status;         /* HTTP status of a non-streamed reply */
+    atomic_bool cancel; /* the client left, or the server stops */
+} server_job;
+
+struct server {
+    lares_model *m;   /* borrowed */
+    lares_session *s; /* borrowed: only the worker uses it */
+    server_opts o;
+    char model_id[256];
+    const char *tmpl; /* the chat family's name (constant) */
+    int32_t n_vocab;
+    char *api_key; /* owned copy */
+    struct MHD_Daemon *d;
+    int64_t started_at;
+    atomic_uint_fast64_t next_id;
+
+    pthread_mutex_t mu; /* guards the queue, running, stopping and metrics */
+    pthread_cond_t cv;  /* the worker waits for jobs */
+    server_job **queue; /* owned ring of queue_capacity */
+    size_t q_head, q_len;
+    server_job *running;
+    int active; /* replies in progress (the stop waits for them to drain) */
+    bool stopping;
+    pthread_t worker;
+    bool worker_started;
+    server_metrics mx;
+};
+
+server_job *server_job_create(void);
+void server_job_release(server_job *j);
+/* Appends bytes for the client and wakes the HTTP thread (job lock held
+ * inside). */
+void server_job_write(server_job *j, const char *s, size_t n);
+/* Marks the job finished; status for non-streamed replies. */
+void server_job_finish(server_job *j, int status);
+
+/* Queue: false (and e = 503) when full or stopping. Takes a reference. */
+bool server_enqueue(server *sv, server_job *j, server_error *e);
+/* The client went away: stops the job where it is. */
+void server_cancel_job(server *sv, server_job *j);
+void *server_worker_main(void *arg);
+
+/* The Prometheus text of /metrics (malloc'd). */
+char *server_metrics_text(server *sv);
+void server_count_response(server *sv, int status);
+
+/* Prepares a job from a parsed request: model name, tokens, context length.
+ * False with e (400/404) when the request cannot run. */
+bool server_prepare(server *sv, server_job *j, server_error *e);
+
+/* JSON pieces of the replies (respond.c) */
+json_t *server_usage_json(size_t prompt, size_t cached, size_t completion);
+
+#endif /* LARES_SERVER_IMPL_H */

@@ -1,0 +1,337 @@
+/*
+ * The worker: the one thread that uses the session. It takes jobs from the
+ * queue in order, reuses the part of the KV cache that the new prompt shares
+ * with what the cache holds (lares_session_reuse_prefix: usually the whole
+ * conversation so far), generates, and writes the reply for the HTTP thread:
+ * server-sent events while generating, or one JSON object at the end.
+ *
+ * Text goes out token by token, except a tail that may be the start of a
+ * stop string (stop.c); log-probabilities go out with the text of their
+ * token.
+ */
+#include "core/core.h"
+#include "mem/mem.h"
+#include "server/respond.h"
+
+#include <time.h>
+
+typedef struct gen {
+    server *sv;
+    server_job *j;
+    const server_request *r;
+    /* held back: text and its tokens */
+    char *text;
+    size_t len, cap;
+    server_tok *toks;
+    size_t n_toks, cap_toks;
+    /* sent so far */
+    char *all; /* non-streamed: the whole answer */
+    size_t all_len, all_cap;
+    size_t sent_bytes; /* completions' text_offset */
+    json_t *lp;        /* non-streamed: chat content list or completion logprobs */
+    bool stop_string;  /* a stop string ended the answer */
+    bool oom;
+} gen;
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) {
+        return true;
+    }
+    size_t c = *cap ? *cap : 64;
+    while (c < need) {
+        c *= 2;
+    }
+    size_t bytes;
+    if (!lares_mul_size(c, elem, &bytes)) {
+        return false;
+    }
+    void *q = lares_realloc(*p, bytes);
+    if (q == NULL) {
+        return false;
+    }
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+/* The choice object of a streamed chunk or the final reply. */
+static json_t *choice(const gen *g, json_t *text, json_t *logprobs, const char *finish,
+                      bool chunk) {
+    json_t *c = json_object();
+    json_object_set_new(c, "index", json_integer(0));
+    if (g->r->kind == SERVER_CHAT) {
+        json_t *msg = json_object();
+        if (!chunk) {
+            json_object_set_new(msg, "role", json_string("assistant"));
+        }
+        if (text != NULL) {
+            json_object_set_new(msg, "content", text);
+        }
+        json_object_set_new(c, chunk ? "delta" : "message", msg);
+        if (logprobs != NULL) {
+            json_t *lp = json_object();
+            json_object_set_new(lp, "content", logprobs);
+            logprobs = lp;
+        }
+    } else {
+        json_object_set_new(c, "text", text != NULL ? text : json_string(""));
+    }
+    json_object_set_new(c, "logprobs", logprobs != NULL ? logprobs : json_null());
+    json_object_set_new(c, "finish_reason", finish != NULL ? json_string(finish) : json_null());
+    return c;
+}
+
+/* Sends the first n_tok held tokens and the first n_bytes of held text. */
+static void release(gen *g, size_t n_tok, size_t n_bytes) {
+    const server_request *r = g->r;
+    const lares_model *m = g->sv->m;
+    if (n_bytes == 0 && n_tok == 0) {
+        return;
+    }
+    json_t *lps = NULL;
+    if (r->logprobs) {
+        lps = r->kind == SERVER_CHAT ? json_array() : server_completion_logprobs_new();
+        size_t start = 0;
+        for (size_t k = 0; k < n_tok; k++) {
+            const server_tok *t = &g->toks[k];
+            if (t->id >= 0) {
+                if (r->kind == SERVER_CHAT) {
+                    json_array_append_new(lps, server_chat_logprob(m, t, r->top_logprobs));
+                } else {
+                    server_completion_logprobs_add(lps, m, t, r->top_logprobs,
+                                                   g->sent_bytes + start);
+                }
+            }
+            start = t->end;
+        }
+    }
+    if (r->stream) {
+        json_t *o = server_reply_base(g->j, g->sv->model_id, true);
+        json_array_append_new(json_object_get(o, "choices"),
+                              choice(g, server_lossy_string(g->text, n_bytes), lps, NULL, true));
+        if (r->include_usage) {
+            json_object_set_new(o, "usage", json_null());
+        }
+        server_write_event(g->j, o);
+    } else {
+        if (!grow((void **)&g->all, &g->all_cap, g->all_len + n_bytes + 1, 1)) {
+            g->oom = true;
+        } else {
+            memcpy(g->all + g->all_len, g->text, n_bytes);
+            g->all_len += n_bytes;
+        }
+        if (lps != NULL && r->kind == SERVER_CHAT) {
+            json_array_extend(g->lp, lps);
+            json_decref(lps);
+        } else if (lps != NULL) {
+            static const char *const keys[] = {"tokens", "token_logprobs", "top_logprobs",
+                                               "text_offset"};
+            for (size_t k = 0; k < LARES_ARRAY_LEN(keys); k++) {
+                json_array_extend(json_object_get(g->lp, keys[k]), json_object_get(lps, keys[k]));
+            }
+            json_decref(lps);
+        }
+    }
+    g->sent_bytes += n_bytes;
+    /* keep what is still held */
+    memmove(g->text, g->text + n_bytes, g->len - n_bytes);
+    g->len -= n_bytes;
+    memmove(g->toks, g->toks + n_tok, (g->n_toks - n_tok) * sizeof *g->toks);
+    g->n_toks -= n_tok;
+    for (size_t k = 0; k < g->n_toks; k++) {
+        g->toks[k].end -= n_bytes;
+    }
+}
+
+static bool on_token(const lares_token_info *t, void *user) {
+    gen *g = user;
+    if (!grow((void **)&g->text, &g->cap, g->len + t->piece_len + 1, 1) ||
+        !grow((void **)&g->toks, &g->cap_toks, g->n_toks + 1, sizeof *g->toks)) {
+        g->oom = true;
+        return false;
+    }
+    memcpy(g->text + g->len, t->piece, t->piece_len);
+    g->len += t->piece_len;
+    server_tok *k = &g->toks[g->n_toks++];
+    k->id = t->token;
+    k->logprob = t->logprob;
+    k->n_top = LARES_MIN(t->n_top, SERVER_MAX_LOGPROBS);
+    for (int32_t i = 0; i < k->n_top; i++) {
+        k->top_ids[i] = t->top_ids[i];
+        k->top_lp[i] = t->top_logprobs[i];
+    }
+    k->end = g->len;
+    const server_request *r = g->r;
+    size_t cut = 0, safe = g->len;
+    if (r->n_stop > 0 &&
+        server_stop_find(r->stop, r->stop_len, r->n_stop, g->text, g->len, &cut, &safe)) {
+        size_t n = 0; /* the tokens that start before the stop string */
+        size_t start = 0;
+        while (n < g->n_toks && start < cut) {
+            start = g->toks[n++].end;
+        }
+        g->len = cut;
+        release(g, n, cut);
+        g->stop_string = true;
+        return false;
+    }
+    size_t n = 0;
+    while (n < g->n_toks && g->toks[n].end <= safe) {
+        n++;
+    }
+    release(g, n, n > 0 ? g->toks[n - 1].end : 0);
+    return !atomic_load(&g->j->cancel) && !g->oom;
+}
+
+static void write_error(server_job *j, const char *msg, int status) {
+    server_error e;
+    server_fail(&e, status, "server_error", NULL, NULL, "%s", msg);
+    json_t *o = server_error_json(&e);
+    if (j->req.stream) {
+        server_write_event(j, o);
+        server_job_write(j, "data: [DONE]\n\n", 14);
+    } else {
+        char *s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (s != NULL) {
+            server_job_write(j, s, strlen(s));
+            free(s);
+        }
+    }
+}
+
+static void run(server *sv, server_job *j) {
+    const server_request *r = &j->req;
+    gen g = {.sv = sv, .j = j, .r = r};
+    if (!r->stream && r->logprobs) {
+        g.lp = r->kind == SERVER_CHAT ? json_array() : server_completion_logprobs_new();
+    }
+    const size_t kept = lares_session_reuse_prefix(sv->s, j->ids, j->n_ids);
+    lares_generate_opts go = lares_generate_opts_default();
+    go.n_predict = r->max_tokens;
+    go.sampler = r->sampler;
+    if (!r->seed_given) {
+        go.sampler.seed =
+            (uint64_t)time(NULL) * 6364136223846793005u + atomic_fetch_add(&sv->next_id, 1);
+    }
+    go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
+    go.on_token = on_token;
+    go.user = &g;
+    if (r->stream && r->kind == SERVER_CHAT) {
+        json_t *o = server_reply_base(j, sv->model_id, true);
+        json_t *c = choice(&g, json_string(""), NULL, NULL, true);
+        json_object_set_new(json_object_get(c, "delta"), "role", json_string("assistant"));
+        json_array_append_new(json_object_get(o, "choices"), c);
+        if (r->include_usage) {
+            json_object_set_new(o, "usage", json_null());
+        }
+        server_write_event(j, o);
+    }
+    lares_stats st;
+    lares_error err = {0};
+    lares_status rc =
+        lares_generate(sv->s, j->ids + kept, j->n_ids - kept, &go, NULL, 0, NULL, &st, &err);
+    if (!g.stop_string) {
+        release(&g, g.n_toks, g.len); /* the held tail: no stop string came */
+    }
+    const char *finish = st.stop == LARES_STOP_LENGTH ? "length" : "stop";
+    if (rc != LARES_OK || g.oom) {
+        write_error(j, rc != LARES_OK ? err.msg : "out of memory while generating", 500);
+        server_job_finish(j, 500);
+    } else if (r->stream) {
+        json_t *o = server_reply_base(j, sv->model_id, true);
+        json_array_append_new(
+            json_object_get(o, "choices"),
+            choice(&g, r->kind == SERVER_CHAT ? NULL : json_string(""), NULL, finish, true));
+        if (r->include_usage) {
+            json_object_set_new(o, "usage", json_null());
+        }
+        server_write_event(j, o);
+        if (r->include_usage) {
+            o = server_reply_base(j, sv->model_id, true);
+            json_object_set_new(o, "usage",
+                                server_usage_json(j->n_ids, kept, (size_t)st.n_generated));
+            server_write_event(j, o);
+        }
+        server_job_write(j, "data: [DONE]\n\n", 14);
+        server_job_finish(j, 200);
+    } else {
+        json_t *o = server_reply_base(j, sv->model_id, false);
+        json_t *lp = g.lp;
+        g.lp = NULL;
+        json_array_append_new(
+            json_object_get(o, "choices"),
+            choice(&g, server_lossy_string(g.all ? g.all : "", g.all_len), lp, finish, false));
+        json_object_set_new(o, "usage", server_usage_json(j->n_ids, kept, (size_t)st.n_generated));
+        char *s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (s != NULL) {
+            server_job_write(j, s, strlen(s));
+            free(s);
+            server_job_finish(j, 200);
+        } else {
+            write_error(j, "out of memory writing the reply", 500);
+            server_job_finish(j, 500);
+        }
+    }
+    int32_t n_past = 0;
+    lares_session_tokens(sv->s, &n_past);
+    mem_sample ms;
+    mem_sample_now(&ms);
+    pthread_mutex_lock(&sv->mu);
+    server_metrics *mx = &sv->mx;
+    mx->prompt_tokens += j->n_ids;
+    mx->cached_tokens += kept;
+    mx->completion_tokens += (uint64_t)st.n_generated;
+    mx->prompt_seconds += st.prompt_ms / 1e3;
+    mx->gen_seconds += st.gen_ms / 1e3;
+    if (st.n_prompt > 0) {
+        mx->last_prompt_tok_s = st.prompt_tok_s;
+    }
+    if (st.n_generated > 1) {
+        mx->last_gen_tok_s = st.gen_tok_s;
+    }
+    mx->last_mem_pressure = st.mem_pressure;
+    mx->kv_tokens = n_past;
+    if (atomic_load(&j->cancel) && !sv->stopping) {
+        mx->canceled++;
+    }
+    pthread_mutex_unlock(&sv->mu);
+    json_decref(g.lp);
+    lares_free(g.text);
+    lares_free(g.toks);
+    lares_free(g.all);
+}
+
+void *server_worker_main(void *arg) {
+    server *sv = arg;
+    for (;;) {
+        pthread_mutex_lock(&sv->mu);
+        while (!sv->stopping && sv->q_len == 0) {
+            pthread_cond_wait(&sv->cv, &sv->mu);
+        }
+        if (sv->q_len == 0) { /* stopping; server_stop answered the waiting ones */
+            pthread_mutex_unlock(&sv->mu);
+            return NULL;
+        }
+        server_job *j = sv->queue[sv->q_head];
+        sv->q_head = (sv->q_head + 1) % (size_t)sv->o.queue_capacity;
+        sv->q_len--;
+        sv->running = j;
+        pthread_mutex_unlock(&sv->mu);
+
+        pthread_mutex_lock(&j->mu);
+        j->started = true;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+        if (atomic_load(&j->cancel)) {
+            server_job_finish(j, 499); /* the client left while it waited */
+        } else {
+            run(sv, j);
+        }
+        pthread_mutex_lock(&sv->mu);
+        sv->running = NULL;
+        pthread_mutex_unlock(&sv->mu);
+        server_job_release(j);
+    }
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The quant kernels on AArch64, from an x86-64 machine: builds the library and test_quant with
+# Debian's cross compiler (cmake/aarch64-linux-gnu.cmake, LARES_MINIMAL_DEPS: no jansson or pcre2
+# for the target) and runs test_quant under qemu-user:
+#   1. qemu's "max" CPU (has dotprod), --isa neon: NEON kernels with SDOT;
+#   2. the same CPU, --isa neon-nodot: the plain NEON kernels;
+#   3. a Cortex-A72 (no dotprod), every family: dispatch must pick plain NEON, and a stray SDOT in
+#      the plain kernels would stop the run with SIGILL.
+# It also checks the objects: SDOT/UDOT may appear only in functions named *dotprod*, since every
+# *_neon.c file is compiled with +dotprod.
+#
+# Usage: tests/cross/run_aarch64.sh [build-dir]   (default: build-aarch64 in the source tree)
+# Exit status 77 (skip) when the cross compiler, its libc or qemu-aarch64 is missing.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$src/build-aarch64}
+sysroot=${LARES_CROSS_SYSROOT:-/usr/aarch64-linux-gnu}
+
+skip() {
+  echo "quant_aarch64: skipped: $*"
+  exit 77
+}
+command -v aarch64-linux-gnu-gcc >/dev/null || skip "aarch64-linux-gnu-gcc not found (apt install gcc-aarch64-linux-gnu)"
+command -v qemu-aarch64 >/dev/null || skip "qemu-aarch64 not found (apt install qemu-user)"
+[ -e "$sysroot/lib/ld-linux-aarch64.so.1" ] || skip "no aarch64 C library in $sysroot (apt install libc6-dev-arm64-cross)"
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$src" -B "$build" "${generator[@]}" \
+    -DCMAKE_TOOLCHAIN_FILE="$src/cmake/aarch64-linux-gnu.cmake" -DCMAKE_BUILD_TYPE=Release \
+    -DLARES_MINIMAL_DEPS=ON -DLARES_WERROR=ON -DLARES_CROSS_SYSROOT="$sysroot" >/dev/null
+fi
+cmake --build "$build" --target test_quant
+
+status=0
+objdir="$build/CMakeFiles/lares.dir/src/quant"
+if command -v aarch64-linux-gnu-objdump >/dev/null; then
+  for o in "$objdir"/*_neon.c.o; do
+    stray=$(aarch64-linux-gnu-objdump -d "$o" |
+      awk '/^[0-9a-f]+ <.*>:$/ { fn = $2 } /\t(sdot|udot)\t/ && fn !~ /dotprod/ { print fn }' | sort -u)
+    if [ -n "$stray" ]; then
+      echo "quant_aarch64: SDOT/UDOT outside a dotprod kernel in $(basename "$o"): $stray"
+      status=1
+    fi
+  done
+fi
+
+run() { # cpu args...
+  local cpu=$1
+  shift
+  echo "== qemu-aarch64 -cpu $cpu test_quant $*"
+  if ! qemu-aarch64 -L "$sysroot" -cpu "$cpu" "$build/tests/test_quant" "$@"; then
+    echo "quant_aarch64: test_quant failed on $cpu $*"
+    status=1
+  fi
+}
+run max --isa neon
+run max --isa neon-nodot
+run cortex-a72
+exit $status

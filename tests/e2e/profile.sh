@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# lares profile: a short measurement (--time) parsed with jq, the cache (the
+# second call answers from it, --refresh measures again), the human summary,
+# and bad options.
+. "$(dirname "$0")/lib.sh"
+need jq
+M=$(model stories260K.gguf)
+export XDG_CACHE_HOME="$TMP/xdg"
+
+start=$(date +%s)
+"$LARES" profile --json --time 250 -m "$M" >"$TMP/p1.json" 2>"$TMP/p1.err" && ok \
+  || fail "profile: $(cat "$TMP/p1.err")"
+jq -e '.name != "" and (.os | IN("linux", "android", "macos")) and .cpu.cores >= 1
+    and .cpu.mem_bw > 0 and .cpu.flops.q4_k > 0 and .cpu.flops.q8_0 > 0
+    and .cpu.flops_mem.q4_k > 0 and .memory.available > 0
+    and .memory.available <= .memory.total and .disk.seq_read > 0 and .disk.rand_read > 0
+    and (.fingerprint | test("^[0-9a-f]{16}$")) and .cached == false' "$TMP/p1.json" >/dev/null \
+  && ok || fail "profile fields: $(jq -c '{cpu, memory, disk}' "$TMP/p1.json")"
+# cached per fingerprint under $XDG_CACHE_HOME/lares
+fp=$(jq -r .fingerprint "$TMP/p1.json")
+[ -f "$XDG_CACHE_HOME/lares/profile-$fp.json" ] && ok || fail "no cache file for $fp"
+"$LARES" profile --json --time 250 -m "$M" >"$TMP/p2.json" && ok || fail "second profile"
+jq -e '.cached == true' "$TMP/p2.json" >/dev/null && ok || fail "second call not cached"
+[ "$(jq -c .cpu.flops "$TMP/p1.json")" = "$(jq -c .cpu.flops "$TMP/p2.json")" ] && ok \
+  || fail "cached figures differ"
+"$LARES" profile --json --time 250 -m "$M" --refresh >"$TMP/p3.json" \
+  && jq -e '.cached == false' "$TMP/p3.json" >/dev/null && ok || fail "--refresh"
+"$LARES" profile --json --time 250 --no-cache --name box >"$TMP/p4.json" \
+  && jq -e '.cached == false and .name == "box" and .disk.free > 0' "$TMP/p4.json" >/dev/null \
+  && ok || fail "--no-cache"
+elapsed=$(($(date +%s) - start))
+# four short profiles: seconds, not minutes (a loose bound for a shared machine)
+[ "$elapsed" -lt 60 ] && ok || fail "four 250 ms profiles took ${elapsed} s"
+
+"$LARES" profile --time 250 -m "$M" >"$TMP/human.txt" 2>&1 \
+  && grep -q "^memory " "$TMP/human.txt" && grep -q "^disk " "$TMP/human.txt" \
+  && grep -q "q4_k" "$TMP/human.txt" && ok || fail "human output: $(cat "$TMP/human.txt")"
+
+"$LARES" profile --time 5 >/dev/null 2>&1; [ $? -eq 2 ] && ok || fail "--time 5 accepted"
+"$LARES" profile --frobnicate >/dev/null 2>&1; [ $? -eq 2 ] && ok || fail "unknown option"
+"$LARES" profile --time 250 -m "$TMP/none.gguf" >/dev/null 2>"$TMP/none.err"
+[ $? -eq 1 ] && grep -q "none.gguf" "$TMP/none.err" && ok || fail "missing model file"
+finish

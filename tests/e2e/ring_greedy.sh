@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# lares run/chat --ring through worker processes on loopback: greedy output
+# identical to one device (uneven windows, k = 1, 2 and 3 rounds, the head's
+# own window included), the figures of the ring in --json, the workers' own
+# lines (who connected, their layers, per-round timings), keygen's files.
+. "$(dirname "$0")/lib.sh"
+. "$LARES_SRC/tests/cluster/ring_lib.sh"
+ring_trap
+need jq
+
+# ---- keygen: a 0600 pair, a public file, the key printed ----
+"$LARES" keygen -o "$TMP/k.key" >"$TMP/k.out" 2>"$TMP/k.err" || fail "keygen: $(cat "$TMP/k.err")"
+[ "$(stat -c %a "$TMP/k.key")" = 600 ] && ok || fail "key pair mode $(stat -c %a "$TMP/k.key")"
+pub=$(cat "$TMP/k.out")
+[ ${#pub} -eq 40 ] && grep -qF "public-key = $pub" "$TMP/k.key.pub" && grep -qF "public-key = $pub" "$TMP/k.key" \
+  && grep -q "secret-key = " "$TMP/k.key" && ! grep -q secret "$TMP/k.key.pub" && ok \
+  || fail "keygen files: $(cat "$TMP/k.out") / $(cat "$TMP/k.key.pub")"
+if "$LARES" keygen -o "$TMP/k.key" >/dev/null 2>"$TMP/k2.err"; then
+  fail "keygen overwrote a key"
+else
+  grep -q "never overwritten" "$TMP/k2.err" && ok || fail "keygen overwrite message: $(cat "$TMP/k2.err")"
+fi
+
+ring_worker w1 || exit 1; A1=$WORKER_ADDR
+ring_worker w2 || exit 1; A2=$WORKER_ADDR
+ring_worker w3 || exit 1; A3=$WORKER_ADDR
+
+check_ring() { # model head_w [name addr w]...: ring ids == local ids
+  local rel=$1
+  shift
+  export RING_MODEL
+  RING_MODEL=$(model "$rel")
+  ring_json "$TMP/ring.json" "" "$@"
+  "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 --json -t 1 >"$TMP/local.json" 2>"$TMP/local.err" \
+    || { fail "$rel local run: $(cat "$TMP/local.err")"; return; }
+  if ! "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 --json -t 1 --ring "$TMP/ring.json" \
+      >"$TMP/ring.out" 2>"$TMP/ring.err"; then
+    fail "$rel ring ($*): $(cat "$TMP/ring.err")"
+    return
+  fi
+  local want got
+  want=$(jq -c .generated_ids "$TMP/local.json")
+  got=$(jq -c .generated_ids "$TMP/ring.out")
+  [ "$got" = "$want" ] && ok || fail "$rel ring ($*): $got, one device: $want"
+  jq -e '.ring.devices >= 2 and .ring.hops > 0 and (.ring.device | length) == .ring.devices
+         and ([.ring.device[1:][] | .windows_run > 0] | all)' "$TMP/ring.out" >/dev/null \
+    && ok || fail "$rel ring figures: $(jq -c .ring "$TMP/ring.out")"
+}
+
+check_ring stories260K.gguf 1 w1 "$A1" 3 w2 "$A2" 1                  # k=1, uneven
+check_ring stories260K.gguf 1 w1 "$A1" 1 w2 "$A2" 1 w3 "$A3" 1       # W=4: k=2
+check_ring stories260K.gguf 0 w1 "$A1" 1 w2 "$A2" 1                  # W=2: k=3, no head layers
+check_ring TinyStories-656K.f16.gguf 1 w1 "$A1" 1                    # k=1
+check_ring derived/TinyStories-656K.llamacpp-Q8_0.gguf 0 w2 "$A2" 1  # W=1: k=2
+
+# the workers said who connected, their layers and per-round timings
+grep -q "worker head: head '.*' at 127.0.0.1 .* connected" "$TMP/w1.log" && ok || fail "w1 log lacks the head: $(cat "$TMP/w1.log")"
+grep -q "worker plan: device 1 of 3: layers \[1, 4) of 5" "$TMP/w1.log" && ok || fail "w1 log lacks its layers: $(cat "$TMP/w1.log")"
+grep -Eq "worker round: round [0-9] layers \[[0-9]+, [0-9]+\) [0-9]+ tokens? at [0-9]+: compute [0-9.]+ ms" "$TMP/w1.log" \
+  && ok || fail "w1 log lacks per-round timings"
+grep -q "worker stopped: .* ended the session; waiting for a head" "$TMP/w1.log" && ok || fail "w1 did not go back to waiting"
+
+# human output: the per-device table on stderr
+RING_MODEL=$(model stories260K.gguf)
+ring_json "$TMP/ring.json" "" 2 w1 "$A1" 2 w2 "$A2" 1
+"$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 8 --temp 0 -t 1 --ring "$TMP/ring.json" >"$TMP/h.out" 2>"$TMP/h.err" \
+  || fail "ring run: $(cat "$TMP/h.err")"
+grep -q "ring of 3 devices, 5 layers per round, k = 1" "$TMP/h.err" && grep -q "w1 .*$A1" "$TMP/h.err" \
+  && grep -q "per hop" "$TMP/h.err" && ok || fail "ring figures on stderr: $(cat "$TMP/h.err")"
+
+# chat through the ring: two turns, the same answers as on one device
+printf 'Once upon a time, there was a dog named Max.\nWhat did Max do?\n' >"$TMP/turns"
+"$LARES" chat -m "$RING_MODEL" --temp 0 -n 24 -t 1 -q <"$TMP/turns" >"$TMP/chat1" 2>"$TMP/chat1.err" \
+  || fail "chat: $(cat "$TMP/chat1.err")"
+"$LARES" chat -m "$RING_MODEL" --temp 0 -n 24 -t 1 -q --ring "$TMP/ring.json" <"$TMP/turns" >"$TMP/chat2" 2>"$TMP/chat2.err" \
+  || fail "chat --ring: $(cat "$TMP/chat2.err")"
+[ -s "$TMP/chat1" ] && cmp -s "$TMP/chat1" "$TMP/chat2" && ok || fail "chat through the ring differs: $(diff "$TMP/chat1" "$TMP/chat2" | head -5)"
+finish

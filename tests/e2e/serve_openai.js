@@ -1,0 +1,134 @@
+// The official `openai` client for Node.js against lares serve (driven by
+// serve_openai_node.sh, which installs the package and starts the server).
+// Expected texts come from outside the server: WANT_CHAT is `lares run`'s
+// greedy continuation of the chat prompt, WANT_COMPLETION the reference
+// continuation in ../shared/models/expected.
+'use strict';
+const path = require('path');
+const fs = require('fs');
+const { OpenAI } = require(path.join(process.env.OPENAI_DIR, 'node_modules', 'openai'));
+
+const url = process.env.SERVER_URL;
+const key = process.env.API_KEY;
+const wantChat = fs.readFileSync(process.env.WANT_CHAT, 'utf8');
+const wantCompletion = process.env.WANT_COMPLETION;
+let passed = 0;
+let failed = 0;
+
+function check(cond, what, detail) {
+  if (cond) {
+    passed++;
+  } else {
+    failed++;
+    console.error(`serve_openai: FAIL: ${what}${detail === undefined ? '' : ': ' + JSON.stringify(detail)}`);
+  }
+}
+
+async function expectError(what, fn, status, code) {
+  try {
+    await fn();
+    check(false, `${what}: no error`);
+  } catch (e) {
+    check(e instanceof OpenAI.APIError && e.status === status && (code === undefined || e.code === code),
+      `${what}: ${status} ${code || ''}`, { status: e.status, code: e.code, message: e.message });
+  }
+}
+
+async function metric(name) {
+  const r = await fetch(`${url}/metrics`, { headers: { Authorization: `Bearer ${key}` } });
+  const m = (await r.text()).match(new RegExp(`^${name} (\\S+)$`, 'm'));
+  return m ? Number(m[1]) : NaN;
+}
+
+async function main() {
+  const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: key, maxRetries: 0, timeout: 600000 });
+  const chat = { model: 'stories260K', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 20, temperature: 0 };
+
+  const models = await client.models.list();
+  check(models.data.length === 1 && models.data[0].id === 'stories260K', 'models.list', models.data);
+
+  const c = await client.chat.completions.create(chat);
+  check(c.choices[0].message.content === wantChat, 'chat text', [c.choices[0].message.content, wantChat]);
+  check(c.choices[0].finish_reason === 'length' && c.usage.completion_tokens === 20, 'chat usage', c.usage);
+
+  let streamed = '';
+  let usage = null;
+  let chunks = 0;
+  const stream = await client.chat.completions.create({ ...chat, stream: true, stream_options: { include_usage: true } });
+  for await (const ch of stream) {
+    chunks++;
+    if (ch.choices.length > 0 && ch.choices[0].delta.content) streamed += ch.choices[0].delta.content;
+    if (ch.usage) usage = ch.usage;
+  }
+  check(streamed === wantChat && chunks > 5, 'streamed chat', [streamed, chunks]);
+  check(usage && usage.completion_tokens === 20 && usage.prompt_tokens === c.usage.prompt_tokens &&
+        usage.prompt_tokens_details.cached_tokens === c.usage.prompt_tokens - 1, 'streamed usage', usage);
+
+  const t = await client.completions.create({ model: 'lares', prompt: 'Once upon a time', max_tokens: 48, temperature: 0 });
+  check(t.choices[0].text === wantCompletion, 'completion text', t.choices[0].text);
+  const s = await client.completions.create({ model: 'lares', prompt: 'Once upon a time', max_tokens: 48, temperature: 0, stop: ['Lily. She'] });
+  check(s.choices[0].text === wantCompletion.split('Lily. She')[0] && s.choices[0].finish_reason === 'stop', 'stop string', s.choices[0]);
+
+  const seeded = { model: 'lares', messages: [{ role: 'user', content: 'Tell me a story' }], max_tokens: 30, temperature: 1 };
+  const a = await client.chat.completions.create({ ...seeded, seed: 11 });
+  const b = await client.chat.completions.create({ ...seeded, seed: 11 });
+  const d = await client.chat.completions.create({ ...seeded, seed: 12 });
+  check(a.choices[0].message.content === b.choices[0].message.content, 'same seed, same text');
+  check(a.choices[0].message.content !== d.choices[0].message.content, 'other seed, other text');
+
+  const lp = await client.chat.completions.create({ ...chat, max_tokens: 8, logprobs: true, top_logprobs: 3 });
+  const content = lp.choices[0].logprobs.content;
+  check(content.length === 8 && content.every((x) => x.logprob <= 0 && x.top_logprobs.length === 3),
+    'logprobs', content);
+
+  await expectError('unknown model', () => client.chat.completions.create({ ...chat, model: 'gpt-4o' }), 404, 'model_not_found');
+  await expectError('context', () => client.completions.create({ model: 'lares', prompt: 'x', max_tokens: 100000 }), 400, 'context_length_exceeded');
+  await expectError('bad type', () => client.chat.completions.create({ ...chat, temperature: 'hot' }), 400);
+  const wrong = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'sk-wrong', maxRetries: 0 });
+  await expectError('wrong key', () => wrong.models.list(), 401, 'invalid_api_key');
+
+  // cancellation: abort a long stream after a few chunks; the server stops generating
+  const before = await metric('lares_requests_canceled_total');
+  const ac = new AbortController();
+  let got = 0;
+  try {
+    const long = await client.completions.create(
+      { model: 'lares', prompt: 'Once upon a time', max_tokens: 1900, temperature: 0, stream: true },
+      { signal: ac.signal });
+    for await (const ch of long) {
+      if (++got === 3) ac.abort();
+    }
+  } catch (e) {
+    check(e instanceof OpenAI.APIUserAbortError, 'abort error', e.message);
+  }
+  let after = before;
+  for (let i = 0; i < 100 && after === before; i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    after = await metric('lares_requests_canceled_total');
+  }
+  check(after === before + 1, 'abort cancels the generation', [before, after]);
+  const next = await client.completions.create({ model: 'lares', prompt: 'Hi', max_tokens: 3 });
+  check(next.choices.length === 1, 'request after an abort');
+
+  // the queue holds one: a burst gets clean 503s next to 200s
+  let ok200 = 0;
+  let busy = 0;
+  for (let burst = 0; burst < 5 && busy === 0; burst++) {
+    const rs = await Promise.allSettled(Array.from({ length: 8 }, () =>
+      client.completions.create({ model: 'lares', prompt: 'Once upon a time', max_tokens: 400, temperature: 0 })));
+    for (const r of rs) {
+      if (r.status === 'fulfilled') ok200++;
+      else if (r.reason instanceof OpenAI.APIError && r.reason.status === 503 && r.reason.code === 'queue_full') busy++;
+      else check(false, 'burst: unexpected', r.reason && r.reason.message);
+    }
+  }
+  check(busy > 0 && ok200 > 0, 'queue full gives 503 next to 200', [ok200, busy]);
+
+  console.log(`serve_openai: ${passed} passed, ${failed} failed`);
+  process.exit(failed === 0 ? 0 : 1);
+}
+
+main().catch((e) => {
+  console.error('serve_openai: FAIL:', e);
+  process.exit(1);
+});

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# lares serve used through the official `openai` npm package (Node.js): the
+# package is installed by the test into the build directory (npm cache there
+# too), then serve_openai.js runs chat, streaming, completions, stop strings,
+# seeds, log-probabilities, errors, an aborted stream and a full queue.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+need node
+need npm
+OPENAI_VERSION=6.30.1 # 7.x needs Node 22; Debian and the test machines have 20
+: "${LARES_NODE_DIR:?set by CMake}" "${LARES_NPM_CACHE:?set by CMake}"
+if [ "$(jq -r .version "$LARES_NODE_DIR/node_modules/openai/package.json" 2>/dev/null)" != "$OPENAI_VERSION" ]; then
+  mkdir -p "$LARES_NODE_DIR" "$LARES_NPM_CACHE"
+  if ! npm install --prefix "$LARES_NODE_DIR" --cache "$LARES_NPM_CACHE" --no-audit --no-fund \
+    --no-save "openai@$OPENAI_VERSION" >"$TMP/npm.log" 2>&1; then
+    echo "$TEST_NAME: npm install openai@$OPENAI_VERSION failed: $(tail -5 "$TMP/npm.log")" >&2
+    exit 1
+  fi
+fi
+M=$(model stories260K.gguf)
+EXP=$(model expected/greedy_once_upon_a_time.json)
+KEY=sk-node-test
+start_server n -m "$M" -t 1 -c 2048 --queue 1 --api-key "$KEY"
+printf 'user: Hi\nassistant:' >"$TMP/p"
+"$LARES" run -m "$M" -f "$TMP/p" --temp 0 -n 20 -t 1 --no-echo -q | head -c -1 >"$TMP/want_chat"
+SERVER_URL=$URL_n API_KEY=$KEY OPENAI_DIR=$LARES_NODE_DIR WANT_CHAT=$TMP/want_chat \
+  WANT_COMPLETION=$(jq -r '.results[] | select(.model=="stories260K.gguf") | .reference_text' "$EXP") \
+  node "$(dirname "$0")/serve_openai.js" && ok || fail "serve_openai.js failed"
+stop_server n TERM
+finish
