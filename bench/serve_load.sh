@@ -30,7 +30,7 @@ trap cleanup EXIT
 server=$!
 port=""
 for _ in $(seq 1 600); do
-  port=$(sed -n 's|.* on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$tmp/server.log")
+  port=$(sed -n 's|.* on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$tmp/server.log" 2>/dev/null)
   [ -n "$port" ] && break
   kill -0 "$server" 2>/dev/null || break
   sleep 0.05
