@@ -15,6 +15,7 @@
  * shows the prefetched bytes really came from the disk.
  */
 #include "check.h"
+#include "greedy_cases.h"
 #include "exec/exec.h"
 #include "gguf/gguf.h"
 #include "mem/mem.h"
@@ -189,26 +190,6 @@ static uint64_t largest_from_directory(const gguf_file *f, int32_t n_layer, bool
     return best;
 }
 
-static const struct {
-    const char *file;
-    int min_agree; /* tokens that must match the reference engine */
-} cases[] = {
-    {"stories260K.gguf", 48},
-    {"TinyStories-656K.f16.gguf", 48},
-    {"TinyStories-656K-Q8_0.raincandy.gguf", 48},
-    {"derived/TinyStories-656K.f32.llama.gguf", 48},
-    {"derived/TinyStories-656K.f32.qwen2-arch.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q4_0.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q4_1.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q5_0.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q8_0.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q5_1.gguf", 30},
-    {"derived/TinyStories-656K.llamacpp-Q4_K_M.gguf", 30},
-    {"derived/stories260K-moe4top2-identical-experts.gguf", 48},
-    {"derived/stories260K-moe4top2-perturbed-experts.gguf", 48},
-    {"derived/TinyStories-656K-qwen2moe-4x2-shared.gguf", 48},
-    {"derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", 48},
-};
 
 static void check_model(json_t *root, const char *file, int min_agree) {
     json_t *res = find_result(root, file);
@@ -554,8 +535,8 @@ int main(void) {
     json_error_t je;
     json_t *root = json_load_file(fixture("expected/greedy_once_upon_a_time.json"), 0, &je);
     CHECKF(root != NULL, "expected outputs: %s", je.text);
-    for (size_t c = 0; root != NULL && c < LARES_ARRAY_LEN(cases); c++) {
-        check_model(root, cases[c].file, cases[c].min_agree);
+    for (size_t c = 0; root != NULL && c < LARES_ARRAY_LEN(greedy_cases); c++) {
+        check_model(root, greedy_cases[c].file, greedy_cases[c].min_agree);
     }
     json_decref(root);
     check_rebudget("stories260K.gguf");

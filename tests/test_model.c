@@ -7,6 +7,7 @@
  * give the same result as the same prompt fed token by token.
  */
 #include "check.h"
+#include "greedy_cases.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
 #include "ops/ops.h"
@@ -117,37 +118,15 @@ static int ids_from(json_t *arr, int32_t *out, int cap) {
     return n;
 }
 
-/* models whose reference continuation must match in full, and those where the
- * reference engine itself rounds activations to 8 bits and parts after ~30 */
-static const struct {
-    const char *file;
-    int min_agree;
-} cases[] = {
-    {"stories260K.gguf", 48},
-    {"TinyStories-656K.f16.gguf", 48},
-    {"TinyStories-656K-Q8_0.raincandy.gguf", 48},
-    {"derived/TinyStories-656K.f32.llama.gguf", 48},
-    {"derived/TinyStories-656K.f32.qwen2-arch.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q4_0.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q4_1.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q5_0.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q8_0.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q5_1.gguf", 30},
-    {"derived/TinyStories-656K.llamacpp-Q4_K_M.gguf", 30},
-    {"derived/stories260K-moe4top2-identical-experts.gguf", 48},
-    {"derived/stories260K-moe4top2-perturbed-experts.gguf", 48},
-    {"derived/TinyStories-656K-qwen2moe-4x2-shared.gguf", 48},
-    {"derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", 48},
-};
 
 /* With an F16 KV cache the Q4_K_M file meets a near-tie at its 6th token
  * (logits 17.39 vs 17.37 in F32), which F16 keys flip: there it is held to the
  * first 5, every other model to its full bar. */
 static int min_agree(size_t c, uint32_t kv_type) {
-    if (kv_type == GGUF_TYPE_F16 && strstr(cases[c].file, "Q4_K_M") != NULL) {
+    if (kv_type == GGUF_TYPE_F16 && strstr(greedy_cases[c].file, "Q4_K_M") != NULL) {
         return 5;
     }
-    return cases[c].min_agree;
+    return greedy_cases[c].min_agree;
 }
 
 static json_t *find_result(json_t *root, const char *file) {
@@ -169,9 +148,9 @@ static void test_greedy_once_upon_a_time(uint32_t kv_type, int n_threads, int nb
     if (root == NULL) {
         return;
     }
-    for (size_t c = 0; c < LARES_ARRAY_LEN(cases); c++) {
-        json_t *r = find_result(root, cases[c].file);
-        CHECKF(r != NULL, "%s not in the expected file", cases[c].file);
+    for (size_t c = 0; c < LARES_ARRAY_LEN(greedy_cases); c++) {
+        json_t *r = find_result(root, greedy_cases[c].file);
+        CHECKF(r != NULL, "%s not in the expected file", greedy_cases[c].file);
         if (r == NULL) {
             continue;
         }
@@ -179,13 +158,13 @@ static void test_greedy_once_upon_a_time(uint32_t kv_type, int n_threads, int nb
         int np = ids_from(json_object_get(r, "prompt_token_ids_with_bos"), prompt, 64);
         int nw = ids_from(json_object_get(r, "reference_greedy_token_ids"), want, 64);
         runner run;
-        if (!runner_open(&run, cases[c].file, n_threads, kv_type, nb)) {
+        if (!runner_open(&run, greedy_cases[c].file, n_threads, kv_type, nb)) {
             runner_close(&run);
             continue;
         }
         int agree = greedy_agree(&run, prompt, np, want, nw, nb);
         CHECKF(agree >= min_agree(c, kv_type), "%s (kv %s, %d threads, batch %d): %d of %d tokens agree",
-               cases[c].file, kv_type == GGUF_TYPE_F16 ? "f16" : "f32", n_threads, nb, agree,
+               greedy_cases[c].file, kv_type == GGUF_TYPE_F16 ? "f16" : "f32", n_threads, nb, agree,
                min_agree(c, kv_type));
         runner_close(&run);
     }

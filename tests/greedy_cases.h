@@ -1,0 +1,30 @@
+/* The real test models of ../shared/models with an expected greedy
+ * continuation, and how many of its 48 tokens each must reproduce: all of
+ * them, except where the reference engine itself rounds activations to 8 bits
+ * and the continuations part after about 30 (shared by the tests that compare
+ * against ../shared/models/expected/greedy_once_upon_a_time.json). */
+#ifndef LARES_TESTS_GREEDY_CASES_H
+#define LARES_TESTS_GREEDY_CASES_H
+
+static const struct {
+    const char *file;
+    int min_agree;
+} greedy_cases[] = {
+    {"stories260K.gguf", 48},
+    {"TinyStories-656K.f16.gguf", 48},
+    {"TinyStories-656K-Q8_0.raincandy.gguf", 48},
+    {"derived/TinyStories-656K.f32.llama.gguf", 48},
+    {"derived/TinyStories-656K.f32.qwen2-arch.gguf", 48},
+    {"derived/TinyStories-656K.llamacpp-Q4_0.gguf", 48},
+    {"derived/TinyStories-656K.llamacpp-Q4_1.gguf", 48},
+    {"derived/TinyStories-656K.llamacpp-Q5_0.gguf", 48},
+    {"derived/TinyStories-656K.llamacpp-Q8_0.gguf", 48},
+    {"derived/TinyStories-656K.llamacpp-Q5_1.gguf", 30},
+    {"derived/TinyStories-656K.llamacpp-Q4_K_M.gguf", 30},
+    {"derived/stories260K-moe4top2-identical-experts.gguf", 48},
+    {"derived/stories260K-moe4top2-perturbed-experts.gguf", 48},
+    {"derived/TinyStories-656K-qwen2moe-4x2-shared.gguf", 48},
+    {"derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", 48},
+};
+
+#endif
