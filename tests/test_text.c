@@ -1,6 +1,7 @@
 /* text: tokenizers against the reference vectors and real models, pieces and
  * the UTF-8 stream assembler, special tokens, and bad vocabularies. */
 #include "check.h"
+#include "vocab_fixture.h"
 #include "text/text.h"
 #include "text/text_impl.h" /* to switch the per-word SPM shortcut off */
 
@@ -9,33 +10,6 @@
 #include <unistd.h>
 
 /* ---- helpers ---- */
-
-typedef struct vocab_fx {
-    gguf_file *f;
-    text_vocab *v;
-} vocab_fx;
-
-static bool vocab_open(const char *rel, vocab_fx *x) {
-    lares_error err = {0};
-    x->f = NULL;
-    x->v = NULL;
-    CHECK_OK(gguf_open(fixture(rel), NULL, &x->f, &err), &err);
-    if (x->f == NULL) {
-        return false;
-    }
-    CHECK_OK(text_vocab_load(x->f, &x->v, &err), &err);
-    if (x->v == NULL) {
-        gguf_close(x->f);
-        x->f = NULL;
-        return false;
-    }
-    return true;
-}
-
-static void vocab_close(vocab_fx *x) {
-    text_vocab_free(x->v);
-    gguf_close(x->f);
-}
 
 static bool ids_eq(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
     return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);

@@ -2,6 +2,7 @@
  * splits computed independently with Python's `regex` module (HF's regexes
  * applied as a sequence of "Isolated" splits); invalid UTF-8; long inputs. */
 #include "check.h"
+#include "vocab_fixture.h"
 #include "text/text_impl.h"
 
 /* Inputs of our own: whitespace runs, digits, contractions, CJK and Hangul,
@@ -886,32 +887,6 @@ static void test_names(void) {
     CHECK_OK(text_pretok_create(NULL, 0, &p, &err), &err);
     CHECK(p != NULL && strcmp(text_pretok_name(p), "default") == 0);
     text_pretok_free(p);
-}
-
-typedef struct vocab_fx {
-    gguf_file *f;
-    text_vocab *v;
-} vocab_fx;
-
-static bool vocab_open(const char *rel, vocab_fx *x) {
-    lares_error err = {0};
-    x->f = NULL;
-    x->v = NULL;
-    CHECK_OK(gguf_open(fixture(rel), NULL, &x->f, &err), &err);
-    if (x->f == NULL) {
-        return false;
-    }
-    CHECK_OK(text_vocab_load(x->f, &x->v, &err), &err);
-    if (x->v == NULL) {
-        gguf_close(x->f);
-        return false;
-    }
-    return true;
-}
-
-static void vocab_close(vocab_fx *x) {
-    text_vocab_free(x->v);
-    gguf_close(x->f);
 }
 
 static size_t tok(const text_vocab *v, const char *s, size_t len, int32_t **ids) {
