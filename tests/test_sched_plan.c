@@ -6,6 +6,7 @@
  * the model -- is refused with a message naming the device or layer.
  */
 #include "check.h"
+#include "lares.h"
 #include "sched/sched.h"
 
 #define MB 1000000ull
@@ -61,6 +62,47 @@ static void expect_invalid(sched_plan *p, const sched_model *m, const sched_devi
 }
 #define INVALID(p, code, a, b) expect_invalid(p, m, d, &o, code, a, b, __LINE__)
 
+/* lares_plan's "halda:k=N": Halda held to N rounds, N a divisor of the layers */
+static void test_rounds_placement(void) {
+    static const char devs[] =
+        "{\"network\": {\"latency_ms\": 2, \"bandwidth\": \"1GB/s\"}, \"devices\": ["
+        "{\"name\": \"a\", \"os\": \"linux\", \"head\": true, \"cpu\": {\"cores\": 4, "
+        "\"flops\": {\"*\": 5e10}, \"mem_bw\": \"20GB/s\"}, \"memory\": {\"available\": "
+        "\"3GiB\"}, \"disk\": {\"seq_read\": \"1GB/s\"}},"
+        "{\"name\": \"b\", \"os\": \"linux\", \"cpu\": {\"cores\": 4, \"flops\": {\"*\": "
+        "5e10}, \"mem_bw\": \"20GB/s\"}, \"memory\": {\"available\": \"3GiB\"}, "
+        "\"disk\": {\"seq_read\": \"1GB/s\"}}]}";
+    lares_plan_opts o = lares_plan_opts_default();
+    o.shape = "llama2-7b:q4_k_m";
+    o.n_ctx = 256;
+    const struct {
+        const char *placement;
+        const char *expect; /* in the JSON, or in the error when status is not OK */
+        bool ok;
+    } cases[] = {
+        {"halda:k=2", "\"k\": 2,", true},
+        {"halda:k=4", "\"k\": 4,", true},
+        {"halda:k=3", "3 rounds do not divide the 32 layers", false},
+        {"halda:k=0", "unknown placement 'halda:k=0'", false},
+        {"halda:k=", "unknown placement", false},
+        {"halda:k=2x", "unknown placement", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lares_error err = {0};
+        char *json = NULL;
+        o.placement = cases[i].placement;
+        lares_status st = lares_plan(&o, devs, strlen(devs), "devices", &json, &err);
+        if (cases[i].ok) {
+            CHECKF(st == LARES_OK && json != NULL && strstr(json, cases[i].expect) != NULL,
+                   "%s: %d %s", cases[i].placement, st, st == LARES_OK ? json : err.msg);
+        } else {
+            CHECKF(st == LARES_EINVAL && strstr(err.msg, cases[i].expect) != NULL, "%s: %d %s",
+                   cases[i].placement, st, err.msg);
+        }
+        lares_free(json);
+    }
+}
+
 int main(void) {
     lares_error err = {0};
     sched_model *m = model8();
@@ -91,12 +133,23 @@ int main(void) {
     int32_t wd[3], gd[3];
     sched_plan_windows(p, wd, gd);
     CHECK(wd[0] == 1 && wd[1] == 2 && wd[2] == 1 && gd[1] == 1 && gd[0] == 0);
-    char table[1024];
-    double measured[3] = {12.5, -1, 30.0};
-    size_t len = sched_plan_format_measured(p, d, measured, table, sizeof table);
-    CHECK(len == strlen(table) && strstr(table, "predicted ms") && strstr(table, "n0 ") &&
-          strstr(table, "12.5") && strstr(table, "30.0"));
-    CHECK(sched_plan_format_measured(p, d, measured, table, 10) == 9 && strlen(table) == 9);
+    char table[2048];
+    sched_measured meas[3];
+    for (int i = 0; i < 3; i++) {
+        sched_measured_init(&meas[i]);
+    }
+    /* n0: 2 layers per token at 6.25 ms, no wait; n2 not measured */
+    meas[0].samples = 4;
+    meas[0].layer_s = 6.25e-3;
+    meas[0].wait_s = 0;
+    meas[1].samples = 2;
+    meas[1].layer_s = 15e-3;
+    meas[1].wait_s = 1.5e-3;
+    size_t len = sched_plan_format_measured(p, d, meas, 0.0525, table, sizeof table);
+    CHECK(len == strlen(table) && strstr(table, "pred/meas") && strstr(table, "n0 ") &&
+          strstr(table, " 12.5 ") && strstr(table, " 60.0 ") && strstr(table, " 1.5 ") &&
+          strstr(table, "52.5 ms measured"));
+    CHECK(sched_plan_format_measured(p, d, meas, -1, table, 10) == 9 && strlen(table) == 9);
 
     /* a layer owned twice, and then by nobody */
     p->a[2].offset = 2;
@@ -165,5 +218,6 @@ int main(void) {
 
     lares_free(m->layers);
     free(m);
+    test_rounds_placement();
     return check_finish("sched_plan");
 }
