@@ -207,7 +207,14 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     char b1[32];
-    const int threads = o.session.n_threads ? o.session.n_threads : 0;
+    /* 0: the session's automatic choice (all cores, one fewer while streaming) */
+    const int threads = o.session.n_threads;
+    char tbuf[16];
+    if (threads > 0) {
+        snprintf(tbuf, sizeof tbuf, "%d", threads);
+    } else {
+        snprintf(tbuf, sizeof tbuf, "auto");
+    }
     if (o.json) {
         json_t *root = json_object();
         json_object_set_new(root, "model", json_string(o.model));
@@ -260,14 +267,14 @@ int cmd_bench(int argc, char **argv) {
                "| --- | ---: | --- | --- | --- | ---: | --- | ---: |\n");
         const char *base = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
         if (o.n_prompt > 0) {
-            printf("| %s | %s | %s | %s | %s | %d | pp%d | %.2f ± %.2f |\n", base,
+            printf("| %s | %s | %s | %s | %s | %s | pp%d | %.2f ± %.2f |\n", base,
                    app_fmt_bytes(info.file_bytes, b1, sizeof b1), info.arch, info.file_type,
-                   lares_isa(), threads ? threads : 0, o.n_prompt, mean(&pp), stddev(&pp));
+                   lares_isa(), tbuf, o.n_prompt, mean(&pp), stddev(&pp));
         }
         if (o.n_gen > 0) {
-            printf("| %s | %s | %s | %s | %s | %d | tg%d | %.2f ± %.2f |\n", base,
+            printf("| %s | %s | %s | %s | %s | %s | tg%d | %.2f ± %.2f |\n", base,
                    app_fmt_bytes(info.file_bytes, b1, sizeof b1), info.arch, info.file_type,
-                   lares_isa(), threads ? threads : 0, o.n_gen, mean(&tg), stddev(&tg));
+                   lares_isa(), tbuf, o.n_gen, mean(&tg), stddev(&tg));
         }
         const lares_stats *l = o.n_gen > 0 ? &last_tg : &last_pp;
         char b2[32], b3[32];

@@ -52,8 +52,16 @@ lares_status lares_model_open(const char *path, const lares_model_opts *opts, la
     return LARES_OK;
 }
 
-/* the weight type holding the most bytes */
-static const char *dominant_type(const gguf_file *f) {
+/* The file's type as its writer named it (general.file_type: "q4_k_m"), else
+ * the weight type holding the most bytes. */
+static const char *file_type_name(const gguf_file *f) {
+    uint32_t ft;
+    if (gguf_get_u32(f, "general.file_type", &ft, NULL) == LARES_OK) {
+        const int mix = model_mix_by_file_type(ft);
+        if (mix >= 0) {
+            return model_mix_name(mix);
+        }
+    }
     uint64_t bytes[GGUF_TYPE_COUNT] = {0};
     for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -73,7 +81,7 @@ void lares_model_get_info(const lares_model *lm, lares_model_info *out) {
     memset(out, 0, sizeof *out);
     out->file_bytes = gguf_file_bytes(lm->file);
     out->n_vocab = text_vocab_n(lm->vocab);
-    out->file_type = dominant_type(lm->file);
+    out->file_type = file_type_name(lm->file);
     out->name = lm->name;
     out->arch = "";
     for (uint64_t i = 0; i < gguf_n_tensors(lm->file); i++) {

@@ -73,6 +73,15 @@ const char *model_mix_name(int mix) {
     return mixes[mix].name;
 }
 
+int model_mix_by_file_type(uint32_t file_type) {
+    for (size_t i = 0; i < LARES_ARRAY_LEN(mixes); i++) {
+        if (mixes[i].file_type == file_type) {
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
 /* the reference engine's choice of layers that get more bits */
 static bool more_bits(int32_t layer, int32_t n_layer) {
     return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;

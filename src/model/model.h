@@ -194,6 +194,7 @@ int model_mix_find(const char *name);
 const char *model_mix_names(void); /* for messages */
 const char *model_mix_name(int mix);
 uint32_t model_mix_file_type(int mix); /* general.file_type value */
+int model_mix_by_file_type(uint32_t file_type); /* the mix a general.file_type names; -1 none */
 /* The type a tensor gets under a mix: name and dims from the file, row = ne[0],
  * tied = the embedding doubles as the output matrix. */
 uint32_t model_mix_type(int mix, const char *name, uint32_t n_dims, int64_t row, bool tied,
