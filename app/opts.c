@@ -28,6 +28,7 @@ void app_session_usage(FILE *to) {
           "      --ring FILE         run as the head of the ring FILE describes (docs/ring.md)\n"
           "      --insecure          the ring without encryption or keys (test networks only)\n",
           to);
+    app_gpu_usage(to);
 }
 
 int app_sampling_opt(int argc, char **argv, int *i, lares_sampler_opts *s, bool *seed_given) {
@@ -93,7 +94,7 @@ int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
         ok = true;
         o->ring_insecure = true;
     } else {
-        return 0;
+        return app_gpu_opt(argc, argv, i, o);
     }
     return ok ? 1 : -1;
 }

@@ -13,6 +13,11 @@ int app_sampling_opt(int argc, char **argv, int *i, lares_sampler_opts *s, bool 
 int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o);
 void app_sampling_usage(FILE *to);
 void app_session_usage(FILE *to);
+/* --offload, --gpu-mem, --gpu-layers (gpu_opts.c, issue 10); app_gpu_check
+ * after parsing: false (after printing why) when they do not go together. */
+int app_gpu_opt(int argc, char **argv, int *i, lares_session_opts *o);
+bool app_gpu_check(const lares_session_opts *o);
+void app_gpu_usage(FILE *to);
 /* A seed from the clock, for runs that were given none. */
 uint64_t app_clock_seed(void);
 

@@ -19,7 +19,13 @@ static void plan_usage(FILE *to) {
           "                         most 4096)\n"
           "      --latency MS       a hop's latency for devices without network figures\n"
           "      --bandwidth RATE   and its bandwidth, e.g. 300Mbit/s\n"
-          "      --json             print the plan as JSON\n",
+          "      --json             print the plan as JSON\n"
+          "      --offload METHOD   also place the model's matrices on a CUDA GPU: layers or\n"
+          "                         affinity (docs/gpu.md; estimated, no GPU needed with\n"
+          "                         --gpu-mem); --devices is then optional\n"
+          "      --gpu-mem SIZE     the GPU's memory for weights (default: 90%% of this\n"
+          "                         machine's free device memory)\n"
+          "      --gpu-tokens N     tokens per pass to optimise for (default 1: generation)\n",
           to);
 }
 
@@ -97,10 +103,38 @@ static void print_human(json_t *p) {
     printf("solved in %.1f ms\n", num(p, "solve_ms"));
 }
 
+/* the GPU part (issue 10): both methods at the same budget */
+static void print_gpu(json_t *g) {
+    char b1[32], b2[32];
+    printf("gpu offload: %s of device memory for weights (the model's matrices: %s), "
+           "%d token(s) per pass, estimated\n",
+           app_fmt_bytes((uint64_t)num(g, "budget_bytes"), b1, sizeof b1),
+           app_fmt_bytes((uint64_t)num(g, "model_weight_bytes"), b2, sizeof b2),
+           (int)num(g, "n_tok"));
+    printf("  %-10s %10.3f ms\n", "cpu only", num(g, "cpu_only_ms"));
+    const char *names[] = {"layers", "affinity"};
+    for (int k = 0; k < 2; k++) {
+        json_t *m = json_object_get(g, names[k]);
+        printf("  %-10s %10.3f ms  x%.2f  %d matrices, %d whole layers, %s%s\n", names[k],
+               num(m, "predicted_ms"), num(m, "speedup_vs_cpu"), (int)num(m, "n_tensors"),
+               (int)num(m, "layers_whole"),
+               app_fmt_bytes((uint64_t)num(m, "weight_bytes"), b1, sizeof b1),
+               strcmp(str(g, "chosen"), names[k]) == 0 ? "  (chosen)" : "");
+    }
+    json_t *t = json_object_get(json_object_get(g, str(g, "chosen")), "tensors");
+    printf("  placed first:");
+    for (size_t i = 0; i < json_array_size(t) && i < 6; i++) {
+        printf(" %s", json_string_value(json_array_get(t, i)));
+    }
+    printf("%s\n", json_array_size(t) > 6 ? " ..." : "");
+}
+
 int cmd_plan(int argc, char **argv) {
     lares_plan_opts o = lares_plan_opts_default();
-    const char *devices = NULL, *v;
+    const char *devices = NULL, *v, *offload = NULL;
     bool json = false;
+    uint64_t gpu_mem = 0;
+    int32_t gpu_tokens = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -140,9 +174,50 @@ int cmd_plan(int argc, char **argv) {
             if ((o.net_bandwidth = app_need_value(argc, argv, &i)) == NULL) {
                 return APP_USAGE;
             }
+        } else if (strcmp(a, "--offload") == 0) {
+            if ((offload = app_need_value(argc, argv, &i)) == NULL) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--gpu-mem") == 0) {
+            if ((v = app_need_value(argc, argv, &i)) == NULL || !app_parse_size(a, v, &gpu_mem)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--gpu-tokens") == 0) {
+            if ((v = app_need_value(argc, argv, &i)) == NULL ||
+                !app_parse_i32(a, v, 1, 1 << 16, &gpu_tokens)) {
+                return APP_USAGE;
+            }
         } else {
             app_error("plan: unknown option '%s' (lares plan --help)", a);
             return APP_USAGE;
+        }
+    }
+    if (offload == NULL && (gpu_mem != 0 || gpu_tokens != 1)) {
+        app_error("plan: --gpu-mem and --gpu-tokens go with --offload layers|affinity");
+        return APP_USAGE;
+    }
+    if (offload != NULL && o.model_path == NULL) {
+        app_error("plan: --offload needs a model file (-m PATH)");
+        return APP_USAGE;
+    }
+    char *gpu_out = NULL;
+    if (offload != NULL) {
+        lares_error gerr = {0};
+        app_setup_log(0);
+        if (lares_gpu_plan(o.model_path, offload, gpu_mem, gpu_tokens, &gpu_out, &gerr) !=
+            LARES_OK) {
+            return app_fail(&gerr);
+        }
+        if (devices == NULL) { /* the GPU part alone */
+            json_t *g = json_loads(gpu_out, 0, NULL);
+            if (json) {
+                printf("%s\n", gpu_out);
+            } else if (g != NULL) {
+                print_gpu(g);
+            }
+            json_decref(g);
+            lares_free(gpu_out);
+            return g != NULL ? APP_OK : APP_FAIL;
         }
     }
     if ((o.model_path == NULL) == (o.shape == NULL)) {
@@ -168,19 +243,31 @@ int cmd_plan(int argc, char **argv) {
     int rc = APP_OK;
     if (lares_plan(&o, text, len, devices, &out, &err) != LARES_OK) {
         rc = app_fail(&err);
-    } else if (json) {
+    } else if (json && gpu_out == NULL) {
         printf("%s\n", out);
     } else {
         json_t *p = json_loads(out, 0, NULL);
-        if (p == NULL) {
+        json_t *g = gpu_out != NULL ? json_loads(gpu_out, 0, NULL) : NULL;
+        if (p == NULL || (gpu_out != NULL && g == NULL)) {
             app_error("plan: the library wrote JSON that does not parse");
             rc = APP_FAIL;
+        } else if (json) { /* the plan with the GPU part as "gpu" */
+            json_object_set(p, "gpu", g);
+            char *s = json_dumps(p, JSON_COMPACT);
+            printf("%s\n", s != NULL ? s : "{}");
+            free(s);
         } else {
             print_human(p);
-            json_decref(p);
+            if (g != NULL) {
+                printf("\n");
+                print_gpu(g);
+            }
         }
+        json_decref(p);
+        json_decref(g);
     }
     free(text);
     lares_free(out);
+    lares_free(gpu_out);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* lares run: generate text from a prompt on this device. */
 #include "app.h"
+#include "opts.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -57,6 +58,7 @@ static void run_usage(FILE *to) {
           "      --insecure          the ring without encryption or keys (test networks only)\n"
           "  -v, --verbose / -q, --quiet\n",
           to);
+    app_gpu_usage(to);
 }
 
 static bool is_opt(const char *a, const char *s1, const char *s2) {
@@ -205,11 +207,20 @@ static int parse_run(int argc, char **argv, run_opts *o) {
         } else if (IS("-q", "--quiet")) {
             o->verbosity = -1;
         } else {
-            app_error("run: unknown option '%s' (lares run --help lists them)", a);
-            return APP_USAGE;
+            const int g = app_gpu_opt(argc, argv, &i, &o->session);
+            if (g < 0) {
+                return APP_USAGE;
+            }
+            if (g == 0) {
+                app_error("run: unknown option '%s' (lares run --help lists them)", a);
+                return APP_USAGE;
+            }
         }
 #undef IS
 #undef VALUE
+    }
+    if (!app_gpu_check(&o->session)) {
+        return APP_USAGE;
     }
     if (o->model == NULL) {
         app_error("run: no model given (-m MODEL)");

@@ -160,6 +160,15 @@ typedef struct lares_session_opts {
      * order and the layers each runs. */
     const char *ring;
     bool ring_insecure; /* no encryption and no keys (warns): trusted test networks only */
+    /* GPU offload (issue 10, docs/gpu.md; builds with -DLARES_CUDA=ON): "layers"
+     * or "affinity" places weight matrices on the first CUDA device, NULL or
+     * "none" keeps everything on the CPU. gpu_mem caps the device memory used
+     * (0: 90 % of its free memory); gpu_layers > 0: the layers method takes
+     * exactly that many (0: as many as fit). A build without CUDA, or no
+     * device, fails session creation with LARES_EUNSUPPORTED / LARES_ENOTFOUND. */
+    const char *offload;
+    uint64_t gpu_mem;
+    int32_t gpu_layers;
 } lares_session_opts;
 
 LARES_API lares_session_opts lares_session_opts_default(void);
@@ -493,6 +502,17 @@ LARES_API lares_status lares_plan(const lares_plan_opts *o, const char *devices_
 
 LARES_API void *lares_alloc(size_t n);
 LARES_API void lares_free(void *p);
+
+/* What offloading the model at model_path to a GPU with gpu_mem bytes for
+ * weights would do, by both methods (docs/gpu.md), as one JSON object in
+ * *json_out (release with lares_free). Needs no GPU: times are estimates from
+ * desktop-class rates. method: "layers" or "affinity" (marked "chosen");
+ * gpu_mem 0: 90 % of the free memory of this machine's CUDA device
+ * (LARES_ENOTFOUND / LARES_EUNSUPPORTED when there is none); n_tok: tokens per
+ * pass (1: generation, more: a prompt batch). */
+LARES_API lares_status lares_gpu_plan(const char *model_path, const char *method,
+                                      uint64_t gpu_mem, int32_t n_tok, char **json_out,
+                                      lares_error *err);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,7 @@ struct lares_session {
     double create_ms;
     uint64_t mem_budget_bytes; /* the memory budget in force; UINT64_MAX: none known */
     struct api_ring *ring; /* owned: the head's side of a ring (api/ring.h); NULL on one device */
+    struct gpu_session *gpu; /* owned: weights offloaded to a GPU (gpu/gpu.h); NULL: none */
 };
 
 /* budget.c: the executor's options from the session's memory budget (after

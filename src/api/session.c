@@ -1,6 +1,7 @@
 /* Sessions: everything one conversation needs, sized once at creation. */
 #include "api/api.h"
 #include "api/ring.h"
+#include "gpu/gpu.h"
 
 lares_session_opts lares_session_opts_default(void) {
     lares_session_opts o = {.n_ctx = 0, .n_threads = 0, .n_batch = 0, .kv_type = LARES_KV_AUTO};
@@ -15,6 +16,7 @@ void lares_session_free(lares_session *s) {
     exec_local_free(s->exec);
     model_ctx_free(s->cx);
     model_kv_free(s->kv);
+    gpu_session_free(s->gpu); /* takes its hook off the pool first */
     ops_pool_free(s->pool);
     lares_free(s->x);
     lares_free(s->logits);
@@ -109,6 +111,11 @@ lares_status lares_session_create(lares_model *lm, const lares_session_opts *opt
             s->cx->pool = fewer;
             s->o.n_threads = o.n_threads - 1;
         }
+    }
+    /* GPU offload last, on the pool that will run the products (issue 10) */
+    if (st == LARES_OK && o.offload != NULL && strcmp(o.offload, "none") != 0) {
+        st = gpu_session_open_named(lm->m, s->pool, o.offload, o.gpu_mem, o.gpu_layers, &s->gpu,
+                                    err);
     }
     if (st != LARES_OK) {
         lares_session_free(s);

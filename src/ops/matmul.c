@@ -164,6 +164,32 @@ static void mm_worker(void *vctx, int ith, int nth) {
 void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_act *const *acts,
                 float *const *ys) {
     assert(n >= 1 && n <= OPS_MATMUL_MAX);
+    /* products whose matrix lives on a device run there (gpu module, issue 10) */
+    ops_offload_fn off;
+    void *off_user;
+    ops_pool_offload(pool, &off, &off_user);
+    const ops_matrix *rest_w[OPS_MATMUL_MAX];
+    const ops_act *rest_a[OPS_MATMUL_MAX];
+    float *rest_y[OPS_MATMUL_MAX];
+    if (off != NULL) {
+        bool done[OPS_MATMUL_MAX] = {false};
+        off(off_user, n, ws, acts, ys, done);
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            if (!done[i]) {
+                rest_w[k] = ws[i];
+                rest_a[k] = acts[i];
+                rest_y[k++] = ys[i];
+            }
+        }
+        if (k == 0) {
+            return;
+        }
+        n = k;
+        ws = rest_w;
+        acts = rest_a;
+        ys = rest_y;
+    }
     mm_task t = {.n = n, .ws = ws, .ys = ys, .acts = acts};
     int64_t acc = 0;
     for (int i = 0; i < n; i++) {

@@ -88,6 +88,17 @@ void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_i
 void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_act *const *acts,
                 float *const *ys);
 
+/* ---- offload (the gpu module's hook, issue 10) ----
+ * A hook may run some products of an ops_matmul call elsewhere (a GPU holding
+ * a copy of the matrix): it writes ys[i] and sets done[i] for each product it
+ * ran, and ops_matmul runs the rest on the pool. It is called on the thread
+ * that called ops_matmul, before the pool's work. NULL fn removes the hook. */
+typedef void (*ops_offload_fn)(void *user, int n, const ops_matrix *const *ws,
+                               const ops_act *const *acts, float *const *ys, bool *done);
+void ops_pool_set_offload(ops_pool *p, ops_offload_fn fn, void *user);
+/* The hook in force (fn NULL when none). */
+void ops_pool_offload(const ops_pool *p, ops_offload_fn *fn, void **user);
+
 /* ---- element-wise and row ops (single thread; callers split rows) ---- */
 
 /* out = x / rms(x) * w (Zhang & Sennrich 2019); w may be NULL (no scale). */

@@ -30,6 +30,8 @@ struct ops_pool {
     int active;         /* threads taking part in the current task (published by gen) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    ops_offload_fn offload; /* the gpu module's hook (ops.h), NULL when none */
+    void *offload_user;
 };
 
 typedef struct worker_arg {
@@ -189,4 +191,14 @@ void ops_pool_run_n(ops_pool *p, ops_task_fn fn, void *ctx, int n) {
             sched_yield();
         }
     }
+}
+
+void ops_pool_set_offload(ops_pool *p, ops_offload_fn fn, void *user) {
+    p->offload = fn;
+    p->offload_user = fn != NULL ? user : NULL;
+}
+
+void ops_pool_offload(const ops_pool *p, ops_offload_fn *fn, void **user) {
+    *fn = p != NULL ? p->offload : NULL;
+    *user = p != NULL ? p->offload_user : NULL;
 }
