@@ -4,7 +4,9 @@
  * Activations are converted once per product into the format the weight
  * type's dot product expects (quant traits: vec_dot_type), then threads take
  * chunks of output rows from a shared counter, so a thread that runs slower
- * (another program on its core) simply takes fewer chunks. With several
+ * (another program on its core) simply takes fewer chunks. With one
+ * activation row (generation) each chunk goes QUANT_ROWS_MAX weight rows per
+ * kernel call where the type has a multi-row kernel. With several
  * activation rows (prompt processing) each chunk is walked in tiles of up to
  * QUANT_TILE_MAX weight rows x activation rows, so every weight block loaded
  * from memory is used against several tokens.
@@ -17,6 +19,11 @@
 /* weight rows per work chunk: 16 rows of a 4096-wide Q4_0 matrix are 36 KiB,
  * which stays in L2 while all activation rows stream past it */
 #define CHUNK_ROWS 16
+/* weight bytes per work chunk of a mat-vec (one activation row): each thread
+ * then reads long runs of consecutive rows, which the hardware prefetchers
+ * follow; with 16-row chunks the two threads' chunks interleave every 18 KiB
+ * and generation ran 15-20 % slower (issue 3, docs/performance.md) */
+#define GEMV_CHUNK_BYTES (128 * 1024)
 /* the least work worth another thread: a fork/join costs a few microseconds,
  * so about 64 KiB of weights (3 us of memory bandwidth) or 16k activations */
 #define MIN_BYTES_PER_THREAD (64.0 * 1024)
@@ -94,7 +101,8 @@ typedef struct mm_task {
     const ops_matrix *const *ws;
     float *const *ys;
     const ops_act *const *acts;
-    int64_t chunk_end[OPS_MATMUL_MAX]; /* cumulative chunk counts per matrix */
+    int64_t chunk_end[OPS_MATMUL_MAX];  /* cumulative chunk counts per matrix */
+    int64_t chunk_rows[OPS_MATMUL_MAX]; /* rows per chunk of each matrix */
     atomic_int_fast64_t next;
 } mm_task;
 
@@ -105,7 +113,17 @@ static void mm_rows(const ops_matrix *w, const ops_act *a, float *y, int64_t r0,
     const int64_t n_out = w->n_out;
     const quant_traits *qt = w->qt;
     if (a->n_rows == 1) {
-        for (int64_t r = r0; r < r1; r++) {
+        int64_t r = r0;
+        if (qt->vec_dot_rows != NULL) {
+            /* several rows per call share the activation's loads (quant.h) */
+            for (; r < r1; r += QUANT_ROWS_MAX) {
+                const int nr = (int)LARES_MIN((int64_t)QUANT_ROWS_MAX, r1 - r);
+                qt->vec_dot_rows(w->n_in, y + r, wd + (size_t)r * w->row_bytes, w->row_bytes, ad,
+                                 nr);
+            }
+            return;
+        }
+        for (; r < r1; r++) {
             qt->vec_dot(w->n_in, y + r, wd + (size_t)r * w->row_bytes, ad);
         }
         return;
@@ -155,8 +173,8 @@ static void mm_worker(void *vctx, int ith, int nth) {
             i++;
         }
         int64_t first = i == 0 ? 0 : t->chunk_end[i - 1];
-        int64_t r0 = (chunk - first) * CHUNK_ROWS;
-        int64_t r1 = LARES_MIN(r0 + CHUNK_ROWS, t->ws[i]->n_out);
+        int64_t r0 = (chunk - first) * t->chunk_rows[i];
+        int64_t r1 = LARES_MIN(r0 + t->chunk_rows[i], t->ws[i]->n_out);
         mm_rows(t->ws[i], t->acts[i], t->ys[i], r0, r1);
     }
 }
@@ -193,7 +211,14 @@ void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_ac
     mm_task t = {.n = n, .ws = ws, .ys = ys, .acts = acts};
     int64_t acc = 0;
     for (int i = 0; i < n; i++) {
-        acc += (ws[i]->n_out + CHUNK_ROWS - 1) / CHUNK_ROWS;
+        int64_t rows = CHUNK_ROWS;
+        if (acts[i]->n_rows == 1) {
+            /* a multiple of QUANT_ROWS_MAX (and of 16) near GEMV_CHUNK_BYTES */
+            rows = LARES_MAX((int64_t)CHUNK_ROWS,
+                             (int64_t)(GEMV_CHUNK_BYTES / ws[i]->row_bytes) & ~(int64_t)15);
+        }
+        t.chunk_rows[i] = rows;
+        acc += (ws[i]->n_out + rows - 1) / rows;
         t.chunk_end[i] = acc;
     }
     atomic_init(&t.next, 0);
