@@ -39,16 +39,16 @@ static void print_human(json_t *p) {
            app_fmt_bytes((uint64_t)num(m, "weight_bytes"), b, sizeof b), (int)num(m, "n_ctx"));
     printf("placement %s: %d round%s of %d layers, head %s\n\n", str(p, "placement"),
            (int)num(p, "k"), num(p, "k") == 1 ? "" : "s", (int)num(p, "W"), str(p, "head"));
-    printf("  %-16s %6s %4s %4s  %-20s %8s %8s %8s %8s %9s\n", "device", "layers", "w", "gpu",
-           "memory case", "cpu ms", "gpu ms", "disk ms", "net ms", "total ms");
+    printf("  %-16s %6s %4s %4s  %-20s %8s %8s %9s %9s %8s %9s\n", "device", "layers", "w", "gpu",
+           "memory case", "cpu ms", "gpu ms", "reads ms", "waits ms", "net ms", "total ms");
     json_t *devs = json_object_get(p, "devices");
     size_t i;
     json_t *d;
     json_array_foreach(devs, i, d) {
-        printf("  %-16s %6d %4d %4d  %-20s %8.1f %8.1f %8.1f %8.1f %9.1f\n", str(d, "name"),
+        printf("  %-16s %6d %4d %4d  %-20s %8.1f %8.1f %9.1f %9.1f %8.1f %9.1f\n", str(d, "name"),
                (int)num(d, "layers"), (int)num(d, "w"), (int)num(d, "n_gpu"), str(d, "case"),
-               num(d, "t_cpu_ms"), num(d, "t_gpu_ms"), num(d, "t_disk_ms"), num(d, "t_net_ms"),
-               num(d, "t_total_ms"));
+               num(d, "t_cpu_ms"), num(d, "t_gpu_ms"), num(d, "t_read_ms"), num(d, "t_disk_ms"),
+               num(d, "t_net_ms"), num(d, "t_total_ms"));
     }
     printf("  layers per round:");
     json_array_foreach(devs, i, d) {
@@ -75,7 +75,11 @@ static void print_human(json_t *p) {
         printf("\n");
     }
     double t = num(p, "t_token_ms");
-    printf("  head work (output matrix): %.1f ms\n\n", num(p, "t_head_ms"));
+    printf("  head work (output matrix): %.1f ms at full speed (in the head's cpu ms)\n",
+           num(p, "t_head_ms"));
+    printf("  cpu ms: compute, CPU quota throttling included; reads ms: the disk busy streaming\n"
+           "  what does not fit; waits ms: what of it the ring waits for (the rest overlaps\n"
+           "  compute and the token's time on the other devices)\n\n");
     printf("predicted token latency: %.1f ms (%.2f tokens/s)\n", t, t > 0 ? 1e3 / t : 0.0);
     printf("baselines, priced by the same model:\n");
     const char *k;

@@ -20,11 +20,20 @@ struct json_t *app_ring_json(const lares_session *s) {
     json_object_set_new(root, "hops", json_integer((json_int_t)rs.hops));
     json_object_set_new(root, "wait_ms", json_real(rs.wait_ms));
     json_object_set_new(root, "remote_compute_ms", json_real(rs.remote_ms));
+    json_object_set_new(root, "replans", json_integer((json_int_t)rs.replans));
+    json_object_set_new(root, "failovers", json_integer((json_int_t)rs.failovers));
+    json_object_set_new(root, "switch_ms", json_real(rs.switch_ms));
+    json_object_set_new(root, "last_switch_ms", json_real(rs.last_switch_ms));
+    json_object_set_new(root, "rebuilt_tokens", json_integer((json_int_t)rs.rebuilt_tokens));
+    json_object_set_new(root, "kv_moved_bytes", json_integer((json_int_t)rs.kv_moved_bytes));
+    json_object_set_new(root, "last_switch", json_string(rs.last_switch ? rs.last_switch : ""));
     json_t *arr = json_array();
-    for (int32_t d = 0; d < rs.n_devices && d < REPORT_MAX_DEVICES; d++) {
+    for (int32_t d = 0; d < rs.n_config && d < REPORT_MAX_DEVICES; d++) {
         json_t *o = json_object();
         json_object_set_new(o, "name", json_string(dev[d].name));
         json_object_set_new(o, "address", json_string(dev[d].address));
+        json_object_set_new(o, "in_ring", json_boolean(dev[d].in_ring));
+        json_object_set_new(o, "alive", json_boolean(dev[d].alive));
         json_object_set_new(o, "w", json_integer(dev[d].w));
         json_object_set_new(o, "n", json_integer(dev[d].n));
         json_object_set_new(o, "layers", json_integer(dev[d].n_layers));
@@ -45,16 +54,27 @@ void app_ring_print(const lares_session *s) {
     }
     fprintf(stderr, "lares: ring of %d devices, %d layers per round, k = %d\n", rs.n_devices,
             rs.width, rs.rounds);
-    for (int32_t d = 0; d < rs.n_devices && d < REPORT_MAX_DEVICES; d++) {
+    for (int32_t d = 0; d < rs.n_config && d < REPORT_MAX_DEVICES; d++) {
         fprintf(stderr,
                 "lares:   %-12s %-22s w %-3d layers %-3d windows %-6" PRIu64
                 " compute %9.1f ms  major faults %" PRIu64 "\n",
-                dev[d].name, d == 0 ? "(head)" : dev[d].address, dev[d].w, dev[d].n_layers,
-                dev[d].windows_run, dev[d].compute_ms, dev[d].major_faults);
+                dev[d].name,
+                d == 0           ? "(head)"
+                : dev[d].in_ring ? dev[d].address
+                : dev[d].alive   ? "(left out)"
+                                 : "(lost)",
+                dev[d].w, dev[d].n_layers, dev[d].windows_run, dev[d].compute_ms,
+                dev[d].major_faults);
     }
     const double net = rs.wait_ms - rs.remote_ms;
     fprintf(stderr,
             "lares:   waited %.1f ms for the ring: %.1f ms worker compute, %.1f ms "
             "network and queues (%.3f ms per hop over %" PRIu64 " hops)\n",
             rs.wait_ms, rs.remote_ms, net, rs.hops ? net / (double)rs.hops : 0.0, rs.hops);
+    if (rs.replans > 0 || rs.failovers > 0) {
+        fprintf(stderr,
+                "lares:   %" PRIu64 " re-balancing re-plan(s), %" PRIu64 " failover(s), %.1f ms "
+                "switching (%" PRIu64 " positions re-run); last: %s\n",
+                rs.replans, rs.failovers, rs.switch_ms, rs.rebuilt_tokens, rs.last_switch);
+    }
 }

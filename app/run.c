@@ -1,5 +1,6 @@
 /* lares run: generate text from a prompt on this device. */
 #include "app.h"
+#include "opts.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -55,6 +56,8 @@ static void run_usage(FILE *to) {
           "      --ring FILE         run as the head of the ring FILE describes (ring.json:\n"
           "                          workers in ring order, their layers; docs/ring.md)\n"
           "      --insecure          the ring without encryption or keys (test networks only)\n"
+          "      --rebalance on|off  move layers when a device slows down or speeds up (default on)\n"
+          "      --failover on|off   go on over the others when a worker is lost (default on)\n"
           "  -v, --verbose / -q, --quiet\n",
           to);
 }
@@ -189,6 +192,16 @@ static int parse_run(int argc, char **argv, run_opts *o) {
             o->session.ring = v;
         } else if (IS("--insecure", NULL)) {
             o->session.ring_insecure = true;
+        } else if (IS("--rebalance", NULL)) {
+            VALUE();
+            if (!app_parse_on_off(a, v, &o->session.ring_rebalance)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--failover", NULL)) {
+            VALUE();
+            if (!app_parse_on_off(a, v, &o->session.ring_failover)) {
+                return APP_USAGE;
+            }
         } else if (IS("--isa", NULL)) {
             VALUE();
             o->isa = v;

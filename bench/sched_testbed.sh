@@ -2,30 +2,42 @@
 # The emulated 4-device testbed of issue 7: measured token latency of each
 # placement (halda, even, memory, single) beside its prediction.
 #
-#   sudo bench/sched_testbed.sh [-m MODEL] [-n TOKENS] [-l RUN_LIMIT_S] [-k KEEP_DIR] [-o RESULTS.md]
+#   sudo bench/sched_testbed.sh [-m MODEL] [-n TOKENS] [-l RUN_LIMIT_S] [-c CTX] [-p PROFILE_MS]
+#                               [-s CPU_SHARES] [-P "halda memory single even"] [-r REPEATS]
+#                               [-k KEEP_DIR] [-o RESULTS.md]
 #
 # Four devices share this machine (../shared/docs/testbed.md): each is a set of
 # cgroups (memory limit counting the page cache, CPU quota, disk read
 # throttle) that its process joins before exec; a device's hop to the next
 # gets the ring's emulated link delay. Each device profiles itself inside its
-# cgroups (lares profile), `lares plan` plans every placement over those
-# profiles, and each plan runs as a ring on loopback, cold (caches dropped),
-# with the head inside device 0. The table printed at the end goes to
-# docs/performance.md with the machine and the command.
+# cgroups (lares profile: full-speed rates, its quota and period, its memory
+# budget, the disk as the executor streams it), `lares plan` plans every
+# placement over those profiles, and each plan runs as a ring on loopback,
+# cold (caches dropped), with the head inside device 0. Measured per token:
+# the mean gap between generated tokens after the first (the first holds the
+# prompt and, cold, the first read of every resident layer); per device, the
+# windows of generated tokens from the workers' logs.
 #
-# Status: first runs on the shared build machine are in docs/performance.md;
-# the device figures below are a first guess at "different CPU quotas, memory
-# limits, disk throttles, link speeds", not tuned on a quiet machine. A
-# placement that overflows a device's memory can take minutes per token:
-# -l bounds each run.
+# The devices' CPU groups get cpu.shares (-s, default 8192, eight times a
+# process's default weight): an emulated device must get the cores its quota
+# grants although other work runs on the machine (a real device's CPU is its
+# own); the quotas still cap each device, and they sum to the machine's 2
+# cores. A placement that overflows a device's memory streams from disk
+# (seconds per token): -l bounds each run. -r repeats every placement (runs
+# alternate placements) and the table shows the median.
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 LARES=${LARES:-$here/build/lares}
 MODEL=""
-NTOK=16
+NTOK=24
 OUT=""
-LIMIT=600 # seconds one placement's run may take (a thrashing device can take hours)
+LIMIT=600 # seconds one placement's run may take
 KEEP=""
+CTX=128
+PROFILE_MS=6000
+SHARES=8192
+PLACEMENTS="halda memory single even"
+REPEATS=1
 while [ $# -gt 0 ]; do
   case $1 in
     -m) MODEL=$2; shift 2 ;;
@@ -33,7 +45,13 @@ while [ $# -gt 0 ]; do
     -o) OUT=$2; shift 2 ;;
     -l) LIMIT=$2; shift 2 ;;
     -k) KEEP=$2; shift 2 ;;
-    *) echo "usage: $0 [-m MODEL] [-n TOKENS] [-l RUN_LIMIT_S] [-k KEEP_DIR] [-o RESULTS.md]" >&2
+    -c) CTX=$2; shift 2 ;;
+    -p) PROFILE_MS=$2; shift 2 ;;
+    -s) SHARES=$2; shift 2 ;;
+    -P) PLACEMENTS=$2; shift 2 ;;
+    -r) REPEATS=$2; shift 2 ;;
+    *) echo "usage: $0 [-m MODEL] [-n TOKENS] [-l RUN_LIMIT_S] [-c CTX] [-p PROFILE_MS] [-s SHARES]" \
+            "[-P PLACEMENTS] [-r REPEATS] [-k KEEP_DIR] [-o RESULTS.md]" >&2
        exit 2 ;;
   esac
 done
@@ -57,9 +75,10 @@ QUOTA=(0.8 0.5 0.4 0.3)
 MEM=(3000M 1800M 1200M 800M)
 DISK=(0 400M 200M 100M) # bytes/s, 0: unthrottled
 DELAY=(2 5 5 10)        # ms added to each device's sends (ring.json link_delay_ms)
+HOP_MS=0.3              # a hop on loopback besides the delay (docs/performance.md, "Ring")
 
 CG=lares-testbed
-stop_workers() { # SIGTERM, then SIGKILL: a worker inside a thrashing window may not listen
+stop_workers() { # SIGTERM, then SIGKILL: a worker inside a long window may not listen
   local p
   for p in "${RING_PIDS[@]}"; do kill "$p" 2>/dev/null; done
   sleep 2
@@ -68,7 +87,9 @@ stop_workers() { # SIGTERM, then SIGKILL: a worker inside a thrashing window may
 }
 cleanup() {
   stop_workers
-  [ -n "$KEEP" ] && mkdir -p "$KEEP" && cp "$TMP"/*.json "$KEEP"/ 2>/dev/null
+  if [ -n "$KEEP" ]; then
+    mkdir -p "$KEEP" && cp "$TMP"/*.json "$TMP"/*.log "$TMP"/*.err "$KEEP"/ 2>/dev/null
+  fi
   for d in "${DEVS[@]}"; do
     for c in memory cpu blkio; do
       rmdir "/sys/fs/cgroup/$c/$CG-$d" 2>/dev/null
@@ -95,6 +116,7 @@ for i in "${!DEVS[@]}"; do
   echo 100000 >"/sys/fs/cgroup/cpu/$CG-$d/cpu.cfs_period_us"
   awk -v q="${QUOTA[$i]}" 'BEGIN { printf "%d\n", q * 100000 }' \
     >"/sys/fs/cgroup/cpu/$CG-$d/cpu.cfs_quota_us"
+  echo "$SHARES" >"/sys/fs/cgroup/cpu/$CG-$d/cpu.shares"
   if [ "${DISK[$i]}" != 0 ] && [ -n "$majmin" ]; then
     echo "$majmin $(to_bytes "${DISK[$i]}")" \
       >"/sys/fs/cgroup/blkio/$CG-$d/blkio.throttle.read_bps_device"
@@ -109,28 +131,37 @@ EOF
 done
 
 cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+echo "sched_testbed: $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 # ---- each device profiles itself inside its cgroups ----
 for i in "${!DEVS[@]}"; do
   d=${DEVS[$i]}
   cold
-  "$TMP/in-$d" profile --json --refresh --name "$d" -t 1 -m "$MODEL" --cache-dir "$TMP/cache" \
-    >"$TMP/$d.profile.json" || exit 1
-  jq --argjson ms "${DELAY[$i]}" --argjson head "$([ "$i" = 0 ] && echo true || echo false)" \
+  "$TMP/in-$d" profile --json --refresh --name "$d" -t 1 -m "$MODEL" --time "$PROFILE_MS" \
+    --cache-dir "$TMP/cache" >"$TMP/$d.profile.json" || exit 1
+  lat=$(awk -v a="${DELAY[$i]}" -v b="$HOP_MS" 'BEGIN { print a + b }')
+  jq --argjson ms "$lat" --argjson head "$([ "$i" = 0 ] && echo true || echo false)" \
     '. + {head: $head, net: {latency_ms: $ms, bandwidth: "1GB/s"}}' \
     "$TMP/$d.profile.json" >"$TMP/$d.device.json"
+  jq -c '{name, quota: .cpu.quota_cores, q4_k: .cpu.flops_mem.q4_k, mem: .memory.available,
+          seq: .disk.seq_read, stream: .disk.stream_read}' "$TMP/$d.device.json" >&2
 done
 jq -s '.' "$TMP"/dev?.device.json >"$TMP/devices.json"
 
-REAL_LARES=$LARES
-results=()
-for P in halda memory single even; do
-  "$LARES" plan -m "$MODEL" --devices "$TMP/devices.json" --placement $P -c 512 --json \
-    >"$TMP/plan-$P.json" 2>"$TMP/plan-$P.err" || {
-    results+=("| $P | - | - | $(cat "$TMP/plan-$P.err") |"); continue; }
-  pred=$(jq .t_token_ms "$TMP/plan-$P.json")
-  ring=($(jq -r '.devices[].name' "$TMP/plan-$P.json"))
-  # fresh workers for each placement, each inside its device
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# ---- plans ----
+for P in $PLACEMENTS; do
+  "$LARES" plan -m "$MODEL" --devices "$TMP/devices.json" --placement $P -c "$CTX" --json \
+    >"$TMP/plan-$P.json" 2>"$TMP/plan-$P.err" || echo "plan $P: $(cat "$TMP/plan-$P.err")" >&2
+done
+
+# ---- runs: one placement at a time, repeated round-robin ----
+run_one() { # P REP: runs placement P, appends the measured ms/token to $TMP/meas-$P
+  local P=$1 rep=$2 d
+  [ -s "$TMP/plan-$P.json" ] || return 0
+  local ring=($(jq -r '.devices[].name' "$TMP/plan-$P.json"))
+  local tag=$P-$rep
   declare -A ADDR=()
   for d in "${ring[@]:1}"; do
     LARES="$TMP/in-$d" ring_worker "$d" || exit 1
@@ -139,34 +170,90 @@ for P in halda memory single even; do
   LARES=$REAL_LARES
   cold
   if [ ${#ring[@]} -eq 1 ]; then # one device: no ring, run inside it
-    timeout -s KILL "$LIMIT" "$TMP/in-${ring[0]}" run -m "$MODEL" -p "Once upon a time" -n "$NTOK" --temp 0 -t 1 -c 512 \
-      --json >"$TMP/run-$P.json" 2>"$TMP/run-$P.err"
+    timeout -s KILL "$LIMIT" "$TMP/in-${ring[0]}" run -m "$MODEL" -p "Once upon a time" -n "$NTOK" \
+      --temp 0 -t 1 -c "$CTX" --json >"$TMP/run-$tag.json" 2>"$TMP/run-$tag.err"
   else
-    [ "${ring[0]}" = dev0 ] || { results+=("| $P | $pred | - | head is not dev0 |"); continue; }
+    [ "${ring[0]}" = dev0 ] || { echo "$P: head is not dev0" >&2; return 0; }
     export RING_MODEL=$MODEL
-    args=()
+    local args=()
     for d in "${ring[@]:1}"; do
       args+=("$d" "${ADDR[$d]}" "$(jq --arg d "$d" '.devices[] | select(.name == $d) | .w' "$TMP/plan-$P.json")")
     done
-    ring_json "$TMP/ring-$P.json" "" "$(jq '.devices[0].w' "$TMP/plan-$P.json")" "${args[@]}"
-    # the link delays of the devices file, per ring device
-    for i in "${!DEVS[@]}"; do
+    ring_json "$TMP/ring-$tag.json" "" "$(jq '.devices[0].w' "$TMP/plan-$P.json")" "${args[@]}"
+    for i in "${!DEVS[@]}"; do # the link delays, per ring device
       jq --arg d "${DEVS[$i]}" --argjson ms "${DELAY[$i]}" \
         '(.devices[] | select(.name == $d or (.name == "head" and $d == "dev0"))) += {link_delay_ms: $ms}' \
-        "$TMP/ring-$P.json" >"$TMP/ring.tmp" && mv "$TMP/ring.tmp" "$TMP/ring-$P.json"
+        "$TMP/ring-$tag.json" >"$TMP/ring.tmp" && mv "$TMP/ring.tmp" "$TMP/ring-$tag.json"
     done
-    timeout -s KILL "$LIMIT" "$TMP/in-dev0" run -m "$MODEL" -p "Once upon a time" -n "$NTOK" --temp 0 -t 1 -c 512 \
-      --ring "$TMP/ring-$P.json" --json >"$TMP/run-$P.json" 2>"$TMP/run-$P.err"
+    timeout -s KILL "$LIMIT" "$TMP/in-dev0" run -m "$MODEL" -p "Once upon a time" -n "$NTOK" --temp 0 \
+      -t 1 -c "$CTX" --ring "$TMP/ring-$tag.json" --json >"$TMP/run-$tag.json" 2>"$TMP/run-$tag.err"
   fi
   stop_workers
-  # per generated token: the mean gap between tokens (the first token's gap holds the prompt)
-  meas=$(jq '.timings.token_ms | add / length' "$TMP/run-$P.json" 2>/dev/null)
-  [ -n "$meas" ] || meas="no result in ${LIMIT} s $(tail -1 "$TMP/run-$P.err")"
-  results+=("| $P | $pred | $meas | $(jq -c '[.devices[] | "\(.name):\(.layers)"]' "$TMP/plan-$P.json") |")
+  for d in "${ring[@]:1}"; do cp "$TMP/$d.log" "$TMP/worker-$tag-$d.log" 2>/dev/null; done
+  # per generated token, steady state: the mean gap between tokens over the
+  # second half of the run (the first tokens still fault in layers the prompt's
+  # pass left out of a memory-limited page cache); and over all gaps after the first
+  local meas all
+  meas=$(jq '.timings.token_ms | .[(length / 2 | floor):] | add / length' "$TMP/run-$tag.json" 2>/dev/null)
+  all=$(jq '.timings.token_ms | .[1:] | add / length' "$TMP/run-$tag.json" 2>/dev/null)
+  [ -n "$all" ] && [ "$all" != null ] && echo "$all" >>"$TMP/all-$P"
+  if [ -n "$meas" ] && [ "$meas" != null ]; then
+    echo "$meas" >>"$TMP/meas-$P"
+  else
+    echo "no result in ${LIMIT} s" >>"$TMP/fail-$P"
+  fi
+  echo "sched_testbed: $P run $rep: ${meas:-none} ms/token steady, ${all:-none} after the first" \
+    "(load $(cut -d' ' -f1 /proc/loadavg))" >&2
+}
+
+for rep in $(seq 1 "$REPEATS"); do
+  for P in $PLACEMENTS; do
+    run_one "$P" "$rep"
+  done
 done
 
+# ---- per device: the windows of generated tokens (one token, position past the prompt) ----
+device_ms() { # P DEVICE: measured ms per generated token on a worker (its windows summed),
+              # over the second half of the tokens as above; median over runs
+  local P=$1 d=$2 f
+  for f in "$TMP"/worker-"$P"-*-"$d".log; do
+    [ -f "$f" ] || continue
+    grep -o 'round [0-9]* layers \[[0-9]*, [0-9]*) 1 token at [0-9]*: compute [0-9.]* ms' "$f" |
+      awk '{ pos = $9; sub(":", "", pos); ms = $11; t[pos] += ms } END {
+             lo = 1e9; hi = -1
+             for (p in t) { if (p + 0 < lo) lo = p + 0; if (p + 0 > hi) hi = p + 0 }
+             mid = lo + (hi - lo + 1) / 2; n = 0; s = 0
+             for (p in t) if (p + 0 >= mid) { s += t[p]; n++ }
+             if (n) printf "%.1f\n", s / n }'
+  done | median
+}
+
 {
-  echo "| placement | predicted ms/token | measured ms/token | ring |"
-  echo "|---|---|---|---|"
-  printf '%s\n' "${results[@]}"
+  echo "| placement | predicted ms/token | measured ms/token (steady) | measured / predicted | all tokens after the first | layers | per device: predicted (measured) ms/token |"
+  echo "|---|---|---|---|---|---|---|"
+  for P in $PLACEMENTS; do
+    if [ ! -s "$TMP/plan-$P.json" ]; then
+      echo "| $P | - | - | - | - | $(cat "$TMP/plan-$P.err") | |"
+      continue
+    fi
+    pred=$(jq '.t_token_ms' "$TMP/plan-$P.json")
+    meas=$(median <"$TMP/meas-$P" 2>/dev/null)
+    all=$(median <"$TMP/all-$P" 2>/dev/null)
+    runs=$(cat "$TMP/meas-$P" 2>/dev/null | wc -l)
+    fails=$(cat "$TMP/fail-$P" 2>/dev/null | wc -l)
+    ratio=-
+    [ -n "$meas" ] && ratio=$(awk -v m="$meas" -v p="$pred" 'BEGIN { printf "%.2f", m / p }')
+    layers=$(jq -r '([.devices[] | "\(.name) \(.layers)"] | join(", ")) as $l | "\($l) (k=\(.k))"' "$TMP/plan-$P.json")
+    per=""
+    for d in $(jq -r '.devices[].name' "$TMP/plan-$P.json"); do
+      pd=$(jq --arg d "$d" '.devices[] | select(.name == $d) | .t_cpu_ms + .t_gpu_ms + .t_disk_ms | . * 10 | round / 10' "$TMP/plan-$P.json")
+      md=$(device_ms "$P" "$d")
+      per+="$d ${pd} (${md:--}); "
+    done
+    m=${meas:-"no result in ${LIMIT} s"}
+    [ -n "$meas" ] && m=$(printf '%.1f' "$meas")
+    [ "$fails" -gt 0 ] && m="$m ($fails of $((runs + fails)) runs had no result in ${LIMIT} s)"
+    echo "| $P | $(printf '%.1f' "$pred") | $m | $ratio | $([ -n "$all" ] && printf '%.1f' "$all" || echo -) | $layers | $per |"
+  done
 } | tee "${OUT:-/dev/null}"
+echo "sched_testbed: done $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -101,9 +101,11 @@ static void show(const char *what, const sched_plan *p, const sched_device *d) {
            p->solve_s * 1e3, p->ilp_solved);
     for (size_t i = 0; i < p->n; i++) {
         const sched_assign *a = &p->a[i];
-        printf("  %-10s w=%-3d gpu=%-3d %-21s cpu %.1f gpu %.1f disk %.1f net %.1f ms\n",
+        printf("  %-10s w=%-3d gpu=%-3d %-21s cpu %.1f gpu %.1f disk wait %.1f (reads %.2f GB in "
+               "%.1f) net %.1f ms\n",
                d[a->device].name, a->w, a->n_gpu, sched_case_name(a->mem_case), a->t_cpu_s * 1e3,
-               a->t_gpu_s * 1e3, a->t_disk_s * 1e3, a->t_net_s * 1e3);
+               a->t_gpu_s * 1e3, a->t_disk_s * 1e3, (double)a->disk_read_bytes / 1e9,
+               a->t_read_s * 1e3, a->t_net_s * 1e3);
     }
 }
 

@@ -91,12 +91,23 @@ int main(void) {
     int32_t wd[3], gd[3];
     sched_plan_windows(p, wd, gd);
     CHECK(wd[0] == 1 && wd[1] == 2 && wd[2] == 1 && gd[1] == 1 && gd[0] == 0);
-    char table[1024];
-    double measured[3] = {12.5, -1, 30.0};
-    size_t len = sched_plan_format_measured(p, d, measured, table, sizeof table);
-    CHECK(len == strlen(table) && strstr(table, "predicted ms") && strstr(table, "n0 ") &&
-          strstr(table, "12.5") && strstr(table, "30.0"));
-    CHECK(sched_plan_format_measured(p, d, measured, table, 10) == 9 && strlen(table) == 9);
+    char table[2048];
+    sched_measured meas[3];
+    for (int i = 0; i < 3; i++) {
+        sched_measured_init(&meas[i]);
+    }
+    /* n0: 2 layers per token at 6.25 ms, no wait; n2 not measured */
+    meas[0].samples = 4;
+    meas[0].layer_s = 6.25e-3;
+    meas[0].wait_s = 0;
+    meas[1].samples = 2;
+    meas[1].layer_s = 15e-3;
+    meas[1].wait_s = 1.5e-3;
+    size_t len = sched_plan_format_measured(p, d, meas, 0.0525, table, sizeof table);
+    CHECK(len == strlen(table) && strstr(table, "pred/meas") && strstr(table, "n0 ") &&
+          strstr(table, " 12.5 ") && strstr(table, " 60.0 ") && strstr(table, " 1.5 ") &&
+          strstr(table, "52.5 ms measured"));
+    CHECK(sched_plan_format_measured(p, d, meas, -1, table, 10) == 9 && strlen(table) == 9);
 
     /* a layer owned twice, and then by nobody */
     p->a[2].offset = 2;

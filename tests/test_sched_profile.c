@@ -72,14 +72,18 @@ static void test_no_cgroup(void) {
     sched_device_init(&d, "t");
     uint64_t limit = 1;
     CHECK_OK(sched_probe_memory(root, &d, &limit, &err), &err);
-    CHECK(d.ram_total_bytes == 16384000ull * 1024 && d.ram_avail_bytes == 8000000ull * 1024);
+    /* the executor's budget: 80 % of MemAvailable */
+    CHECKF(d.ram_total_bytes == 16384000ull * 1024 &&
+               d.ram_avail_bytes == (uint64_t)(8000000.0 * 1024 * 0.8),
+           "available %" PRIu64, d.ram_avail_bytes);
     CHECK(d.swap_avail_bytes == 3000000ull * 1024 && limit == 0);
     CHECK(sched_detect_os(root) == SCHED_OS_LINUX);
-    CHECK(sched_probe_cpu_quota(root) == 0.0);
+    double period = -1;
+    CHECK(sched_probe_cpu_quota(root, &period) == 0.0 && period == 0);
     /* an old kernel without MemAvailable: free + cached */
     put("/proc/meminfo", "MemTotal: 1000 kB\nMemFree: 100 kB\nCached: 200 kB\n");
     CHECK_OK(sched_probe_memory(root, &d, &limit, &err), &err);
-    CHECK(d.ram_avail_bytes == 300 * 1024);
+    CHECK(d.ram_avail_bytes == (uint64_t)(300 * 1024 * 0.8));
     /* no meminfo at all */
     put("/proc/meminfo", "nothing useful\n");
     CHECK(sched_probe_memory(root, &d, &limit, &err) == LARES_EFORMAT);
@@ -93,6 +97,10 @@ static void test_cgroup_v1(void) {
     fresh_root("v1");
     put("/proc/meminfo", meminfo);
     put("/proc/self/cgroup", "12:cpu,cpuacct:/dev1\n11:memory:/dev1\n1:name=systemd:/\n");
+    put("/proc/self/mountinfo",
+        "30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid shared:9 - cgroup cgroup rw,memory\n"
+        "31 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid shared:10 - cgroup cgroup "
+        "rw,cpu,cpuacct\n");
     put("/sys/fs/cgroup/memory/dev1/memory.limit_in_bytes", "3000000000\n");
     put("/sys/fs/cgroup/memory/dev1/memory.usage_in_bytes", "1200000000\n");
     put("/sys/fs/cgroup/memory/dev1/memory.stat",
@@ -104,23 +112,25 @@ static void test_cgroup_v1(void) {
     sched_device_init(&d, "t");
     uint64_t limit = 0;
     CHECK_OK(sched_probe_memory(root, &d, &limit, &err), &err);
-    /* 3e9 - 1.2e9 + 0.5e9 of reclaimable page cache */
-    CHECKF(d.ram_avail_bytes == 2300000000ull, "v1 available %" PRIu64, d.ram_avail_bytes);
+    /* the executor's budget: the limit (below 80 % of MemAvailable) */
+    CHECKF(d.ram_avail_bytes == 3000000000ull, "v1 available %" PRIu64, d.ram_avail_bytes);
     CHECK(limit == 3000000000ull);
-    CHECKF(sched_probe_cpu_quota(root) == 0.3, "quota %g", sched_probe_cpu_quota(root));
-    /* a looser own limit under a tighter hierarchical one */
+    double period = 0;
+    CHECKF(sched_probe_cpu_quota(root, &period) == 0.3 && period == 0.1, "quota %g per %g s",
+           sched_probe_cpu_quota(root, &period), period);
+    /* a looser own limit under a tighter parent's */
     put("/sys/fs/cgroup/memory/dev1/memory.limit_in_bytes", "9223372036854771712\n");
-    put("/sys/fs/cgroup/memory/dev1/memory.stat",
-        "hierarchical_memory_limit 2000000000\ntotal_inactive_file 0\n");
+    put("/sys/fs/cgroup/memory/memory.limit_in_bytes", "2000000000\n");
     CHECK_OK(sched_probe_memory(root, &d, &limit, &err), &err);
-    CHECK(d.ram_avail_bytes == 800000000ull && limit == 2000000000ull);
-    /* unlimited everywhere: MemAvailable stands */
-    put("/sys/fs/cgroup/memory/dev1/memory.stat", "total_inactive_file 0\n");
+    CHECKF(d.ram_avail_bytes == 2000000000ull && limit == 2000000000ull,
+           "available %" PRIu64 " limit %" PRIu64, d.ram_avail_bytes, limit);
+    /* unlimited everywhere: 80 % of MemAvailable stands */
+    put("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
     CHECK_OK(sched_probe_memory(root, &d, &limit, &err), &err);
-    CHECK(d.ram_avail_bytes == 8000000ull * 1024 && limit == 0);
+    CHECK(d.ram_avail_bytes == (uint64_t)(8000000.0 * 1024 * 0.8) && limit == 0);
     /* no CPU quota */
     put("/sys/fs/cgroup/cpu,cpuacct/dev1/cpu.cfs_quota_us", "-1\n");
-    CHECK(sched_probe_cpu_quota(root) == 0.0);
+    CHECK(sched_probe_cpu_quota(root, &period) == 0.0 && period == 0);
     drop_root();
 }
 
@@ -130,6 +140,8 @@ static void test_cgroup_v2(void) {
     fresh_root("v2");
     put("/proc/meminfo", meminfo);
     put("/proc/self/cgroup", "0::/user.slice/app.scope\n");
+    put("/proc/self/mountinfo",
+        "29 24 0:25 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n");
     put("/sys/fs/cgroup/user.slice/app.scope/memory.max", "max\n");
     put("/sys/fs/cgroup/user.slice/app.scope/memory.current", "100000000\n");
     put("/sys/fs/cgroup/user.slice/app.scope/memory.stat", "anon 50000000\ninactive_file 1000\n");
@@ -143,10 +155,15 @@ static void test_cgroup_v2(void) {
     sched_device_init(&d, "t");
     uint64_t limit = 0;
     CHECK_OK(sched_probe_memory(root, &d, &limit, &err), &err);
-    /* the parent: 1.5e9 - 1e9 + 1e8 */
-    CHECKF(d.ram_avail_bytes == 600000000ull, "v2 available %" PRIu64, d.ram_avail_bytes);
+    /* the parent's limit */
+    CHECKF(d.ram_avail_bytes == 1500000000ull, "v2 available %" PRIu64, d.ram_avail_bytes);
     CHECK(limit == 1500000000ull && d.swap_avail_bytes == 150000000ull);
-    CHECK(sched_probe_cpu_quota(root) == 1.5);
+    double period = 0;
+    CHECK(sched_probe_cpu_quota(root, &period) == 1.5 && period == 0.1);
+    /* memory.high below memory.max: the executor keeps under it */
+    put("/sys/fs/cgroup/user.slice/app.scope/memory.high", "1200000000\n");
+    CHECK_OK(sched_probe_memory(root, &d, &limit, &err), &err);
+    CHECK(d.ram_avail_bytes == 1200000000ull && limit == 1200000000ull);
     drop_root();
 }
 
@@ -196,6 +213,8 @@ static void test_real_profile(void) {
     CHECK(!info.cached &&
           SAME(d2.cpu_flops.by_type[GGUF_TYPE_Q8_0], d.cpu_flops.by_type[GGUF_TYPE_Q8_0]));
     CHECK(d2.disk_free_bytes > 0 && strcmp(d2.disk_path, root) == 0);
+    /* the temporary file is big enough to stream (pieces of half of it) */
+    CHECKF(d2.disk_stream_Bps > 0, "stream %g", d2.disk_stream_Bps);
     /* refresh measures everything */
     o.refresh = true;
     CHECK_OK(sched_profile_run(&o, &d2, &info, &err), &err);

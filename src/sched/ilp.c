@@ -94,6 +94,38 @@ static void on_glpk_error(void *info) {
     longjmp(g->jb, 1);
 }
 
+/* Column numbers of device i: w, n, z (disk wait), c (throttled compute); T last. */
+#define COL_W(i) ((int)(4 * (i) + 1))
+#define COL_N(i) ((int)(4 * (i) + 2))
+#define COL_Z(i) ((int)(4 * (i) + 3))
+#define COL_C(i) ((int)(4 * (i) + 4))
+
+/* tie-break: among plans of equal T (a bound binds), the one with the least
+ * chain time, so that a slack bound does not hide waiting */
+#define CHAIN_WEIGHT 1e-3
+
+typedef struct rows {
+    int *ia, *ja;
+    double *ar;
+    int ne, cap;
+} rows;
+
+/* Adds v to the coefficient at (row, col): GLPK refuses duplicate entries */
+static void put(rows *r, int row, int col, double v) {
+    for (int e = 1; e <= r->ne; e++) {
+        if (r->ia[e] == row && r->ja[e] == col) {
+            r->ar[e] += v;
+            return;
+        }
+    }
+    if (v != 0 && r->ne < r->cap) {
+        r->ne++;
+        r->ia[r->ne] = row;
+        r->ja[r->ne] = col;
+        r->ar[r->ne] = v;
+    }
+}
+
 lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
     const sched_costs *c = p->c;
     const int32_t k = p->k, W = c->L / k;
@@ -102,14 +134,14 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
     if (W < (int32_t)n) {
         return lares_fail(err, LARES_ERANGE, "%zu devices cannot share %d layers per round", n, W);
     }
-    /* columns: w_i = 2i+1, n_i = 2i+2; rows: sum w, then per device n - w and case */
-    int *ia = lares_calloc(1 + 6 * n, sizeof *ia);
-    int *ja = lares_calloc(1 + 6 * n, sizeof *ja);
-    double *ar = lares_calloc(1 + 6 * n, sizeof *ar);
-    if (ia == NULL || ja == NULL || ar == NULL) {
-        lares_free(ia);
-        lares_free(ja);
-        lares_free(ar);
+    rows r = {.cap = (int)(24 * n + 8)};
+    r.ia = lares_calloc((size_t)r.cap + 1, sizeof *r.ia);
+    r.ja = lares_calloc((size_t)r.cap + 1, sizeof *r.ja);
+    r.ar = lares_calloc((size_t)r.cap + 1, sizeof *r.ar);
+    if (r.ia == NULL || r.ja == NULL || r.ar == NULL) {
+        lares_free(r.ia);
+        lares_free(r.ja);
+        lares_free(r.ar);
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     volatile lares_status st = LARES_OK;
@@ -118,78 +150,142 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
     if (setjmp(guard.jb) != 0) {
         glp_error_hook(NULL, NULL);
         glp_free_env();
-        lares_free(ia);
-        lares_free(ja);
-        lares_free(ar);
+        lares_free(r.ia);
+        lares_free(r.ja);
+        lares_free(r.ar);
         return lares_fail(err, LARES_EUNSUPPORTED, "glpk failed on a %zu-device problem", n);
     }
     glp_error_hook(on_glpk_error, &guard);
     glp_term_out(GLP_OFF);
     lp = glp_create_prob();
     glp_set_obj_dir(lp, GLP_MIN);
-    glp_add_cols(lp, (int)(2 * n));
-    glp_add_rows(lp, (int)(1 + 2 * n));
-    glp_set_row_bnds(lp, 1, GLP_FX, W, W);
-    int ne = 0;
-    double constant = c->t_head[p->head] + (double)k * p->hops_s;
+    const int colT = (int)(4 * n + 1);
+    glp_add_cols(lp, colT);
+    glp_set_col_bnds(lp, colT, GLP_LO, 0, 0);
+    glp_set_obj_coef(lp, colT, 1.0);
+    /* row 1: sum w = W; row 2: the chain T >= sum (compute + GPU + wait) + hops + kappa */
+    int row = glp_add_rows(lp, 2);
+    const int rsum = row, rchain = row + 1;
+    glp_set_row_bnds(lp, rsum, GLP_FX, W, W);
+    const size_t head = p->head;
+    const double kappa = c->t_head[head];
+    glp_set_row_bnds(lp, rchain, GLP_LO, (double)k * p->hops_s + sched_quota_wall(c, head, kappa),
+                     0);
+    put(&r, rchain, colT, 1);
     for (size_t i = 0; i < n; i++) {
         const size_t d = p->d[i].device;
         const sched_device *dv = &c->devs[d];
         const bool ov = p->d[i].overflow;
         const bool uni = sched_unified(dv);
-        const int cw = (int)(2 * i + 1), cn = (int)(2 * i + 2);
-        const int rlink = (int)(2 + 2 * i), rcase = (int)(3 + 2 * i);
-        sched_wrange r = sched_range_of(c, d, p->head, k, ov);
-        if (r.lo > r.hi) {
+        const int cw = COL_W(i), cn = COL_N(i), cz = COL_Z(i), cc = COL_C(i);
+        sched_wrange wr = sched_range_of(c, d, head, k, ov);
+        if (wr.lo > wr.hi) {
             st = lares_fail(err, LARES_ERANGE, "device '%s' has no feasible window at k=%d",
                             dv->name, k);
             goto done;
         }
-        const double ram = (double)sched_ram_of(c, d, p->head);
-        const double s = c->disk_Bps[d];
-        double aw = c->avg_tc[d], an = c->avg_tg[d] - c->avg_tc[d];
-        if (ov) {
-            aw += bp / s;
-            if (!uni) {
-                an -= bp / s;
-            }
-            constant -= ram / s;
-        }
+        const double a = c->avg_tc[d], g = c->avg_tg[d];
+        const double u = c->quota_u[d], P = c->quota_P[d];
+        const bool quota = u < 1;
         glp_set_col_kind(lp, cw, GLP_IV);
         glp_set_col_kind(lp, cn, GLP_IV);
-        if (r.lo == r.hi) {
-            glp_set_col_bnds(lp, cw, GLP_FX, r.lo, r.lo);
+        if (wr.lo == wr.hi) {
+            glp_set_col_bnds(lp, cw, GLP_FX, wr.lo, wr.lo);
         } else {
-            glp_set_col_bnds(lp, cw, GLP_DB, r.lo, r.hi);
+            glp_set_col_bnds(lp, cw, GLP_DB, wr.lo, wr.hi);
         }
-        if (r.nmax > 0) {
-            glp_set_col_bnds(lp, cn, GLP_DB, 0, r.nmax);
+        if (wr.nmax > 0) {
+            glp_set_col_bnds(lp, cn, GLP_DB, 0, wr.nmax);
         } else {
             glp_set_col_bnds(lp, cn, GLP_FX, 0, 0);
         }
-        glp_set_obj_coef(lp, cw, (double)k * aw);
-        glp_set_obj_coef(lp, cn, (double)k * an);
+        glp_set_col_bnds(lp, cz, ov ? GLP_LO : GLP_FX, 0, 0);
+        glp_set_col_bnds(lp, cc, quota ? GLP_LO : GLP_FX, 0, 0);
+        put(&r, rsum, cw, 1);
+        /* chain: compute (throttled: c; else k a (w - n)), GPU k g n, wait z */
+        if (quota) {
+            put(&r, rchain, cc, -1);
+            glp_set_obj_coef(lp, cc, CHAIN_WEIGHT);
+        } else {
+            put(&r, rchain, cw, -(double)k * a);
+            put(&r, rchain, cn, (double)k * a);
+            glp_set_obj_coef(lp, cw, CHAIN_WEIGHT * k * a);
+            glp_set_obj_coef(lp, cn, CHAIN_WEIGHT * k * (g - a));
+        }
+        put(&r, rchain, cn, -(double)k * g);
+        put(&r, rchain, cz, -1);
+        if (quota) {
+            glp_set_obj_coef(lp, cn, CHAIN_WEIGHT * k * g);
+        }
+        glp_set_obj_coef(lp, cz, CHAIN_WEIGHT);
         /* n - w <= 0 */
-        glp_set_row_bnds(lp, rlink, GLP_UP, 0, 0);
-        ne++, ia[ne] = rlink, ja[ne] = cn, ar[ne] = 1;
-        ne++, ia[ne] = rlink, ja[ne] = cw, ar[ne] = -1;
+        row = glp_add_rows(lp, 1);
+        glp_set_row_bnds(lp, row, GLP_UP, 0, 0);
+        put(&r, row, cn, 1);
+        put(&r, row, cw, -1);
         /* the case and the KV cache: bounds on the RAM share w - n (w for Metal,
          * whose column bounds already carry them) */
+        row = glp_add_rows(lp, 1);
         if (uni) {
-            glp_set_row_bnds(lp, rcase, GLP_FR, 0, 0);
+            glp_set_row_bnds(lp, row, GLP_FR, 0, 0);
         } else if (!ov) {
-            glp_set_row_bnds(lp, rcase, GLP_UP, 0, LARES_MIN(r.F, r.kvcap));
-        } else if (r.F + 1 == r.kvcap) {
-            glp_set_row_bnds(lp, rcase, GLP_FX, r.kvcap, r.kvcap);
+            glp_set_row_bnds(lp, row, GLP_UP, 0, LARES_MIN(wr.F, wr.kvcap));
+        } else if (wr.F + 1 == wr.kvcap) {
+            glp_set_row_bnds(lp, row, GLP_FX, wr.kvcap, wr.kvcap);
         } else {
-            glp_set_row_bnds(lp, rcase, GLP_DB, r.F + 1, r.kvcap);
+            glp_set_row_bnds(lp, row, GLP_DB, wr.F + 1, wr.kvcap);
         }
-        ne++, ia[ne] = rcase, ja[ne] = cw, ar[ne] = 1;
-        ne++, ia[ne] = rcase, ja[ne] = cn, ar[ne] = -1;
-        ne++, ia[ne] = 1, ja[ne] = cw, ar[ne] = 1;
+        put(&r, row, cw, 1);
+        put(&r, row, cn, -1);
+        if (quota) {
+            /* bursts of b = (w - n) a per window: c >= k b, c >= k (b/u - P(1-u)) */
+            row = glp_add_rows(lp, 2);
+            glp_set_row_bnds(lp, row, GLP_LO, 0, 0);
+            put(&r, row, cc, 1);
+            put(&r, row, cw, -(double)k * a);
+            put(&r, row, cn, (double)k * a);
+            glp_set_row_bnds(lp, row + 1, GLP_LO, -(double)k * P * (1 - u), 0);
+            put(&r, row + 1, cc, 1);
+            put(&r, row + 1, cw, -(double)k * a / u);
+            put(&r, row + 1, cn, (double)k * a / u);
+            /* its long-run share: T >= (k a (w - n) + kappa) / u */
+            row = glp_add_rows(lp, 1);
+            glp_set_row_bnds(lp, row, GLP_LO, d == head ? kappa / u : 0, 0);
+            put(&r, row, colT, 1);
+            put(&r, row, cw, -(double)k * a / u);
+            put(&r, row, cn, (double)k * a / u);
+        }
+        if (ov) {
+            /* streamed bytes R = k b' x - (RAM - S - V), x = w - n (w with Metal):
+             * z >= R/s - own - k V/s, own = k a (w - n - 1) + k g n;
+             * T >= R/s + (c - k a (w - n)) (its disk busy, not while throttled) */
+            const double s = c->disk_Bps[d];
+            const double ram = (double)sched_ram_of(c, d, head);
+            const double per = c->o->stream_window_units > 0 ? c->o->stream_window_units : 2;
+            const double V = per * (double)c->max_layer_bytes;
+            const double S = (double)c->o->stream_slack_bytes;
+            const double keep = ram - S - V; /* what stays pinned (may be < 0: then 0) */
+            const double pin = keep > 0 ? keep : 0;
+            const double rb = (double)k * bp / s;
+            row = glp_add_rows(lp, 2);
+            glp_set_row_bnds(lp, row, GLP_LO, (double)k * a - (double)k * V / s - pin / s, 0);
+            put(&r, row, cz, 1);
+            put(&r, row, cw, (double)k * a - rb);
+            put(&r, row, cn, uni ? -(double)k * a + (double)k * g : -(double)k * a + rb + k * g);
+            glp_set_row_bnds(lp, row + 1, GLP_LO, -pin / s, 0);
+            put(&r, row + 1, colT, 1);
+            put(&r, row + 1, cw, -rb);
+            if (!uni) {
+                put(&r, row + 1, cn, rb);
+            }
+            if (quota) {
+                put(&r, row + 1, cc, -1);
+                put(&r, row + 1, cw, (double)k * a);
+                put(&r, row + 1, cn, -(double)k * a);
+            }
+        }
     }
-    glp_set_obj_coef(lp, 0, constant);
-    glp_load_matrix(lp, ne, ia, ja, ar);
+    glp_load_matrix(lp, r.ne, r.ia, r.ja, r.ar);
     glp_iocp parm;
     glp_init_iocp(&parm);
     parm.presolve = GLP_ON;
@@ -207,15 +303,15 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
-        p->d[i].w = (int32_t)lround(glp_mip_col_val(lp, (int)(2 * i + 1)));
-        p->d[i].n = (int32_t)lround(glp_mip_col_val(lp, (int)(2 * i + 2)));
+        p->d[i].w = (int32_t)lround(glp_mip_col_val(lp, COL_W(i)));
+        p->d[i].n = (int32_t)lround(glp_mip_col_val(lp, COL_N(i)));
     }
-    p->objective = glp_mip_obj_val(lp);
+    p->objective = glp_mip_col_val(lp, colT);
 done:
     glp_delete_prob(lp);
     glp_error_hook(NULL, NULL);
-    lares_free(ia);
-    lares_free(ja);
-    lares_free(ar);
+    lares_free(r.ia);
+    lares_free(r.ja);
+    lares_free(r.ar);
     return st;
 }

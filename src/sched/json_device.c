@@ -246,12 +246,13 @@ static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lar
     static const char *const top[] = {"name",      "os",     "head", "cpu",         "memory",
                                       "disk",      "gpu",    "net",  "fingerprint", "lares_version",
                                       "measure_s", "cached", NULL};
-    static const char *const cpu_keys[] = {"cores", "threads",   "quota_cores", "model", "isa",
-                                           "flops", "flops_mem", "mem_bw",      NULL};
+    static const char *const cpu_keys[] = {"cores", "threads",   "quota_cores", "quota_period_ms",
+                                           "model", "isa",       "flops",       "flops_mem",
+                                           "mem_bw", NULL};
     static const char *const mem_keys[] = {"total", "available", "swap_available", "cgroup_limit",
                                            NULL};
-    static const char *const disk_keys[] = {"seq_read", "rand_read",  "free", "path",
-                                            "direct",   "test_bytes", NULL};
+    static const char *const disk_keys[] = {"seq_read", "rand_read",  "stream_read", "free",
+                                            "path",     "direct",     "test_bytes",  NULL};
     static const char *const gpu_keys[] = {"backend", "name",   "vram_available",
                                            "flops",   "mem_bw", NULL};
     lares_status st;
@@ -289,11 +290,12 @@ static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lar
         return st;
     }
     sub(&q, p, "cpu");
-    double quota = 0;
+    double quota = 0, period_ms = 0;
     if ((st = only_keys(&q, cpu, cpu_keys, err)) ||
         (st = get_int(&q, cpu, "cores", true, 1, &d->cores, err)) ||
         (st = get_int(&q, cpu, "threads", false, 1, &d->threads, err)) ||
         (st = get_number(&q, cpu, "quota_cores", false, &quota, NULL, err)) ||
+        (st = get_number(&q, cpu, "quota_period_ms", false, &period_ms, NULL, err)) ||
         (st = get_string(&q, cpu, "model", false, d->cpu_model, sizeof d->cpu_model, err)) ||
         (st = get_string(&q, cpu, "isa", false, d->isa, sizeof d->isa, err)) ||
         (st = get_rates(&q, cpu, "flops", true, &d->cpu_flops, err)) ||
@@ -302,6 +304,7 @@ static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lar
         return st;
     }
     d->cpu_quota = quota;
+    d->cpu_quota_period_s = period_ms / 1e3;
     sub(&q, p, "memory");
     uint64_t cg = 0;
     if ((st = only_keys(&q, mem, mem_keys, err)) ||
@@ -317,6 +320,7 @@ static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lar
     if ((st = only_keys(&q, disk, disk_keys, err)) ||
         (st = get_rate(&q, disk, "seq_read", true, &d->disk_seq_Bps, err)) ||
         (st = get_rate(&q, disk, "rand_read", d->os == SCHED_OS_MACOS, &d->disk_rand_Bps, err)) ||
+        (st = get_rate(&q, disk, "stream_read", false, &d->disk_stream_Bps, err)) ||
         (st = get_size(&q, disk, "free", false, &free_bytes, &has_free, err)) ||
         (st = get_string(&q, disk, "path", false, d->disk_path, sizeof d->disk_path, err)) ||
         (st = get_bool(&q, disk, "direct", &direct, err)) ||
@@ -596,6 +600,9 @@ json_t *sched_device_json(const sched_device *d) {
     }
     if (d->cpu_quota > 0) {
         json_object_set_new(cpu, "quota_cores", json_real(d->cpu_quota));
+        if (d->cpu_quota_period_s > 0) {
+            json_object_set_new(cpu, "quota_period_ms", json_real(d->cpu_quota_period_s * 1e3));
+        }
     }
     if (d->cpu_model[0]) {
         json_object_set_new(cpu, "model", json_string(d->cpu_model));
@@ -618,6 +625,9 @@ json_t *sched_device_json(const sched_device *d) {
     json_object_set_new(disk, "seq_read", json_real(d->disk_seq_Bps));
     if (d->disk_rand_Bps > 0) {
         json_object_set_new(disk, "rand_read", json_real(d->disk_rand_Bps));
+    }
+    if (d->disk_stream_Bps > 0) {
+        json_object_set_new(disk, "stream_read", json_real(d->disk_stream_Bps));
     }
     if (d->disk_free_bytes >= 0) {
         json_object_set_new(disk, "free", json_integer((json_int_t)d->disk_free_bytes));

@@ -35,6 +35,8 @@ static json_t *assign_json(const sched_plan *p, const sched_assign *a, size_t po
     json_object_set_new(o, "t_cpu_ms", json_real(a->t_cpu_s * 1e3));
     json_object_set_new(o, "t_gpu_ms", json_real(a->t_gpu_s * 1e3));
     json_object_set_new(o, "t_disk_ms", json_real(a->t_disk_s * 1e3));
+    json_object_set_new(o, "t_read_ms", json_real(a->t_read_s * 1e3));
+    json_object_set_new(o, "t_layer_ms", json_real(a->t_layer_s * 1e3));
     json_object_set_new(o, "t_net_ms", json_real(a->t_net_s * 1e3));
     json_object_set_new(o, "ram_bytes", json_integer((json_int_t)a->ram_bytes));
     json_object_set_new(o, "ram_limit_bytes", json_integer((json_int_t)a->ram_limit_bytes));

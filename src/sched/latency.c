@@ -27,13 +27,15 @@ sched_opts sched_opts_default(void) {
     o.n_past = -1;
     o.kv_elem_bytes = 2;
     o.hidden_elem_bytes = 4;
-    o.ram_reserve_bytes = 128ull << 20;
+    o.ram_reserve_bytes = 48ull << 20;
     o.vram_reserve_bytes = 256ull << 20;
     o.head = -1;
     o.net_default.latency_s = -1;
     o.drop_small = true;
     o.calibrate_gpu = true;
     o.max_case_iters = 16;
+    o.stream_window_units = 2;
+    o.stream_slack_bytes = 16ull << 20;
     return o;
 }
 
@@ -203,6 +205,8 @@ void sched_costs_free(sched_costs *c) {
     lares_free(c->disk_Bps);
     lares_free(c->t_head);
     lares_free(c->gpu_trim);
+    lares_free(c->quota_u);
+    lares_free(c->quota_P);
     lares_free(c);
 }
 
@@ -278,9 +282,11 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
     c->disk_Bps = lares_calloc(n, sizeof *c->disk_Bps);
     c->t_head = lares_calloc(n, sizeof *c->t_head);
     c->gpu_trim = lares_calloc(n, sizeof *c->gpu_trim);
+    c->quota_u = lares_calloc(n, sizeof *c->quota_u);
+    c->quota_P = lares_calloc(n, sizeof *c->quota_P);
     if (!c->t_cpu || !c->t_gpu || !c->bp || !c->bp_heavy || !c->b_heavy || !c->avg_tc ||
         !c->avg_tg || !c->ram_limit || !c->vram_limit || !c->disk_Bps || !c->t_head ||
-        !c->gpu_trim) {
+        !c->gpu_trim || !c->quota_u || !c->quota_P) {
         st = lares_fail(err, LARES_ENOMEM, "out of memory");
         goto fail;
     }
@@ -341,7 +347,10 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
         if (dv->os == SCHED_OS_ANDROID) {
             ram += dv->swap_avail_bytes; /* zram: compressed RAM the OS swaps apps to */
         }
-        c->ram_limit[d] = ram > o->ram_reserve_bytes ? ram - o->ram_reserve_bytes : 0;
+        /* the executor's overheads (api/budget.c): the reserve (program,
+         * buffers) and the page tables of the mapping, 1/256 of the file */
+        const uint64_t fixed = o->ram_reserve_bytes + m->file_bytes / 256;
+        c->ram_limit[d] = ram > fixed ? ram - fixed : 0;
         if (dv->gpu == SCHED_GPU_CUDA) {
             c->vram_limit[d] = dv->vram_avail_bytes > o->vram_reserve_bytes
                                    ? dv->vram_avail_bytes - o->vram_reserve_bytes
@@ -349,9 +358,19 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
         } else if (dv->gpu == SCHED_GPU_METAL) {
             c->vram_limit[d] = dv->vram_avail_bytes;
         }
-        c->disk_Bps[d] = dv->os == SCHED_OS_MACOS && dv->disk_rand_Bps > 0 ? dv->disk_rand_Bps
-                                                                           : dv->disk_seq_Bps;
+        /* what streaming reads at: measured as the executor reads where the
+         * profile has it, else the sequential figure; macOS: random reads
+         * (scheduling.md; its executor path is not measured) */
+        if (dv->os == SCHED_OS_MACOS && dv->disk_rand_Bps > 0) {
+            c->disk_Bps[d] = dv->disk_rand_Bps;
+        } else {
+            c->disk_Bps[d] = dv->disk_stream_Bps > 0 ? dv->disk_stream_Bps : dv->disk_seq_Bps;
+        }
+        const int32_t th = dv->threads > 0 ? dv->threads : dv->cores;
+        c->quota_u[d] = dv->cpu_quota > 0 ? dv->cpu_quota / th : INFINITY;
+        c->quota_P[d] = dv->cpu_quota_period_s > 0 ? dv->cpu_quota_period_s : 0.1;
     }
+    c->max_layer_bytes = c->b_heavy[1];
     *out = c;
     return LARES_OK;
 fail:
@@ -361,8 +380,9 @@ fail:
 
 uint64_t sched_ram_of(const sched_costs *c, size_t d, size_t head) {
     uint64_t r = c->ram_limit[d];
-    if (d == head) {
-        r = r > c->head_bytes ? r - c->head_bytes : 0;
+    if (d == head) { /* the output matrix, and the embedding the executor counts */
+        const uint64_t h = c->head_bytes + c->m->embd_bytes;
+        r = r > h ? r - h : 0;
     }
     return r;
 }
@@ -425,64 +445,6 @@ void sched_plan_free(sched_plan *p) {
     lares_free(p->a);
     lares_free(p->dropped);
     lares_free(p);
-}
-
-lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_error *err) {
-    const size_t L = (size_t)c->L;
-    double total = 0;
-    if (p->n == 0 || p->head >= c->n || p->a[0].device != p->head) {
-        return lares_fail(err, LARES_EINVAL, "plan: the head is not the first device of the ring");
-    }
-    for (size_t i = 0; i < p->n; i++) {
-        sched_assign *a = &p->a[i];
-        if (a->device >= c->n) {
-            return lares_fail(err, LARES_EINVAL, "plan: device index %zu of %zu", a->device, c->n);
-        }
-        const sched_device *d = &c->devs[a->device];
-        double tc = 0, tg = 0;
-        uint64_t ram = 0, vram = 0;
-        for (int32_t r = 0; r < p->k; r++) {
-            int64_t l0 = (int64_t)r * p->W + a->offset;
-            for (int64_t l = l0; l < l0 + a->w; l++) {
-                if (l < 0 || l >= (int64_t)L) {
-                    return lares_fail(err, LARES_EINVAL,
-                                      "plan: device '%s' owns layer %" PRId64 " of %zu", d->name, l,
-                                      L);
-                }
-                if (l >= l0 + a->w - a->n_gpu) {
-                    tg += c->t_gpu[a->device * L + (size_t)l];
-                    vram += c->bp[l];
-                } else {
-                    tc += c->t_cpu[a->device * L + (size_t)l];
-                    ram += c->bp[l];
-                }
-            }
-        }
-        uint64_t limit = sched_ram_of(c, a->device, p->head);
-        uint64_t need = sched_unified(d) ? ram + vram : ram;
-        a->t_cpu_s = tc;
-        a->t_gpu_s = tg;
-        a->ram_bytes = need;
-        a->ram_limit_bytes = limit;
-        a->vram_bytes = vram;
-        a->disk_read_bytes = need > limit ? need - limit : 0;
-        a->mem_case = need > limit ? sched_overflow_case(d) : SCHED_CASE_FITS;
-        a->t_disk_s = (double)a->disk_read_bytes / c->disk_Bps[a->device];
-        a->t_net_s = 0;
-        if (p->n > 1) {
-            double hop;
-            lares_status st = sched_hop_s(c, a->device, p->a[(i + 1) % p->n].device, &hop, err);
-            if (st != LARES_OK) {
-                return st;
-            }
-            a->t_net_s = p->k * hop;
-        }
-        a->t_total_s = a->t_cpu_s + a->t_gpu_s + a->t_disk_s + a->t_net_s;
-        total += a->t_total_s;
-    }
-    p->t_head_s = c->t_head[p->head];
-    p->t_token_s = total + p->t_head_s;
-    return LARES_OK;
 }
 
 lares_status sched_plan_finish(sched_plan *p, const sched_costs *c, lares_error *err) {

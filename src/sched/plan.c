@@ -206,31 +206,3 @@ void sched_plan_windows(const sched_plan *p, int32_t *w, int32_t *n_gpu) {
         n_gpu[p->a[i].device] = p->a[i].n_gpu;
     }
 }
-
-size_t sched_plan_format_measured(const sched_plan *p, const sched_device *devs,
-                                  const double *measured_ms, char *buf, size_t cap) {
-    size_t n = 0;
-#define PUT(...)                                                                                   \
-    do {                                                                                           \
-        int r_ = snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__);                            \
-        n += r_ > 0 ? (size_t)r_ : 0;                                                              \
-    } while (0)
-    if (cap > 0) {
-        buf[0] = '\0';
-    }
-    PUT("%-16s %7s %12s %12s %7s\n", "device", "layers", "predicted ms", "measured ms", "ratio");
-    for (size_t i = 0; i < p->n; i++) {
-        const sched_assign *a = &p->a[i];
-        double meas = measured_ms ? measured_ms[a->device] : -1;
-        double pred = a->t_total_s * 1e3;
-        if (meas >= 0) {
-            PUT("%-16s %7d %12.1f %12.1f %7.2f\n", devs[a->device].name, a->w * p->k, pred, meas,
-                pred > 0 ? meas / pred : 0.0);
-        } else {
-            PUT("%-16s %7d %12.1f %12s %7s\n", devs[a->device].name, a->w * p->k, pred, "-", "-");
-        }
-    }
-    PUT("%-16s %7s %12.1f\n", "token (+ head)", "", p->t_token_s * 1e3);
-#undef PUT
-    return n < cap ? n : (cap > 0 ? cap - 1 : 0);
-}

@@ -109,7 +109,7 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
     d.os = sched_detect_os(root);
     d.cores = lares_cpu_count();
     d.threads = o->n_threads > 0 ? o->n_threads : d.cores;
-    d.cpu_quota = sched_probe_cpu_quota(root);
+    d.cpu_quota = sched_probe_cpu_quota(root, &d.cpu_quota_period_s);
     sched_probe_cpu_model(root, d.cpu_model, sizeof d.cpu_model);
     snprintf(d.isa, sizeof d.isa, "%s", quant_isa_name());
     lares_status st = sched_probe_memory(root, &d, &info->cgroup_limit_bytes, err);
@@ -152,6 +152,7 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
     if (have_cache && strcmp(cached.disk_path, disk_where) == 0) {
         d.disk_seq_Bps = cached.disk_seq_Bps;
         d.disk_rand_Bps = cached.disk_rand_Bps;
+        d.disk_stream_Bps = cached.disk_stream_Bps;
         d.disk_free_bytes = cached.disk_free_bytes;
         snprintf(d.disk_path, sizeof d.disk_path, "%s", cached.disk_path);
     } else {

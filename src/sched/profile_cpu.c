@@ -11,9 +11,11 @@
  *     this rate is what the latency model uses when it has it;
  *   memory bandwidth: the same buffer read as plain 64-bit words.
  *
- * Rates are per second of each thread's CPU time, times the share of the
- * threads' time a cgroup CPU quota allows (the testbed emulates slow devices
- * with quotas).
+ * Rates are per second of each thread's CPU time: full speed. A cgroup CPU
+ * quota (the testbed's slow devices) does not lower them; it is recorded
+ * beside them and the latency model throttles bursts by it (a device that
+ * computes 40 ms per token under a quota of 30 ms per 100 ms period runs
+ * 30 ms at full speed, waits, then runs the rest).
  *
  * Weights are real blocks: random rows quantized with the type's reference
  * quantizer, tiled over the buffer. Each figure is the best of several timed
@@ -56,7 +58,7 @@ typedef struct dot_task {
  * are per second of the thread's own CPU time: other programs on the machine
  * (a shared build box, an app in the foreground) only delay a thread, they do
  * not change what the device computes per second it runs; a cgroup CPU quota
- * is applied afterwards (sched_profile_cpu). */
+ * is recorded apart (the latency model applies it). */
 static void dot_rows(void *ctx, int ith, int nth) {
     dot_task *t = ctx;
     int64_t lo = 0, hi = t->n_rows;
@@ -261,13 +263,10 @@ lares_status sched_profile_cpu(sched_device *d, int32_t n_threads, uint32_t budg
         }
         best = bw > best ? bw : best;
     }
-    /* a cgroup CPU quota of q cores lets nth threads run q / nth of the time */
-    double share = d->cpu_quota > 0 && d->cpu_quota < nth ? d->cpu_quota / nth : 1.0;
-    for (uint32_t t = 0; t < GGUF_TYPE_COUNT; t++) {
-        d->cpu_flops.by_type[t] *= share;
-        d->cpu_flops_mem.by_type[t] *= share;
-    }
-    d->mem_bw_Bps = best * share;
+    /* full speed: a CPU quota is not a slower CPU (a burst runs at this speed
+     * until the period's quota is spent); the latency model applies the quota
+     * the profile records (cpu_quota, cpu_quota_period_s) */
+    d->mem_bw_Bps = best;
     d->threads = nth;
 done:
     lares_free(x);

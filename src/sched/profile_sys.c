@@ -7,6 +7,7 @@
  *
  * Every path is read under `root` so tests can hand in a fake /proc and /sys.
  */
+#include "mem/mem.h"
 #include "sched/sched_impl.h"
 
 #include <stdlib.h>
@@ -241,6 +242,26 @@ lares_status sched_probe_memory(const char *root, sched_device *d, uint64_t *cgr
         return lares_fail(err, LARES_EFORMAT, "%s/proc/meminfo: no MemTotal or MemAvailable",
                           root ? root : "");
     }
+    /* The memory the device gives is the budget the executor will take
+     * (mem_limit_read, as api/budget.c and the ring worker do): the tightest
+     * cgroup limit above the process, at most MEM_AVAILABLE_SHARE of
+     * MemAvailable. The same function reads the same files, so the planner's
+     * figure and the executor's budget cannot disagree. */
+    char f_cgroup[1100], f_mount[1100], f_meminfo[1100];
+    snprintf(f_cgroup, sizeof f_cgroup, "%s/proc/self/cgroup", root ? root : "");
+    snprintf(f_mount, sizeof f_mount, "%s/proc/self/mountinfo", root ? root : "");
+    snprintf(f_meminfo, sizeof f_meminfo, "%s/proc/meminfo", root ? root : "");
+    const mem_limit_src src = {.proc_cgroup = f_cgroup,
+                               .proc_mountinfo = f_mount,
+                               .proc_meminfo = f_meminfo,
+                               .root = root ? root : ""};
+    mem_limit lim;
+    mem_limit_read(&src, &lim);
+    uint64_t give = (uint64_t)((double)avail * MEM_AVAILABLE_SHARE);
+    if (lim.cgroup_bytes < give) {
+        give = lim.cgroup_bytes;
+    }
+    /* swap: the cgroup's swap room (Android counts zram swap as memory) */
     cg_mem cg = {-1, -1, -1};
     char path[512];
     if (cgroup_path(root, "memory", path, sizeof path)) {
@@ -249,21 +270,19 @@ lares_status sched_probe_memory(const char *root, sched_device *d, uint64_t *cgr
     if (cg.limit < 0 && cgroup_path(root, NULL, path, sizeof path)) {
         cg2_memory(root, path, &cg);
     }
-    if (cg.room >= 0 && cg.room < avail) {
-        avail = cg.room;
-    }
     if (cg.swap_room >= 0 && swap >= 0 && cg.swap_room < swap) {
         swap = cg.swap_room;
     }
     d->ram_total_bytes = (uint64_t)total;
-    d->ram_avail_bytes = (uint64_t)avail;
+    d->ram_avail_bytes = give;
     d->swap_avail_bytes = swap > 0 ? (uint64_t)swap : 0;
-    *cgroup_limit = cg.limit > 0 ? (uint64_t)cg.limit : 0;
+    *cgroup_limit = lim.cgroup_bytes != UINT64_MAX ? lim.cgroup_bytes : 0;
     return LARES_OK;
 }
 
-double sched_probe_cpu_quota(const char *root) {
+double sched_probe_cpu_quota(const char *root, double *period_s) {
     char path[512], dir[1024];
+    *period_s = 0;
     if (cgroup_path(root, "cpu", path, sizeof path)) {
         static const char *const mounts[] = {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"};
         for (size_t i = 0; i < 2; i++) {
@@ -271,6 +290,7 @@ double sched_probe_cpu_quota(const char *root) {
             int64_t q = file_i64(root, dir, "cpu.cfs_quota_us");
             int64_t p = file_i64(root, dir, "cpu.cfs_period_us");
             if (q > 0 && p > 0) {
+                *period_s = (double)p / 1e6;
                 return (double)q / (double)p;
             }
             if (q == -1 || (q == -2 && p > 0)) { /* -1: no quota */
@@ -285,6 +305,7 @@ double sched_probe_cpu_quota(const char *root) {
         long long q, p;
         if (read_under(root, rel, buf, sizeof buf) > 0 && sscanf(buf, "%lld %lld", &q, &p) == 2 &&
             q > 0 && p > 0) {
+            *period_s = (double)p / 1e6;
             return (double)q / (double)p;
         }
     }
@@ -328,8 +349,11 @@ void sched_probe_cpu_model(const char *root, char *out, size_t cap) {
 uint64_t sched_fingerprint(const sched_device *d) {
     char s[512];
     /* RAM in whole GiB: MemTotal moves by a few pages between kernel builds */
-    snprintf(s, sizeof s, "%s|%d|%d|%" PRIu64 "|%s|%s|%.3f|%s", d->cpu_model, d->cores, d->threads,
-             d->ram_total_bytes >> 30, d->isa, sched_os_name(d->os), d->cpu_quota, lares_version());
+    /* "p2": the profile's format (full-speed rates with the quota beside them,
+     * the streaming read); an older cache never answers */
+    snprintf(s, sizeof s, "p2|%s|%d|%d|%" PRIu64 "|%s|%s|%.3f|%.3f|%s", d->cpu_model, d->cores,
+             d->threads, d->ram_total_bytes >> 30, d->isa, sched_os_name(d->os), d->cpu_quota,
+             d->cpu_quota_period_s, lares_version());
     uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
     for (const char *p = s; *p; p++) {
         h ^= (uint8_t)*p;

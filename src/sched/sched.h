@@ -87,6 +87,9 @@ typedef struct sched_device {
     /* storage */
     double disk_seq_Bps;     /* sequential read (used on Linux and Android) */
     double disk_rand_Bps;    /* 4 KiB random read (used on macOS); 0: the sequential figure */
+    double disk_stream_Bps;  /* reading as the executor streams (populate in unit-sized
+                                pieces, each released after use); used on Linux and Android
+                                when known (0: the sequential figure) */
     int64_t disk_free_bytes; /* bytes of the model this device may keep on disk; -1: the whole
                                 model file is there (prima.cpp's assumption) */
     char disk_path[256];     /* where the disk figures were measured (info) */
@@ -97,6 +100,11 @@ typedef struct sched_device {
     uint64_t vram_avail_bytes; /* Metal: the GPU working-set limit */
     sched_rates gpu_flops;
     double gpu_mem_bw_Bps;
+
+    /* CPU quota (cgroup cpu.cfs_quota_us / cpu.cfs_period_us): the rates above are
+     * full speed (per second a thread runs); the model throttles bursts that spend
+     * the quota of a period and caps the long-run share (docs/scheduling-impl.md) */
+    double cpu_quota_period_s; /* the period; 0: 0.1 s (the kernel's default) */
 
     /* network: the hop from this device to the next one in the ring */
     sched_hop net_out;
@@ -189,7 +197,8 @@ typedef struct sched_opts {
                                     -1: n_ctx / 2 */
     uint32_t kv_elem_bytes;      /* 2 (F16) or 4 (F32) */
     uint32_t hidden_elem_bytes;  /* bytes per hidden-state value on the wire (4: F32) */
-    uint64_t ram_reserve_bytes;  /* kept free on every device (compute buffers, the OS) */
+    uint64_t ram_reserve_bytes;  /* the executor's own needs on every device besides KV and
+                                    page tables: program and buffers (default 48 MiB) */
     uint64_t vram_reserve_bytes; /* kept free on every discrete GPU (driver context) */
     int32_t head;                /* index of the head device (never dropped); -1: a device
                                     marked head, else Halda chooses (docs) and the baselines
@@ -204,6 +213,12 @@ typedef struct sched_opts {
                                whose links are already made sets it */
     bool calibrate_gpu;     /* Halda: the GPU calibration step (default) */
     int32_t max_case_iters; /* case-assignment iterations per k (default 16) */
+    const bool *exclude;    /* borrowed, one per device (NULL: none): devices that must not
+                               be used (failed or left the ring); the head cannot be one */
+    int32_t stream_window_units; /* the executor's streaming window in units (exec_opts
+                                    window_units; default 2) */
+    uint64_t stream_slack_bytes; /* the executor's read-ahead slack (2 x the device's
+                                    read-ahead; default 16 MiB) */
 } sched_opts;
 
 sched_opts sched_opts_default(void);
@@ -215,12 +230,18 @@ typedef struct sched_assign {
     int32_t n_gpu;  /* of which on the GPU: the last n_gpu layers of each window */
     int32_t offset; /* first layer of its window in round 0 */
     sched_case mem_case;
-    /* predicted, per token (all k rounds) */
+    /* predicted, per token (all k rounds): compute (quota throttling included),
+     * waiting for disk (what the reads leave after overlapping the rest of the
+     * ring and its own compute), hops; t_total_s is their sum: the time the token
+     * spends on this device and its hops out */
     double t_cpu_s, t_gpu_s, t_disk_s, t_net_s, t_total_s;
+    double t_layer_s;         /* predicted wall time per layer it runs (compute only): what
+                                 sched_measured.layer_s is compared with */
+    double t_read_s;          /* disk busy per token: disk_read_bytes / throughput */
     uint64_t ram_bytes;       /* weights + KV of its CPU layers (Metal: of all its layers) */
     uint64_t ram_limit_bytes; /* the RAM the model may use there */
     uint64_t vram_bytes;      /* weights + KV of its GPU layers */
-    uint64_t disk_read_bytes; /* re-read from disk per token */
+    uint64_t disk_read_bytes; /* streamed from disk per token (the executor's stream_bytes) */
 } sched_assign;
 
 typedef struct sched_plan {
@@ -271,11 +292,6 @@ lares_status sched_plan_gpu_from(const sched_plan *p, size_t device, int32_t rou
  * (cluster_plan) needs; the ring order is p->a[], the head p->head. */
 void sched_plan_windows(const sched_plan *p, int32_t *w, int32_t *n_gpu);
 
-/* A table of each device's predicted time per token beside a measured one
- * (measured_ms[d] per device index, < 0: not measured), into buf. Returns the
- * length written (truncated at cap). For the head of a ring after a run. */
-size_t sched_plan_format_measured(const sched_plan *p, const sched_device *devs,
-                                  const double *measured_ms, char *buf, size_t cap);
 
 /* Checks a plan against the model and devices: every layer exactly once, w >= 1,
  * 0 <= n_gpu <= w (0 without a GPU), k * W = L, GPU layers within VRAM, KV
@@ -290,6 +306,91 @@ lares_status sched_plan_validate(const sched_plan *p, const sched_model *m,
  * needs (a FLOP/s for a weight type, a hop). */
 lares_status sched_plan_evaluate(sched_plan *p, const sched_model *m, const sched_device *devs,
                                  size_t n, const sched_opts *o, lares_error *err);
+
+/* ---- API for the ring (issues 7, 9) ----
+ *
+ * What the head of an "auto" ring calls (src/api/ring.c, src/cluster). This
+ * block stays stable; additions only.
+ *
+ *   start:   every worker profiles itself (sched_profile_run, cached) and
+ *            sends sched_device_to_json in its WELCOME; the head parses them
+ *            (sched_devices_parse), its own profile at index 0, measures each
+ *            hop into sched_link entries (or sched_device.net_out) and calls
+ *            sched_plan_make with o.head = 0, o.keep_order = true and o.n_ctx =
+ *            the session's context. sched_plan_windows gives w and n per device
+ *            index (w = 0: left out of the ring), p->k the rounds.
+ *   running: per device the head keeps a sched_measured (moving means) from
+ *            the trace of each ACT and the workers' reports; the plan's
+ *            predictions to compare with are sched_assign.t_layer_s (per
+ *            layer), .t_disk_s (disk wait per token), .t_total_s.
+ *   re-plan: sched_replan(model, devs, n, o, current, measured, &next): the
+ *            profiles corrected by what was measured under `current`, then
+ *            sched_plan_make. Failover: o.exclude marks devices that left;
+ *            their measured entries are ignored. devs is never changed.
+ *   report:  sched_plan_format_measured prints predicted beside measured.
+ *
+ * Index convention: every per-device array (devs, meas, o.exclude, the
+ * results of sched_plan_windows) is indexed by device index, not by ring
+ * position. Nothing here blocks or does I/O; plans take milliseconds (8
+ * devices x 80 layers: well under a second).
+ */
+
+/* What the head measured of one device, all means over recent tokens. */
+typedef struct sched_measured {
+    int32_t samples;           /* windows the means cover; 0: nothing measured (the profile
+                                  stands for this device) */
+    double layer_s;            /* wall seconds per layer it computed: each window's time minus
+                                  the disk waits inside it, over the window's layers
+                                  (<= 0: unknown) */
+    double wait_s;             /* seconds per token it waited for weights from disk, over all
+                                  its windows of a token (exec_counters.wait_ns; < 0: unknown) */
+    double read_Bps;           /* throughput its prefetcher read at (exec_counters
+                                  prefetch_bytes / prefetch_ns; <= 0: unknown) */
+    uint64_t mem_budget_bytes; /* its memory budget now (mem_limit auto_bytes, as WELCOME
+                                  carries it; 0: unknown) */
+    sched_hop hop_out;         /* the hop from it to its successor in `current`, measured
+                                  (latency_s < 0: unknown) */
+} sched_measured;
+
+/* Nothing measured: samples 0, every figure unknown. */
+void sched_measured_init(sched_measured *m);
+
+/* The devices as measured: out[d] = devs[d] (n of them) with meas[d] folded in
+ * by fitting the latency model to what `current` showed:
+ *   layer_s > 0:  compute rates (CPU and GPU) scaled so that the model's wall
+ *                 time per layer of d under `current` is layer_s (so a quota's
+ *                 throttling measured at one window size is not double counted);
+ *   read_Bps > 0: the disk figure; else wait_s >= 0 on a device that streams
+ *                 under `current`: the disk figure that makes the model's wait
+ *                 equal wait_s (a device that waited 0 keeps at least its own);
+ *   mem_budget_bytes > 0: memory.available;
+ *   hop_out known: net_out (sched_replan also puts it before o->links).
+ * `current` must have been made for these devices (n_devices == n). Errors:
+ * LARES_EINVAL for a plan or figure that does not fit (the message names it). */
+lares_status sched_devices_calibrate(const sched_model *m, const sched_device *devs, size_t n,
+                                     const sched_opts *o, const sched_plan *current,
+                                     const sched_measured *meas, sched_device *out,
+                                     lares_error *err);
+
+/* Re-plans from measured figures: sched_devices_calibrate, then
+ * sched_plan_make(o) over the calibrated devices (o->exclude left out; a
+ * device with a measured hop gets it for the pair (it, its successor in
+ * `current`)). current may be NULL (then only mem_budget_bytes and hop_out
+ * are used). Errors as sched_plan_make's; LARES_ERANGE when the devices left
+ * cannot hold the model ("these devices cannot hold this model even from
+ * disk: need X, have Y"). */
+lares_status sched_replan(const sched_model *m, const sched_device *devs, size_t n,
+                          const sched_opts *o, const sched_plan *current,
+                          const sched_measured *meas, sched_plan **out, lares_error *err);
+
+/* A table, one line per ring device: predicted beside measured per token --
+ * compute, disk wait, network, total, and the ratio -- then the token latency
+ * (token_s: measured seconds per token, < 0: not measured). meas may be NULL
+ * or have entries with samples == 0 (printed "-"). Into buf, truncated at cap;
+ * returns the length written. */
+size_t sched_plan_format_measured(const sched_plan *p, const sched_device *devs,
+                                  const sched_measured *meas, double token_s, char *buf,
+                                  size_t cap);
 
 /* ---- JSON (jansson; text in, text out) ---- */
 
@@ -367,10 +468,11 @@ sched_os sched_detect_os(const char *root);
  * file pages), swap; fills ram_total/avail/swap_avail of d. */
 lares_status sched_probe_memory(const char *root, sched_device *d, uint64_t *cgroup_limit,
                                 lares_error *err);
-/* The CPU quota of this process's cgroup in cores (0: none). */
-double sched_probe_cpu_quota(const char *root);
+/* The CPU quota of this process's cgroup in cores (0: none) and its period
+ * in seconds (*period_s; 0 with no quota). */
+double sched_probe_cpu_quota(const char *root, double *period_s);
 /* FNV-1a of what identifies the hardware and kernels (CPU model, cores, RAM,
- * ISA, OS, CPU quota, lares version). */
+ * ISA, OS, CPU quota and period, lares version, the profile's format). */
 uint64_t sched_fingerprint(const sched_device *d);
 
 #endif /* LARES_SCHED_H */

@@ -30,8 +30,31 @@ typedef struct sched_costs {
     double *t_head;          /* owned, n: kappa when the device is the head */
     int32_t *gpu_trim;       /* owned, n: GPU layers taken off the mean-layer VRAM bound after
                                 a solution's real layers overflowed it (halda.c) */
-    uint64_t head_bytes;     /* kept in RAM by the head (output matrix, norm) */
+    double *quota_u;         /* owned, n: share of full speed a CPU quota allows its threads
+                                (quota / threads; >= 1: no quota) */
+    double *quota_P;         /* owned, n: the quota's period in seconds */
+    uint64_t head_bytes;     /* the head's output matrix and norm (a unit of its cycle) */
+    uint64_t max_layer_bytes; /* the largest layer's weights (the executor's unit) */
 } sched_costs;
+
+/* What the executor does with a cycle of units (exec/plan.c, replayed). */
+typedef struct sched_stream {
+    bool streams;          /* the cycle does not fit the weight budget */
+    bool too_small;        /* the budget is below the largest unit: the executor refuses */
+    uint64_t largest;      /* the largest unit */
+    uint64_t pinned_bytes; /* units kept resident */
+    uint64_t stream_bytes; /* read from disk every token */
+    uint64_t window_bytes; /* streamed bytes that may be in memory at once */
+} sched_stream;
+
+/* The executor's plan for units unit[0..n) (cycle order) under a weight
+ * budget; fixed_bytes more must fit beside them for "fits" (the head's
+ * embedding). streamed (n, may be NULL) receives which units stream. */
+void sched_stream_plan(const sched_costs *c, const uint64_t *unit, int32_t n_units,
+                       uint64_t fixed_bytes, uint64_t budget, sched_stream *out, bool *streamed);
+/* Wall seconds of a burst of b seconds of full-speed compute on device d under
+ * its CPU quota (b itself without one). */
+double sched_quota_wall(const sched_costs *c, size_t d, double b);
 
 lares_status sched_costs_create(const sched_model *m, const sched_device *devs, size_t n,
                                 const sched_opts *o, sched_costs **out, lares_error *err);
