@@ -30,7 +30,9 @@ void app_session_usage(FILE *to) {
           "      --rebalance on|off  move layers when a device slows down or speeds up\n"
           "                          (default: ring.json's \"rebalance\", else on)\n"
           "      --failover on|off   go on over the others when a worker is lost\n"
-          "                          (default: ring.json's \"failover\", else on)\n",
+          "                          (default: ring.json's \"failover\", else on)\n"
+          "      --placement P       a ring without windows: halda, memory, single or even\n"
+          "                          (default: ring.json's \"placement\", else halda)\n",
           to);
 }
 
@@ -116,6 +118,9 @@ int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
     } else if (is(a, "--failover", NULL)) {
         ok = (v = app_need_value(argc, argv, i)) != NULL &&
              app_parse_on_off(a, v, &o->ring_failover);
+    } else if (is(a, "--placement", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) != NULL;
+        o->ring_placement = v;
     } else {
         return 0;
     }

@@ -58,6 +58,8 @@ static void run_usage(FILE *to) {
           "      --insecure          the ring without encryption or keys (test networks only)\n"
           "      --rebalance on|off  move layers when a device slows down or speeds up (default on)\n"
           "      --failover on|off   go on over the others when a worker is lost (default on)\n"
+          "      --placement P       a ring without windows: halda (default), memory, single,\n"
+          "                          even (overrides ring.json's \"placement\")\n"
           "  -v, --verbose / -q, --quiet\n",
           to);
 }
@@ -202,6 +204,9 @@ static int parse_run(int argc, char **argv, run_opts *o) {
             if (!app_parse_on_off(a, v, &o->session.ring_failover)) {
                 return APP_USAGE;
             }
+        } else if (IS("--placement", NULL)) {
+            VALUE();
+            o->session.ring_placement = v;
         } else if (IS("--isa", NULL)) {
             VALUE();
             o->isa = v;

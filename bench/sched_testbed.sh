@@ -4,7 +4,7 @@
 #
 #   sudo bench/sched_testbed.sh [-m MODEL] [-n TOKENS] [-l RUN_LIMIT_S] [-c CTX] [-p PROFILE_MS]
 #                               [-s CPU_SHARES] [-P "halda memory single even"] [-r REPEATS]
-#                               [-k KEEP_DIR] [-o RESULTS.md]
+#                               [-k KEEP_DIR] [-o RESULTS.md] [-d DEVICES.json] [-T SET]
 #
 # Four devices share this machine (../shared/docs/testbed.md): each is a set of
 # cgroups (memory limit counting the page cache, CPU quota, disk read
@@ -24,7 +24,12 @@
 # own); the quotas still cap each device, and they sum to the machine's 2
 # cores. A placement that overflows a device's memory streams from disk
 # (seconds per token): -l bounds each run. -r repeats every placement (runs
-# alternate placements) and the table shows the median.
+# alternate placements) and the table shows the median. -d takes the devices
+# file of an earlier run (kept with -k) instead of profiling again, so that
+# placements run in separate invocations are planned from the same profiles.
+# -T picks the devices: "mixed" (default; issue 7's four different devices)
+# or "ring" (issue 6's ring benchmark: four equal devices of 0.5 cores, 700 MB
+# and 300 MB/s each, 5 ms links, where every share streams from disk).
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 LARES=${LARES:-$here/build/lares}
@@ -38,6 +43,8 @@ PROFILE_MS=6000
 SHARES=8192
 PLACEMENTS="halda memory single even"
 REPEATS=1
+DEVICES=""
+SET=mixed
 while [ $# -gt 0 ]; do
   case $1 in
     -m) MODEL=$2; shift 2 ;;
@@ -50,8 +57,10 @@ while [ $# -gt 0 ]; do
     -s) SHARES=$2; shift 2 ;;
     -P) PLACEMENTS=$2; shift 2 ;;
     -r) REPEATS=$2; shift 2 ;;
+    -d) DEVICES=$2; shift 2 ;;
+    -T) SET=$2; shift 2 ;;
     *) echo "usage: $0 [-m MODEL] [-n TOKENS] [-l RUN_LIMIT_S] [-c CTX] [-p PROFILE_MS] [-s SHARES]" \
-            "[-P PLACEMENTS] [-r REPEATS] [-k KEEP_DIR] [-o RESULTS.md]" >&2
+            "[-P PLACEMENTS] [-r REPEATS] [-k KEEP_DIR] [-o RESULTS.md] [-d DEVICES.json] [-T mixed|ring]" >&2
        exit 2 ;;
   esac
 done
@@ -71,10 +80,21 @@ REAL_LARES=$LARES
 # ---- the devices: name, CPU quota (cores), memory limit, disk read limit, link delay ----
 # The quotas sum to 2 cores at most (the machine's), so devices do not fight for cores.
 DEVS=(dev0 dev1 dev2 dev3)
-QUOTA=(0.8 0.5 0.4 0.3)
-MEM=(3000M 1800M 1200M 800M)
-DISK=(0 400M 200M 100M) # bytes/s, 0: unthrottled
-DELAY=(2 5 5 10)        # ms added to each device's sends (ring.json link_delay_ms)
+case $SET in
+  mixed)
+    QUOTA=(0.8 0.5 0.4 0.3)
+    MEM=(3000M 1800M 1200M 800M)
+    DISK=(0 400M 200M 100M) # bytes/s, 0: unthrottled
+    DELAY=(2 5 5 10)        # ms added to each device's sends (ring.json link_delay_ms)
+    ;;
+  ring)
+    QUOTA=(0.5 0.5 0.5 0.5)
+    MEM=(700M 700M 700M 700M)
+    DISK=(300M 300M 300M 300M)
+    DELAY=(5 5 5 5)
+    ;;
+  *) echo "-T: mixed or ring, not '$SET'" >&2; exit 2 ;;
+esac
 HOP_MS=0.3              # a hop on loopback besides the delay (docs/performance.md, "Ring")
 
 CG=lares-testbed
@@ -134,7 +154,12 @@ cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 echo "sched_testbed: $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 # ---- each device profiles itself inside its cgroups ----
+if [ -n "$DEVICES" ]; then
+  cp "$DEVICES" "$TMP/devices.json" || exit 1
+  echo "sched_testbed: devices from $DEVICES (not profiled again)" >&2
+fi
 for i in "${!DEVS[@]}"; do
+  [ -n "$DEVICES" ] && break
   d=${DEVS[$i]}
   cold
   "$TMP/in-$d" profile --json --refresh --name "$d" -t 1 -m "$MODEL" --time "$PROFILE_MS" \
@@ -146,7 +171,7 @@ for i in "${!DEVS[@]}"; do
   jq -c '{name, quota: .cpu.quota_cores, q4_k: .cpu.flops_mem.q4_k, mem: .memory.available,
           seq: .disk.seq_read, stream: .disk.stream_read}' "$TMP/$d.device.json" >&2
 done
-jq -s '.' "$TMP"/dev?.device.json >"$TMP/devices.json"
+[ -n "$DEVICES" ] || jq -s '.' "$TMP"/dev?.device.json >"$TMP/devices.json"
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print ""; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 

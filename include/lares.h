@@ -168,6 +168,9 @@ typedef struct lares_session_opts {
      * goes on over the others (a warning). > 0 on, < 0 off (the request fails
      * naming the device), 0: ring.json's "failover", else on. */
     int ring_failover;
+    /* The planner's placement for a ring without windows (issue 7): "halda",
+     * "memory", "single" or "even"; NULL: ring.json's "placement", else halda. */
+    const char *ring_placement;
 } lares_session_opts;
 
 LARES_API lares_session_opts lares_session_opts_default(void);
@@ -396,6 +399,10 @@ typedef struct lares_ring_device {
     uint32_t mem_free_mib;  /* the memory it could still give, last reported; UINT32_MAX unknown */
     double measured_ms;     /* per layer per generated token, the head's moving estimate
                                under the plan in force; < 0 not measured yet */
+    double predicted_ms;    /* the planner's figure beside it (compute per layer); < 0 when
+                               the plan in force did not come from the planner */
+    double predicted_token_ms; /* the planner's time of this device's share of a token
+                                  (compute, disk, its hop out); < 0 as above */
 } lares_ring_device;
 
 typedef struct lares_ring_stats {
@@ -413,6 +420,9 @@ typedef struct lares_ring_stats {
     uint64_t rebuilt_tokens; /* positions re-run to rebuild the KV cache after plan changes */
     uint64_t kv_moved_bytes; /* KV entries copied from old to new owners by plan changes */
     const char *last_switch; /* the last plan change in words ("" none) */
+    const char *placement;   /* what made the plan in force: "explicit" (ring.json's
+                                windows), "even", or the planner's "halda", "memory", "single" */
+    double predicted_token_ms; /* the planner's token latency for it; < 0 none */
 } lares_ring_stats;
 
 /* Figures of a ring session: LARES_EINVAL for a session on one device.

@@ -215,8 +215,10 @@ static void check_conversation(void) {
     lares_session_free(local);
     lares_session_free(remote);
 
-    /* "auto" windows: an even split (the planner fills this later) */
-    ring = write_ring("auto.json", workers, 3, NULL, path, "\"windows\": \"auto\"");
+    /* "auto" windows with "placement": "even": the plain even split (the
+     * planner's placements: tests/e2e/ring_auto.sh) */
+    ring = write_ring("auto.json", workers, 3, NULL, path,
+                      "\"windows\": \"auto\", \"placement\": \"even\"");
     lares_session *s = open_session(m, ring, 0, &err);
     CHECKF(s != NULL, "auto windows: %s", err.msg);
     if (s != NULL) {

@@ -32,7 +32,8 @@ static const char *good =
     "  {\"name\": \"phone\", \"os\": \"android\",\n"
     "   \"cpu\": {\"cores\": 8, \"flops\": {\"*\": 8.6e10}, \"mem_bw\": \"30GB/s\"},\n"
     "   \"memory\": {\"available\": \"1.9GiB\", \"swap_available\": \"512MiB\"},\n"
-    "   \"disk\": {\"seq_read\": \"1.37GB/s\"}}\n"
+    "   \"disk\": {\"seq_read\": \"1.37GB/s\", \"stream_read\": \"1.2GB/s\", "
+    "\"stream_cpu\": \"9GB/s\"}}\n"
     " ],\n"
     " \"links\": [{\"from\": \"phone\", \"to\": \"desk\", \"latency_ms\": 2, \"bandwidth\": "
     "\"1Gbit/s\"}]\n"
@@ -66,6 +67,8 @@ static void test_good(void) {
     CHECK(d[1].net_out.latency_s == 0.008 && d[1].net_out.bandwidth_Bps == 12.5e6);
     CHECK(d[2].os == SCHED_OS_ANDROID && d[2].swap_avail_bytes == 512ull << 20);
     CHECK(d[2].net_out.latency_s < 0); /* not given: the link or the network prices it */
+    CHECK(d[2].disk_stream_Bps == 1.2e9 && d[2].disk_stream_cpu_Bps == 9e9);
+    CHECK(d[0].disk_stream_Bps == 0 && d[0].disk_stream_cpu_Bps == 0);
     CHECK(net.latency_s == 0.004 && net.bandwidth_Bps == 37.5e6);
     CHECK(links[0].from == 2 && links[0].to == 0 && links[1].from == 0 && links[1].to == 2);
     CHECK(links[0].hop.latency_s == 0.002 && links[0].hop.bandwidth_Bps == 125e6);
@@ -90,6 +93,8 @@ static void test_good(void) {
                   back->vram_avail_bytes == d[i].vram_avail_bytes);
             CHECK(fabs(back->mem_bw_Bps / d[i].mem_bw_Bps - 1) < 1e-5);
             CHECK(fabs(back->disk_seq_Bps / d[i].disk_seq_Bps - 1) < 1e-5);
+            CHECK(back->disk_stream_Bps == d[i].disk_stream_Bps &&
+                  back->disk_stream_cpu_Bps == d[i].disk_stream_cpu_Bps);
             for (int t = 0; t < GGUF_TYPE_COUNT; t++) {
                 CHECK(fabs(back->cpu_flops.by_type[t] - d[i].cpu_flops.by_type[t]) <=
                       1e-5 * d[i].cpu_flops.by_type[t]);
@@ -160,6 +165,10 @@ static void test_bad(void) {
         {"{\"name\": \"x\", \"os\": \"macos\", \"cpu\": {\"cores\": 2, \"flops\": {\"*\": 1}, "
          "\"mem_bw\": 1}, \"memory\": {\"available\": 1}, \"disk\": {\"seq_read\": 1}}",
          "device.disk.rand_read: missing (required)"},
+        {"{\"name\": \"x\", \"os\": \"linux\", \"cpu\": {\"cores\": 2, \"flops\": {\"*\": 1}, "
+         "\"mem_bw\": 1}, \"memory\": {\"available\": 1}, \"disk\": {\"seq_read\": 1, "
+         "\"stream_cpu\": -1}}",
+         "device.disk.stream_cpu: must be a non-negative rate"},
         {DEV(", \"gpu\": {\"backend\": \"vulkan\", \"vram_available\": 1, \"flops\": {\"*\": 1}, "
              "\"mem_bw\": 1}"),
          "device.gpu.backend: must be cuda or metal"},

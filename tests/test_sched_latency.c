@@ -102,8 +102,8 @@ static void test_two_devices(void) {
     const sched_assign *a = &p->a[0], *b = &p->a[1];
     /* A: two windows of 0.02 s, and the head's output matrix, max(2e8 / 1e11,
      * 1e7 / 1e10) = 0.002 s, one more burst */
-    CHECKF(NEAR(a->t_cpu_s, 0.042) && NEAR(a->t_layer_s, 0.02), "A cpu %g per layer %g",
-           a->t_cpu_s, a->t_layer_s);
+    CHECKF(NEAR(a->t_cpu_s, 0.042) && NEAR(a->t_layer_s, 0.02), "A cpu %g per layer %g", a->t_cpu_s,
+           a->t_layer_s);
     CHECKF(NEAR(a->t_net_s, 0.010), "A net %g", a->t_net_s); /* 2 rounds x 0.005 */
     CHECK(a->t_disk_s == 0 && a->mem_case == SCHED_CASE_FITS && a->disk_read_bytes == 0);
     /* A is the head: 1e9 - 1e7 of RAM for layers, 2 x 200000004 needed */
@@ -233,8 +233,7 @@ static void test_attention(void) {
     if (p != NULL) {
         /* attention: 4 x 32 heads x 128 x 1000 = 16384000 FLOPs at 1e10 = 1.6384e-3 s;
          * K and V read: 2 x 8 x 128 x 1000 x 2 bytes = 4096000 at 1e10 = 4.096e-4 s */
-        CHECKF(NEAR(p->a[0].t_cpu_s, 0.02 + 1.6384e-3 + 0.002), "attention %g",
-               p->a[0].t_cpu_s);
+        CHECKF(NEAR(p->a[0].t_cpu_s, 0.02 + 1.6384e-3 + 0.002), "attention %g", p->a[0].t_cpu_s);
         /* memory: 4096 positions of KV held = 2 x 8 x 128 x 4096 x 2 = 16777216 bytes */
         CHECK(p->a[0].ram_bytes == 200000000ull + 16777216ull);
         sched_plan_free(p);
@@ -307,8 +306,7 @@ static void test_overlap(void) {
     o.keep_order = true;
     CHECK_OK(sched_plan_make(m, devs, 2, &o, &p, &err), &err);
     if (p != NULL) {
-        printf("overlap: halda k=%d S %d C %d: %.4f s\n", p->k, p->a[0].w, p->a[1].w,
-               p->t_token_s);
+        printf("overlap: halda k=%d S %d C %d: %.4f s\n", p->k, p->a[0].w, p->a[1].w, p->t_token_s);
         CHECKF(p->t_token_s <= 0.54 + 1e-9, "halda: k=%d T %g", p->k, p->t_token_s);
         sched_plan_free(p);
     }
@@ -360,6 +358,64 @@ static void test_quota(void) {
         CHECKF(NEAR(p->a[1].t_cpu_s, 0.08 + 0.16 - 0.126016), "share: Q cpu %g", p->a[1].t_cpu_s);
         sched_plan_free(p);
     }
+    toy_free(m);
+}
+
+/* The prefetch thread's kernel work comes out of a CPU quota too: C of the
+ * overlap test streams 6e8 bytes a token; at 3e9 bytes per CPU-second that
+ * is 0.2 s of CPU beside its 0.08 s of compute, and a quota of half a core
+ * needs (0.08 + 0.2) / 0.5 = 0.56 s of wall time for it, more than the
+ * chain's 0.54 s. Also: Halda held to a number of rounds. */
+static void test_read_cpu(void) {
+    lares_error err = {0};
+    sched_model *m = toy_model(6);
+    sched_device devs[2];
+    dev_s(&devs[0]);
+    dev_c(&devs[1]);
+    devs[1].threads = 1;
+    devs[1].cpu_quota = 0.5;
+    devs[1].cpu_quota_period_s = 0.1;
+    sched_opts o = toy_opts();
+    size_t ring[2] = {0, 1};
+    int32_t w2[2] = {1, 2};
+    sched_plan *p = NULL;
+    CHECK_OK(sched_plan_from_windows(m, devs, 2, &o, ring, w2, NULL, 2, &p, &err), &err);
+    if (p != NULL) { /* bursts of 0.04 s within the quota; reading not priced */
+        CHECKF(NEAR(p->t_token_s, 0.54), "no read CPU: T %g", p->t_token_s);
+        sched_plan_free(p);
+    }
+    devs[1].disk_stream_cpu_Bps = 3e9;
+    CHECK_OK(sched_plan_from_windows(m, devs, 2, &o, ring, w2, NULL, 2, &p, &err), &err);
+    if (p != NULL) {
+        CHECKF(NEAR(p->t_token_s, 0.56), "read CPU: T %g", p->t_token_s);
+        CHECKF(NEAR(p->a[1].t_cpu_s, 0.08 + 0.02), "read CPU: C cpu %g", p->a[1].t_cpu_s);
+        sched_plan_free(p);
+    }
+    /* without a quota the reader runs on another core: not priced */
+    devs[1].cpu_quota = 0;
+    CHECK_OK(sched_plan_from_windows(m, devs, 2, &o, ring, w2, NULL, 2, &p, &err), &err);
+    if (p != NULL) {
+        CHECKF(NEAR(p->t_token_s, 0.54), "no quota: T %g", p->t_token_s);
+        sched_plan_free(p);
+    }
+    /* rounds: k held; one that does not divide the 6 layers is refused */
+    o.head = 0;
+    for (int32_t k = 1; k <= 3; k++) {
+        o.rounds = k;
+        CHECK_OK(sched_plan_make(m, devs, 2, &o, &p, &err), &err);
+        if (p != NULL) {
+            CHECKF(p->k == k, "rounds %d: k=%d", k, p->k);
+            sched_plan_free(p);
+        }
+    }
+    o.rounds = 4;
+    p = NULL;
+    CHECK(sched_plan_make(m, devs, 2, &o, &p, &err) == LARES_EINVAL && p == NULL);
+    CHECKF(strstr(err.msg, "4 rounds") != NULL, "%s", err.msg);
+    devs[1].disk_stream_cpu_Bps = -1;
+    o.rounds = 0;
+    p = NULL;
+    CHECK(sched_plan_make(m, devs, 2, &o, &p, &err) == LARES_EINVAL && p == NULL);
     toy_free(m);
 }
 
@@ -471,6 +527,7 @@ int main(void) {
     test_attention();
     test_overlap();
     test_quota();
+    test_read_cpu();
     test_from_gguf();
     test_shapes();
     test_units();

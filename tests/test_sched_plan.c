@@ -6,6 +6,7 @@
  * the model -- is refused with a message naming the device or layer.
  */
 #include "check.h"
+#include "lares.h"
 #include "sched/sched.h"
 
 #define MB 1000000ull
@@ -60,6 +61,47 @@ static void expect_invalid(sched_plan *p, const sched_model *m, const sched_devi
     check_count++;
 }
 #define INVALID(p, code, a, b) expect_invalid(p, m, d, &o, code, a, b, __LINE__)
+
+/* lares_plan's "halda:k=N": Halda held to N rounds, N a divisor of the layers */
+static void test_rounds_placement(void) {
+    static const char devs[] =
+        "{\"network\": {\"latency_ms\": 2, \"bandwidth\": \"1GB/s\"}, \"devices\": ["
+        "{\"name\": \"a\", \"os\": \"linux\", \"head\": true, \"cpu\": {\"cores\": 4, "
+        "\"flops\": {\"*\": 5e10}, \"mem_bw\": \"20GB/s\"}, \"memory\": {\"available\": "
+        "\"3GiB\"}, \"disk\": {\"seq_read\": \"1GB/s\"}},"
+        "{\"name\": \"b\", \"os\": \"linux\", \"cpu\": {\"cores\": 4, \"flops\": {\"*\": "
+        "5e10}, \"mem_bw\": \"20GB/s\"}, \"memory\": {\"available\": \"3GiB\"}, "
+        "\"disk\": {\"seq_read\": \"1GB/s\"}}]}";
+    lares_plan_opts o = lares_plan_opts_default();
+    o.shape = "llama2-7b:q4_k_m";
+    o.n_ctx = 256;
+    const struct {
+        const char *placement;
+        const char *expect; /* in the JSON, or in the error when status is not OK */
+        bool ok;
+    } cases[] = {
+        {"halda:k=2", "\"k\": 2,", true},
+        {"halda:k=4", "\"k\": 4,", true},
+        {"halda:k=3", "3 rounds do not divide the 32 layers", false},
+        {"halda:k=0", "unknown placement 'halda:k=0'", false},
+        {"halda:k=", "unknown placement", false},
+        {"halda:k=2x", "unknown placement", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        lares_error err = {0};
+        char *json = NULL;
+        o.placement = cases[i].placement;
+        lares_status st = lares_plan(&o, devs, strlen(devs), "devices", &json, &err);
+        if (cases[i].ok) {
+            CHECKF(st == LARES_OK && json != NULL && strstr(json, cases[i].expect) != NULL,
+                   "%s: %d %s", cases[i].placement, st, st == LARES_OK ? json : err.msg);
+        } else {
+            CHECKF(st == LARES_EINVAL && strstr(err.msg, cases[i].expect) != NULL, "%s: %d %s",
+                   cases[i].placement, st, err.msg);
+        }
+        lares_free(json);
+    }
+}
 
 int main(void) {
     lares_error err = {0};
@@ -176,5 +218,6 @@ int main(void) {
 
     lares_free(m->layers);
     free(m);
+    test_rounds_placement();
     return check_finish("sched_plan");
 }

@@ -215,6 +215,10 @@ static void test_real_profile(void) {
     CHECK(d2.disk_free_bytes > 0 && strcmp(d2.disk_path, root) == 0);
     /* the temporary file is big enough to stream (pieces of half of it) */
     CHECKF(d2.disk_stream_Bps > 0, "stream %g", d2.disk_stream_Bps);
+    /* and the reading thread's CPU per byte comes with it: reading a page costs
+     * some CPU, and not more than the whole time spent reading */
+    CHECKF(d2.disk_stream_cpu_Bps >= d2.disk_stream_Bps * 0.5 && isfinite(d2.disk_stream_cpu_Bps),
+           "stream %g B/s, %g B per CPU-second", d2.disk_stream_Bps, d2.disk_stream_cpu_Bps);
     /* refresh measures everything */
     o.refresh = true;
     CHECK_OK(sched_profile_run(&o, &d2, &info, &err), &err);

@@ -18,6 +18,7 @@
 
 #include "api/api.h"
 #include "cluster/cluster.h"
+#include "sched/sched.h"
 
 #include <stdatomic.h>
 
@@ -44,9 +45,21 @@ typedef struct api_ring {
     _Atomic uint64_t replans, failovers;
     uint64_t rebuilt_tokens, kv_moved_bytes;
     double switch_ms, last_switch_ms;
-    char last_switch[768];
+    char last_switch[2048];
     bool in_switch;         /* a re-run is going on: no monitoring, no nested switches */
     uint64_t last_probe_ns; /* when devices out of the plan were last asked back */
+    /* automatic placement (issue 7, ring_plan.c): set when the first plan came
+     * from the planner ("auto" windows, "placement" not "even") */
+    bool planned;
+    char placement[16];     /* what made the plan in force: "explicit", "even", "halda", ... */
+    sched_model *sm;        /* owned: the model as the planner sees it */
+    sched_device *devs;     /* owned, n_cfg: the profiles, ring.json order, the head first */
+    sched_opts so;          /* the planner's options (exclude points at scratch per call) */
+    sched_plan *splan;      /* owned: the planner's plan in force; NULL after a fallback */
+    sched_plan *splan_next; /* owned: the plan a re-plan proposes, until it is in force */
+    double predicted_ms[CLUSTER_MAX_DEVICES];       /* per layer per token; < 0 unknown */
+    double predicted_token_ms[CLUSTER_MAX_DEVICES]; /* the device's share of a token */
+    double predicted_latency_ms;                    /* a token; < 0 unknown */
     /* scratch, sized at open: the batch in flight survives a failover */
     float *x_saved;     /* owned, n_batch x n_embd */
     int32_t *pos_saved; /* owned, n_batch */
@@ -69,6 +82,24 @@ lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *e
 void ring_monitor_token(api_ring *r);
 /* Layers per device (ring.json index) under the plan in force. */
 void ring_layers_by_device(const api_ring *r, int32_t *layers);
+
+/* ring_plan.c */
+
+/* "auto" windows by the planner: the workers' profiles (from WELCOME), the
+ * head's own, the hops measured by a probe plan; the plan's windows into
+ * *plan over members[] (ring.json indexes; devices left out have none).
+ * Sets r->planned, r->sm, r->devs, r->splan and the predictions. */
+lares_status ring_plan_auto(lares_session *s, api_ring *r, cluster_plan *plan, int32_t *members,
+                            lares_error *err);
+/* A re-plan by the planner (sched_replan) over the candidates cand[0..n)
+ * (ring.json indexes, cand[0] = 0; the others are excluded), with what the
+ * monitor measured. The sched plan waits in r->splan_next. */
+lares_status ring_plan_replan(api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
+                              int32_t *members, lares_error *err);
+/* The proposed plan (r->splan_next; NULL: a plan not made by the planner) is
+ * in force: its predictions replace the old ones. */
+void ring_plan_adopt(api_ring *r);
+void ring_plan_free(api_ring *r);
 
 /* ring_switch.c */
 

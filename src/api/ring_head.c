@@ -15,6 +15,7 @@ void api_ring_free(api_ring *r) {
         return;
     }
     cluster_head_close(r->head);
+    ring_plan_free(r);
     lares_free(r->rc);
     lares_free(r->windows);
     lares_free(r->x_saved);
@@ -107,15 +108,38 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     if (st == LARES_OK) {
         st = cluster_ring_load(s->o.ring, r->rc, err);
     }
-    if (st == LARES_OK && r->rc->placement[0] != '\0' && strcmp(r->rc->placement, "even") != 0) {
+    const char *pl = s->o.ring_placement;
+    if (st == LARES_OK && pl != NULL) {
+        if (strcmp(pl, "even") != 0 && sched_placement_from_name(pl) < 0) {
+            st = lares_fail(err, LARES_EINVAL, "placement \"%s\": halda, memory, single or even",
+                            pl);
+        } else {
+            snprintf(r->rc->placement, sizeof r->rc->placement, "%s", pl);
+        }
+    }
+    /* "auto" windows come from the planner unless "placement" is "even" (the
+     * plain split, no profiles needed) */
+    const bool planned =
+        st == LARES_OK && r->rc->auto_windows && strcmp(r->rc->placement, "even") != 0;
+    if (st == LARES_OK && !r->rc->auto_windows && r->rc->placement[0] != '\0' &&
+        strcmp(r->rc->placement, "even") != 0) {
         st = lares_fail(err, LARES_EINVAL,
-                        "%s: \"placement\": \"%s\" is not wired into the ring's head yet; "
-                        "give explicit windows, or \"even\"",
+                        "%s: \"placement\": \"%s\" chooses the windows, but every device "
+                        "gives \"w\"; drop the \"w\"s (or \"windows\": \"auto\") to let "
+                        "the planner choose them",
                         s->o.ring, r->rc->placement);
     }
     if (st == LARES_OK) {
+        /* planned: the even split stands in until the planner has the profiles */
         st = cluster_ring_plan(r->rc, m->hp.n_layer, &plan, err);
     }
+    int32_t members[CLUSTER_MAX_DEVICES];
+    for (int32_t d = 0; d < CLUSTER_MAX_DEVICES; d++) {
+        members[d] = d;
+        r->predicted_ms[d] = r->predicted_token_ms[d] = -1;
+    }
+    r->predicted_latency_ms = -1;
+    snprintf(r->placement, sizeof r->placement, "%s", r->rc->auto_windows ? "even" : "explicit");
     if (st == LARES_OK && insecure) {
         lares_log(LARES_LOG_WARN,
                   "cluster: --insecure: this ring runs without encryption or keys; "
@@ -130,11 +154,9 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     }
     if (st == LARES_OK) {
         r->n_cfg = r->rc->n_dev;
-        r->rounds = cluster_plan_rounds(&plan);
         r->rebalance = choice(s->o.ring_rebalance, r->rc->rebalance);
         r->failover = choice(s->o.ring_failover, r->rc->failover);
         r->rebuild_batched = strcmp(r->rc->rebuild, "batched") == 0;
-        head_windows(r, &plan);
         st = device_caps(s, r, err);
     }
     if (st == LARES_OK) {
@@ -158,11 +180,17 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
             .insecure = insecure,
             .head_name = host,
             .failover = r->failover,
+            .profile_ms = planned ? (uint32_t)r->rc->profile_ms : 0,
             .kv_row_bytes = (uint32_t)(s->kv->row_elems * (s->kv->type == GGUF_TYPE_F32 ? 4 : 2))};
         st = cluster_head_open(&ho, &r->head, err);
     }
+    if (st == LARES_OK && planned) {
+        st = ring_plan_auto(s, r, &plan, members, err);
+    }
     if (st == LARES_OK) {
-        st = cluster_head_set_plan(r->head, &plan, NULL, 0, err);
+        r->rounds = cluster_plan_rounds(&plan);
+        head_windows(r, &plan);
+        st = cluster_head_set_plan(r->head, &plan, members, 0, err);
     }
     if (st != LARES_OK) {
         api_ring_free(r);
@@ -175,8 +203,9 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     char desc[256];
     cluster_plan_describe(&plan, desc, sizeof desc);
     lares_log(LARES_LOG_INFO,
-              "cluster: ring of %d devices ready: %s (re-balancing %s, failover %s)", plan.n_dev,
-              desc, r->rebalance ? "on" : "off", r->failover ? "on" : "off");
+              "cluster: ring of %d devices ready: %s, placement %s (re-balancing %s, failover %s)",
+              plan.n_dev, desc, r->placement, r->rebalance ? "on" : "off",
+              r->failover ? "on" : "off");
     eo->windows = r->windows;
     eo->n_windows = r->n_windows;
     s->ring = r;
@@ -326,6 +355,8 @@ lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *
     out->rebuilt_tokens = r->rebuilt_tokens;
     out->kv_moved_bytes = r->kv_moved_bytes;
     out->last_switch = r->last_switch;
+    out->placement = r->placement;
+    out->predicted_token_ms = r->predicted_latency_ms;
     for (int32_t d = 0; d < r->n_cfg; d++) {
         const cluster_device_stats *ds = cluster_head_device(h, d);
         if (d > 0) {
@@ -352,7 +383,9 @@ lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *
                                 .disk_wait_ms = (double)ds->wait_us / 1e3,
                                 .major_faults = ds->major_faults,
                                 .mem_free_mib = ds->mem_free_mib,
-                                .measured_ms = i >= 0 ? cluster_monitor_ms(&r->mon, d) : -1};
+                                .measured_ms = i >= 0 ? cluster_monitor_ms(&r->mon, d) : -1,
+                                .predicted_ms = i >= 0 ? r->predicted_ms[d] : -1,
+                                .predicted_token_ms = i >= 0 ? r->predicted_token_ms[d] : -1};
     }
     return LARES_OK;
 }

@@ -197,6 +197,9 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     if (st == LARES_OK) {
         st = cluster_head_set_plan(h, p, members, CLUSTER_PLAN_KEEP_KV, err);
     }
+    if (st == LARES_OK) {
+        ring_plan_adopt(r); /* the planner's predictions, or none after a fallback */
+    }
     uint64_t moved_bytes = 0;
     for (int32_t l = end, j = 0; l < n_layer && st == LARES_OK && buf != NULL; l++) {
         if (before[l] == after[l]) {
@@ -265,6 +268,24 @@ static lares_status balance(const api_ring *r, const int32_t *cand, int32_t n, c
     return st;
 }
 
+/* The next plan over cand[0..n): by the planner (sched_replan) when the plan
+ * in force came from it, else, or when it fails, by cluster_plan_balance.
+ * *by says which, for the log line. */
+static lares_status replan(api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
+                           int32_t *members, char *by, size_t cap, lares_error *err) {
+    if (r->planned) {
+        lares_error perr = {0};
+        if (ring_plan_replan(r, cand, n, out, members, &perr) == LARES_OK) {
+            snprintf(by, cap, "planner (%s)", r->placement);
+            return LARES_OK;
+        }
+        snprintf(by, cap, "cluster_plan_balance (the planner failed: %s)", perr.msg);
+    } else {
+        snprintf(by, cap, "cluster_plan_balance");
+    }
+    return balance(r, cand, n, out, members, err);
+}
+
 lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     api_ring *r = s->ring;
     cluster_head *h = r->head;
@@ -288,7 +309,8 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     cluster_plan p;
     int32_t members[CLUSTER_MAX_DEVICES];
     lares_error perr = {0};
-    lares_status st = balance(r, cand, n_cand, &p, members, &perr);
+    char by[LARES_ERROR_MSG_MAX + 64];
+    lares_status st = replan(r, cand, n_cand, &p, members, by, sizeof by, &perr);
     if (st != LARES_OK) {
         return lares_fail(err, st, "ring: lost %s: %s; and %s", lost, cause.msg, perr.msg);
     }
@@ -296,8 +318,8 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
               "cluster: lost %s (%s): going on with %d device%s; the generation continues", lost,
               cause.msg, p.n_dev, p.n_dev == 1 ? "" : "s");
     atomic_fetch_add(&r->failovers, 1);
-    char why[768];
-    snprintf(why, sizeof why, "lost %s", lost);
+    char why[1536];
+    snprintf(why, sizeof why, "lost %s; new plan by %s", lost, by);
     return switch_plan(s, &p, members, keep, "failover", why, err);
 }
 
@@ -328,17 +350,18 @@ lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
     const double now_ms = plan_cost_ms(r, cur, cur_members);
     double next_ms = now_ms;
     bool same = false;
-    if (balance(r, cand, n_cand, &p, members, &perr) == LARES_OK) {
+    char by[LARES_ERROR_MSG_MAX + 64] = "";
+    if (replan(r, cand, n_cand, &p, members, by, sizeof by, &perr) == LARES_OK) {
         next_ms = plan_cost_ms(r, &p, members);
         same = p.n_dev == cur->n_dev;
         for (int32_t i = 0; same && i < p.n_dev; i++) {
             same = members[i] == cur_members[i] && p.w[i] == cur->w[i];
         }
     }
-    char what[768];
+    char what[1536];
     const cluster_ring_device *rd = cluster_head_ring_device(h, drifted);
-    snprintf(what, sizeof what, "%s %s; predicted %.2f ms per token -> %.2f",
-             rd != NULL ? rd->name : "?", why, now_ms, next_ms);
+    snprintf(what, sizeof what, "%s %s; predicted %.2f ms per token -> %.2f; new plan by %s",
+             rd != NULL ? rd->name : "?", why, now_ms, next_ms, by);
     if (same || !(next_ms < now_ms * (1 - r->mon.o.min_gain))) {
         lares_log(LARES_LOG_INFO,
                   "cluster: re-balancing weighed and refused (gain below %.0f %%): %s",
@@ -396,7 +419,8 @@ lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
     cluster_plan p;
     int32_t members[CLUSTER_MAX_DEVICES];
     lares_error perr = {0};
-    if (balance(r, cand, n_cand, &p, members, &perr) != LARES_OK) {
+    char by[LARES_ERROR_MSG_MAX + 64];
+    if (replan(r, cand, n_cand, &p, members, by, sizeof by, &perr) != LARES_OK) {
         return LARES_OK; /* the plan in force still works */
     }
     bool same = p.n_dev == cur->n_dev;
@@ -408,7 +432,7 @@ lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
         return LARES_OK;
     }
     atomic_fetch_add(&r->replans, 1);
-    char why[640];
-    snprintf(why, sizeof why, "%s answered again", back);
+    char why[1536];
+    snprintf(why, sizeof why, "%s answered again; new plan by %s", back, by);
     return switch_plan(s, &p, members, keep, "rejoin", why, err);
 }

@@ -86,6 +86,8 @@ typedef enum cluster_kv_op {
 /* PLAN flags */
 #define CLUSTER_PLAN_KEEP_KV 1u /* a re-plan: keep the KV entries of the layers still held */
 #define CLUSTER_PLAN_PROBE   2u /* link and measure the hop to the successor; no windows */
+/* the filler of the probe plan's bandwidth PING (the empty one gives the latency) */
+#define CLUSTER_PROBE_PING_BYTES (256u << 10)
 #define CLUSTER_PLAN_FLAGS   3u
 /* STOP reasons */
 #define CLUSTER_STOP_END     0u /* the session ended */

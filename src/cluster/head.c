@@ -39,6 +39,7 @@ typedef struct head_io {
     char last_event[CLUSTER_MAX_DEVICES][200];
     int handshake_fails[CLUSTER_MAX_DEVICES]; /* handshakes the worker closed on us */
     uint32_t hb_ms, timeout_ms, connect_ms, delay_ms;
+    uint32_t hello_ms; /* answer time for HELLO: connect_ms, plus the profile's when asked */
     uint64_t hb_counter;
     net_outbox out;
     uint8_t buf[512];
@@ -95,7 +96,7 @@ static bool io_from_pipe(head_io *io, uint64_t now) {
         const uint16_t type = len >= CLUSTER_HEADER_BYTES ? rd_u16le(f + 6) : 0;
         if (type == CLUSTER_HELLO) {
             io->state[dev] = DEV_HELLO;
-            io->hello_deadline_ns[dev] = now + (uint64_t)io->connect_ms * 1000000u;
+            io->hello_deadline_ns[dev] = now + (uint64_t)io->hello_ms * 1000000u;
         }
         if (io->state[dev] != DEV_FAILED &&
             net_outbox_send(&io->out, io->delay_ms, io->dealer[dev], NULL, 0, f, len) != 0) {
@@ -194,11 +195,16 @@ static void io_timers(head_io *io, uint64_t now) {
                 io_fault(io, d, LARES_ENET, "cannot send a heartbeat: %s",
                          zmq_strerror(zmq_errno()));
             }
-        } else if (io->state[d] == DEV_HELLO && now > io->hello_deadline_ns[d]) {
+        } else if (io->state[d] == DEV_HELLO && now <= io->hello_deadline_ns[d]) {
+            /* a worker measuring itself before its WELCOME must not take the
+             * head for silent; a send that fails here (not connected yet) is
+             * left to the hello deadline */
+            (void)net_outbox_send(&io->out, io->delay_ms, io->dealer[d], NULL, 0, io->buf, n);
+        } else if (io->state[d] == DEV_HELLO) {
             io_fault(io, d, LARES_ENET,
                      "no answer to hello within %u ms (last connection event: "
                      "%s)",
-                     io->connect_ms, io->last_event[d][0] ? io->last_event[d] : "none");
+                     io->hello_ms, io->last_event[d][0] ? io->last_event[d] : "none");
         }
     }
 }
@@ -300,7 +306,7 @@ struct cluster_head {
 
 /* filler of the bandwidth probes: a few hidden states' worth, small enough for
  * a slow link (256 KiB take 21 ms at 100 Mbit/s) */
-#define PROBE_PING_BYTES (256u << 10)
+#define PROBE_PING_BYTES CLUSTER_PROBE_PING_BYTES
 #define PROBE_TRIES      3
 
 static const char *dev_name(const cluster_head *h, int32_t d) {
@@ -906,6 +912,8 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
         h->io.hb_ms = h->hb_ms;
         h->io.timeout_ms = h->timeout_ms;
         h->io.connect_ms = h->connect_ms;
+        h->io.hello_ms = h->profile_ms > 0 ? h->connect_ms + 2000 + 2 * h->profile_ms
+                                           : h->connect_ms;
         h->io.delay_ms = (uint32_t)rc->dev[0].link_delay_ms;
         if (net_thread_start(&h->thread, io_main, &h->io) != 0) {
             st = lares_fail(err, LARES_ENOMEM, "cannot start the head's network thread");

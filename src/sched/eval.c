@@ -13,7 +13,9 @@
  *             C_m = sum_r wall(b_r) + GPU time. The head's output matrix is
  *             one more burst.
  *   memory    as the executor plans it (exec/plan.c): the device's memory
- *             budget, less its KV cache, is the weight budget B; when the
+ *             budget, less the KV cache the token's n_past + 1 positions touch
+ *             (the executor re-plans as the cache fills; the plan's limits are
+ *             checked at n_ctx), is the weight budget B; when the
  *             weights of its cycle (its windows in round order; the output
  *             matrix on the head) exceed B, it streams: slack S and a window
  *             of window_units x the largest unit stay free, the rest pins
@@ -35,9 +37,12 @@
  *                                                                all the token, not
  *                                                                while throttled or
  *                                                                blocked)
- *            max_m Cf_m / u_m,              over quota'd m )    (its long-run share)
+ *            max_m (Cf_m + Rc_m) / u_m,     over quota'd m )    (its long-run share)
  *
- * where Cf_m is m's full-speed compute. When a bound wins, the difference is
+ * where Cf_m is m's full-speed compute and Rc_m = R_m / the profile's
+ * stream_cpu: the CPU its prefetch thread spends in the kernel reading R_m
+ * (page-cache allocation, charging, mapping), which a quota takes from the
+ * same share as the compute. When a bound wins, the difference is
  * charged to that device (its disk wait, or its compute): it is where the
  * ring would wait.
  */
@@ -152,8 +157,10 @@ lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_err
     bool *streamed = lares_calloc(L + 1, sizeof *streamed);
     double *cfull = lares_calloc(p->n, sizeof *cfull);
     double *busy = lares_calloc(p->n, sizeof *busy);
+    double *rcpu = lares_calloc(p->n, sizeof *rcpu);
     lares_status st = LARES_OK;
-    if (unit == NULL || layer == NULL || streamed == NULL || cfull == NULL || busy == NULL) {
+    if (unit == NULL || layer == NULL || streamed == NULL || cfull == NULL || busy == NULL ||
+        rcpu == NULL) {
         st = lares_fail(err, LARES_ENOMEM, "out of memory");
         goto done;
     }
@@ -186,12 +193,12 @@ lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_err
                     g += c->t_gpu[dv * L + (size_t)l];
                     vram += c->bp[l];
                     if (uni) {
-                        kv_ram += c->kv_bytes;
+                        kv_ram += c->kv_past_bytes;
                     }
                 } else {
                     b += c->t_cpu[dv * L + (size_t)l];
                     ram += c->bp[l];
-                    kv_ram += c->kv_bytes;
+                    kv_ram += c->kv_past_bytes;
                 }
             }
             c_full += b;
@@ -254,6 +261,7 @@ lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_err
             a->t_net_s = p->k * hop;
         }
         cfull[i] = c_full;
+        rcpu[i] = (double)sp.stream_bytes * c->read_cpu[dv];
         busy[i] = a->t_read_s + (c_wall - c_full) + blocked_busy;
         chain += c_wall + g + z + a->t_net_s;
     }
@@ -271,8 +279,8 @@ lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_err
                 bind_disk = true;
             }
         }
-        if (u < 1 && cfull[i] / u > T) {
-            T = cfull[i] / u;
+        if (u < 1 && (cfull[i] + rcpu[i]) / u > T) {
+            T = (cfull[i] + rcpu[i]) / u;
             bind = i;
             bind_disk = false;
         }
@@ -302,5 +310,6 @@ done:
     lares_free(streamed);
     lares_free(cfull);
     lares_free(busy);
+    lares_free(rcpu);
     return st;
 }

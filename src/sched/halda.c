@@ -423,7 +423,7 @@ static lares_status solve_set(halda *h, sched_plan **out, lares_error *err) {
         kw.d[i].device = ring[i];
     }
     for (int32_t k = 1; k <= L; k++) {
-        if (L % k != 0 || L / k < (int32_t)M) {
+        if (L % k != 0 || L / k < (int32_t)M || (c->o->rounds > 0 && k != c->o->rounds)) {
             continue;
         }
         sched_plan *p;

@@ -2,16 +2,21 @@
  * One integer linear program of Halda (scheduling.md): for a fixed number of
  * rounds k, a fixed set of devices in ring order and a fixed memory case per
  * device, choose w_m (layers per window) and n_m (of which on the GPU) to
- * minimise the token latency
+ * minimise the token latency T of the latency model (eval.c), linearised
+ * with the mean layer (a_m, g_m: seconds per CPU / GPU layer; b' the mean
+ * bytes of a layer with its KV; x_m = w_m - n_m its RAM layers, w_m with
+ * Metal):
  *
- *   T = k * sum_m [ a_m w_m + c_m n_m + hop_m ] + const + kappa
- *
- * with, per layer and with b' the mean bytes of a layer (weights + KV):
- *   a_m = t_cpu_m                 (+ b' / s_m when m overflows: each CPU layer
- *                                   beyond what RAM holds is read from disk)
- *   c_m = t_gpu_m - t_cpu_m       (- b' / s_m when m overflows and its GPU is
- *                                   discrete: a GPU layer leaves the RAM share)
- *   const = - sum over overflowing m of RAM_m / s_m
+ *   T >= sum_m [ c_m + k g_m n_m + z_m ] + k hops + kappa       (the chain)
+ *     c_m = k a_m x_m without a quota; with one (u_m of a core per period P):
+ *     c_m >= k a_m x_m and c_m >= k (a_m x_m / u_m - P (1 - u_m)) (bursts)
+ *   T >= (k a_m x_m + kappa + rc_m R_m) / u_m                  (a quota's share;
+ *                                                   rc_m: read CPU per byte)
+ *   overflowing m: R_m = k b' x_m - pin_m streamed bytes (pin_m = RAM - slack
+ *     - window, what stays resident), read at s_m;
+ *     z_m >= R_m / s_m - k a_m (x_m - 1) - k g_m n_m - k V_m / s_m
+ *                                                  (the wait after overlap)
+ *     T >= R_m / s_m + (c_m - k a_m x_m)              (its disk busy)
  * subject to
  *   sum_m w_m = W = L / k,  1 <= w_m,  0 <= n_m <= w_m,  k n_m b' <= VRAM_m (**),
  *   fits:     k (w_m - n_m) b' <= RAM_m    (Metal: k w_m b' <= RAM_m)
@@ -23,7 +28,8 @@
  * (**) with the mean b' first; when the real layers of the solution do not fit,
  *     the device's bound is lowered by one and the program solved again.
  * Because w and n are integers, every memory row is an integer bound on
- * w_m - n_m (or w_m), which keeps GLPK's numbers small and exact.
+ * w_m - n_m (or w_m), which keeps GLPK's numbers small and exact. Halda then
+ * prices each solution with the layer-by-layer model and keeps the best.
  */
 #include "sched/sched_impl.h"
 
@@ -187,6 +193,7 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
         const double a = c->avg_tc[d], g = c->avg_tg[d];
         const double u = c->quota_u[d], P = c->quota_P[d];
         const bool quota = u < 1;
+        int share_row = -1;
         glp_set_col_kind(lp, cw, GLP_IV);
         glp_set_col_kind(lp, cn, GLP_IV);
         if (wr.lo == wr.hi) {
@@ -248,8 +255,10 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
             put(&r, row + 1, cc, 1);
             put(&r, row + 1, cw, -(double)k * a / u);
             put(&r, row + 1, cn, (double)k * a / u);
-            /* its long-run share: T >= (k a (w - n) + kappa) / u */
+            /* its long-run share: T >= (k a (w - n) + kappa [+ R rc]) / u, rc the
+             * prefetch thread's CPU per byte (added below when m streams) */
             row = glp_add_rows(lp, 1);
+            share_row = row;
             glp_set_row_bnds(lp, row, GLP_LO, d == head ? kappa / u : 0, 0);
             put(&r, row, colT, 1);
             put(&r, row, cw, -(double)k * a / u);
@@ -282,6 +291,15 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
                 put(&r, row + 1, cc, -1);
                 put(&r, row + 1, cw, (double)k * a);
                 put(&r, row + 1, cn, -(double)k * a);
+            }
+            const double rc = c->read_cpu[d];
+            if (share_row > 0 && rc > 0) {
+                glp_set_row_bnds(lp, share_row, GLP_LO, (d == head ? kappa / u : 0) - rc * pin / u,
+                                 0);
+                put(&r, share_row, cw, -rc * (double)k * bp / u);
+                if (!uni) {
+                    put(&r, share_row, cn, rc * (double)k * bp / u);
+                }
             }
         }
     }

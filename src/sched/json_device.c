@@ -246,13 +246,14 @@ static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lar
     static const char *const top[] = {"name",      "os",     "head", "cpu",         "memory",
                                       "disk",      "gpu",    "net",  "fingerprint", "lares_version",
                                       "measure_s", "cached", NULL};
-    static const char *const cpu_keys[] = {"cores", "threads",   "quota_cores", "quota_period_ms",
-                                           "model", "isa",       "flops",       "flops_mem",
+    static const char *const cpu_keys[] = {"cores",  "threads", "quota_cores", "quota_period_ms",
+                                           "model",  "isa",     "flops",       "flops_mem",
                                            "mem_bw", NULL};
     static const char *const mem_keys[] = {"total", "available", "swap_available", "cgroup_limit",
                                            NULL};
-    static const char *const disk_keys[] = {"seq_read", "rand_read",  "stream_read", "free",
-                                            "path",     "direct",     "test_bytes",  NULL};
+    static const char *const disk_keys[] = {"seq_read",   "rand_read",  "stream_read",
+                                            "stream_cpu", "free",       "path",
+                                            "direct",     "test_bytes", NULL};
     static const char *const gpu_keys[] = {"backend", "name",   "vram_available",
                                            "flops",   "mem_bw", NULL};
     lares_status st;
@@ -321,6 +322,7 @@ static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lar
         (st = get_rate(&q, disk, "seq_read", true, &d->disk_seq_Bps, err)) ||
         (st = get_rate(&q, disk, "rand_read", d->os == SCHED_OS_MACOS, &d->disk_rand_Bps, err)) ||
         (st = get_rate(&q, disk, "stream_read", false, &d->disk_stream_Bps, err)) ||
+        (st = get_rate(&q, disk, "stream_cpu", false, &d->disk_stream_cpu_Bps, err)) ||
         (st = get_size(&q, disk, "free", false, &free_bytes, &has_free, err)) ||
         (st = get_string(&q, disk, "path", false, d->disk_path, sizeof d->disk_path, err)) ||
         (st = get_bool(&q, disk, "direct", &direct, err)) ||
@@ -628,6 +630,9 @@ json_t *sched_device_json(const sched_device *d) {
     }
     if (d->disk_stream_Bps > 0) {
         json_object_set_new(disk, "stream_read", json_real(d->disk_stream_Bps));
+    }
+    if (d->disk_stream_cpu_Bps > 0) {
+        json_object_set_new(disk, "stream_cpu", json_real(d->disk_stream_cpu_Bps));
     }
     if (d->disk_free_bytes >= 0) {
         json_object_set_new(disk, "free", json_integer((json_int_t)d->disk_free_bytes));

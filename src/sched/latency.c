@@ -207,6 +207,7 @@ void sched_costs_free(sched_costs *c) {
     lares_free(c->gpu_trim);
     lares_free(c->quota_u);
     lares_free(c->quota_P);
+    lares_free(c->read_cpu);
     lares_free(c);
 }
 
@@ -222,7 +223,8 @@ static lares_status check_device(const sched_device *d, lares_error *err) {
         return lares_fail(err, LARES_EINVAL, "device '%s': memory bandwidth %g is not positive",
                           d->name, d->mem_bw_Bps);
     }
-    if (!(d->disk_seq_Bps > 0) || !isfinite(d->disk_seq_Bps) || !(d->disk_rand_Bps >= 0)) {
+    if (!(d->disk_seq_Bps > 0) || !isfinite(d->disk_seq_Bps) || !(d->disk_rand_Bps >= 0) ||
+        !(d->disk_stream_Bps >= 0) || !(d->disk_stream_cpu_Bps >= 0)) {
         return lares_fail(err, LARES_EINVAL, "device '%s': disk throughput %g / %g", d->name,
                           d->disk_seq_Bps, d->disk_rand_Bps);
     }
@@ -245,6 +247,11 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
         o->hidden_elem_bytes < 1 || o->hidden_elem_bytes > 8) {
         return lares_fail(err, LARES_EINVAL, "options: context %d, KV %u bytes, hidden %u bytes",
                           o->n_ctx, o->kv_elem_bytes, o->hidden_elem_bytes);
+    }
+    if (o->rounds < 0 || (o->rounds > 0 && m->n_layer % o->rounds != 0)) {
+        return lares_fail(err, LARES_EINVAL,
+                          "options: %d rounds do not divide the %d layers of model '%s'", o->rounds,
+                          m->n_layer, m->name);
     }
     for (size_t i = 0; i < n; i++) {
         lares_status st = check_device(&devs[i], err);
@@ -270,6 +277,8 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
     c->L = m->n_layer;
     c->n_past = o->n_past >= 0 ? LARES_MIN(o->n_past, o->n_ctx) : o->n_ctx / 2;
     c->kv_bytes = sched_layer_kv_bytes(m, o->n_ctx, o->kv_elem_bytes);
+    c->kv_past_bytes =
+        sched_layer_kv_bytes(m, LARES_MIN(c->n_past + 1, o->n_ctx), o->kv_elem_bytes);
     c->t_cpu = lares_calloc(n * L, sizeof *c->t_cpu);
     c->t_gpu = lares_calloc(n * L, sizeof *c->t_gpu);
     c->bp = lares_calloc(L, sizeof *c->bp);
@@ -284,9 +293,10 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
     c->gpu_trim = lares_calloc(n, sizeof *c->gpu_trim);
     c->quota_u = lares_calloc(n, sizeof *c->quota_u);
     c->quota_P = lares_calloc(n, sizeof *c->quota_P);
+    c->read_cpu = lares_calloc(n, sizeof *c->read_cpu);
     if (!c->t_cpu || !c->t_gpu || !c->bp || !c->bp_heavy || !c->b_heavy || !c->avg_tc ||
         !c->avg_tg || !c->ram_limit || !c->vram_limit || !c->disk_Bps || !c->t_head ||
-        !c->gpu_trim || !c->quota_u || !c->quota_P) {
+        !c->gpu_trim || !c->quota_u || !c->quota_P || !c->read_cpu) {
         st = lares_fail(err, LARES_ENOMEM, "out of memory");
         goto fail;
     }
@@ -366,6 +376,11 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
         } else {
             c->disk_Bps[d] = dv->disk_stream_Bps > 0 ? dv->disk_stream_Bps : dv->disk_seq_Bps;
         }
+        /* the prefetch thread's CPU per byte, where the executor streams
+         * (not on macOS, whose path is not measured) */
+        c->read_cpu[d] = dv->os != SCHED_OS_MACOS && dv->disk_stream_cpu_Bps > 0
+                             ? 1.0 / dv->disk_stream_cpu_Bps
+                             : 0.0;
         const int32_t th = dv->threads > 0 ? dv->threads : dv->cores;
         c->quota_u[d] = dv->cpu_quota > 0 ? dv->cpu_quota / th : INFINITY;
         c->quota_P[d] = dv->cpu_quota_period_s > 0 ? dv->cpu_quota_period_s : 0.1;

@@ -133,7 +133,8 @@ lares_status sched_devices_calibrate(const sched_model *m, const sched_device *d
         return LARES_OK;
     }
     if (current != NULL && current->n_devices != n) {
-        return lares_fail(err, LARES_EINVAL, "calibrate: the plan was made for %zu devices, not %zu",
+        return lares_fail(err, LARES_EINVAL,
+                          "calibrate: the plan was made for %zu devices, not %zu",
                           current->n_devices, n);
     }
     for (size_t d = 0; d < n; d++) {
@@ -168,8 +169,8 @@ lares_status sched_devices_calibrate(const sched_model *m, const sched_device *d
     if (st != LARES_OK) {
         return st;
     }
-    fit_ctx x = {.m = m, .devs = out, .base = devs, .n = n, .o = o, .cur = current,
-                 .scratch = scratch};
+    fit_ctx x = {
+        .m = m, .devs = out, .base = devs, .n = n, .o = o, .cur = current, .scratch = scratch};
     /* compute first (the disk fit prices the overlap with the others' compute),
      * twice over, since each device's wait depends on the others' times */
     for (int pass = 0; pass < 2 && st == LARES_OK; pass++) {
@@ -236,8 +237,8 @@ lares_status sched_replan(const sched_model *m, const sched_device *devs, size_t
         size_t pos;
         if (meas[d].samples > 0 && hop_valid(&meas[d].hop_out) &&
             slot_of(current, d, &pos) != NULL && current->n > 1) {
-            links[nl++] = (sched_link){d, current->a[(pos + 1) % current->n].device,
-                                       meas[d].hop_out};
+            links[nl++] =
+                (sched_link){d, current->a[(pos + 1) % current->n].device, meas[d].hop_out};
         }
     }
     sched_opts so = *o;

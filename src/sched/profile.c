@@ -153,6 +153,7 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
         d.disk_seq_Bps = cached.disk_seq_Bps;
         d.disk_rand_Bps = cached.disk_rand_Bps;
         d.disk_stream_Bps = cached.disk_stream_Bps;
+        d.disk_stream_cpu_Bps = cached.disk_stream_cpu_Bps;
         d.disk_free_bytes = cached.disk_free_bytes;
         snprintf(d.disk_path, sizeof d.disk_path, "%s", cached.disk_path);
     } else {

@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SEQ_BLOCK  (4u << 20)
@@ -144,12 +145,26 @@ static ssize_t read_at(int *fd, const char *path, bool *direct, void *buf, size_
 /* A piece of the stream: a layer of a 1-3B model, a third of a 7B one */
 #define STREAM_PIECE (32u << 20)
 
+/* CPU time of the calling thread, seconds */
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) {
+        return 0;
+    }
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 /* Streams [0, size) of fd's file as the executor does, for up to slice_s:
- * bytes per second, 0 when nothing could be read. The pieces start at a
- * different offset than the sequential test so that they are cold. */
+ * bytes per second, 0 when nothing could be read; *cpu_Bps: bytes per second
+ * of the reading thread's CPU time (the kernel allocating, charging and
+ * mapping the pages: under a CPU quota this comes out of the same quota as
+ * the compute). Both count the release of each piece, which the executor's
+ * prefetch thread also does. The pieces start at a different offset than the
+ * sequential test so that they are cold. */
 static double stream_rate(int fd, const char *path, uint64_t size, uint64_t start, double slice_s,
-                          uint64_t *bytes) {
+                          uint64_t *bytes, double *cpu_Bps) {
     *bytes = 0;
+    *cpu_Bps = 0;
     /* small files (a test's temporary one): pieces of half the file */
     const uint64_t piece = LARES_MIN((uint64_t)STREAM_PIECE, size / 2 / 4096 * 4096);
     if (piece < (1u << 20)) {
@@ -164,7 +179,7 @@ static double stream_rate(int fd, const char *path, uint64_t size, uint64_t star
     mem_span span = {0};
     const uint64_t pieces = size / piece;
     uint64_t at = (start / piece) % pieces, got = 0;
-    double busy = 0;
+    double busy = 0, cpu = 0;
     const double t_end = now_s() + slice_s;
     /* whole pieces only, at least two: the rate of a tenth of a piece would be
      * the kernel's first read-ahead, not the stream */
@@ -174,12 +189,15 @@ static double stream_rate(int fd, const char *path, uint64_t size, uint64_t star
             break;
         }
         mem_io io = {0};
+        const double c0 = thread_cpu_s();
         if (mem_prefetch(&mf, &span, MEM_READ_DEFAULT, NULL, 0, &io, NULL) != LARES_OK) {
             break;
         }
-        busy += (double)io.ns / 1e9;
-        got += io.bytes;
+        const double r0 = now_s();
         (void)mem_release(&mf, &span);
+        busy += (double)io.ns / 1e9 + (now_s() - r0);
+        cpu += thread_cpu_s() - c0;
+        got += io.bytes;
         at = (at + 1) % pieces;
         if (n > 1000) {
             break;
@@ -188,6 +206,7 @@ static double stream_rate(int fd, const char *path, uint64_t size, uint64_t star
     mem_span_free(&span);
     munmap(base, (size_t)size);
     *bytes = got;
+    *cpu_Bps = cpu > 0 ? (double)got / cpu : 0;
     return busy > 0 ? (double)got / busy : 0;
 }
 
@@ -257,7 +276,8 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
     /* streaming as the executor does, from the middle of the file (cold) */
     drop_cache(fdb, false);
     uint64_t streamed = 0;
-    d->disk_stream_Bps = stream_rate(fdb, path, size, size / 2, 0.5 * budget, &streamed);
+    d->disk_stream_Bps =
+        stream_rate(fdb, path, size, size / 2, 0.5 * budget, &streamed, &d->disk_stream_cpu_Bps);
     *test_bytes += streamed;
     drop_cache(fdb, false); /* leave the cache as we found it (cold) */
     close(fdb);

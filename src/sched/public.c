@@ -5,6 +5,10 @@
  */
 #include "sched/sched_impl.h"
 
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
 lares_profile_opts lares_profile_opts_default(void) {
     lares_profile_opts o;
     memset(&o, 0, sizeof o);
@@ -46,14 +50,28 @@ lares_status lares_plan(const lares_plan_opts *o, const char *devices_json, size
     if ((o->model_path == NULL) == (o->shape == NULL)) {
         return lares_fail(err, LARES_EINVAL, "plan: give a model file or a shape (not both)");
     }
-    int pl = sched_placement_from_name(o->placement ? o->placement : "halda");
+    /* "halda:k=N": Halda held to N rounds (to compare k's on a testbed) */
+    const char *name = o->placement ? o->placement : "halda";
+    int32_t rounds = 0;
+    int pl = sched_placement_from_name(name);
+    if (pl < 0 && strncmp(name, "halda:k=", 8) == 0) {
+        char *end = NULL;
+        errno = 0;
+        long k = strtol(name + 8, &end, 10);
+        if (errno == 0 && end != name + 8 && *end == '\0' && k >= 1 && k <= INT32_MAX) {
+            pl = SCHED_HALDA;
+            rounds = (int32_t)k;
+        }
+    }
     if (pl < 0) {
         return lares_fail(err, LARES_EINVAL,
-                          "plan: unknown placement '%s' (halda, even, memory, single)",
-                          o->placement);
+                          "plan: unknown placement '%s' (halda, even, memory, single, or "
+                          "halda:k=N for N rounds)",
+                          name);
     }
     sched_opts so = sched_opts_default();
     so.placement = (sched_placement)pl;
+    so.rounds = rounds;
     if (o->net_latency_ms >= 0 || o->net_bandwidth != NULL) {
         double bw;
         if (!(o->net_latency_ms >= 0) || o->net_bandwidth == NULL ||

@@ -85,14 +85,17 @@ typedef struct sched_device {
     uint64_t swap_avail_bytes; /* counted as memory on Android only (zram) */
 
     /* storage */
-    double disk_seq_Bps;     /* sequential read (used on Linux and Android) */
-    double disk_rand_Bps;    /* 4 KiB random read (used on macOS); 0: the sequential figure */
-    double disk_stream_Bps;  /* reading as the executor streams (populate in unit-sized
-                                pieces, each released after use); used on Linux and Android
-                                when known (0: the sequential figure) */
-    int64_t disk_free_bytes; /* bytes of the model this device may keep on disk; -1: the whole
-                                model file is there (prima.cpp's assumption) */
-    char disk_path[256];     /* where the disk figures were measured (info) */
+    double disk_seq_Bps;        /* sequential read (used on Linux and Android) */
+    double disk_rand_Bps;       /* 4 KiB random read (used on macOS); 0: the sequential figure */
+    double disk_stream_Bps;     /* reading as the executor streams (populate in unit-sized
+                                   pieces, each released after use); used on Linux and Android
+                                   when known (0: the sequential figure) */
+    double disk_stream_cpu_Bps; /* bytes streamed per second of the reading thread's CPU time
+                                   (page-cache work in the kernel); under a CPU quota it is
+                                   spent from the quota; 0: unknown (not priced) */
+    int64_t disk_free_bytes;    /* bytes of the model this device may keep on disk; -1: the whole
+                                   model file is there (prima.cpp's assumption) */
+    char disk_path[256];        /* where the disk figures were measured (info) */
 
     /* GPU */
     sched_gpu_backend gpu;
@@ -205,20 +208,22 @@ typedef struct sched_opts {
                                     take the device with the cheapest head work */
     const sched_link *links;     /* borrowed; per-pair hops */
     size_t n_links;
-    sched_hop net_default;  /* hops neither a link nor net_out describes; latency -1:
-                               none (then such a hop is an error) */
-    bool drop_small;        /* Halda: drop devices with a window of <= 1 layer (default) */
-    bool keep_order;        /* Halda: keep the devices' order (head first, the rest as given)
-                               instead of choosing the order with the cheapest hops; a ring
-                               whose links are already made sets it */
-    bool calibrate_gpu;     /* Halda: the GPU calibration step (default) */
-    int32_t max_case_iters; /* case-assignment iterations per k (default 16) */
-    const bool *exclude;    /* borrowed, one per device (NULL: none): devices that must not
-                               be used (failed or left the ring); the head cannot be one */
+    sched_hop net_default;       /* hops neither a link nor net_out describes; latency -1:
+                                    none (then such a hop is an error) */
+    bool drop_small;             /* Halda: drop devices with a window of <= 1 layer (default) */
+    bool keep_order;             /* Halda: keep the devices' order (head first, the rest as given)
+                                    instead of choosing the order with the cheapest hops; a ring
+                                    whose links are already made sets it */
+    bool calibrate_gpu;          /* Halda: the GPU calibration step (default) */
+    int32_t max_case_iters;      /* case-assignment iterations per k (default 16) */
+    const bool *exclude;         /* borrowed, one per device (NULL: none): devices that must not
+                                    be used (failed or left the ring); the head cannot be one */
     int32_t stream_window_units; /* the executor's streaming window in units (exec_opts
                                     window_units; default 2) */
     uint64_t stream_slack_bytes; /* the executor's read-ahead slack (2 x the device's
                                     read-ahead; default 16 MiB) */
+    int32_t rounds;              /* Halda: plan with exactly this many rounds k (a divisor
+                                    of L; for comparisons); 0: the best k (default) */
 } sched_opts;
 
 sched_opts sched_opts_default(void);
@@ -291,7 +296,6 @@ lares_status sched_plan_gpu_from(const sched_plan *p, size_t device, int32_t rou
  * arrays of p->n_devices. What a ring with fixed device indices
  * (cluster_plan) needs; the ring order is p->a[], the head p->head. */
 void sched_plan_windows(const sched_plan *p, int32_t *w, int32_t *n_gpu);
-
 
 /* Checks a plan against the model and devices: every layer exactly once, w >= 1,
  * 0 <= n_gpu <= w (0 without a GPU), k * W = L, GPU layers within VRAM, KV

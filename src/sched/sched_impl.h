@@ -16,24 +16,28 @@ typedef struct sched_costs {
     const sched_opts *o; /* borrowed */
     int32_t L;
     int32_t n_past;
-    uint64_t kv_bytes;       /* KV of one layer at n_ctx */
-    double *t_cpu;           /* owned, n x L: seconds to run layer l on device d's CPU */
-    double *t_gpu;           /* owned, n x L: on its GPU (0 without one) */
-    uint64_t *bp;            /* owned, L: b' = weights + KV of layer l */
-    uint64_t *bp_heavy;      /* owned, L + 1: sums of the j heaviest b' (safe memory bounds) */
-    uint64_t *b_heavy;       /* owned, L + 1: sums of the j heaviest weight sizes */
-    double avg_b, avg_bp;    /* mean weight bytes and b' of a layer */
-    double *avg_tc, *avg_tg; /* owned, n */
-    uint64_t *ram_limit;     /* owned, n: RAM the model may use when the device is not head */
-    uint64_t *vram_limit;    /* owned, n */
-    double *disk_Bps;        /* owned, n: the disk figure of its OS */
-    double *t_head;          /* owned, n: kappa when the device is the head */
-    int32_t *gpu_trim;       /* owned, n: GPU layers taken off the mean-layer VRAM bound after
-                                a solution's real layers overflowed it (halda.c) */
-    double *quota_u;         /* owned, n: share of full speed a CPU quota allows its threads
-                                (quota / threads; >= 1: no quota) */
-    double *quota_P;         /* owned, n: the quota's period in seconds */
-    uint64_t head_bytes;     /* the head's output matrix and norm (a unit of its cycle) */
+    uint64_t kv_bytes;        /* KV of one layer at n_ctx (memory limits) */
+    uint64_t kv_past_bytes;   /* KV of one layer at the n_past + 1 positions the predicted
+                                 token touches: what the executor's budget takes off then */
+    double *t_cpu;            /* owned, n x L: seconds to run layer l on device d's CPU */
+    double *t_gpu;            /* owned, n x L: on its GPU (0 without one) */
+    uint64_t *bp;             /* owned, L: b' = weights + KV of layer l */
+    uint64_t *bp_heavy;       /* owned, L + 1: sums of the j heaviest b' (safe memory bounds) */
+    uint64_t *b_heavy;        /* owned, L + 1: sums of the j heaviest weight sizes */
+    double avg_b, avg_bp;     /* mean weight bytes and b' of a layer */
+    double *avg_tc, *avg_tg;  /* owned, n */
+    uint64_t *ram_limit;      /* owned, n: RAM the model may use when the device is not head */
+    uint64_t *vram_limit;     /* owned, n */
+    double *disk_Bps;         /* owned, n: the disk figure of its OS */
+    double *t_head;           /* owned, n: kappa when the device is the head */
+    int32_t *gpu_trim;        /* owned, n: GPU layers taken off the mean-layer VRAM bound after
+                                 a solution's real layers overflowed it (halda.c) */
+    double *quota_u;          /* owned, n: share of full speed a CPU quota allows its threads
+                                 (quota / threads; >= 1: no quota) */
+    double *quota_P;          /* owned, n: the quota's period in seconds */
+    double *read_cpu;         /* owned, n: CPU seconds per byte streamed (the prefetch thread's
+                                 kernel work; spent from a CPU quota), 0: not known */
+    uint64_t head_bytes;      /* the head's output matrix and norm (a unit of its cycle) */
     uint64_t max_layer_bytes; /* the largest layer's weights (the executor's unit) */
 } sched_costs;
 
