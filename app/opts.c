@@ -26,9 +26,29 @@ void app_session_usage(FILE *to) {
           "  -b, --batch-size N      prompt tokens per forward pass (default 128)\n"
           "      --kv-type T         KV cache precision: auto, f16, f32 (default auto)\n"
           "      --ring FILE         run as the head of the ring FILE describes (docs/ring.md)\n"
-          "      --insecure          the ring without encryption or keys (test networks only)\n",
+          "      --insecure          the ring without encryption or keys (test networks only)\n"
+          "      --rebalance on|off  move layers when a device slows down or speeds up\n"
+          "                          (default: ring.json's \"rebalance\", else on)\n"
+          "      --failover on|off   go on over the others when a worker is lost\n"
+          "                          (default: ring.json's \"failover\", else on)\n"
+          "      --placement P       a ring without windows: halda, memory, single or even\n"
+          "                          (default: ring.json's \"placement\", else halda)\n",
           to);
     app_gpu_usage(to);
+}
+
+/* "on" / "off" into > 0 / < 0 */
+bool app_parse_on_off(const char *opt, const char *v, int *out) {
+    if (strcmp(v, "on") == 0) {
+        *out = 1;
+        return true;
+    }
+    if (strcmp(v, "off") == 0) {
+        *out = -1;
+        return true;
+    }
+    app_error("%s: '%s' is not on or off", opt, v);
+    return false;
 }
 
 int app_sampling_opt(int argc, char **argv, int *i, lares_sampler_opts *s, bool *seed_given) {
@@ -93,6 +113,15 @@ int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
     } else if (is(a, "--insecure", NULL)) {
         ok = true;
         o->ring_insecure = true;
+    } else if (is(a, "--rebalance", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) != NULL &&
+             app_parse_on_off(a, v, &o->ring_rebalance);
+    } else if (is(a, "--failover", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) != NULL &&
+             app_parse_on_off(a, v, &o->ring_failover);
+    } else if (is(a, "--placement", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) != NULL;
+        o->ring_placement = v;
     } else {
         return app_gpu_opt(argc, argv, i, o);
     }

@@ -20,17 +20,44 @@ struct json_t *app_ring_json(const lares_session *s) {
     json_object_set_new(root, "hops", json_integer((json_int_t)rs.hops));
     json_object_set_new(root, "wait_ms", json_real(rs.wait_ms));
     json_object_set_new(root, "remote_compute_ms", json_real(rs.remote_ms));
+    json_object_set_new(root, "replans", json_integer((json_int_t)rs.replans));
+    json_object_set_new(root, "failovers", json_integer((json_int_t)rs.failovers));
+    json_object_set_new(root, "switch_ms", json_real(rs.switch_ms));
+    json_object_set_new(root, "last_switch_ms", json_real(rs.last_switch_ms));
+    json_object_set_new(root, "rebuilt_tokens", json_integer((json_int_t)rs.rebuilt_tokens));
+    json_object_set_new(root, "kv_moved_bytes", json_integer((json_int_t)rs.kv_moved_bytes));
+    json_object_set_new(root, "last_switch", json_string(rs.last_switch ? rs.last_switch : ""));
+    json_object_set_new(root, "placement", json_string(rs.placement ? rs.placement : ""));
+    if (rs.predicted_token_ms >= 0) {
+        json_object_set_new(root, "predicted_token_ms", json_real(rs.predicted_token_ms));
+    }
     json_t *arr = json_array();
-    for (int32_t d = 0; d < rs.n_devices && d < REPORT_MAX_DEVICES; d++) {
+    for (int32_t d = 0; d < rs.n_config && d < REPORT_MAX_DEVICES; d++) {
         json_t *o = json_object();
         json_object_set_new(o, "name", json_string(dev[d].name));
         json_object_set_new(o, "address", json_string(dev[d].address));
+        json_object_set_new(o, "in_ring", json_boolean(dev[d].in_ring));
+        json_object_set_new(o, "alive", json_boolean(dev[d].alive));
         json_object_set_new(o, "w", json_integer(dev[d].w));
         json_object_set_new(o, "n", json_integer(dev[d].n));
         json_object_set_new(o, "layers", json_integer(dev[d].n_layers));
         json_object_set_new(o, "windows_run", json_integer((json_int_t)dev[d].windows_run));
         json_object_set_new(o, "compute_ms", json_real(dev[d].compute_ms));
         json_object_set_new(o, "major_faults", json_integer((json_int_t)dev[d].major_faults));
+        /* per layer per generated token: the planner's figure and the moving
+         * estimate measured under the plan in force (null: none) */
+        json_object_set_new(o, "predicted_ms",
+                            dev[d].predicted_ms >= 0 ? json_real(dev[d].predicted_ms)
+                                                     : json_null());
+        json_object_set_new(o, "measured_ms",
+                            dev[d].measured_ms >= 0 ? json_real(dev[d].measured_ms) : json_null());
+        json_object_set_new(o, "predicted_token_ms",
+                            dev[d].predicted_token_ms >= 0 ? json_real(dev[d].predicted_token_ms)
+                                                           : json_null());
+        json_object_set_new(o, "measured_token_ms",
+                            dev[d].measured_ms >= 0
+                                ? json_real(dev[d].measured_ms * dev[d].n_layers)
+                                : json_null());
         json_array_append_new(arr, o);
     }
     json_object_set_new(root, "device", arr);
@@ -43,18 +70,45 @@ void app_ring_print(const lares_session *s) {
     if (lares_session_ring_stats(s, &rs, dev, REPORT_MAX_DEVICES, NULL) != LARES_OK) {
         return;
     }
-    fprintf(stderr, "lares: ring of %d devices, %d layers per round, k = %d\n", rs.n_devices,
-            rs.width, rs.rounds);
-    for (int32_t d = 0; d < rs.n_devices && d < REPORT_MAX_DEVICES; d++) {
+    fprintf(stderr, "lares: ring of %d devices, %d layers per round, k = %d, placement %s\n",
+            rs.n_devices, rs.width, rs.rounds, rs.placement ? rs.placement : "?");
+    for (int32_t d = 0; d < rs.n_config && d < REPORT_MAX_DEVICES; d++) {
         fprintf(stderr,
                 "lares:   %-12s %-22s w %-3d layers %-3d windows %-6" PRIu64
                 " compute %9.1f ms  major faults %" PRIu64 "\n",
-                dev[d].name, d == 0 ? "(head)" : dev[d].address, dev[d].w, dev[d].n_layers,
-                dev[d].windows_run, dev[d].compute_ms, dev[d].major_faults);
+                dev[d].name,
+                d == 0           ? "(head)"
+                : dev[d].in_ring ? dev[d].address
+                : dev[d].alive   ? "(left out)"
+                                 : "(lost)",
+                dev[d].w, dev[d].n_layers, dev[d].windows_run, dev[d].compute_ms,
+                dev[d].major_faults);
+        if (dev[d].in_ring && (dev[d].predicted_ms >= 0 || dev[d].measured_ms >= 0)) {
+            char pred[64] = "-", meas[64] = "-";
+            if (dev[d].predicted_ms >= 0) {
+                snprintf(pred, sizeof pred, "%.3f ms/token (%.4f per layer)",
+                         dev[d].predicted_token_ms, dev[d].predicted_ms);
+            }
+            if (dev[d].measured_ms >= 0) {
+                snprintf(meas, sizeof meas, "%.3f ms/token (%.4f per layer)",
+                         dev[d].measured_ms * dev[d].n_layers, dev[d].measured_ms);
+            }
+            fprintf(stderr, "lares:   %-12s predicted %s, measured %s\n", "", pred, meas);
+        }
+    }
+    if (rs.predicted_token_ms >= 0) {
+        fprintf(stderr, "lares:   %s predicted %.3f ms per token for the whole ring\n",
+                rs.placement, rs.predicted_token_ms);
     }
     const double net = rs.wait_ms - rs.remote_ms;
     fprintf(stderr,
             "lares:   waited %.1f ms for the ring: %.1f ms worker compute, %.1f ms "
             "network and queues (%.3f ms per hop over %" PRIu64 " hops)\n",
             rs.wait_ms, rs.remote_ms, net, rs.hops ? net / (double)rs.hops : 0.0, rs.hops);
+    if (rs.replans > 0 || rs.failovers > 0) {
+        fprintf(stderr,
+                "lares:   %" PRIu64 " re-balancing re-plan(s), %" PRIu64 " failover(s), %.1f ms "
+                "switching (%" PRIu64 " positions re-run); last: %s\n",
+                rs.replans, rs.failovers, rs.switch_ms, rs.rebuilt_tokens, rs.last_switch);
+    }
 }

@@ -56,6 +56,10 @@ static void run_usage(FILE *to) {
           "      --ring FILE         run as the head of the ring FILE describes (ring.json:\n"
           "                          workers in ring order, their layers; docs/ring.md)\n"
           "      --insecure          the ring without encryption or keys (test networks only)\n"
+          "      --rebalance on|off  move layers when a device slows down or speeds up (default on)\n"
+          "      --failover on|off   go on over the others when a worker is lost (default on)\n"
+          "      --placement P       a ring without windows: halda (default), memory, single,\n"
+          "                          even (overrides ring.json's \"placement\")\n"
           "  -v, --verbose / -q, --quiet\n",
           to);
     app_gpu_usage(to);
@@ -191,6 +195,19 @@ static int parse_run(int argc, char **argv, run_opts *o) {
             o->session.ring = v;
         } else if (IS("--insecure", NULL)) {
             o->session.ring_insecure = true;
+        } else if (IS("--rebalance", NULL)) {
+            VALUE();
+            if (!app_parse_on_off(a, v, &o->session.ring_rebalance)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--failover", NULL)) {
+            VALUE();
+            if (!app_parse_on_off(a, v, &o->session.ring_failover)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--placement", NULL)) {
+            VALUE();
+            o->session.ring_placement = v;
         } else if (IS("--isa", NULL)) {
             VALUE();
             o->isa = v;

@@ -91,9 +91,6 @@ int cmd_serve(int argc, char **argv) {
                 return APP_USAGE;
             }
             o.max_body_bytes = (size_t)v64;
-        } else if (strcmp(a, "--ring") == 0) {
-            app_error("serve: --ring needs the ring runtime, which lares serve does not use yet");
-            return APP_USAGE;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             verbosity++;
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {

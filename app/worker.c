@@ -19,6 +19,8 @@ static void worker_usage(FILE *to) {
           "                          of available memory); layers that do not fit stream\n"
           "      --no-stream         plain mmap: no read-ahead of the next window, no release\n"
           "                          (the comparison \"prefetch off\")\n"
+          "      --profile-cache DIR keep this device's profile there (automatic rings: the\n"
+          "                          head asks for it; default: measured for every head)\n"
           "      --insecure          no encryption and no keys: only on a trusted test network\n"
           "  -q, --quiet             only refusals and errors (no per-round lines)\n"
           "  -v, --verbose\n",
@@ -107,6 +109,10 @@ int cmd_worker(int argc, char **argv) {
             }
         } else if (strcmp(a, "--no-stream") == 0) {
             o.no_stream = true;
+        } else if (strcmp(a, "--profile-cache") == 0) {
+            if ((o.profile_cache_dir = app_need_value(argc, argv, &i)) == NULL) {
+                goto done;
+            }
         } else if (strcmp(a, "--insecure") == 0) {
             o.insecure = true;
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {

@@ -51,8 +51,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 48; i++) {
         x[i] = (float)i / 7.0f;
     }
-    const cluster_trace t[2] = {{1, 0, 1500, 0}, {2, 0, 900, 3}};
-    cluster_act a = {.seq = 4, .layer = 3, .n_tok = 3, .n_embd = 16, .n_trace = 2};
+    const cluster_trace t[2] = {
+        {.device = 1, .compute_us = 1500, .wait_us = 200, .mem_free_mib = 512},
+        {.device = 2, .compute_us = 900, .major_faults = 3, .mem_free_mib = UINT32_MAX}};
+    cluster_act a = {.seq = 4, .layer = 3, .end = 5, .n_tok = 3, .n_embd = 16, .n_trace = 2};
     bad |= put(argv[1], "act-f32", b, cluster_encode_act(b, sizeof b, 9, &a, pos, t, x));
     a.dtype = CLUSTER_DTYPE_F16;
     bad |= put(argv[1], "act-f16", b, cluster_encode_act(b, sizeof b, 9, &a, pos, t, x));

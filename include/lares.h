@@ -169,6 +169,17 @@ typedef struct lares_session_opts {
     const char *offload;
     uint64_t gpu_mem;
     int32_t gpu_layers;
+    /* Re-balancing (issue 9, docs/ring.md): move layers between devices when
+     * one slows down or speeds up. > 0 on, < 0 off, 0: ring.json's
+     * "rebalance", else on. */
+    int ring_rebalance;
+    /* Failover: a worker that stops answering is dropped and the generation
+     * goes on over the others (a warning). > 0 on, < 0 off (the request fails
+     * naming the device), 0: ring.json's "failover", else on. */
+    int ring_failover;
+    /* The planner's placement for a ring without windows (issue 7): "halda",
+     * "memory", "single" or "even"; NULL: ring.json's "placement", else halda. */
+    const char *ring_placement;
 } lares_session_opts;
 
 LARES_API lares_session_opts lares_session_opts_default(void);
@@ -382,31 +393,58 @@ LARES_API const char *lares_version(void);
 LARES_API lares_status lares_keygen(const char *path, char public_key[LARES_KEY_Z85_LEN + 1],
                                     lares_error *err);
 
-/* One device of a head's ring, as the head saw it. */
+/* One device of ring.json, as the head saw it. */
 typedef struct lares_ring_device {
     const char *name;       /* borrowed from the session */
     const char *address;    /* "" for the head */
-    int32_t w, n;           /* layers per window, of which on a GPU */
+    bool in_ring;           /* a member of the plan in force */
+    bool alive;             /* answering (a member, or idle and reachable) */
+    int32_t w, n;           /* layers per window, of which on a GPU (0: not in the ring) */
     int32_t n_layers;       /* layers held over all rounds */
     uint64_t windows_run;   /* windows computed since the session started */
     double compute_ms;      /* their compute time, as the device measured it */
+    double disk_wait_ms;    /* of which waiting for weights from disk */
     uint64_t major_faults;  /* page faults that read the disk during those windows */
+    uint32_t mem_free_mib;  /* the memory it could still give, last reported; UINT32_MAX unknown */
+    double measured_ms;     /* per layer per generated token, the head's moving estimate
+                               under the plan in force; < 0 not measured yet */
+    double predicted_ms;    /* the planner's figure beside it (compute per layer); < 0 when
+                               the plan in force did not come from the planner */
+    double predicted_token_ms; /* the planner's time of this device's share of a token
+                                  (compute, disk, its hop out); < 0 as above */
 } lares_ring_device;
 
 typedef struct lares_ring_stats {
-    int32_t n_devices;      /* the head included */
+    int32_t n_devices;      /* in the plan in force, the head included */
+    int32_t n_config;       /* in ring.json */
     int32_t rounds;         /* k */
     int32_t width;          /* layers per round, W */
     uint64_t hops;          /* hidden-state transfers between devices */
     double wait_ms;         /* time hidden states spent in the ring, from send to return */
     double remote_ms;       /* of which the workers computed (the rest: network and queues) */
+    uint64_t replans;       /* re-balancing plan changes */
+    uint64_t failovers;     /* devices lost and survived */
+    double switch_ms;       /* time spent changing plans (the KV re-runs included) */
+    double last_switch_ms;  /* of which the last plan change */
+    uint64_t rebuilt_tokens; /* positions re-run to rebuild the KV cache after plan changes */
+    uint64_t kv_moved_bytes; /* KV entries copied from old to new owners by plan changes */
+    const char *last_switch; /* the last plan change in words ("" none) */
+    const char *placement;   /* what made the plan in force: "explicit" (ring.json's
+                                windows), "even", or the planner's "halda", "memory", "single" */
+    double predicted_token_ms; /* the planner's token latency for it; < 0 none */
 } lares_ring_stats;
 
 /* Figures of a ring session: LARES_EINVAL for a session on one device.
- * devices (capacity cap, may be NULL) receives up to cap devices in ring order. */
+ * devices (capacity cap, may be NULL) receives up to cap devices of ring.json
+ * in its order (n_config of them). Call it from the thread that generates. */
 LARES_API lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *out,
                                                 lares_ring_device *devices, int32_t cap,
                                                 lares_error *err);
+
+/* Re-plans and failovers so far; safe from any thread (a /metrics handler
+ * while the session generates). false for a session on one device. */
+LARES_API bool lares_session_ring_events(const lares_session *s, uint64_t *replans,
+                                         uint64_t *failovers);
 
 typedef struct lares_worker lares_worker;
 
@@ -442,6 +480,8 @@ typedef struct lares_worker_opts {
     uint64_t mem_budget;      /* as lares_session_opts.mem_budget; 0: automatic */
     bool no_stream;           /* plain mmap, no read-ahead or release (to compare) */
     bool insecure;            /* no encryption, no keys (warns) */
+    const char *profile_cache_dir; /* where this device's profile is cached (automatic
+                                      rings); NULL: measured at every head that asks */
     lares_worker_event_fn on_event;
     void *user;
 } lares_worker_opts;
@@ -458,6 +498,11 @@ LARES_API const char *lares_worker_public_key(const lares_worker *w);
 LARES_API lares_status lares_worker_run(lares_worker *w, lares_error *err);
 /* Makes lares_worker_run return soon; safe from another thread or a signal handler. */
 LARES_API void lares_worker_stop(lares_worker *w);
+/* Tests and benchmarks only: from now on every window takes `factor` times as
+ * long (the worker sleeps factor - 1 times the window's compute time after
+ * it), as if the device's CPU were cut to 1/factor. 1 (or less): off. Safe
+ * from any thread. */
+LARES_API void lares_worker_set_slowdown(lares_worker *w, double factor);
 LARES_API void lares_worker_free(lares_worker *w);
 
 /* ---- devices and plans (docs/scheduling-impl.md) ------------------------ */

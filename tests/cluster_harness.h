@@ -112,8 +112,10 @@ static void *h_worker_main(void *arg) {
 }
 
 /* Starts worker `idx` (its own key pair), allowing `allow` (a key or key
- * file; NULL: the head's). model: the --model of the worker, NULL: none. */
-static bool worker_start(tworker *t, int idx, const char *allow, const char *model) {
+ * file; NULL: the head's), listening on `listen` ("127.0.0.1:0": a free
+ * port). model: the --model of the worker, NULL: none. */
+static bool worker_start_at(tworker *t, int idx, const char *allow, const char *model,
+                            const char *listen) {
     memset(t, 0, sizeof *t);
     pthread_mutex_init(&t->mu, NULL);
     char name[32];
@@ -127,7 +129,7 @@ static bool worker_start(tworker *t, int idx, const char *allow, const char *mod
     }
     const char *allow_list[1] = {allow ? allow : h_head_pub};
     lares_worker_opts o = lares_worker_opts_default();
-    o.listen = "127.0.0.1:0";
+    o.listen = listen;
     o.key_path = t->key;
     o.allow = allow_list;
     o.n_allow = 1;
@@ -147,6 +149,10 @@ static bool worker_start(tworker *t, int idx, const char *allow, const char *mod
     }
     t->running = true;
     return true;
+}
+
+static bool worker_start(tworker *t, int idx, const char *allow, const char *model) {
+    return worker_start_at(t, idx, allow, model, "127.0.0.1:0");
 }
 
 static void worker_stop(tworker *t) {

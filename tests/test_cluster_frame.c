@@ -23,7 +23,7 @@ static void check_golden(void) {
     /* HEARTBEAT, session 0x0102030405060708, counter 9 */
     static const uint8_t hb[] = {
         'L',  'R',  'N',  'G',                          /* magic */
-        1,    0,                                        /* version 1 */
+        2,    0,                                        /* version 2 */
         8,    0,                                        /* type 8: heartbeat */
         0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, /* session */
         8,    0,    0,    0,                            /* payload bytes */
@@ -32,21 +32,25 @@ static void check_golden(void) {
     size_t n = cluster_encode_heartbeat(buf, sizeof buf, 0x0102030405060708u, 9);
     CHECK(n == sizeof hb && memcmp(buf, hb, n) == 0);
 
-    /* ACT: 2 tokens at positions 5, 6 of width 2, f32, layer 3, sequence 7, one trace entry */
+    /* ACT: 2 tokens at positions 5, 6 of width 2, f32, layer 3 (back to the head
+     * once a window ends at 5 or later), sequence 7, one trace entry */
     static const uint8_t act[] = {
-        'L',  'R', 'N',  'G',  1,    0,    5, 0, /* magic, version, type 5 */
+        'L',  'R', 'N',  'G',  2,    0,    5, 0, /* magic, version 2, type 5 */
         0x2a, 0,   0,    0,    0,    0,    0, 0, /* session 42 */
-        60,   0,   0,    0, /* payload: 24 fixed + 8 pos + 12 trace + 16 data */
+        72,   0,   0,    0, /* payload: 28 fixed + 8 pos + 20 trace + 16 data */
         7,    0,   0,    0,    0,    0,    0, 0, /* sequence */
         3,    0,   0,    0,                      /* next layer */
+        5,    0,   0,    0,                      /* end layer */
         2,    0,   0,    0,                      /* tokens */
         2,    0,   0,    0,                      /* width */
         0,                                       /* f32 */
         0,                                       /* reserved */
         1,    0,                                 /* trace entries */
         5,    0,   0,    0,    6,    0,    0, 0, /* positions */
-        2,    0,   1,    0,    0x10, 0x27, 0, 0,
-        3,    0,   0,    0,    /* device 2, round 1, 10000 us, 3 faults */
+        2,    0,   1,    0,    0x10, 0x27, 0, 0, /* device 2, round 1, 10000 us */
+        0xf4, 1,   0,    0,                      /* of which 500 us waiting for disk */
+        3,    0,   0,    0,                      /* 3 major faults */
+        0,    4,   0,    0,                      /* 1024 MiB free */
         0,    0,   0x80, 0x3f, /* 1.0f */
         0,    0,   0,    0xc0, /* -2.0f */
         0,    0,   0,    0x3f, /* 0.5f */
@@ -54,27 +58,34 @@ static void check_golden(void) {
     };
     const int32_t pos[] = {5, 6};
     const float x[] = {1.0f, -2.0f, 0.5f, 0.0f};
-    const cluster_trace tr = {.device = 2, .round = 1, .compute_us = 10000, .major_faults = 3};
-    const cluster_act a = {.seq = 7, .layer = 3, .n_tok = 2, .n_embd = 2, .n_trace = 1};
+    const cluster_trace tr = {.device = 2,
+                              .round = 1,
+                              .compute_us = 10000,
+                              .wait_us = 500,
+                              .major_faults = 3,
+                              .mem_free_mib = 1024};
+    const cluster_act a = {.seq = 7, .layer = 3, .end = 5, .n_tok = 2, .n_embd = 2, .n_trace = 1};
     n = cluster_encode_act(buf, sizeof buf, 42, &a, pos, &tr, x);
     CHECKF(n == sizeof act && memcmp(buf, act, n) == 0, "act: %zu bytes, want %zu", n, sizeof act);
 
     cluster_frame *f = calloc(1, sizeof *f);
     lares_error err = {0};
     CHECK_OK(cluster_frame_decode(act, sizeof act, f, &err), &err);
-    CHECK(f->type == CLUSTER_ACT && f->session == 42 && f->u.act.seq == 7 && f->u.act.layer == 3);
+    CHECK(f->type == CLUSTER_ACT && f->session == 42 && f->u.act.seq == 7 && f->u.act.layer == 3 &&
+          f->u.act.end == 5);
     float y[4];
     cluster_act_read(&f->u.act, y);
     CHECK(memcmp(x, y, sizeof x) == 0);
     CHECK(cluster_act_pos(&f->u.act, 1) == 6);
     cluster_trace t;
     cluster_act_trace_at(&f->u.act, 0, &t);
-    CHECK(t.device == 2 && t.round == 1 && t.compute_us == 10000 && t.major_faults == 3);
+    CHECK(t.device == 2 && t.round == 1 && t.compute_us == 10000 && t.wait_us == 500 &&
+          t.major_faults == 3 && t.mem_free_mib == 1024);
 
     /* f16 hidden states round to nearest even, as quant/half.h */
     const float xs[] = {1.0f / 3.0f, 65504.0f, -0.0001f, 3.14159f};
     const cluster_act h = {
-        .seq = 1, .layer = 0, .n_tok = 1, .n_embd = 4, .dtype = CLUSTER_DTYPE_F16};
+        .seq = 1, .layer = 0, .end = 5, .n_tok = 1, .n_embd = 4, .dtype = CLUSTER_DTYPE_F16};
     const int32_t p0 = 0;
     n = cluster_encode_act(buf, sizeof buf, 1, &h, &p0, NULL, xs);
     CHECK(n == cluster_act_bytes(1, 4, CLUSTER_DTYPE_F16, 0));
@@ -148,7 +159,7 @@ static size_t make_frames(uint8_t bufs[][2048], size_t *lens) {
     for (int i = 0; i < 24; i++) {
         x[i] = (float)i * 0.25f - 3.0f;
     }
-    const cluster_act a = {.seq = 3, .layer = 5, .n_tok = 3, .n_embd = 8};
+    const cluster_act a = {.seq = 3, .layer = 5, .end = 8, .n_tok = 3, .n_embd = 8};
     lens[k] = cluster_encode_act(bufs[k], 2048, 77, &a, pos, NULL, x);
     k++;
     return k;
@@ -249,8 +260,8 @@ static void check_hostile(void) {
     b[0] = 'X';
     expect_refused(b, n, LARES_EFORMAT, "magic", "bad magic");
     n = cluster_encode_heartbeat(b, sizeof b, 1, 1);
-    wr_u16le(b + 4, 2);
-    expect_refused(b, n, LARES_EPROTO, "version 2", "another version");
+    wr_u16le(b + 4, 3);
+    expect_refused(b, n, LARES_EPROTO, "version 3", "another version");
     n = cluster_encode_heartbeat(b, sizeof b, 1, 1);
     wr_u16le(b + 6, 99);
     expect_refused(b, n, LARES_EFORMAT, "unknown frame type 99", "unknown type");
@@ -283,30 +294,33 @@ static void check_hostile(void) {
     /* ACT: counts whose product overflows, mismatched sizes, bad positions */
     const int32_t pos[2] = {4, 5};
     const float x[4] = {0};
-    const cluster_act a = {.seq = 1, .layer = 1, .n_tok = 2, .n_embd = 2};
+    const cluster_act a = {.seq = 1, .layer = 1, .end = 2, .n_tok = 2, .n_embd = 2};
     n = cluster_encode_act(b, sizeof b, 1, &a, pos, NULL, x);
     uint8_t t[4096];
     memcpy(t, b, n);
-    wr_u32le(t + 32, 0xffffffffu);
     wr_u32le(t + 36, 0xffffffffu);
+    wr_u32le(t + 40, 0xffffffffu);
     expect_refused(t, n, LARES_EFORMAT, "need", "act counts overflowing");
     memcpy(t, b, n);
-    wr_u32le(t + 36, 3);
+    wr_u32le(t + 40, 3);
     expect_refused(t, n, LARES_EFORMAT, "need", "act width not matching the bytes");
     memcpy(t, b, n);
-    t[40] = 7;
+    t[44] = 7;
     expect_refused(t, n, LARES_EFORMAT, "element type 7", "act element type");
     memcpy(t, b, n);
-    wr_u32le(t + 44 + 4, 9);
+    wr_u32le(t + 48 + 4, 9);
     expect_refused(t, n, LARES_EFORMAT, "consecutive", "act positions with a gap");
     memcpy(t, b, n);
-    wr_u32le(t + 44, 0xfffffff0u);
+    wr_u32le(t + 48, 0xfffffff0u);
     expect_refused(t, n, LARES_EFORMAT, "position", "act negative position");
     memcpy(t, b, n);
-    wr_u32le(t + 32, 0);
+    wr_u32le(t + 36, 0);
     expect_refused(t, n, LARES_EFORMAT, "no tokens", "act without tokens");
     memcpy(t, b, n);
-    wr_u16le(t + 42, 1000);
+    wr_u32le(t + 32, 0);
+    expect_refused(t, n, LARES_EFORMAT, "end layer 0", "act with no end layer");
+    memcpy(t, b, n);
+    wr_u16le(t + 46, 1000);
     expect_refused(t, n, LARES_EFORMAT, "trace", "act with too many trace entries");
 
     /* PLAN: windows that do not add up, a device index out of range */

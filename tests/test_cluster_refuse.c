@@ -224,18 +224,18 @@ static void check_raw_head(void) {
     cluster_frame *reply = calloc(1, sizeof *reply);
     uint8_t buf[512];
 
-    /* a hello of protocol version 2 */
+    /* a hello of protocol version 3 */
     cluster_hello h = {
         .model = {1, 2}, .device = 1, .n_devices = 2, .heartbeat_ms = 100, .timeout_ms = 1000};
     snprintf(h.head_name, sizeof h.head_name, "raw");
     size_t n = cluster_encode_hello(buf, sizeof buf, &h);
-    wr_u16le(buf + 4, 2);
+    wr_u16le(buf + 4, 3);
     CHECK(raw_exchange(&p, buf, n, false, reply));
     CHECKF(reply->type == CLUSTER_ERROR && reply->u.error.code == LARES_EPROTO &&
-               has(reply->u.error.msg, "version 1") && has(reply->u.error.msg, "version 2"),
-           "version 2: the worker answers %s: %s", cluster_frame_type_name(reply->type),
+               has(reply->u.error.msg, "version 2") && has(reply->u.error.msg, "version 3"),
+           "version 3: the worker answers %s: %s", cluster_frame_type_name(reply->type),
            reply->u.error.msg);
-    CHECKF(worker_saw(&t, LARES_WORKER_REFUSED, "version 2"), "version 2: the worker's report");
+    CHECKF(worker_saw(&t, LARES_WORKER_REFUSED, "version 3"), "version 3: the worker's report");
 
     /* garbage */
     static const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -264,7 +264,7 @@ static void check_raw_head(void) {
     /* hidden states before any hello */
     const int32_t pos = 0;
     const float x[4] = {1, 2, 3, 4};
-    const cluster_act a = {.seq = 1, .layer = 1, .n_tok = 1, .n_embd = 4};
+    const cluster_act a = {.seq = 1, .layer = 1, .end = 2, .n_tok = 1, .n_embd = 4};
     n = cluster_encode_act(buf, sizeof buf, 0, &a, &pos, NULL, x);
     CHECK(raw_exchange(&p, buf, n, false, reply));
     CHECKF(reply->type == CLUSTER_ERROR && reply->u.error.code == LARES_EPROTO &&

@@ -4,8 +4,10 @@
  * workers (k = 1, 2, 3 rounds, uneven windows, with and without layers on the
  * head) must give exactly the token ids of the same model on one device; so
  * must a conversation of several generate calls with a truncation, a prompt
- * split into several batches, and "auto" windows. A worker that dies
- * mid-generation must stop the head's request with an error naming it.
+ * split into several batches, and "auto" windows. With failover off, a worker
+ * that dies mid-generation must stop the head's request with an error naming
+ * it (failover itself: test_cluster_failover.c). Re-balancing is off here:
+ * these rings check the plans they were given.
  */
 #include "cluster_harness.h"
 
@@ -86,18 +88,25 @@ static lares_status generate(lares_session *s, const lares_model *m, const char 
     return st;
 }
 
-static lares_session *open_session(lares_model *m, const char *ring, int32_t n_batch,
-                                   lares_error *err) {
+static lares_session *open_session_with(lares_model *m, const char *ring, int32_t n_batch,
+                                        int failover, lares_error *err) {
     lares_session_opts so = lares_session_opts_default();
     so.n_ctx = N_CTX;
     so.n_threads = 1;
     so.n_batch = n_batch;
     so.ring = ring;
+    so.ring_rebalance = -1;
+    so.ring_failover = failover;
     lares_session *s = NULL;
     if (lares_session_create(m, &so, &s, err) != LARES_OK) {
         return NULL;
     }
     return s;
+}
+
+static lares_session *open_session(lares_model *m, const char *ring, int32_t n_batch,
+                                   lares_error *err) {
+    return open_session_with(m, ring, n_batch, 0, err);
 }
 
 static bool same_ids(const int32_t *a, size_t na, const int32_t *b, size_t nb, const char *what) {
@@ -206,8 +215,10 @@ static void check_conversation(void) {
     lares_session_free(local);
     lares_session_free(remote);
 
-    /* "auto" windows: an even split (the planner fills this later) */
-    ring = write_ring("auto.json", workers, 3, NULL, path, "\"windows\": \"auto\"");
+    /* "auto" windows with "placement": "even": the plain even split (the
+     * planner's placements: tests/e2e/ring_auto.sh) */
+    ring = write_ring("auto.json", workers, 3, NULL, path,
+                      "\"windows\": \"auto\", \"placement\": \"even\"");
     lares_session *s = open_session(m, ring, 0, &err);
     CHECKF(s != NULL, "auto windows: %s", err.msg);
     if (s != NULL) {
@@ -237,7 +248,8 @@ static bool kill_on_token(const lares_token_info *t, void *user) {
     return true;
 }
 
-/* a worker that dies mid-generation: the head names it and stops with an error */
+/* failover off: a worker that dies mid-generation makes the head name it and
+ * stop with an error */
 static void check_killed_worker(void) {
     lares_error err = {0};
     lares_model *m = NULL;
@@ -253,7 +265,7 @@ static void check_killed_worker(void) {
     static const int w[] = {1, 2, 2, -1};
     const char *ring =
         write_ring("kill.json", extra, 2, w, path, "\"heartbeat_ms\": 50, \"timeout_ms\": 1000");
-    lares_session *s = open_session(m, ring, 0, &err);
+    lares_session *s = open_session_with(m, ring, 0, -1, &err);
     CHECKF(s != NULL, "kill: %s", err.msg);
     if (s != NULL) {
         int32_t *ids = NULL;

@@ -1,23 +1,118 @@
 /*
- * api/ring: a session as the head of a ring (ring_head.c), and the worker's
- * compute side (ring_worker.c). The cluster module does the networking; this
- * joins it with the model and the executor.
+ * api/ring: a session as the head of a ring, and the worker's compute side.
+ * The cluster module does the networking; this joins it with the model and
+ * the executor:
+ *
+ *   ring_head.c    opening the ring, the forward pass around it, statistics
+ *   ring_switch.c  changing plans while a conversation runs (issue 9):
+ *                  re-balancing when a device drifts, failover when one is
+ *                  lost, and rebuilding the KV cache of the moved layers by
+ *                  re-running the conversation's tokens (docs/ring.md)
+ *   ring_worker.c  lares_worker: the callbacks a worker computes with
+ *
+ * Threads: everything here runs on the session's thread, except
+ * lares_session_ring_events (atomics).
  */
 #ifndef LARES_API_RING_H
 #define LARES_API_RING_H
 
 #include "api/api.h"
 #include "cluster/cluster.h"
+#include "sched/sched.h"
 
-typedef struct api_ring api_ring;
+#include <stdatomic.h>
 
-/* Reads s->o.ring (ring.json), connects the workers, hands out the plan, and
- * points eo at the head's own windows (borrowed from the ring, which outlives
- * the executor). Sets s->ring. */
+typedef struct api_ring {
+    cluster_ring_config *rc; /* owned */
+    cluster_head *head;      /* owned */
+    int32_t n_cfg;           /* devices of ring.json, the head first */
+    exec_window *windows;    /* owned, n_layer + 1: the head's windows of the first plan */
+    int32_t n_windows;
+    int32_t synced; /* positions the members hold KV entries for */
+    bool rebalance, failover;
+    bool rebuild_batched; /* ring.json "rebuild": "batched" */
+    uint8_t *batch_start; /* owned, n_ctx: 1 where a batch of the conversation began */
+    int32_t rounds;       /* k of the first plan; re-plans keep it */
+    /* capacity of each device in layers (ring.json "memory"; n_layer when not
+     * given), and whether it can run a layer at all (from disk) */
+    int32_t cap_layers[CLUSTER_MAX_DEVICES];
+    bool can_stream[CLUSTER_MAX_DEVICES];
+    uint64_t layer_bytes; /* the largest layer's weights plus its KV cache */
+    cluster_monitor mon;
+    /* measured: the network's share of a hop, moving estimate (ms) */
+    double hop_ms;
+    /* events (replans and failovers are read by other threads: /metrics) */
+    _Atomic uint64_t replans, failovers;
+    uint64_t rebuilt_tokens, kv_moved_bytes;
+    double switch_ms, last_switch_ms;
+    char last_switch[2048];
+    bool in_switch;         /* a re-run is going on: no monitoring, no nested switches */
+    uint64_t last_probe_ns; /* when devices out of the plan were last asked back */
+    /* automatic placement (issue 7, ring_plan.c): set when the first plan came
+     * from the planner ("auto" windows, "placement" not "even") */
+    bool planned;
+    char placement[16];     /* what made the plan in force: "explicit", "even", "halda", ... */
+    sched_model *sm;        /* owned: the model as the planner sees it */
+    sched_device *devs;     /* owned, n_cfg: the profiles, ring.json order, the head first */
+    sched_opts so;          /* the planner's options (exclude points at scratch per call) */
+    sched_plan *splan;      /* owned: the planner's plan in force; NULL after a fallback */
+    sched_plan *splan_next; /* owned: the plan a re-plan proposes, until it is in force */
+    double predicted_ms[CLUSTER_MAX_DEVICES];       /* per layer per token; < 0 unknown */
+    double predicted_token_ms[CLUSTER_MAX_DEVICES]; /* the device's share of a token */
+    double predicted_latency_ms;                    /* a token; < 0 unknown */
+    /* scratch, sized at open: the batch in flight survives a failover */
+    float *x_saved;     /* owned, n_batch x n_embd */
+    int32_t *pos_saved; /* owned, n_batch */
+} api_ring;
+
+/* ring_head.c */
+
+/* Reads s->o.ring (ring.json), connects the workers, hands out the first plan
+ * and points eo at the head's own windows. Sets s->ring. */
 lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err);
 void api_ring_free(api_ring *r);
 /* Runs s->x (nb tokens at positions s->pos) through every layer: the head's
- * windows here, the others around the ring. */
+ * windows here, the others around the ring. Re-plans first when the monitor
+ * says so, and survives the loss of a worker (failover). */
 lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err);
+/* One pass of nb tokens (s->x, s->pos) through layers [0, end) (at least;
+ * windows are not cut) under the plan in force; no re-plans. */
+lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *err);
+/* The head's ms per layer and each member's from the last pass into the monitor. */
+void ring_monitor_token(api_ring *r);
+/* Layers per device (ring.json index) under the plan in force. */
+void ring_layers_by_device(const api_ring *r, int32_t *layers);
+
+/* ring_plan.c */
+
+/* "auto" windows by the planner: the workers' profiles (from WELCOME), the
+ * head's own, the hops measured by a probe plan; the plan's windows into
+ * *plan over members[] (ring.json indexes; devices left out have none).
+ * Sets r->planned, r->sm, r->devs, r->splan and the predictions. */
+lares_status ring_plan_auto(lares_session *s, api_ring *r, cluster_plan *plan, int32_t *members,
+                            lares_error *err);
+/* A re-plan by the planner (sched_replan) over the candidates cand[0..n)
+ * (ring.json indexes, cand[0] = 0; the others are excluded), with what the
+ * monitor measured. The sched plan waits in r->splan_next. */
+lares_status ring_plan_replan(api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
+                              int32_t *members, lares_error *err);
+/* The proposed plan (r->splan_next; NULL: a plan not made by the planner) is
+ * in force: its predictions replace the old ones. */
+void ring_plan_adopt(api_ring *r);
+void ring_plan_free(api_ring *r);
+
+/* ring_switch.c */
+
+/* A member was lost: re-plans over the others, rebuilds the KV cache of
+ * positions [0, keep) and warns. LARES_ERANGE when the others cannot run the
+ * model; the error names what was lost. */
+lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err);
+/* The monitor says a device drifted: re-plans when a better plan exists
+ * (by min_gain), else accepts the figures as the new normal. */
+lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err);
+/* At the start of a request: asks the devices out of the plan (lost, or left
+ * out) to come back, at most every RING_PROBE_EVERY_S, and re-plans with
+ * those that answer. */
+lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err);
 
 #endif /* LARES_API_RING_H */

@@ -1,39 +1,33 @@
 /*
  * The head's ring path (docs/ring.md): the session embeds, runs its own
  * windows through its executor, sends the hidden states around the ring
- * between them, and takes the output once the last layer is done. The plan
- * lives in the cluster head, so a new one (issues 7, 9) only has to reach
- * cluster_head_set_plan and the executor's windows.
+ * between them, and takes the output once the last layer is done. Every
+ * single-token pass feeds the monitor (issue 9); when it says a device drifted,
+ * or a member is lost, ring_switch.c puts a new plan in force between tokens.
  */
 #include "api/ring.h"
+#include "mem/mem.h"
 
 #include <unistd.h>
-
-struct api_ring {
-    cluster_ring_config *rc; /* owned */
-    cluster_head *head;      /* owned */
-    exec_window *windows;    /* owned: the head's windows in cycle order */
-    int32_t n_windows;
-    int32_t synced; /* positions the workers hold KV entries for */
-};
 
 void api_ring_free(api_ring *r) {
     if (r == NULL) {
         return;
     }
     cluster_head_close(r->head);
+    ring_plan_free(r);
     lares_free(r->rc);
     lares_free(r->windows);
+    lares_free(r->x_saved);
+    lares_free(r->pos_saved);
+    lares_free(r->batch_start);
     lares_free(r);
 }
 
 /* the head's windows, round by round, for its executor */
-static lares_status head_windows(api_ring *r, const cluster_plan *p, lares_error *err) {
+static void head_windows(api_ring *r, const cluster_plan *p) {
     const int32_t rounds = cluster_plan_rounds(p);
-    r->windows = lares_calloc((size_t)rounds + 1, sizeof *r->windows);
-    if (r->windows == NULL) {
-        return lares_fail(err, LARES_ENOMEM, "out of memory");
-    }
+    r->n_windows = 0;
     for (int32_t k = 0; k < rounds; k++) {
         int32_t l0, l1;
         if (cluster_plan_window(p, 0, k, &l0, &l1)) {
@@ -46,7 +40,50 @@ static lares_status head_windows(api_ring *r, const cluster_plan *p, lares_error
          * streaming executor reads it ahead and releases it unused. */
         r->windows[r->n_windows++] = (exec_window){0, 1};
     }
+}
+
+void ring_layers_by_device(const api_ring *r, int32_t *layers) {
+    const cluster_plan *p = cluster_head_plan(r->head);
+    for (int32_t d = 0; d < r->n_cfg; d++) {
+        layers[d] = 0;
+    }
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        layers[cluster_head_member(r->head, i)] = cluster_plan_layers_of(p, i);
+    }
+}
+
+/* The capacity of each device in layers: ring.json's "memory" over the
+ * largest layer (its weights and KV cache); without "memory", any number. */
+static lares_status device_caps(lares_session *s, api_ring *r, lares_error *err) {
+    const model *m = s->lm->m;
+    const int32_t n_layer = m->hp.n_layer;
+    uint64_t biggest = 0;
+    for (int32_t l = 0; l < n_layer; l++) {
+        mem_span sp = {0};
+        lares_status st = mem_span_of_layer(s->lm->file, l, NULL, &sp, err);
+        if (st != LARES_OK) {
+            mem_span_free(&sp);
+            return st;
+        }
+        biggest = LARES_MAX(biggest, sp.bytes);
+        mem_span_free(&sp);
+    }
+    r->layer_bytes = biggest + s->kv->bytes / (uint64_t)n_layer;
+    for (int32_t d = 0; d < r->n_cfg; d++) {
+        const uint64_t mem = r->rc->dev[d].memory_bytes;
+        if (mem == 0 || r->layer_bytes == 0) {
+            r->cap_layers[d] = n_layer;
+            r->can_stream[d] = true;
+        } else {
+            r->cap_layers[d] = (int32_t)LARES_MIN(mem / r->layer_bytes, (uint64_t)n_layer);
+            r->can_stream[d] = mem >= r->layer_bytes;
+        }
+    }
     return LARES_OK;
+}
+
+static bool choice(int opt, int ring_json) {
+    return opt > 0 || (opt == 0 && ring_json != 0);
 }
 
 lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
@@ -57,12 +94,52 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
         lares_free(r);
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
+    r->windows = lares_calloc((size_t)m->hp.n_layer + 1, sizeof *r->windows);
+    r->x_saved = lares_alloc_array((size_t)s->o.n_batch * (size_t)m->hp.n_embd, sizeof(float));
+    r->pos_saved = lares_alloc_array((size_t)s->o.n_batch, sizeof(int32_t));
+    r->batch_start = lares_calloc((size_t)s->o.n_ctx, 1);
+    lares_status st = LARES_OK;
+    if (r->windows == NULL || r->x_saved == NULL || r->pos_saved == NULL ||
+        r->batch_start == NULL) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
     cluster_plan plan;
     cluster_keypair key;
-    lares_status st = cluster_ring_load(s->o.ring, r->rc, err);
     if (st == LARES_OK) {
+        st = cluster_ring_load(s->o.ring, r->rc, err);
+    }
+    const char *pl = s->o.ring_placement;
+    if (st == LARES_OK && pl != NULL) {
+        if (strcmp(pl, "even") != 0 && sched_placement_from_name(pl) < 0) {
+            st = lares_fail(err, LARES_EINVAL, "placement \"%s\": halda, memory, single or even",
+                            pl);
+        } else {
+            snprintf(r->rc->placement, sizeof r->rc->placement, "%s", pl);
+        }
+    }
+    /* "auto" windows come from the planner unless "placement" is "even" (the
+     * plain split, no profiles needed) */
+    const bool planned =
+        st == LARES_OK && r->rc->auto_windows && strcmp(r->rc->placement, "even") != 0;
+    if (st == LARES_OK && !r->rc->auto_windows && r->rc->placement[0] != '\0' &&
+        strcmp(r->rc->placement, "even") != 0) {
+        st = lares_fail(err, LARES_EINVAL,
+                        "%s: \"placement\": \"%s\" chooses the windows, but every device "
+                        "gives \"w\"; drop the \"w\"s (or \"windows\": \"auto\") to let "
+                        "the planner choose them",
+                        s->o.ring, r->rc->placement);
+    }
+    if (st == LARES_OK) {
+        /* planned: the even split stands in until the planner has the profiles */
         st = cluster_ring_plan(r->rc, m->hp.n_layer, &plan, err);
     }
+    int32_t members[CLUSTER_MAX_DEVICES];
+    for (int32_t d = 0; d < CLUSTER_MAX_DEVICES; d++) {
+        members[d] = d;
+        r->predicted_ms[d] = r->predicted_token_ms[d] = -1;
+    }
+    r->predicted_latency_ms = -1;
+    snprintf(r->placement, sizeof r->placement, "%s", r->rc->auto_windows ? "even" : "explicit");
     if (st == LARES_OK && insecure) {
         lares_log(LARES_LOG_WARN,
                   "cluster: --insecure: this ring runs without encryption or keys; "
@@ -76,7 +153,14 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
         st = cluster_key_read(r->rc->head_key_path, &key, err);
     }
     if (st == LARES_OK) {
-        st = head_windows(r, &plan, err);
+        r->n_cfg = r->rc->n_dev;
+        r->rebalance = choice(s->o.ring_rebalance, r->rc->rebalance);
+        r->failover = choice(s->o.ring_failover, r->rc->failover);
+        r->rebuild_batched = strcmp(r->rc->rebuild, "batched") == 0;
+        st = device_caps(s, r, err);
+    }
+    if (st == LARES_OK) {
+        st = cluster_monitor_opts_check(&r->rc->monitor, err);
     }
     if (st == LARES_OK) {
         char host[CLUSTER_MAX_NAME + 1] = "head";
@@ -86,61 +170,77 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
         host[sizeof host - 1] = '\0';
         const cluster_head_opts ho = {
             .ring = r->rc,
-            .plan = plan,
             .model = {gguf_file_bytes(s->lm->file), gguf_header_hash(s->lm->file)},
+            .n_layer = m->hp.n_layer,
             .n_ctx = s->o.n_ctx,
             .n_batch = s->o.n_batch,
-            .n_embd = m->hp.n_embd,
+            .n_embd = (int32_t)m->hp.n_embd,
             .kv_f16 = s->o.kv_type == LARES_KV_F16,
             .key = insecure ? NULL : &key,
             .insecure = insecure,
-            .head_name = host};
+            .head_name = host,
+            .failover = r->failover,
+            .profile_ms = planned ? (uint32_t)r->rc->profile_ms : 0,
+            .kv_row_bytes = (uint32_t)(s->kv->row_elems * (s->kv->type == GGUF_TYPE_F32 ? 4 : 2))};
         st = cluster_head_open(&ho, &r->head, err);
+    }
+    if (st == LARES_OK && planned) {
+        st = ring_plan_auto(s, r, &plan, members, err);
+    }
+    if (st == LARES_OK) {
+        r->rounds = cluster_plan_rounds(&plan);
+        head_windows(r, &plan);
+        st = cluster_head_set_plan(r->head, &plan, members, 0, err);
     }
     if (st != LARES_OK) {
         api_ring_free(r);
         return st;
     }
+    cluster_monitor_init(&r->mon, &r->rc->monitor, r->n_cfg);
+    int32_t layers[CLUSTER_MAX_DEVICES];
+    ring_layers_by_device(r, layers);
+    cluster_monitor_plan(&r->mon, layers, NULL, false);
     char desc[256];
     cluster_plan_describe(&plan, desc, sizeof desc);
-    lares_log(LARES_LOG_INFO, "cluster: ring of %d devices ready: %s", plan.n_dev, desc);
+    lares_log(LARES_LOG_INFO,
+              "cluster: ring of %d devices ready: %s, placement %s (re-balancing %s, failover %s)",
+              plan.n_dev, desc, r->placement, r->rebalance ? "on" : "off",
+              r->failover ? "on" : "off");
     eo->windows = r->windows;
     eo->n_windows = r->n_windows;
     s->ring = r;
     return LARES_OK;
 }
 
-lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
+lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *err) {
     api_ring *r = s->ring;
     const cluster_plan *p = cluster_head_plan(r->head);
-    const int32_t n_layer = p->n_layer;
     lares_status st = LARES_OK;
-    if (s->pos[0] < r->synced && p->n_dev > 1) {
-        /* a shorter context than the workers hold (a new prompt, a truncate) */
-        st = cluster_head_truncate(r->head, s->pos[0], err);
-        if (st != LARES_OK) {
-            return st;
-        }
-        r->synced = s->pos[0];
-    }
     int32_t layer = 0;
-    while (layer < n_layer) {
+    while (layer < end) {
         int32_t dev, round, l0, l1;
         if (cluster_plan_owner(p, layer, &dev, &round) && dev == 0) {
             cluster_plan_window(p, 0, round, &l0, &l1);
+            /* layers the head gained in a re-plan run outside its executor's
+             * cycle: unmanaged (plain mmap) when it streams, see docs/ring.md */
+            exec_counters c0, c1;
+            exec_local_counters(s->exec, &c0);
             const uint64_t t0 = lares_now_ns();
             st = exec_local_forward(s->exec, l0, l1, s->pos, nb, s->x, err);
-            cluster_head_add_local(r->head, (lares_now_ns() - t0) / 1000u);
+            const uint64_t t1 = lares_now_ns();
+            exec_local_counters(s->exec, &c1);
+            cluster_head_add_local(r->head, l1 - l0, nb, (t1 - t0) / 1000u,
+                                   (c1.wait_ns - c0.wait_ns) / 1000u);
             if (st != LARES_OK) {
                 return st;
             }
             layer = l1;
-            if (layer == n_layer) {
+            if (layer >= end) {
                 break;
             }
         }
         uint64_t seq;
-        st = cluster_head_send(r->head, layer, s->pos, nb, s->x, &seq, err);
+        st = cluster_head_send(r->head, layer, end, s->pos, nb, s->x, &seq, err);
         if (st == LARES_OK) {
             st = cluster_head_recv(r->head, seq, nb, s->x, &layer, &s->cancel, err);
         }
@@ -148,8 +248,87 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
             return st;
         }
     }
-    if (s->pos[nb - 1] + 1 > r->synced) {
-        r->synced = s->pos[nb - 1] + 1;
+    return LARES_OK;
+}
+
+void ring_monitor_token(api_ring *r) {
+    cluster_pass pass[CLUSTER_MAX_DEVICES];
+    double ms[CLUSTER_MAX_DEVICES], wait[CLUSTER_MAX_DEVICES];
+    uint32_t mem[CLUSTER_MAX_DEVICES];
+    cluster_head_take_pass(r->head, pass);
+    for (int32_t d = 0; d < r->n_cfg; d++) {
+        const bool ran = pass[d].layers > 0;
+        ms[d] = ran ? (double)pass[d].compute_us / 1e3 / pass[d].layers : -1;
+        wait[d] = ran ? (double)pass[d].wait_us / 1e3 / pass[d].layers : -1;
+        mem[d] = pass[d].mem_free_mib;
+    }
+    cluster_monitor_token(&r->mon, ms, wait, mem);
+}
+
+lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
+    api_ring *r = s->ring;
+    const size_t n_x = (size_t)nb * (size_t)s->lm->m->hp.n_embd;
+    const int32_t keep = s->pos[0]; /* positions every layer must hold before this batch */
+    memcpy(r->x_saved, s->x, n_x * sizeof *s->x);
+    memcpy(r->pos_saved, s->pos, (size_t)nb * sizeof *s->pos);
+    const bool new_request = nb > 1 || keep != r->synced;
+    lares_status st = LARES_OK;
+    if (keep < r->synced && cluster_head_plan(r->head)->n_dev > 1) {
+        /* a shorter context than the workers hold (a new prompt, a truncate) */
+        st = cluster_head_truncate(r->head, keep, err);
+        if (st == LARES_OK) {
+            r->synced = keep;
+        } else if (!cluster_head_needs_plan(r->head)) {
+            return st;
+        }
+    }
+    if (st == LARES_OK && new_request) {
+        /* the start of a request: devices that came back may rejoin */
+        st = ring_rejoin(s, keep, err);
+        if (st != LARES_OK && !cluster_head_needs_plan(r->head)) {
+            return st;
+        }
+    }
+    char why[512];
+    int32_t drifted = -1;
+    if (st == LARES_OK && r->rebalance && nb == 1 &&
+        cluster_monitor_due(&r->mon, &drifted, why, sizeof why)) {
+        st = ring_rebalance(s, keep, err);
+        if (st != LARES_OK && !cluster_head_needs_plan(r->head)) {
+            return st;
+        }
+    }
+    for (int32_t attempt = 0;; attempt++) {
+        if (st == LARES_OK) {
+            memcpy(s->x, r->x_saved, n_x * sizeof *s->x);
+            memcpy(s->pos, r->pos_saved, (size_t)nb * sizeof *s->pos);
+            st = ring_pass(s, nb, s->lm->m->hp.n_layer, err);
+            if (st == LARES_OK) {
+                break;
+            }
+        }
+        /* a member was lost (during the pass or a switch before it) */
+        if (!cluster_head_needs_plan(r->head) || attempt >= r->n_cfg) {
+            return st;
+        }
+        st = ring_failover(s, keep, err);
+        if (st != LARES_OK) {
+            return st;
+        }
+    }
+    if (nb == 1) {
+        ring_monitor_token(r);
+    } else {
+        cluster_pass pass[CLUSTER_MAX_DEVICES]; /* prompt batches are not judged */
+        cluster_head_take_pass(r->head, pass);
+    }
+    if (r->pos_saved[nb - 1] + 1 > r->synced) {
+        r->synced = r->pos_saved[nb - 1] + 1;
+    }
+    /* the batch's shape, for an exact re-run after a plan change */
+    r->batch_start[r->pos_saved[0]] = 1;
+    for (int32_t i = 1; i < nb; i++) {
+        r->batch_start[r->pos_saved[i]] = 0;
     }
     return LARES_OK;
 }
@@ -159,30 +338,67 @@ lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *
     if (s->ring == NULL) {
         return lares_fail(err, LARES_EINVAL, "this session runs on one device, not a ring");
     }
-    const cluster_head *h = s->ring->head;
+    const api_ring *r = s->ring;
+    const cluster_head *h = r->head;
     const cluster_plan *p = cluster_head_plan(h);
     memset(out, 0, sizeof *out);
     out->n_devices = p->n_dev;
+    out->n_config = r->n_cfg;
     out->rounds = cluster_plan_rounds(p);
     out->width = cluster_plan_width(p);
     out->hops = cluster_head_hops(h);
     out->wait_ms = (double)cluster_head_wait_us(h) / 1e3;
-    for (int32_t d = 0; d < p->n_dev; d++) {
+    out->replans = atomic_load(&r->replans);
+    out->failovers = atomic_load(&r->failovers);
+    out->switch_ms = r->switch_ms;
+    out->last_switch_ms = r->last_switch_ms;
+    out->rebuilt_tokens = r->rebuilt_tokens;
+    out->kv_moved_bytes = r->kv_moved_bytes;
+    out->last_switch = r->last_switch;
+    out->placement = r->placement;
+    out->predicted_token_ms = r->predicted_latency_ms;
+    for (int32_t d = 0; d < r->n_cfg; d++) {
         const cluster_device_stats *ds = cluster_head_device(h, d);
         if (d > 0) {
             out->remote_ms += (double)ds->compute_us / 1e3;
         }
-        if (devices != NULL && d < cap) {
-            const cluster_ring_device *rd = cluster_head_ring_device(h, d);
-            devices[d] = (lares_ring_device){.name = rd->name,
-                                             .address = rd->address,
-                                             .w = p->w[d],
-                                             .n = p->n[d],
-                                             .n_layers = cluster_plan_layers_of(p, d),
-                                             .windows_run = ds->windows,
-                                             .compute_ms = (double)ds->compute_us / 1e3,
-                                             .major_faults = ds->major_faults};
+        if (devices == NULL || d >= cap) {
+            continue;
         }
+        int32_t i = -1;
+        for (int32_t k = 0; k < p->n_dev; k++) {
+            i = cluster_head_member(h, k) == d ? k : i;
+        }
+        const cluster_ring_device *rd = cluster_head_ring_device(h, d);
+        devices[d] =
+            (lares_ring_device){.name = rd->name,
+                                .address = rd->address,
+                                .in_ring = i >= 0,
+                                .alive = d == 0 || cluster_head_alive(h, d),
+                                .w = i >= 0 ? p->w[i] : 0,
+                                .n = i >= 0 ? p->n[i] : 0,
+                                .n_layers = i >= 0 ? cluster_plan_layers_of(p, i) : 0,
+                                .windows_run = ds->windows,
+                                .compute_ms = (double)ds->compute_us / 1e3,
+                                .disk_wait_ms = (double)ds->wait_us / 1e3,
+                                .major_faults = ds->major_faults,
+                                .mem_free_mib = ds->mem_free_mib,
+                                .measured_ms = i >= 0 ? cluster_monitor_ms(&r->mon, d) : -1,
+                                .predicted_ms = i >= 0 ? r->predicted_ms[d] : -1,
+                                .predicted_token_ms = i >= 0 ? r->predicted_token_ms[d] : -1};
     }
     return LARES_OK;
+}
+
+bool lares_session_ring_events(const lares_session *s, uint64_t *replans, uint64_t *failovers) {
+    if (s == NULL || s->ring == NULL) {
+        return false;
+    }
+    if (replans != NULL) {
+        *replans = atomic_load(&s->ring->replans);
+    }
+    if (failovers != NULL) {
+        *failovers = atomic_load(&s->ring->failovers);
+    }
+    return true;
 }

@@ -10,12 +10,25 @@
  * just computed is released, at the latest while the hidden state travels on
  * (../shared/docs/scheduling.md). With no_stream the executor gets no budget:
  * plain mmap, the comparison "prefetch off".
+ *
+ * Re-plans (issue 9): the KV cache spans every layer of the model (the pages
+ * of layers never held are never touched, so never resident), so a new plan
+ * keeps the entries of the layers still held; the executor is made anew with
+ * the new windows, the weights of layers lost are released (mem_release) and
+ * those gained are read ahead. Automatic rings: the worker profiles itself
+ * (sched, cached) when the head asks, and sends the profile in WELCOME.
  */
 #include "api/ring.h"
 #include "mem/mem.h"
+#include "sched/sched.h"
 
+#include <stdatomic.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
+
+/* free memory is read at most this often (a few files under /proc and /sys) */
+#define MEM_FREE_EVERY_NS 250000000u
 
 /* program text, libraries, stacks, allocator slack (as api/budget.c) */
 #define RESERVE_BYTES ((uint64_t)16 << 20)
@@ -30,8 +43,10 @@ struct lares_worker {
     int32_t n_threads;
     uint64_t mem_budget;
     bool no_stream;
+    char *profile_cache_dir; /* owned copy; NULL: no cache */
     lares_worker_event_fn on_event;
     void *user;
+    atomic_uint slow_milli; /* slowdown factor x 1000 (tests); <= 1000: none */
     /* compute state: touched only by the compute thread */
     lares_model *lm; /* owned: the open model, kept across heads */
     ops_pool *pool;  /* owned */
@@ -42,6 +57,9 @@ struct lares_worker {
     exec_local *exec;     /* owned */
     exec_window *windows; /* owned */
     int32_t n_windows;
+    int32_t n_batch;      /* of cx */
+    uint64_t mem_free_ns; /* when mem_free_mib was read */
+    uint32_t mem_free_mib;
 };
 
 lares_worker_opts lares_worker_opts_default(void) {
@@ -75,6 +93,7 @@ static void release_windows(lares_worker *w) {
     w->kv = NULL;
     w->windows = NULL;
     w->n_windows = 0;
+    w->n_batch = 0;
 }
 
 static void cb_release(void *user) {
@@ -113,6 +132,28 @@ static lares_status cb_open(void *user, const cluster_hello *h, cluster_welcome 
         snprintf(out->name, sizeof out->name, "worker");
     }
     out->name[sizeof out->name - 1] = '\0';
+    if (h->flags & CLUSTER_HELLO_PROFILE) {
+        /* what the planner needs; cached per hardware fingerprint, so only the
+         * first head pays the measuring time (free memory is always fresh) */
+        sched_profile_opts po = sched_profile_opts_default();
+        po.disk_path = path;
+        po.cache_dir = w->profile_cache_dir;
+        po.n_threads = w->n_threads;
+        po.budget_ms = h->profile_ms > 0 ? h->profile_ms : CLUSTER_DEFAULT_PROFILE_MS;
+        sched_device d;
+        sched_profile_info info;
+        char *json = NULL;
+        lares_error perr = {0};
+        if (sched_profile_run(&po, &d, &info, &perr) == LARES_OK &&
+            sched_device_to_json(&d, &json, &perr) == LARES_OK &&
+            strlen(json) <= CLUSTER_MAX_PROFILE) {
+            snprintf(out->profile, sizeof out->profile, "%s", json);
+        } else {
+            lares_log(LARES_LOG_WARN, "cluster: no profile for the head: %s",
+                      perr.msg[0] ? perr.msg : "it is too long");
+        }
+        lares_free(json);
+    }
     return LARES_OK;
 }
 
@@ -153,16 +194,63 @@ static lares_status worker_budget(lares_worker *w, exec_opts *eo, int32_t held, 
     return LARES_OK;
 }
 
-static lares_status cb_setup(void *user, const cluster_plan_msg *p, cluster_ready *out,
+/* Releases the weights of layers held before and not now, and reads ahead
+ * those held now and not before (when the executor does not stream: a
+ * streaming executor reads its cycle itself). */
+static void move_weights(lares_worker *w, const exec_window *old, int32_t n_old) {
+    const model *m = w->lm->m;
+    mem_file mf;
+    mem_file_of(w->lm->file, &mf);
+    exec_plan_info pi;
+    exec_local_plan(w->exec, &pi);
+    for (int32_t l = 0; l < m->hp.n_layer; l++) {
+        bool before = false, now = false;
+        for (int32_t i = 0; i < n_old; i++) {
+            before = before || (l >= old[i].l0 && l < old[i].l1);
+        }
+        for (int32_t i = 0; i < w->n_windows; i++) {
+            now = now || (l >= w->windows[i].l0 && l < w->windows[i].l1);
+        }
+        if (before == now || (now && pi.streaming)) {
+            continue;
+        }
+        mem_span sp = {0};
+        if (mem_span_of_layer(w->lm->file, l, NULL, &sp, NULL) == LARES_OK) {
+            if (now) {
+                mem_prefetch_async(&mf, &sp);
+            } else {
+                mem_release(&mf, &sp);
+            }
+        }
+        mem_span_free(&sp);
+    }
+}
+
+static lares_status cb_setup(void *user, const cluster_plan_msg *p, bool keep_kv,
+                             cluster_ready *out, bool *kept, uint32_t *kv_row_bytes,
                              lares_error *err) {
     lares_worker *w = user;
     const model *m = w->lm->m;
-    release_windows(w);
+    *kept = false;
     if (p->plan.n_layer != m->hp.n_layer || (int64_t)p->n_embd != m->hp.n_embd) {
+        release_windows(w);
         return lares_fail(err, LARES_EINVAL,
                           "the plan is for %d layers of width %u, the model "
                           "has %d of %d",
                           p->plan.n_layer, p->n_embd, m->hp.n_layer, m->hp.n_embd);
+    }
+    const uint32_t kv_type = p->kv_f16 ? GGUF_TYPE_F16 : GGUF_TYPE_F32;
+    const bool reuse = keep_kv && w->kv != NULL && w->kv->n_ctx == (int32_t)p->n_ctx &&
+                       w->kv->type == kv_type && w->cx != NULL &&
+                       w->n_batch == (int32_t)p->n_batch;
+    exec_window *old = w->windows;
+    const int32_t n_old = reuse ? w->n_windows : 0;
+    w->windows = NULL;
+    w->n_windows = 0;
+    exec_local_free(w->exec);
+    w->exec = NULL;
+    if (!reuse) {
+        release_windows(w);
     }
     int32_t threads = p->n_threads > 0 ? (int32_t)p->n_threads : w->n_threads;
     if (threads <= 0) {
@@ -174,10 +262,13 @@ static lares_status cb_setup(void *user, const cluster_plan_msg *p, cluster_read
         w->pool = NULL;
         st = ops_pool_create(threads, &w->pool, err);
         w->pool_threads = st == LARES_OK ? threads : 0;
+        if (st == LARES_OK && w->cx != NULL) {
+            w->cx->pool = w->pool;
+        }
     }
     const int32_t self = (int32_t)p->self;
     const int32_t rounds = cluster_plan_rounds(&p->plan);
-    int32_t lo = m->hp.n_layer, hi = 0, held = 0;
+    int32_t held = 0;
     if (st == LARES_OK && (w->windows = lares_calloc((size_t)rounds, sizeof *w->windows)) == NULL) {
         st = lares_fail(err, LARES_ENOMEM, "out of memory");
     }
@@ -185,20 +276,19 @@ static lares_status cb_setup(void *user, const cluster_plan_msg *p, cluster_read
         int32_t l0, l1;
         if (cluster_plan_window(&p->plan, self, r, &l0, &l1)) {
             w->windows[w->n_windows++] = (exec_window){l0, l1};
-            lo = LARES_MIN(lo, l0);
-            hi = LARES_MAX(hi, l1);
             held += l1 - l0;
         }
     }
     if (st == LARES_OK && w->n_windows == 0) {
         st = lares_fail(err, LARES_EINVAL, "the plan gives device %d no layers", self);
     }
-    if (st == LARES_OK) {
-        st = model_kv_create(m, lo, hi, (int32_t)p->n_ctx,
-                             p->kv_f16 ? GGUF_TYPE_F16 : GGUF_TYPE_F32, &w->kv, err);
+    /* the KV cache spans the whole model: a later plan may give this device any layer */
+    if (st == LARES_OK && w->kv == NULL) {
+        st = model_kv_create(m, 0, m->hp.n_layer, (int32_t)p->n_ctx, kv_type, &w->kv, err);
     }
-    if (st == LARES_OK) {
+    if (st == LARES_OK && w->cx == NULL) {
         st = model_ctx_create(m, w->pool, (int32_t)p->n_batch, (int32_t)p->n_ctx, &w->cx, err);
+        w->n_batch = st == LARES_OK ? (int32_t)p->n_batch : 0;
     }
     exec_opts eo = {.windows = w->windows, .n_windows = w->n_windows, .head = false};
     if (st == LARES_OK) {
@@ -207,26 +297,85 @@ static lares_status cb_setup(void *user, const cluster_plan_msg *p, cluster_read
     if (st == LARES_OK) {
         st = exec_local_create(m, w->kv, w->cx, &eo, &w->exec, err);
     }
+    if (st == LARES_OK && reuse) {
+        move_weights(w, old, n_old);
+    }
+    lares_free(old);
     if (st != LARES_OK) {
         release_windows(w);
         return st;
     }
-    const uint64_t span = (uint64_t)(hi - lo);
+    const uint64_t span = (uint64_t)(w->kv->l1 - w->kv->l0);
+    const size_t esz = kv_type == GGUF_TYPE_F32 ? 4 : 2;
     out->kv_bytes = w->kv->bytes / span * (uint64_t)held;
     out->n_windows = (uint32_t)w->n_windows;
+    *kept = reuse;
+    *kv_row_bytes = (uint32_t)(w->kv->row_elems * esz);
     return LARES_OK;
 }
 
+/* the memory this device could still give, read at most every MEM_FREE_EVERY_NS */
+static uint32_t mem_free_mib(lares_worker *w, uint64_t now) {
+    if (w->mem_free_ns == 0 || now - w->mem_free_ns > MEM_FREE_EVERY_NS) {
+        sched_device d;
+        sched_device_init(&d, "self");
+        uint64_t limit = 0;
+        w->mem_free_mib = sched_probe_memory(NULL, &d, &limit, NULL) == LARES_OK
+                              ? (uint32_t)LARES_MIN(d.ram_avail_bytes >> 20, (uint64_t)UINT32_MAX - 1)
+                              : UINT32_MAX;
+        w->mem_free_ns = now;
+    }
+    return w->mem_free_mib;
+}
+
 static lares_status cb_forward(void *user, int32_t l0, int32_t l1, const int32_t *pos,
-                               int32_t n_tok, float *x, uint32_t *major_faults, lares_error *err) {
+                               int32_t n_tok, float *x, cluster_figures *fig, lares_error *err) {
     lares_worker *w = user;
     struct rusage r0, r1;
+    exec_counters c0, c1;
     getrusage(RUSAGE_SELF, &r0);
+    exec_local_counters(w->exec, &c0);
+    const uint64_t t0 = lares_now_ns();
     lares_status st = exec_local_forward(w->exec, l0, l1, pos, n_tok, x, err);
+    const uint64_t t1 = lares_now_ns();
+    exec_local_counters(w->exec, &c1);
     getrusage(RUSAGE_SELF, &r1);
     const long faults = r1.ru_majflt - r0.ru_majflt;
-    *major_faults = faults > 0 ? (uint32_t)LARES_MIN(faults, (long)UINT32_MAX) : 0;
+    fig->major_faults = faults > 0 ? (uint32_t)LARES_MIN(faults, (long)UINT32_MAX) : 0;
+    fig->wait_us = (uint32_t)LARES_MIN((c1.wait_ns - c0.wait_ns) / 1000u, (uint64_t)UINT32_MAX);
+    fig->mem_free_mib = mem_free_mib(w, t1);
+    /* tests and benchmarks: a device whose CPU was cut to 1/factor */
+    const unsigned slow = atomic_load_explicit(&w->slow_milli, memory_order_relaxed);
+    if (st == LARES_OK && slow > 1000) {
+        const uint64_t extra = (t1 - t0) * (slow - 1000) / 1000;
+        struct timespec ts = {.tv_sec = (time_t)(extra / 1000000000u),
+                              .tv_nsec = (long)(extra % 1000000000u)};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
     return st;
+}
+
+static lares_status cb_kv_rows(void *user, int32_t layer, int32_t pos0, int32_t n, bool write,
+                               uint8_t *k, uint8_t *v, lares_error *err) {
+    lares_worker *w = user;
+    if (w->kv == NULL || layer < w->kv->l0 || layer >= w->kv->l1 || pos0 < 0 || n < 0 ||
+        pos0 + n > w->kv->n_ctx) {
+        return lares_fail(err, LARES_EINVAL, "kv rows %d..%d of layer %d outside the cache", pos0,
+                          pos0 + n, layer);
+    }
+    const ops_kv_view kv = model_kv_view(w->kv, layer);
+    const size_t row = kv.row_elems * (kv.type == GGUF_TYPE_F32 ? 4 : 2);
+    uint8_t *kp = (uint8_t *)kv.k + (size_t)pos0 * row;
+    uint8_t *vp = (uint8_t *)kv.v + (size_t)pos0 * row;
+    if (write) {
+        memcpy(kp, k, (size_t)n * row);
+        memcpy(vp, v, (size_t)n * row);
+    } else {
+        memcpy(k, kp, (size_t)n * row);
+        memcpy(v, vp, (size_t)n * row);
+    }
+    return LARES_OK;
 }
 
 void lares_worker_free(lares_worker *w) {
@@ -238,6 +387,7 @@ void lares_worker_free(lares_worker *w) {
     ops_pool_free(w->pool);
     lares_model_close(w->lm);
     lares_free(w->model_path);
+    lares_free(w->profile_cache_dir);
     lares_free(w);
 }
 
@@ -258,7 +408,10 @@ lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
         w->no_stream = o->no_stream;
         w->on_event = o->on_event;
         w->user = o->user;
-        if (o->model_path != NULL && (w->model_path = lares_strdup(o->model_path)) == NULL) {
+        atomic_init(&w->slow_milli, 1000);
+        if ((o->model_path != NULL && (w->model_path = lares_strdup(o->model_path)) == NULL) ||
+            (o->profile_cache_dir != NULL && o->profile_cache_dir[0] != '\0' &&
+             (w->profile_cache_dir = lares_strdup(o->profile_cache_dir)) == NULL)) {
             st = lares_fail(err, LARES_ENOMEM, "out of memory");
         }
     }
@@ -291,7 +444,8 @@ lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
                                                     .open = cb_open,
                                                     .setup = cb_setup,
                                                     .forward = cb_forward,
-                                                    .release = cb_release},
+                                                    .release = cb_release,
+                                                    .kv_rows = cb_kv_rows},
                                         .on_event = on_cluster_event,
                                         .user = w};
         st = cluster_worker_create(&co, &w->cw, err);
@@ -319,6 +473,11 @@ lares_status lares_worker_run(lares_worker *w, lares_error *err) {
 
 void lares_worker_stop(lares_worker *w) {
     cluster_worker_stop(w->cw);
+}
+
+void lares_worker_set_slowdown(lares_worker *w, double factor) {
+    const double f = factor > 1 ? LARES_MIN(factor, 1000.0) : 1.0;
+    atomic_store_explicit(&w->slow_milli, (unsigned)(f * 1000.0 + 0.5), memory_order_relaxed);
 }
 
 lares_status lares_keygen(const char *path, char public_key[LARES_KEY_Z85_LEN + 1],

@@ -25,7 +25,9 @@
 
 /* ---- limits and constants (file format: see docs/protocol.md) ---- */
 
-#define CLUSTER_PROTO_VERSION 1
+/* 2: HELLO flags and the profile in WELCOME, PLAN flags, READY hop figures,
+ * ACT end layer and per-round figures, PING/PONG, KV_GET/KV_DATA (issues 7, 9) */
+#define CLUSTER_PROTO_VERSION 2
 #define CLUSTER_MAGIC         0x474e524cu /* "LRNG" little-endian */
 #define CLUSTER_HEADER_BYTES  20
 /* the largest frame either side accepts (also ZMQ_MAXMSGSIZE on every socket):
@@ -43,6 +45,9 @@
 #define CLUSTER_MAX_ALLOW   256
 /* emulated link latency (tests and benchmarks): Wi-Fi hops are 2-10 ms */
 #define CLUSTER_MAX_LINK_DELAY_MS 1000
+#define CLUSTER_MAX_PROFILE       8191      /* a device profile as JSON (about 1.3 KB today) */
+#define CLUSTER_MAX_PING          (4u << 20) /* filler of a bandwidth probe */
+#define CLUSTER_MAX_PROFILE_MS    60000     /* measuring time a head may ask of a worker */
 
 typedef enum cluster_frame_type {
     CLUSTER_HELLO = 1,     /* head -> worker: version, model identity, device index */
@@ -57,6 +62,11 @@ typedef enum cluster_frame_type {
     CLUSTER_ERROR = 10,    /* either way: a refusal or failure with its reason */
     CLUSTER_LINK = 11,     /* worker -> its successor: "I am your predecessor" */
     CLUSTER_LINK_OK = 12,  /* successor -> worker */
+    CLUSTER_PING = 13,     /* any peer -> a peer it may talk to: echo this nonce */
+    CLUSTER_PONG = 14,     /* the echo */
+    CLUSTER_KV_GET = 15,   /* head -> worker: send me these KV entries of a layer */
+    CLUSTER_KV_DATA = 16,  /* KV entries of a layer: worker -> head (answer), head -> worker (put) */
+    CLUSTER_PEER_LOST = 17, /* worker -> head: a ring neighbour cannot be reached */
     CLUSTER_FRAME_TYPE_END
 } cluster_frame_type;
 
@@ -65,7 +75,23 @@ const char *cluster_frame_type_name(uint32_t type); /* "hello", ..., "?" */
 /* element type of hidden states on the wire */
 typedef enum cluster_dtype { CLUSTER_DTYPE_F32 = 0, CLUSTER_DTYPE_F16 = 1 } cluster_dtype;
 
-typedef enum cluster_kv_op { CLUSTER_KV_CLEAR = 1, CLUSTER_KV_TRUNCATE = 2 } cluster_kv_op;
+typedef enum cluster_kv_op {
+    CLUSTER_KV_CLEAR = 1,
+    CLUSTER_KV_TRUNCATE = 2,
+    CLUSTER_KV_PUT = 3 /* KV_DONE only: the KV_DATA frames put so far are written */
+} cluster_kv_op;
+
+/* HELLO flags */
+#define CLUSTER_HELLO_PROFILE 1u /* measure yourself (cached) and send the profile in WELCOME */
+/* PLAN flags */
+#define CLUSTER_PLAN_KEEP_KV 1u /* a re-plan: keep the KV entries of the layers still held */
+#define CLUSTER_PLAN_PROBE   2u /* link and measure the hop to the successor; no windows */
+/* the filler of the probe plan's bandwidth PING (the empty one gives the latency) */
+#define CLUSTER_PROBE_PING_BYTES (256u << 10)
+#define CLUSTER_PLAN_FLAGS   3u
+/* STOP reasons */
+#define CLUSTER_STOP_END     0u /* the session ended */
+#define CLUSTER_STOP_LEFT_OUT 1u /* a new plan leaves this device out; it may be asked again */
 
 /* A model file is the same on two devices when its size and the hash of its
  * header (metadata + tensor directory, gguf_header_hash) agree. */
@@ -103,6 +129,20 @@ bool cluster_plan_owner(const cluster_plan *p, int32_t layer, int32_t *dev, int3
  * as possible, the remainder to the first devices. */
 lares_status cluster_plan_even(int32_t n_dev, int32_t n_layer, int32_t rounds, cluster_plan *out,
                                lares_error *err);
+/* A plan for re-balancing and failover (issue 9): candidates 0..n-1 in ring
+ * order (0 is the head), each with its measured ms per layer per token (< 0
+ * unknown: the mean of the known ones) and its capacity in layers (0: cannot
+ * run a layer at all; can_stream[i]: may run more than its capacity from
+ * disk, when nothing else fits). In a piped ring a token's time is the sum of
+ * every window's time, so each round's W = ceil(n_layer / rounds) layers go
+ * to the fastest candidates first, each up to capacity / rounds, the rest to
+ * the fastest that can stream. Candidates left with no layer are not members
+ * (the head always is). *members: candidate indexes of plan devices.
+ * LARES_ERANGE when the candidates cannot run the model. */
+lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
+                                  const double *ms_per_layer, const int32_t *cap_layers,
+                                  const bool *can_stream, cluster_plan *out, int32_t *members,
+                                  lares_error *err);
 /* "head 1 | w1 2 | w2 2 (k=2)" for messages */
 void cluster_plan_describe(const cluster_plan *p, char *buf, size_t cap);
 
@@ -114,6 +154,8 @@ typedef struct cluster_hello {
     uint32_t n_devices;
     uint32_t heartbeat_ms;                 /* how often each side sends a heartbeat */
     uint32_t timeout_ms;                   /* silence after which a side gives the other up */
+    uint32_t flags;                        /* CLUSTER_HELLO_* */
+    uint32_t profile_ms;                   /* measuring time for CLUSTER_HELLO_PROFILE */
     char model_path[CLUSTER_MAX_PATH + 1]; /* where ring.json says the file is ("" none) */
     char head_name[CLUSTER_MAX_NAME + 1];
 } cluster_hello;
@@ -125,6 +167,7 @@ typedef struct cluster_welcome {
     uint32_t n_cpu;
     uint64_t mem_available_bytes; /* 0: unknown */
     char name[CLUSTER_MAX_NAME + 1];
+    char profile[CLUSTER_MAX_PROFILE + 1]; /* sched device JSON when asked for, else "" */
 } cluster_welcome;
 
 typedef struct cluster_plan_msg {
@@ -135,6 +178,8 @@ typedef struct cluster_plan_msg {
     uint32_t n_threads; /* 0: the worker decides */
     uint8_t act_dtype;  /* cluster_dtype */
     uint8_t kv_f16;     /* 1: F16 KV cache, 0: F32 */
+    uint16_t flags;     /* CLUSTER_PLAN_* */
+    uint32_t ping_bytes; /* CLUSTER_PLAN_PROBE: filler of the bandwidth probe */
     cluster_plan plan;
     uint8_t keys[CLUSTER_MAX_DEVICES][CLUSTER_KEY_BYTES]; /* public keys; zero when insecure */
     char addr[CLUSTER_MAX_DEVICES][CLUSTER_MAX_ADDR + 1]; /* "" for the head */
@@ -144,22 +189,28 @@ typedef struct cluster_plan_msg {
 typedef struct cluster_ready {
     uint64_t kv_bytes; /* the worker's KV caches */
     uint32_t n_windows;
+    /* CLUSTER_PLAN_PROBE: the hop to the successor, least round trip of an
+     * empty PING and of one with ping_bytes of filler; 0: not measured */
+    uint32_t rtt_us, rtt_big_us;
 } cluster_ready;
 
 /* One device's figures for one window, appended as the frame travels. */
 typedef struct cluster_trace {
-    uint16_t device;
+    uint16_t device; /* index in the plan */
     uint16_t round;
-    uint32_t compute_us;
+    uint32_t compute_us;   /* the window's wall time, waits for disk included */
+    uint32_t wait_us;      /* of which waiting for weights to arrive from disk */
     uint32_t major_faults;
+    uint32_t mem_free_mib; /* memory the device could still give (MiB); UINT32_MAX unknown */
 } cluster_trace;
-#define CLUSTER_TRACE_BYTES 12
+#define CLUSTER_TRACE_BYTES 20
 
 /* Hidden states of a batch. The arrays stay in the frame's bytes: read them
  * with cluster_act_pos, cluster_act_trace_at and cluster_act_read. */
 typedef struct cluster_act {
     uint64_t seq;   /* the head's batch counter */
     uint32_t layer; /* the next layer to run; n_layer when all are done */
+    uint32_t end;   /* back to the head once a window ends at or past this layer */
     uint32_t n_tok;
     uint32_t n_embd;
     uint8_t dtype; /* cluster_dtype */
@@ -173,6 +224,34 @@ typedef struct cluster_kv {
     uint32_t op; /* cluster_kv_op */
     int32_t pos;
 } cluster_kv;
+
+/* KV entries of one layer for positions [pos0, pos0 + n_pos): all K rows,
+ * then all V rows, row_bytes each, of the KV type. Arrays point into the frame. */
+typedef struct cluster_kv_data {
+    uint32_t layer;
+    int32_t pos0;
+    uint32_t n_pos;
+    uint32_t row_bytes;
+    uint8_t kv_f16;
+    uint8_t last; /* the last chunk of this layer's transfer */
+    const uint8_t *k, *v;
+} cluster_kv_data;
+
+typedef struct cluster_kv_get {
+    uint32_t layer;
+    int32_t pos0, pos1; /* [pos0, pos1) */
+} cluster_kv_get;
+
+typedef struct cluster_ping {
+    uint64_t nonce;
+    uint32_t filler_bytes; /* PING only */
+} cluster_ping;
+
+/* PEER_LOST: the plan index of the neighbour, and what happened */
+typedef struct cluster_peer_lost {
+    uint32_t device;
+    char msg[CLUSTER_MAX_MSG + 1];
+} cluster_peer_lost;
 
 typedef struct cluster_errmsg {
     uint32_t code; /* lares_status */
@@ -194,6 +273,10 @@ typedef struct cluster_frame {
         uint32_t stop_reason;
         cluster_errmsg error;
         uint32_t link_from; /* LINK: the sender's device index */
+        cluster_ping ping;  /* PING, PONG */
+        cluster_kv_get kv_get;
+        cluster_kv_data kv_data;
+        cluster_peer_lost peer_lost;
     } u;
 } cluster_frame;
 
@@ -224,6 +307,18 @@ size_t cluster_encode_error(uint8_t *buf, size_t cap, uint64_t session, uint32_t
                             const char *msg);
 size_t cluster_encode_link(uint8_t *buf, size_t cap, uint64_t session, uint16_t type,
                            uint32_t from);
+/* PING with filler_bytes of zeros, or PONG (filler ignored). */
+size_t cluster_encode_ping(uint8_t *buf, size_t cap, uint64_t session, uint16_t type,
+                           uint64_t nonce, uint32_t filler_bytes);
+size_t cluster_encode_peer_lost(uint8_t *buf, size_t cap, uint64_t session, uint32_t device,
+                                const char *msg);
+size_t cluster_encode_kv_get(uint8_t *buf, size_t cap, uint64_t session, const cluster_kv_get *g);
+/* Bytes of a KV_DATA frame; 0 on overflow or past the frame limit. */
+size_t cluster_kv_data_bytes(uint32_t n_pos, uint32_t row_bytes);
+/* Positions of row_bytes-wide K and V rows that fit a frame of cap bytes (0: none). */
+uint32_t cluster_kv_data_fit(size_t cap, uint32_t row_bytes);
+/* d->k and d->v point at n_pos rows each. */
+size_t cluster_encode_kv_data(uint8_t *buf, size_t cap, uint64_t session, const cluster_kv_data *d);
 /* A version-`version` header with an empty payload of `type` (tests of
  * version refusal write frames of other versions with this). */
 size_t cluster_encode_raw_header(uint8_t *buf, size_t cap, uint16_t version, uint16_t type,
@@ -269,6 +364,22 @@ void cluster_key_z85(const uint8_t key[CLUSTER_KEY_BYTES], char out[CLUSTER_KEY_
 lares_status cluster_allow_add(cluster_allow *a, const char *key_or_file, lares_error *err);
 bool cluster_allow_has(const cluster_allow *a, const uint8_t key[CLUSTER_KEY_BYTES]);
 
+/* ---- re-balancing thresholds (the monitor is at the end) ---- */
+
+typedef struct cluster_monitor_opts {
+    double threshold;        /* relative drift that counts: 0.3 = 30 % slower or faster */
+    int32_t warmup_tokens;   /* tokens after a plan change that are not judged */
+    int32_t hold_tokens;     /* tokens in a row beyond the threshold before a re-plan */
+    int32_t cooldown_tokens; /* tokens after a re-plan before the next may come */
+    double alpha;            /* weight of the newest token in the moving estimate */
+    double min_delta_ms;     /* a drift smaller than this per token is noise */
+    double min_gain;         /* a new plan must be predicted this much faster (0.1 = 10 %) */
+} cluster_monitor_opts;
+
+cluster_monitor_opts cluster_monitor_opts_default(void);
+/* Checks the ranges (threshold > 0, tokens >= 0, 0 < alpha <= 1, ...). */
+lares_status cluster_monitor_opts_check(const cluster_monitor_opts *o, lares_error *err);
+
 /* ---- ring.json ---- */
 
 typedef struct cluster_ring_device {
@@ -280,6 +391,7 @@ typedef struct cluster_ring_device {
     int32_t n_threads;                     /* 0: the device decides */
     int32_t w, n;                          /* -1 when "auto" */
     int32_t link_delay_ms;                 /* test/emulation only */
+    uint64_t memory_bytes; /* "memory": the most this device gives the model; 0: what it has */
 } cluster_ring_device;
 
 typedef struct cluster_ring_config {
@@ -291,11 +403,21 @@ typedef struct cluster_ring_config {
     uint8_t act_dtype; /* cluster_dtype */
     int32_t heartbeat_ms, timeout_ms, connect_timeout_ms;
     char head_key_path[CLUSTER_MAX_PATH + 1]; /* "" when not given */
+    char placement[16];           /* "placement": halda, even, memory, single; "" not given */
+    int32_t profile_ms;           /* "profile_ms": workers' measuring time for "auto" */
+    int rebalance;                /* "rebalance": 1 on, 0 off, -1 not given */
+    int failover;                 /* "failover": 1 on, 0 off, -1 not given */
+    /* "rebuild": how a plan change re-runs the conversation for the moved
+     * layers' KV cache: "exact" (the default: the batches of the original
+     * run, bit-identical) or "batched" (n_batch positions a pass: faster) */
+    char rebuild[16];
+    cluster_monitor_opts monitor; /* "rebalance_opts": thresholds (defaults when absent) */
 } cluster_ring_config;
 
 #define CLUSTER_DEFAULT_HEARTBEAT_MS 250
 #define CLUSTER_DEFAULT_TIMEOUT_MS   3000
 #define CLUSTER_DEFAULT_CONNECT_MS   5000
+#define CLUSTER_DEFAULT_PROFILE_MS   500
 
 /* Parses ring.json text; relative key and model paths are taken relative to
  * base_dir. `name` is used in messages. */
@@ -312,50 +434,100 @@ typedef struct cluster_head cluster_head;
 
 typedef struct cluster_head_opts {
     const cluster_ring_config *ring; /* borrowed during open */
-    cluster_plan plan;
     cluster_model_id model;
-    int32_t n_ctx, n_batch, n_embd;
+    int32_t n_layer, n_ctx, n_batch, n_embd;
     bool kv_f16;
+    uint32_t kv_row_bytes;      /* one position's K (or V) row of one layer, for KV transfers */
     const cluster_keypair *key; /* the head's pair; NULL only when insecure */
     bool insecure;
     const char *head_name;
+    /* a device that fails is reported (cluster_head_lost) and the head waits
+     * for a plan without it; without failover the head stays failed */
+    bool failover;
+    uint32_t profile_ms; /* > 0: workers measure themselves (cached) and send their profile */
 } cluster_head_opts;
 
-/* Per device, what the head learnt and measured. */
+/* Per ring.json device, what the head learnt and measured. */
 typedef struct cluster_device_stats {
     cluster_welcome welcome; /* what the worker said (zero for the head) */
     uint64_t windows;        /* windows run */
-    uint64_t compute_us;     /* as the device measured them */
+    uint64_t compute_us;     /* as the device measured them (waits for disk included) */
+    uint64_t wait_us;        /* of which waiting for weights from disk */
     uint64_t major_faults;
+    uint64_t layers_run;     /* layer x batch passes, for per-layer figures */
+    uint32_t mem_free_mib;   /* the last figure it reported; UINT32_MAX unknown */
+    uint32_t hop_rtt_us, hop_rtt_big_us; /* its hop to its successor in the probe plan */
 } cluster_device_stats;
 
-/* Connects to every worker, checks version and model identity (HELLO), hands
- * out the plan and waits until every worker is ready (its successor
- * reached). Errors name the device and its address. */
+/* What each device did since the last cluster_head_take_pass. */
+typedef struct cluster_pass {
+    uint64_t compute_us, wait_us;
+    int32_t layers; /* layers run (a window of w layers counts w) */
+    uint32_t mem_free_mib;
+} cluster_pass;
+
+/* Connects to every worker and checks version and model identity (HELLO /
+ * WELCOME); no plan yet. Errors name the device and its address. */
 lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, lares_error *err);
 /* Sends STOP to the workers and closes everything. */
 void cluster_head_close(cluster_head *h);
-/* Hands out a new plan (same devices) and waits for every worker; the seam
- * for re-balancing and fail-over (issues 7, 9). */
-lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, lares_error *err);
+/* Hands out a plan over `members` (members[i] is the ring.json index of plan
+ * device i; members[0] = 0, the head; NULL: every device in ring.json order)
+ * and waits until every member is ready (its successor reached), from the
+ * last one back. Devices that were members and are not any more get STOP
+ * (left out). flags: CLUSTER_PLAN_KEEP_KV (a re-plan during a conversation),
+ * CLUSTER_PLAN_PROBE (links and hop figures only, see cluster_head_device). */
+lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const int32_t *members,
+                                   uint32_t flags, lares_error *err);
 const cluster_plan *cluster_head_plan(const cluster_head *h);
-/* Sends the batch x (n_tok x n_embd) at positions pos to device 1, `layer`
- * being the next layer to run. Returns the sequence number of the batch. */
-lares_status cluster_head_send(cluster_head *h, int32_t layer, const int32_t *pos, int32_t n_tok,
-                               const float *x, uint64_t *seq, lares_error *err);
+/* ring.json index of plan device i */
+int32_t cluster_head_member(const cluster_head *h, int32_t i);
+int32_t cluster_head_n_config(const cluster_head *h);
+/* Welcomed and not failed since. */
+bool cluster_head_alive(const cluster_head *h, int32_t dev);
+/* With failover: a member failed since the last plan; calls other than
+ * set_plan return its error until a plan without it is set. */
+bool cluster_head_lost(const cluster_head *h, int32_t dev);
+bool cluster_head_needs_plan(const cluster_head *h);
+/* Sends the batch x (n_tok x n_embd) at positions pos to plan device 1,
+ * `layer` being the next layer to run; it comes back to the head after the
+ * model's last layer, or once a window ends at or past `end`. Returns the
+ * sequence number of the batch. */
+lares_status cluster_head_send(cluster_head *h, int32_t layer, int32_t end, const int32_t *pos,
+                               int32_t n_tok, const float *x, uint64_t *seq, lares_error *err);
 /* Waits for the batch `seq` to come back (or for a device to fail: the error
  * names it) and writes its hidden states into x; *layer is the next layer to
  * run. Stale frames of an earlier, abandoned batch are dropped. cancel (may
  * be NULL) is polled while waiting: LARES_ECANCELED when it becomes true. */
 lares_status cluster_head_recv(cluster_head *h, uint64_t seq, int32_t n_tok, float *x,
                                int32_t *layer, const _Atomic bool *cancel, lares_error *err);
-/* Makes every worker forget positions >= pos (0 clears). */
+/* Makes every member forget positions >= pos (0 clears). */
 lares_status cluster_head_truncate(cluster_head *h, int32_t pos, lares_error *err);
-int32_t cluster_head_n_devices(const cluster_head *h);
+/* KV entries of `layer` at positions [pos0, pos1) from member `dev` (ring.json
+ * index) into k and v ((pos1 - pos0) x kv_row_bytes each), and into it. A put
+ * makes the rows the device's entries for those positions; the device must
+ * hold the layer in the plan in force and the entries below pos0. */
+lares_status cluster_head_kv_get(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0,
+                                 int32_t pos1, uint8_t *k, uint8_t *v, lares_error *err);
+lares_status cluster_head_kv_put(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0,
+                                 int32_t pos1, const uint8_t *k, const uint8_t *v,
+                                 lares_error *err);
+/* Least round trip of `tries` PINGs with filler_bytes of filler to device dev
+ * over the head's own connection. */
+lares_status cluster_head_ping(cluster_head *h, int32_t dev, uint32_t filler_bytes, int tries,
+                               uint32_t *rtt_us, lares_error *err);
+/* Asks the devices that are out (failed, or left out of the plan) to come
+ * back (HELLO) and waits up to wait_ms for their answers; those that answer
+ * are alive again (a later set_plan may take them). Returns how many are alive
+ * and not members. */
+int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms);
 const cluster_device_stats *cluster_head_device(const cluster_head *h, int32_t dev);
 const cluster_ring_device *cluster_head_ring_device(const cluster_head *h, int32_t dev);
-/* Counts a window the head ran itself (device 0's figures). */
-void cluster_head_add_local(cluster_head *h, uint64_t compute_us);
+/* Counts a window of `layers` layers the head ran itself on n_tok tokens. */
+void cluster_head_add_local(cluster_head *h, int32_t layers, int32_t n_tok, uint64_t compute_us,
+                            uint64_t wait_us);
+/* Per ring.json device, the figures since the last call (out: n_config entries). */
+void cluster_head_take_pass(cluster_head *h, cluster_pass *out);
 /* Microseconds the batches spent in the ring (from each send to its return),
  * and the hops they made. */
 uint64_t cluster_head_wait_us(const cluster_head *h);
@@ -363,25 +535,39 @@ uint64_t cluster_head_hops(const cluster_head *h);
 
 /* ---- the worker ---- */
 
+/* What one window cost on a worker, besides its wall time. */
+typedef struct cluster_figures {
+    uint32_t major_faults;
+    uint32_t wait_us;      /* waiting for weights to arrive from disk */
+    uint32_t mem_free_mib; /* UINT32_MAX unknown */
+} cluster_figures;
+
 /* What a worker computes with; the callbacks run on the worker's compute
  * thread, one at a time. Each returns LARES_OK or fills err. The prefetch of
  * the next window belongs to the executor behind forward: its cycle is the
  * device's windows in round order (api/ring_worker.c). */
 typedef struct cluster_compute {
     void *user;
-    /* Opens (or keeps) the model `hello` names and says what it is. */
+    /* Opens (or keeps) the model `hello` names and says what it is (and, when
+     * asked, its profile). */
     lares_status (*open)(void *user, const cluster_hello *hello, cluster_welcome *out,
                          lares_error *err);
-    /* Allocates the windows of the plan for device p->self. */
-    lares_status (*setup)(void *user, const cluster_plan_msg *p, cluster_ready *out,
-                          lares_error *err);
+    /* Allocates the windows of the plan for device p->self. keep_kv: keep the
+     * KV entries of the layers held before (*kept says whether they were);
+     * *kv_row_bytes: one position's K row of one layer. */
+    lares_status (*setup)(void *user, const cluster_plan_msg *p, bool keep_kv, cluster_ready *out,
+                          bool *kept, uint32_t *kv_row_bytes, lares_error *err);
     /* Runs layers [l0, l1) on x (n_tok x n_embd) at positions pos. */
     lares_status (*forward)(void *user, int32_t l0, int32_t l1, const int32_t *pos, int32_t n_tok,
-                            float *x, uint32_t *major_faults, lares_error *err);
+                            float *x, cluster_figures *fig, lares_error *err);
     /* Forgets positions >= pos in every window. */
     void (*truncate)(void *user, int32_t pos);
     /* The session ended: release its windows (the model may stay open). */
     void (*release)(void *user);
+    /* Copies the K and V rows of `layer` at positions [pos0, pos0 + n) out of
+     * (write false) or into (write true) the KV cache. */
+    lares_status (*kv_rows)(void *user, int32_t layer, int32_t pos0, int32_t n, bool write,
+                            uint8_t *k, uint8_t *v, lares_error *err);
 } cluster_compute;
 
 typedef enum cluster_event_kind {
@@ -426,5 +612,56 @@ lares_status cluster_worker_run(cluster_worker *w, lares_error *err);
 /* Asks run to return (from any thread or a signal handler). */
 void cluster_worker_stop(cluster_worker *w);
 void cluster_worker_free(cluster_worker *w);
+
+/* ---- monitoring and the decision to re-plan (issue 9) ----
+ *
+ * Per device, a moving estimate of the time one layer takes per generated
+ * token, compared with a reference: the plan's prediction, or the average of
+ * the first tokens after the plan when there is none. A device whose estimate
+ * stays beyond the threshold (slower or faster) for hold_tokens tokens in a
+ * row, by at least min_delta_ms per token, makes a re-plan due; after a
+ * re-plan none is due for cooldown_tokens, and the cooldown doubles when
+ * re-plans follow each other within twice of it (no flapping). Plain data and
+ * arithmetic: no clock, no sockets. */
+
+typedef struct cluster_monitor_dev {
+    int32_t layers;       /* layers per token in the plan in force; 0: not in it */
+    double predicted_ms;  /* per layer per token; < 0 unknown */
+    double ref_ms;        /* drift is measured against this; < 0 not set yet */
+    double ewma_ms;       /* moving estimate per layer per token; < 0 no sample yet */
+    double wait_ewma_ms;  /* of which waiting for disk */
+    double warm_sum_ms;   /* warm-up samples, for a reference without prediction */
+    uint32_t mem_free_mib;
+    int32_t samples;      /* tokens measured since the plan */
+    int32_t over;         /* tokens in a row beyond the threshold */
+    int dir;              /* +1 slower, -1 faster than the reference */
+} cluster_monitor_dev;
+
+typedef struct cluster_monitor {
+    cluster_monitor_opts o;
+    int32_t n_dev;
+    cluster_monitor_dev dev[CLUSTER_MAX_DEVICES];
+    int64_t tokens;      /* tokens fed since creation */
+    int64_t plan_token;  /* token of the last plan change */
+    int64_t decisions;   /* re-plans made or refused after the first plan */
+    int32_t cooldown;    /* in force; doubles when re-plans come close together */
+} cluster_monitor;
+
+void cluster_monitor_init(cluster_monitor *m, const cluster_monitor_opts *o, int32_t n_dev);
+/* A plan is in force: layers[d] per token (0: not in it), predicted_ms[d]
+ * per layer (< 0 unknown; NULL: none known). replan: it replaced another. */
+void cluster_monitor_plan(cluster_monitor *m, const int32_t *layers, const double *predicted_ms,
+                          bool replan);
+/* One generated token: per device the ms per layer (< 0: it ran nothing),
+ * of which waiting for disk, and the free memory it reported. */
+void cluster_monitor_token(cluster_monitor *m, const double *ms_per_layer,
+                           const double *wait_ms_per_layer, const uint32_t *mem_free_mib);
+/* A re-plan is due: the device that drifted most and why, in words. */
+bool cluster_monitor_due(const cluster_monitor *m, int32_t *dev, char *why, size_t cap);
+/* The figures now are the new normal (a re-plan was weighed and refused):
+ * the references become the current estimates, the hold starts over. */
+void cluster_monitor_accept(cluster_monitor *m);
+/* The estimate to plan with: ms per layer per token (< 0 unknown). */
+double cluster_monitor_ms(const cluster_monitor *m, int32_t dev);
 
 #endif /* LARES_CLUSTER_H */

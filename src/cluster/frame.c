@@ -16,6 +16,9 @@ static const char *const type_names[CLUSTER_FRAME_TYPE_END] = {
     [CLUSTER_KV_DONE] = "kv-done", [CLUSTER_HEARTBEAT] = "heartbeat",
     [CLUSTER_STOP] = "stop",       [CLUSTER_ERROR] = "error",
     [CLUSTER_LINK] = "link",       [CLUSTER_LINK_OK] = "link-ok",
+    [CLUSTER_PING] = "ping",       [CLUSTER_PONG] = "pong",
+    [CLUSTER_KV_GET] = "kv-get",   [CLUSTER_KV_DATA] = "kv-data",
+    [CLUSTER_PEER_LOST] = "peer-lost",
 };
 
 const char *cluster_frame_type_name(uint32_t type) {
@@ -250,6 +253,8 @@ static void dec_hello(rcur *r, cluster_hello *h) {
     h->n_devices = r_u32(r, "device count");
     h->heartbeat_ms = r_u32(r, "heartbeat");
     h->timeout_ms = r_u32(r, "timeout");
+    h->flags = r_u32(r, "flags");
+    h->profile_ms = r_u32(r, "profile time");
     r_str(r, h->model_path, CLUSTER_MAX_PATH, "model path");
     r_str(r, h->head_name, CLUSTER_MAX_NAME, "head name");
     r_check(r, h->n_devices >= 2 && h->n_devices <= CLUSTER_MAX_DEVICES, "%u devices (2 to %d)",
@@ -260,6 +265,9 @@ static void dec_hello(rcur *r, cluster_hello *h) {
             h->heartbeat_ms);
     r_check(r, h->timeout_ms > h->heartbeat_ms && h->timeout_ms <= 600000,
             "timeout of %u ms (heartbeat %u ms)", h->timeout_ms, h->heartbeat_ms);
+    r_check(r, (h->flags & ~CLUSTER_HELLO_PROFILE) == 0, "unknown flags 0x%x", h->flags);
+    r_check(r, h->profile_ms <= CLUSTER_MAX_PROFILE_MS, "profile time of %u ms (at most %d)",
+            h->profile_ms, CLUSTER_MAX_PROFILE_MS);
 }
 
 static void dec_welcome(rcur *r, cluster_welcome *w) {
@@ -270,6 +278,7 @@ static void dec_welcome(rcur *r, cluster_welcome *w) {
     w->n_cpu = r_u32(r, "cpu count");
     w->mem_available_bytes = r_u64(r, "available memory");
     r_str(r, w->name, CLUSTER_MAX_NAME, "name");
+    r_str(r, w->profile, CLUSTER_MAX_PROFILE, "profile");
     r_check(r,
             w->n_layer >= 1 && w->n_layer <= INT32_MAX && w->n_embd >= 1 && w->n_embd <= INT32_MAX,
             "model of %u layers, width %u", w->n_layer, w->n_embd);
@@ -283,10 +292,13 @@ static void dec_plan(rcur *r, cluster_plan_msg *p) {
     p->n_threads = r_u32(r, "threads");
     p->act_dtype = r_u8(r, "activation type");
     p->kv_f16 = r_u8(r, "kv type");
-    const uint16_t reserved = r_u16(r, "reserved");
+    p->flags = r_u16(r, "flags");
+    p->ping_bytes = r_u32(r, "ping bytes");
     const uint32_t n_layer = r_u32(r, "layer count");
     const uint32_t n_dev = r_u32(r, "device count");
-    r_check(r, reserved == 0, "reserved field is %u, not 0", reserved);
+    r_check(r, (p->flags & ~CLUSTER_PLAN_FLAGS) == 0, "unknown flags 0x%x", p->flags);
+    r_check(r, p->ping_bytes <= CLUSTER_MAX_PING, "ping of %u bytes (at most %u)", p->ping_bytes,
+            CLUSTER_MAX_PING);
     r_check(r, n_dev >= 2 && n_dev <= CLUSTER_MAX_DEVICES, "%u devices (2 to %d)", n_dev,
             CLUSTER_MAX_DEVICES);
     r_check(r, p->self >= 1 && p->self < n_dev, "device index %u of %u", p->self, n_dev);
@@ -333,6 +345,7 @@ static void dec_plan(rcur *r, cluster_plan_msg *p) {
 static void dec_act(rcur *r, cluster_act *a) {
     a->seq = r_u64(r, "sequence");
     a->layer = r_u32(r, "layer");
+    a->end = r_u32(r, "end layer");
     a->n_tok = r_u32(r, "token count");
     a->n_embd = r_u32(r, "embedding width");
     a->dtype = r_u8(r, "element type");
@@ -343,6 +356,7 @@ static void dec_act(rcur *r, cluster_act *a) {
     r_check(r, a->n_tok >= 1, "no tokens");
     r_check(r, a->n_embd >= 1, "embedding width 0");
     r_check(r, a->layer <= INT32_MAX, "layer %u", a->layer);
+    r_check(r, a->end >= 1 && a->end <= INT32_MAX, "end layer %u", a->end);
     r_check(r, a->n_trace <= CLUSTER_MAX_TRACE, "%u trace entries (at most %d)", a->n_trace,
             CLUSTER_MAX_TRACE);
     if (!r->ok) {
@@ -376,6 +390,37 @@ static void dec_act(rcur *r, cluster_act *a) {
     }
 }
 
+#define KV_DATA_FIXED_BYTES (4 + 4 + 4 + 4 + 1 + 1 + 2)
+
+static void dec_kv_data(rcur *r, cluster_kv_data *d) {
+    d->layer = r_u32(r, "layer");
+    d->pos0 = (int32_t)r_u32(r, "first position");
+    d->n_pos = r_u32(r, "position count");
+    d->row_bytes = r_u32(r, "row bytes");
+    d->kv_f16 = r_u8(r, "kv type");
+    d->last = r_u8(r, "last");
+    const uint16_t reserved = r_u16(r, "reserved");
+    r_check(r, reserved == 0, "reserved field is %u, not 0", reserved);
+    r_check(r, d->layer <= INT32_MAX, "layer %u", d->layer);
+    r_check(r, d->pos0 >= 0 && d->n_pos >= 1 && (uint64_t)d->pos0 + d->n_pos <= INT32_MAX,
+            "%u positions from %d", d->n_pos, d->pos0);
+    r_check(r, d->row_bytes >= 1, "rows of 0 bytes");
+    r_check(r, d->kv_f16 <= 1 && d->last <= 1, "kv type %u, last %u", d->kv_f16, d->last);
+    if (!r->ok) {
+        return;
+    }
+    const size_t need = cluster_kv_data_bytes(d->n_pos, d->row_bytes);
+    r_check(r, need != 0 && need == r->len,
+            "%u positions of %u-byte K and V rows need %zu bytes, the frame has %zu", d->n_pos,
+            d->row_bytes, need, r->len);
+    if (!r->ok) {
+        return;
+    }
+    const size_t rows = (size_t)d->n_pos * d->row_bytes;
+    d->k = r_bytes(r, rows, "K rows");
+    d->v = r_bytes(r, rows, "V rows");
+}
+
 lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame *out,
                                   lares_error *err) {
     lares_status st = cluster_frame_header(buf, len, &out->version, &out->type, &out->session, err);
@@ -401,6 +446,8 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
     case CLUSTER_READY:
         out->u.ready.kv_bytes = r_u64(&r, "kv bytes");
         out->u.ready.n_windows = r_u32(&r, "window count");
+        out->u.ready.rtt_us = r_u32(&r, "round trip");
+        out->u.ready.rtt_big_us = r_u32(&r, "round trip with filler");
         break;
     case CLUSTER_ACT:
         dec_act(&r, &out->u.act);
@@ -409,7 +456,9 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
     case CLUSTER_KV_DONE:
         out->u.kv.op = r_u32(&r, "operation");
         out->u.kv.pos = (int32_t)r_u32(&r, "position");
-        r_check(&r, out->u.kv.op == CLUSTER_KV_CLEAR || out->u.kv.op == CLUSTER_KV_TRUNCATE,
+        r_check(&r,
+                out->u.kv.op == CLUSTER_KV_CLEAR || out->u.kv.op == CLUSTER_KV_TRUNCATE ||
+                    (out->u.kv.op == CLUSTER_KV_PUT && out->type == CLUSTER_KV_DONE),
                 "kv operation %u", out->u.kv.op);
         r_check(&r, out->u.kv.pos >= 0, "kv position %d", out->u.kv.pos);
         break;
@@ -427,6 +476,35 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
     case CLUSTER_LINK_OK:
         out->u.link_from = r_u32(&r, "device index");
         r_check(&r, out->u.link_from < CLUSTER_MAX_DEVICES, "device index %u", out->u.link_from);
+        break;
+    case CLUSTER_PING:
+    case CLUSTER_PONG:
+        out->u.ping.nonce = r_u64(&r, "nonce");
+        out->u.ping.filler_bytes = 0;
+        if (r.ok && out->type == CLUSTER_PING) {
+            /* the filler is any bytes; only its length is looked at */
+            out->u.ping.filler_bytes = (uint32_t)LARES_MIN(len - r.off, (size_t)UINT32_MAX);
+            r_check(&r, out->u.ping.filler_bytes <= CLUSTER_MAX_PING,
+                    "%u bytes of filler (at most %u)", out->u.ping.filler_bytes, CLUSTER_MAX_PING);
+            r.off = r.ok ? len : r.off;
+        }
+        break;
+    case CLUSTER_KV_GET:
+        out->u.kv_get.layer = r_u32(&r, "layer");
+        out->u.kv_get.pos0 = (int32_t)r_u32(&r, "first position");
+        out->u.kv_get.pos1 = (int32_t)r_u32(&r, "end position");
+        r_check(&r, out->u.kv_get.layer <= INT32_MAX, "layer %u", out->u.kv_get.layer);
+        r_check(&r, out->u.kv_get.pos0 >= 0 && out->u.kv_get.pos1 > out->u.kv_get.pos0,
+                "positions %d to %d", out->u.kv_get.pos0, out->u.kv_get.pos1);
+        break;
+    case CLUSTER_KV_DATA:
+        dec_kv_data(&r, &out->u.kv_data);
+        break;
+    case CLUSTER_PEER_LOST:
+        out->u.peer_lost.device = r_u32(&r, "device index");
+        r_str(&r, out->u.peer_lost.msg, CLUSTER_MAX_MSG, "message");
+        r_check(&r, out->u.peer_lost.device < CLUSTER_MAX_DEVICES, "device index %u",
+                out->u.peer_lost.device);
         break;
     case CLUSTER_FRAME_TYPE_END:
         break;
@@ -457,6 +535,8 @@ size_t cluster_encode_hello(uint8_t *buf, size_t cap, const cluster_hello *h) {
     w_u32(&w, h->n_devices);
     w_u32(&w, h->heartbeat_ms);
     w_u32(&w, h->timeout_ms);
+    w_u32(&w, h->flags);
+    w_u32(&w, h->profile_ms);
     w_str(&w, h->model_path, CLUSTER_MAX_PATH);
     w_str(&w, h->head_name, CLUSTER_MAX_NAME);
     return finish(&w);
@@ -471,6 +551,7 @@ size_t cluster_encode_welcome(uint8_t *buf, size_t cap, const cluster_welcome *x
     w_u32(&w, x->n_cpu);
     w_u64(&w, x->mem_available_bytes);
     w_str(&w, x->name, CLUSTER_MAX_NAME);
+    w_str(&w, x->profile, CLUSTER_MAX_PROFILE);
     return finish(&w);
 }
 
@@ -483,7 +564,8 @@ size_t cluster_encode_plan(uint8_t *buf, size_t cap, uint64_t session, const clu
     w_u32(&w, p->n_threads);
     w_u8(&w, p->act_dtype);
     w_u8(&w, p->kv_f16);
-    w_u16(&w, 0);
+    w_u16(&w, p->flags);
+    w_u32(&w, p->ping_bytes);
     w_u32(&w, (uint32_t)p->plan.n_layer);
     w_u32(&w, (uint32_t)p->plan.n_dev);
     for (int32_t d = 0; d < p->plan.n_dev && d < CLUSTER_MAX_DEVICES; d++) {
@@ -500,6 +582,8 @@ size_t cluster_encode_ready(uint8_t *buf, size_t cap, uint64_t session, const cl
     wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_READY, session);
     w_u64(&w, r->kv_bytes);
     w_u32(&w, r->n_windows);
+    w_u32(&w, r->rtt_us);
+    w_u32(&w, r->rtt_big_us);
     return finish(&w);
 }
 
@@ -540,9 +624,83 @@ size_t cluster_encode_link(uint8_t *buf, size_t cap, uint64_t session, uint16_t 
     return finish(&w);
 }
 
+size_t cluster_encode_ping(uint8_t *buf, size_t cap, uint64_t session, uint16_t type,
+                           uint64_t nonce, uint32_t filler_bytes) {
+    if (type != CLUSTER_PING && type != CLUSTER_PONG) {
+        return 0;
+    }
+    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, type, session);
+    w_u64(&w, nonce);
+    if (type == CLUSTER_PING && filler_bytes > 0) {
+        if (filler_bytes > CLUSTER_MAX_PING || !w_room(&w, filler_bytes)) {
+            return 0;
+        }
+        memset(w.p + w.len, 0, filler_bytes);
+        w.len += filler_bytes;
+    }
+    return finish(&w);
+}
+
+size_t cluster_encode_peer_lost(uint8_t *buf, size_t cap, uint64_t session, uint32_t device,
+                                const char *msg) {
+    char cut[CLUSTER_MAX_MSG + 1];
+    snprintf(cut, sizeof cut, "%s", msg);
+    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_PEER_LOST, session);
+    w_u32(&w, device);
+    w_str(&w, cut, CLUSTER_MAX_MSG);
+    return finish(&w);
+}
+
+size_t cluster_encode_kv_get(uint8_t *buf, size_t cap, uint64_t session, const cluster_kv_get *g) {
+    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_KV_GET, session);
+    w_u32(&w, g->layer);
+    w_u32(&w, (uint32_t)g->pos0);
+    w_u32(&w, (uint32_t)g->pos1);
+    return finish(&w);
+}
+
+size_t cluster_kv_data_bytes(uint32_t n_pos, uint32_t row_bytes) {
+    size_t rows, total;
+    if (!lares_mul_size(n_pos, row_bytes, &rows) || !lares_mul_size(rows, 2, &rows) ||
+        !lares_add_size(CLUSTER_HEADER_BYTES + KV_DATA_FIXED_BYTES, rows, &total) ||
+        total > CLUSTER_MAX_FRAME) {
+        return 0;
+    }
+    return total;
+}
+
+uint32_t cluster_kv_data_fit(size_t cap, uint32_t row_bytes) {
+    const size_t fixed = CLUSTER_HEADER_BYTES + KV_DATA_FIXED_BYTES;
+    cap = LARES_MIN(cap, (size_t)CLUSTER_MAX_FRAME);
+    if (row_bytes == 0 || cap <= fixed) {
+        return 0;
+    }
+    return (uint32_t)LARES_MIN((cap - fixed) / (2 * (size_t)row_bytes), (size_t)INT32_MAX);
+}
+
+size_t cluster_encode_kv_data(uint8_t *buf, size_t cap, uint64_t session,
+                              const cluster_kv_data *d) {
+    const size_t need = cluster_kv_data_bytes(d->n_pos, d->row_bytes);
+    if (need == 0 || need > cap) {
+        return 0;
+    }
+    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_KV_DATA, session);
+    w_u32(&w, d->layer);
+    w_u32(&w, (uint32_t)d->pos0);
+    w_u32(&w, d->n_pos);
+    w_u32(&w, d->row_bytes);
+    w_u8(&w, d->kv_f16);
+    w_u8(&w, d->last);
+    w_u16(&w, 0);
+    const size_t rows = (size_t)d->n_pos * d->row_bytes;
+    w_bytes(&w, d->k, rows);
+    w_bytes(&w, d->v, rows);
+    return finish(&w);
+}
+
 /* ---- hidden states ---- */
 
-#define ACT_FIXED_BYTES (8 + 4 + 4 + 4 + 1 + 1 + 2)
+#define ACT_FIXED_BYTES (8 + 4 + 4 + 4 + 4 + 1 + 1 + 2)
 
 size_t cluster_act_bytes(uint32_t n_tok, uint32_t n_embd, uint8_t dtype, uint32_t n_trace) {
     size_t vals, data, pos, tr, total;
@@ -566,6 +724,7 @@ size_t cluster_encode_act(uint8_t *buf, size_t cap, uint64_t session, const clus
     wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_ACT, session);
     w_u64(&w, a->seq);
     w_u32(&w, a->layer);
+    w_u32(&w, a->end);
     w_u32(&w, a->n_tok);
     w_u32(&w, a->n_embd);
     w_u8(&w, a->dtype);
@@ -578,7 +737,9 @@ size_t cluster_encode_act(uint8_t *buf, size_t cap, uint64_t session, const clus
         w_u16(&w, trace[i].device);
         w_u16(&w, trace[i].round);
         w_u32(&w, trace[i].compute_us);
+        w_u32(&w, trace[i].wait_us);
         w_u32(&w, trace[i].major_faults);
+        w_u32(&w, trace[i].mem_free_mib);
     }
     if (!w.ok) {
         return 0;
@@ -608,7 +769,9 @@ void cluster_act_trace_at(const cluster_act *a, uint32_t i, cluster_trace *out) 
     out->device = rd_u16le(p);
     out->round = rd_u16le(p + 2);
     out->compute_us = rd_u32le(p + 4);
-    out->major_faults = rd_u32le(p + 8);
+    out->wait_us = rd_u32le(p + 8);
+    out->major_faults = rd_u32le(p + 12);
+    out->mem_free_mib = rd_u32le(p + 16);
 }
 
 void cluster_act_read(const cluster_act *a, float *x) {

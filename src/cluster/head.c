@@ -1,13 +1,20 @@
 /*
- * The head's side of a ring: one DEALER per worker (CURVE client, pinned to
- * the worker's public key), a network thread that owns them, and the calls
- * the head's session makes between its own windows (docs/ring.md).
+ * The head's side of a ring: one DEALER per worker of ring.json (CURVE
+ * client, pinned to the worker's public key), a network thread that owns
+ * them, and the calls the head's session makes between its own windows
+ * (docs/ring.md).
  *
  * The network thread forwards frames between the sockets and an in-process
- * pipe, sends heartbeats, and turns silence (no frame for timeout_ms), a lost
- * connection or a refused handshake into an ERROR frame from that device, so
- * the session thread, which may be busy computing, never has to watch the
- * clock and never waits forever.
+ * pipe, sends heartbeats, answers PINGs, and turns silence (no frame for
+ * timeout_ms), a lost connection or a refused handshake into an ERROR frame
+ * from that device, so the session thread, which may be busy computing, never
+ * has to watch the clock and never waits forever.
+ *
+ * The plan in force uses a subset of ring.json's devices (its members, in
+ * ring order, the head first); with failover a member that fails is noted
+ * (cluster_head_lost) instead of breaking the head, and the session re-plans
+ * over the others (issue 9). Devices that are out are asked back by
+ * cluster_head_probe.
  */
 #include "cluster/cluster_impl.h"
 
@@ -32,38 +39,12 @@ typedef struct head_io {
     char last_event[CLUSTER_MAX_DEVICES][200];
     int handshake_fails[CLUSTER_MAX_DEVICES]; /* handshakes the worker closed on us */
     uint32_t hb_ms, timeout_ms, connect_ms, delay_ms;
+    uint32_t hello_ms; /* answer time for HELLO: connect_ms, plus the profile's when asked */
     uint64_t hb_counter;
     net_outbox out;
     uint8_t buf[512];
 } head_io;
 
-struct cluster_head {
-    void *zctx;
-    void *pipe; /* the session's end */
-    pthread_t thread;
-    bool thread_started;
-    head_io io;
-    int32_t n_dev;
-    cluster_ring_device dev[CLUSTER_MAX_DEVICES]; /* copied from the ring description */
-    cluster_device_stats stats[CLUSTER_MAX_DEVICES];
-    cluster_plan plan;
-    cluster_model_id model;
-    int32_t n_ctx, n_batch, n_embd;
-    bool kv_f16;
-    uint8_t act_dtype;
-    uint32_t hb_ms, timeout_ms, connect_ms;
-    uint64_t session;
-    uint64_t next_seq;
-    int32_t sent_pos0;
-    uint64_t sent_ns; /* when the batch in flight left (its time in the ring counts from here) */
-    uint8_t head_key[CLUSTER_KEY_BYTES];
-    uint8_t *buf; /* owned: one encoded frame */
-    size_t buf_cap;
-    cluster_frame *frame; /* owned: decoding scratch */
-    bool broken;          /* a device failed: every call returns `failure` */
-    lares_error failure;
-    uint64_t wait_us, hops;
-};
 
 /* ---- the network thread ---- */
 
@@ -112,15 +93,18 @@ static bool io_from_pipe(head_io *io, uint64_t now) {
         }
         const uint8_t *f = zmq_msg_data(&frame);
         const size_t len = zmq_msg_size(&frame);
-        if (len >= CLUSTER_HEADER_BYTES && rd_u16le(f + 6) == CLUSTER_HELLO) {
+        const uint16_t type = len >= CLUSTER_HEADER_BYTES ? rd_u16le(f + 6) : 0;
+        if (type == CLUSTER_HELLO) {
             io->state[dev] = DEV_HELLO;
-            io->hello_deadline_ns[dev] = now + (uint64_t)io->connect_ms * 1000000u;
+            io->hello_deadline_ns[dev] = now + (uint64_t)io->hello_ms * 1000000u;
         }
         if (io->state[dev] != DEV_FAILED &&
             net_outbox_send(&io->out, io->delay_ms, io->dealer[dev], NULL, 0, f, len) != 0) {
             io_fault(io, (int32_t)dev, LARES_ENET, "cannot send a %s frame: %s",
-                     cluster_frame_type_name(len >= 8 ? rd_u16le(f + 6) : 0),
-                     zmq_strerror(zmq_errno()));
+                     cluster_frame_type_name(type), zmq_strerror(zmq_errno()));
+        }
+        if (type == CLUSTER_STOP && io->state[dev] != DEV_FAILED) {
+            io->state[dev] = DEV_IDLE; /* no heartbeats to a device that left */
         }
         zmq_msg_close(&frame);
     }
@@ -141,6 +125,16 @@ static void io_from_worker(head_io *io, int32_t dev, uint64_t now) {
         const uint16_t type = len >= CLUSTER_HEADER_BYTES ? rd_u16le(f + 6) : 0;
         if (type == CLUSTER_HEARTBEAT && len >= CLUSTER_HEADER_BYTES &&
             rd_u32le(f) == CLUSTER_MAGIC) {
+            zmq_msg_close(&m);
+            continue;
+        }
+        if (type == CLUSTER_PING && len >= CLUSTER_HEADER_BYTES + 8 &&
+            rd_u32le(f) == CLUSTER_MAGIC && io->state[dev] == DEV_ATTACHED) {
+            /* the last worker measures its hop to the head: echo at once */
+            const size_t n = cluster_encode_ping(io->buf, sizeof io->buf, rd_u64le(f + 8),
+                                                 CLUSTER_PONG, rd_u64le(f + CLUSTER_HEADER_BYTES),
+                                                 0);
+            net_outbox_send(&io->out, io->delay_ms, io->dealer[dev], NULL, 0, io->buf, n);
             zmq_msg_close(&m);
             continue;
         }
@@ -201,11 +195,16 @@ static void io_timers(head_io *io, uint64_t now) {
                 io_fault(io, d, LARES_ENET, "cannot send a heartbeat: %s",
                          zmq_strerror(zmq_errno()));
             }
-        } else if (io->state[d] == DEV_HELLO && now > io->hello_deadline_ns[d]) {
+        } else if (io->state[d] == DEV_HELLO && now <= io->hello_deadline_ns[d]) {
+            /* a worker measuring itself before its WELCOME must not take the
+             * head for silent; a send that fails here (not connected yet) is
+             * left to the hello deadline */
+            (void)net_outbox_send(&io->out, io->delay_ms, io->dealer[d], NULL, 0, io->buf, n);
+        } else if (io->state[d] == DEV_HELLO) {
             io_fault(io, d, LARES_ENET,
                      "no answer to hello within %u ms (last connection event: "
                      "%s)",
-                     io->connect_ms, io->last_event[d][0] ? io->last_event[d] : "none");
+                     io->hello_ms, io->last_event[d][0] ? io->last_event[d] : "none");
         }
     }
 }
@@ -265,34 +264,107 @@ static void *io_main(void *arg) {
 
 /* ---- the session's side ---- */
 
-static const char *dev_name(const cluster_head *h, uint32_t d) {
-    return d < (uint32_t)h->n_dev ? h->dev[d].name : "?";
+struct cluster_head {
+    void *zctx;
+    void *pipe; /* the session's end */
+    pthread_t thread;
+    bool thread_started;
+    head_io io;
+    int32_t n_cfg;                                /* devices of ring.json, the head first */
+    cluster_ring_device dev[CLUSTER_MAX_DEVICES]; /* copied from the ring description */
+    cluster_device_stats stats[CLUSTER_MAX_DEVICES];
+    cluster_pass pass[CLUSTER_MAX_DEVICES];
+    bool alive[CLUSTER_MAX_DEVICES];   /* welcomed and serving this head */
+    bool lost[CLUSTER_MAX_DEVICES];    /* members that failed under the plan in force */
+    bool probing[CLUSTER_MAX_DEVICES]; /* asked back (HELLO), no answer yet */
+    int32_t member[CLUSTER_MAX_DEVICES]; /* plan index -> ring.json index */
+    int32_t pos_of[CLUSTER_MAX_DEVICES]; /* ring.json index -> plan index, -1 none */
+    bool opening;                        /* every device must answer (cluster_head_open) */
+    cluster_plan plan;
+    cluster_model_id model;
+    int32_t n_layer, n_ctx, n_batch, n_embd;
+    bool kv_f16;
+    uint32_t kv_row_bytes;
+    uint8_t act_dtype;
+    uint32_t hb_ms, timeout_ms, connect_ms;
+    bool failover;
+    uint32_t profile_ms;
+    char head_name[CLUSTER_MAX_NAME + 1];
+    uint64_t session;
+    uint64_t next_seq, next_nonce;
+    int32_t sent_pos0, sent_end;
+    uint64_t sent_ns; /* when the batch in flight left (its time in the ring counts from here) */
+    uint8_t head_key[CLUSTER_KEY_BYTES];
+    uint8_t *buf; /* owned: one encoded frame */
+    size_t buf_cap;
+    cluster_frame *frame; /* owned: decoding scratch */
+    bool broken;          /* without failover, a device failed: every call returns `failure` */
+    lares_error failure;
+    bool needs_plan; /* with failover, a member failed: calls return `failure` until set_plan */
+    uint64_t wait_us, hops;
+};
+
+/* filler of the bandwidth probes: a few hidden states' worth, small enough for
+ * a slow link (256 KiB take 21 ms at 100 Mbit/s) */
+#define PROBE_PING_BYTES CLUSTER_PROBE_PING_BYTES
+#define PROBE_TRIES      3
+
+static const char *dev_name(const cluster_head *h, int32_t d) {
+    return d >= 0 && d < h->n_cfg ? h->dev[d].name : "?";
 }
 
-static const char *dev_addr(const cluster_head *h, uint32_t d) {
-    return d < (uint32_t)h->n_dev ? h->dev[d].address : "?";
+static const char *dev_addr(const cluster_head *h, int32_t d) {
+    return d >= 0 && d < h->n_cfg ? (d == 0 ? "this device" : h->dev[d].address) : "?";
 }
 
-static lares_status broken(cluster_head *h, lares_error *err) {
-    if (err != NULL) {
-        *err = h->failure;
+static lares_status usable(cluster_head *h, lares_error *err) {
+    if (h->broken || h->needs_plan) {
+        if (err != NULL) {
+            *err = h->failure;
+        }
+        return h->failure.code;
     }
-    return h->failure.code;
+    return LARES_OK;
 }
 
-/* a device failed: the head stays failed until a new plan (issue 9) */
-static lares_status device_failed(cluster_head *h, uint32_t dev, uint32_t code, const char *msg,
+/* frames from this device must be answered: a member, or anyone while opening */
+static bool critical(const cluster_head *h, int32_t d) {
+    return d >= 1 && d < h->n_cfg && (h->opening || h->pos_of[d] >= 1);
+}
+
+/* A device that must work failed: without failover the head stays failed;
+ * with it, the device is lost and the session has to re-plan. */
+static lares_status device_failed(cluster_head *h, int32_t dev, uint32_t code, const char *msg,
                                   lares_error *err) {
     const lares_status st =
         code > 0 && code < LARES_STATUS_COUNT ? (lares_status)code : LARES_EPROTO;
     lares_fail(&h->failure, st, "%s (%s): %s", dev_name(h, dev), dev_addr(h, dev), msg);
-    h->broken = true;
-    return broken(h, err);
+    if (h->failover && !h->opening && dev >= 1 && dev < h->n_cfg) {
+        h->lost[dev] = true;
+        h->alive[dev] = false;
+        h->needs_plan = true;
+    } else {
+        h->broken = true;
+    }
+    if (err != NULL) {
+        *err = h->failure;
+    }
+    return st;
 }
 
-static lares_status pipe_send(cluster_head *h, uint32_t dev, size_t len, lares_error *err) {
+/* a device that is not a member is gone: noted, nobody waits for it */
+static void mark_out(cluster_head *h, int32_t d, const char *why) {
+    if (h->alive[d] || h->probing[d]) {
+        lares_log(LARES_LOG_DEBUG, "cluster: %s (%s) is out: %s", dev_name(h, d), dev_addr(h, d),
+                  why);
+    }
+    h->alive[d] = false;
+    h->probing[d] = false;
+}
+
+static lares_status pipe_send(cluster_head *h, int32_t dev, size_t len, lares_error *err) {
     uint8_t d[4];
-    wr_u32le(d, dev);
+    wr_u32le(d, (uint32_t)dev);
     if (len == 0) {
         return lares_fail(err, LARES_EINVAL, "a frame for %s does not fit %zu bytes",
                           dev_name(h, dev), h->buf_cap);
@@ -304,28 +376,66 @@ static lares_status pipe_send(cluster_head *h, uint32_t dev, size_t len, lares_e
     return LARES_OK;
 }
 
-/* Waits for one frame from any device (timeout_ms < 0: as long as the
- * network thread keeps the devices alive) and decodes it into h->frame.
- * ERROR frames become a failure naming the device. */
-static lares_status pipe_recv(cluster_head *h, int64_t timeout_ms, uint32_t *dev,
-                              const _Atomic bool *cancel, lares_error *err) {
-    const uint64_t t0 = lares_now_ns();
+/* the model a worker answered with must be the head's */
+static bool welcome_fits(cluster_head *h, int32_t d, const cluster_welcome *w, char *why,
+                         size_t cap) {
+    if (w->model.file_bytes != h->model.file_bytes ||
+        w->model.header_hash != h->model.header_hash) {
+        snprintf(why, cap,
+                 "its model file differs from the head's (%" PRIu64 " bytes, header hash "
+                 "%016" PRIx64 " there; %" PRIu64 " bytes, %016" PRIx64 " here)",
+                 w->model.file_bytes, w->model.header_hash, h->model.file_bytes,
+                 h->model.header_hash);
+        return false;
+    }
+    if ((int64_t)w->n_embd != h->n_embd || (int32_t)w->n_layer != h->n_layer) {
+        snprintf(why, cap, "its model has %u layers of width %u, the head's %d of %d", w->n_layer,
+                 w->n_embd, h->n_layer, h->n_embd);
+        return false;
+    }
+    (void)d;
+    return true;
+}
+
+/* Waits up to wait_ms (< 0: as long as it takes) for a message on the pipe;
+ * LARES_ECANCELED when cancel becomes true, LARES_ETIMEDOUT-like ENET when
+ * the time is up (*timed_out set). */
+static lares_status pipe_wait(cluster_head *h, int64_t wait_ms, uint64_t t0,
+                              const _Atomic bool *cancel, bool *timed_out, lares_error *err) {
+    *timed_out = false;
     for (;;) {
         zmq_pollitem_t it = {.socket = h->pipe, .events = ZMQ_POLLIN};
-        if (zmq_poll(&it, 1, 100) < 0 && zmq_errno() != EINTR) {
+        long slice = 100;
+        if (wait_ms >= 0) {
+            const uint64_t spent_ms = (lares_now_ns() - t0) / 1000000u;
+            if (spent_ms >= (uint64_t)wait_ms) {
+                slice = 0;
+            } else {
+                slice = (long)LARES_MIN((uint64_t)slice, (uint64_t)wait_ms - spent_ms);
+            }
+        }
+        if (zmq_poll(&it, 1, slice) < 0 && zmq_errno() != EINTR) {
             return lares_fail(err, LARES_ENET, "head: poll: %s", zmq_strerror(zmq_errno()));
         }
         if (it.revents & ZMQ_POLLIN) {
-            break;
+            return LARES_OK;
         }
         if (cancel != NULL && atomic_load_explicit(cancel, memory_order_relaxed)) {
             return LARES_ECANCELED;
         }
-        if (timeout_ms >= 0 && lares_now_ns() - t0 > (uint64_t)timeout_ms * 1000000u) {
-            return lares_fail(err, LARES_ENET, "no answer from the ring within %" PRId64 " ms",
-                              timeout_ms);
+        if (wait_ms >= 0 && lares_now_ns() - t0 >= (uint64_t)wait_ms * 1000000u) {
+            *timed_out = true;
+            return LARES_OK;
         }
     }
+}
+
+/* Takes one message off the pipe into h->frame. *mine: it is for the caller
+ * (frames of devices that are out are handled here: a probed device's
+ * WELCOME, errors of devices nobody waits for). Errors of devices that must
+ * work become a failure naming the device. */
+static lares_status take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_error *err) {
+    *mine = false;
     zmq_msg_t d, f;
     zmq_msg_init(&d);
     zmq_msg_init(&f);
@@ -333,29 +443,95 @@ static lares_status pipe_recv(cluster_head *h, int64_t timeout_ms, uint32_t *dev
     if (net_pipe_msg_recv(&d, h->pipe, 0) < 0 || zmq_msg_size(&d) != 4 || !zmq_msg_more(&d) ||
         net_pipe_msg_recv(&f, h->pipe, 0) < 0) {
         st = lares_fail(err, LARES_ENET, "head: in-process pipe: %s", zmq_strerror(zmq_errno()));
-    } else {
-        *dev = rd_u32le(zmq_msg_data(&d));
-        /* decoded ACT arrays point into the bytes: keep them in buf */
-        const size_t n = zmq_msg_size(&f);
-        lares_error derr;
-        if (n > h->buf_cap) {
-            st = device_failed(h, *dev, LARES_EFORMAT,
-                               "sent a frame larger than any this ring "
-                               "uses",
+        goto done;
+    }
+    const uint32_t ud = rd_u32le(zmq_msg_data(&d));
+    if (ud == 0 || ud >= (uint32_t)h->n_cfg) {
+        goto done; /* cannot happen: the network thread names its devices */
+    }
+    *dev = (int32_t)ud;
+    const bool must = critical(h, *dev);
+    /* decoded arrays point into the bytes: keep them in buf */
+    const size_t n = zmq_msg_size(&f);
+    lares_error derr = {0};
+    if (n > h->buf_cap) {
+        if (must) {
+            st = device_failed(h, *dev, LARES_EFORMAT, "sent a frame larger than any this ring uses",
                                err);
+        }
+        goto done;
+    }
+    memcpy(h->buf, zmq_msg_data(&f), n);
+    lares_status dst = cluster_frame_decode(h->buf, n, h->frame, &derr);
+    const cluster_frame *fr = h->frame;
+    if (dst != LARES_OK || fr->type == CLUSTER_ERROR) {
+        const uint32_t code = dst != LARES_OK ? (uint32_t)dst : fr->u.error.code;
+        const char *msg = dst != LARES_OK ? derr.msg : fr->u.error.msg;
+        if (must) {
+            st = device_failed(h, *dev, code, msg, err);
         } else {
-            memcpy(h->buf, zmq_msg_data(&f), n);
-            st = cluster_frame_decode(h->buf, n, h->frame, &derr);
-            if (st != LARES_OK) {
-                st = device_failed(h, *dev, st, derr.msg, err);
-            } else if (h->frame->type == CLUSTER_ERROR) {
-                st = device_failed(h, *dev, h->frame->u.error.code, h->frame->u.error.msg, err);
+            mark_out(h, *dev, msg);
+        }
+        goto done;
+    }
+    if (fr->type == CLUSTER_PEER_LOST) {
+        if (must && fr->session == h->session) {
+            /* the neighbour it names is the one that failed (the head's own
+             * heartbeats would tell the same a moment later) */
+            const uint32_t p = fr->u.peer_lost.device;
+            char msg[CLUSTER_MAX_MSG + 160];
+            snprintf(msg, sizeof msg, "%s (reported by %s)", fr->u.peer_lost.msg,
+                     dev_name(h, *dev));
+            const int32_t blamed = p >= 1 && p < (uint32_t)h->plan.n_dev ? h->member[p] : *dev;
+            st = device_failed(h, blamed, LARES_ENET, msg, err);
+        }
+        goto done;
+    }
+    if (!must) {
+        if (fr->type == CLUSTER_WELCOME && h->probing[*dev]) {
+            char why[512];
+            h->probing[*dev] = false;
+            if (welcome_fits(h, *dev, &fr->u.welcome, why, sizeof why)) {
+                h->alive[*dev] = true;
+                h->lost[*dev] = false;
+                h->stats[*dev].welcome = fr->u.welcome;
+                lares_log(LARES_LOG_INFO, "cluster: %s (%s) is back and may rejoin the ring",
+                          dev_name(h, *dev), dev_addr(h, *dev));
+            } else {
+                lares_log(LARES_LOG_WARN, "cluster: %s (%s) came back but %s", dev_name(h, *dev),
+                          dev_addr(h, *dev), why);
             }
         }
+        goto done;
     }
+    *mine = true;
+done:
     zmq_msg_close(&d);
     zmq_msg_close(&f);
     return st;
+}
+
+/* Waits for one frame for the caller (timeout_ms < 0: as long as the network
+ * thread keeps the devices alive) and decodes it into h->frame. */
+static lares_status pipe_recv(cluster_head *h, int64_t timeout_ms, int32_t *dev,
+                              const _Atomic bool *cancel, lares_error *err) {
+    const uint64_t t0 = lares_now_ns();
+    for (;;) {
+        bool timed_out;
+        lares_status st = pipe_wait(h, timeout_ms, t0, cancel, &timed_out, err);
+        if (st != LARES_OK) {
+            return st;
+        }
+        if (timed_out) {
+            return lares_fail(err, LARES_ENET, "no answer from the ring within %" PRId64 " ms",
+                              timeout_ms);
+        }
+        bool mine;
+        st = take_frame(h, dev, &mine, err);
+        if (st != LARES_OK || mine) {
+            return st;
+        }
+    }
 }
 
 static uint64_t new_session_id(void) {
@@ -369,26 +545,27 @@ static uint64_t new_session_id(void) {
     return z ? z : 1;
 }
 
-/* Waits for `want` frames of `type` (one from each device in need[]). */
+/* Waits for one frame of `type` from each device in need[] (ring.json
+ * indices) of the current session (WELCOME: of any). */
 static lares_status collect(cluster_head *h, uint16_t type, bool *need, int64_t timeout_ms,
                             lares_error *err) {
     for (;;) {
         bool any = false;
-        for (int32_t d = 1; d < h->n_dev; d++) {
+        for (int32_t d = 1; d < h->n_cfg; d++) {
             any = any || need[d];
         }
         if (!any) {
             return LARES_OK;
         }
-        uint32_t dev;
+        int32_t dev = 0;
         lares_error perr = {0};
         lares_status st = pipe_recv(h, timeout_ms, &dev, NULL, &perr);
         if (st != LARES_OK) {
-            if (st == LARES_ENET &&
-                !h->broken) { /* no answer in time: blame the first one silent */
-                for (int32_t d = 1; d < h->n_dev; d++) {
+            if (st == LARES_ENET && !h->broken && !h->needs_plan) {
+                /* no answer in time: blame the first one silent */
+                for (int32_t d = 1; d < h->n_cfg; d++) {
                     if (need[d]) {
-                        return device_failed(h, (uint32_t)d, LARES_ENET, perr.msg, err);
+                        return device_failed(h, d, LARES_ENET, perr.msg, err);
                     }
                 }
             }
@@ -397,79 +574,136 @@ static lares_status collect(cluster_head *h, uint16_t type, bool *need, int64_t 
             }
             return st;
         }
-        if (h->frame->type == type && dev < (uint32_t)h->n_dev && need[dev] &&
-            (type == CLUSTER_WELCOME || h->frame->session == h->session)) {
+        const cluster_frame *f = h->frame;
+        if (f->type == type && need[dev] &&
+            (type == CLUSTER_WELCOME || f->session == h->session)) {
             need[dev] = false;
             if (type == CLUSTER_WELCOME) {
-                h->stats[dev].welcome = h->frame->u.welcome;
+                h->stats[dev].welcome = f->u.welcome;
+            } else if (type == CLUSTER_READY) {
+                h->stats[dev].hop_rtt_us = f->u.ready.rtt_us;
+                h->stats[dev].hop_rtt_big_us = f->u.ready.rtt_big_us;
             }
-        } else if (h->frame->type != CLUSTER_ACT) {
+        } else if (f->type != CLUSTER_ACT) {
             lares_log(LARES_LOG_DEBUG, "cluster: dropped a %s frame from %s while waiting for %s",
-                      cluster_frame_type_name(h->frame->type), dev_name(h, dev),
+                      cluster_frame_type_name(f->type), dev_name(h, dev),
                       cluster_frame_type_name(type));
         }
     }
 }
 
-static lares_status hello_all(cluster_head *h, const char *head_name, lares_error *err) {
+static size_t encode_hello(cluster_head *h, int32_t d) {
+    cluster_hello hello = {.model = h->model,
+                           .device = (uint32_t)d,
+                           .n_devices = (uint32_t)h->n_cfg,
+                           .heartbeat_ms = h->hb_ms,
+                           .timeout_ms = h->timeout_ms,
+                           .flags = h->profile_ms > 0 ? CLUSTER_HELLO_PROFILE : 0,
+                           .profile_ms = h->profile_ms};
+    snprintf(hello.model_path, sizeof hello.model_path, "%s", h->dev[d].model_path);
+    snprintf(hello.head_name, sizeof hello.head_name, "%s", h->head_name);
+    return cluster_encode_hello(h->buf, h->buf_cap, &hello);
+}
+
+static lares_status hello_all(cluster_head *h, lares_error *err) {
     bool need[CLUSTER_MAX_DEVICES] = {false};
-    for (int32_t d = 1; d < h->n_dev; d++) {
-        cluster_hello hello = {.model = h->model,
-                               .device = (uint32_t)d,
-                               .n_devices = (uint32_t)h->n_dev,
-                               .heartbeat_ms = h->hb_ms,
-                               .timeout_ms = h->timeout_ms};
-        snprintf(hello.model_path, sizeof hello.model_path, "%s", h->dev[d].model_path);
-        snprintf(hello.head_name, sizeof hello.head_name, "%s", head_name ? head_name : "head");
-        lares_status st =
-            pipe_send(h, (uint32_t)d, cluster_encode_hello(h->buf, h->buf_cap, &hello), err);
+    for (int32_t d = 1; d < h->n_cfg; d++) {
+        lares_status st = pipe_send(h, d, encode_hello(h, d), err);
         if (st != LARES_OK) {
             return st;
         }
         need[d] = true;
     }
-    lares_status st = collect(h, CLUSTER_WELCOME, need, (int64_t)h->connect_ms + 2000, err);
+    /* a worker measuring itself for the first time takes its profile time */
+    lares_status st = collect(h, CLUSTER_WELCOME, need,
+                              (int64_t)h->connect_ms + 2000 + 2 * (int64_t)h->profile_ms, err);
     if (st != LARES_OK) {
         return st;
     }
-    for (int32_t d = 1; d < h->n_dev; d++) {
-        const cluster_welcome *w = &h->stats[d].welcome;
-        if (w->model.file_bytes != h->model.file_bytes ||
-            w->model.header_hash != h->model.header_hash) {
-            char msg[1024];
-            snprintf(msg, sizeof msg,
-                     "its model file differs from the head's (%" PRIu64 " bytes, header hash "
-                     "%016" PRIx64 " there; %" PRIu64 " bytes, %016" PRIx64 " here)",
-                     w->model.file_bytes, w->model.header_hash, h->model.file_bytes,
-                     h->model.header_hash);
-            return device_failed(h, (uint32_t)d, LARES_EINVAL, msg, err);
+    for (int32_t d = 1; d < h->n_cfg; d++) {
+        char why[512];
+        if (!welcome_fits(h, d, &h->stats[d].welcome, why, sizeof why)) {
+            const bool model = h->stats[d].welcome.model.header_hash != h->model.header_hash ||
+                               h->stats[d].welcome.model.file_bytes != h->model.file_bytes;
+            return device_failed(h, d, model ? LARES_EINVAL : LARES_EPROTO, why, err);
         }
-        if ((int64_t)w->n_embd != h->n_embd || (int32_t)w->n_layer != h->plan.n_layer) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "its model has %u layers of width %u, the head's %d of %d",
-                     w->n_layer, w->n_embd, h->plan.n_layer, h->n_embd);
-            return device_failed(h, (uint32_t)d, LARES_EPROTO, msg, err);
+        h->alive[d] = true;
+    }
+    return LARES_OK;
+}
+
+static lares_status check_members(const cluster_head *h, const cluster_plan *p,
+                                  const int32_t *members, lares_error *err) {
+    bool seen[CLUSTER_MAX_DEVICES] = {false};
+    if (members[0] != 0) {
+        return lares_fail(err, LARES_EINVAL, "plan: device 0 must be the head, not %d",
+                          members[0]);
+    }
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        const int32_t d = members[i];
+        if (d < 0 || d >= h->n_cfg || seen[d]) {
+            return lares_fail(err, LARES_EINVAL, "plan: member %d is device %d (%d in the ring)",
+                              i, d, h->n_cfg);
+        }
+        seen[d] = true;
+        if (i > 0 && !h->alive[d]) {
+            return lares_fail(err, LARES_EINVAL, "plan: %s (%s) is not in the ring now",
+                              dev_name(h, d), dev_addr(h, d));
         }
     }
     return LARES_OK;
 }
 
-lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, lares_error *err) {
+lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const int32_t *members,
+                                   uint32_t flags, lares_error *err) {
     if (h->broken) {
-        return broken(h, err);
+        return usable(h, err);
     }
     lares_status st = cluster_plan_check(p, err);
     if (st != LARES_OK) {
         return st;
     }
-    if (p->n_dev != h->n_dev || p->n_layer != h->plan.n_layer) {
-        return lares_fail(err, LARES_EINVAL,
-                          "plan for %d devices and %d layers, the ring has %d "
-                          "devices and the model %d layers",
-                          p->n_dev, p->n_layer, h->n_dev, h->plan.n_layer);
+    int32_t ident[CLUSTER_MAX_DEVICES];
+    if (members == NULL) {
+        for (int32_t i = 0; i < CLUSTER_MAX_DEVICES; i++) {
+            ident[i] = i;
+        }
+        members = ident;
+        if (p->n_dev != h->n_cfg) {
+            return lares_fail(err, LARES_EINVAL, "plan for %d devices, the ring has %d",
+                              p->n_dev, h->n_cfg);
+        }
+    }
+    if (p->n_layer != h->n_layer) {
+        return lares_fail(err, LARES_EINVAL, "plan for %d layers, the model has %d", p->n_layer,
+                          h->n_layer);
+    }
+    if ((flags & ~CLUSTER_PLAN_FLAGS) != 0) {
+        return lares_fail(err, LARES_EINVAL, "plan: unknown flags 0x%x", flags);
+    }
+    if ((st = check_members(h, p, members, err)) != LARES_OK) {
+        return st;
+    }
+    /* devices left out go first: they free their memory before others take more */
+    for (int32_t d = 0; d < h->n_cfg; d++) {
+        h->pos_of[d] = -1;
+        h->lost[d] = false;
+    }
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        h->member[i] = members[i];
+        h->pos_of[members[i]] = i;
     }
     h->plan = *p;
+    h->needs_plan = false;
     h->session = new_session_id();
+    for (int32_t d = 1; d < h->n_cfg; d++) {
+        if (h->pos_of[d] < 0 && h->alive[d]) {
+            pipe_send(h, d,
+                      cluster_encode_stop(h->buf, h->buf_cap, h->session, CLUSTER_STOP_LEFT_OUT),
+                      NULL);
+            h->alive[d] = false; /* out until asked back */
+        }
+    }
     cluster_plan_msg *msg = lares_calloc(1, sizeof *msg);
     if (msg == NULL) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
@@ -479,24 +713,28 @@ lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, lares
     msg->n_embd = (uint32_t)h->n_embd;
     msg->act_dtype = h->act_dtype;
     msg->kv_f16 = h->kv_f16 ? 1 : 0;
+    msg->flags = (uint16_t)flags;
+    msg->ping_bytes = (flags & CLUSTER_PLAN_PROBE) ? PROBE_PING_BYTES : 0;
     msg->plan = *p;
-    memcpy(msg->keys[0], h->head_key, CLUSTER_KEY_BYTES);
-    for (int32_t d = 0; d < h->n_dev; d++) {
-        memcpy(msg->keys[d], d == 0 ? h->head_key : h->dev[d].key, CLUSTER_KEY_BYTES);
-        snprintf(msg->addr[d], sizeof msg->addr[d], "%s", h->dev[d].address);
-        msg->link_delay_ms[d] = (uint32_t)h->dev[d].link_delay_ms;
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        const int32_t d = members[i];
+        memcpy(msg->keys[i], d == 0 ? h->head_key : h->dev[d].key, CLUSTER_KEY_BYTES);
+        snprintf(msg->addr[i], sizeof msg->addr[i], "%s", h->dev[d].address);
+        msg->link_delay_ms[i] = (uint32_t)h->dev[d].link_delay_ms;
     }
     /* from the last worker back: each worker's successor already knows the
      * plan (and so admits it) when the worker links to it */
-    for (int32_t d = h->n_dev - 1; d >= 1 && st == LARES_OK; d--) {
-        msg->self = (uint32_t)d;
+    const int64_t wait_ms = (int64_t)h->connect_ms * 2 +
+                            ((flags & CLUSTER_PLAN_PROBE) ? 4 * (int64_t)h->timeout_ms : 0);
+    for (int32_t i = p->n_dev - 1; i >= 1 && st == LARES_OK; i--) {
+        const int32_t d = members[i];
+        msg->self = (uint32_t)i;
         msg->n_threads = (uint32_t)h->dev[d].n_threads;
-        st = pipe_send(h, (uint32_t)d, cluster_encode_plan(h->buf, h->buf_cap, h->session, msg),
-                       err);
+        st = pipe_send(h, d, cluster_encode_plan(h->buf, h->buf_cap, h->session, msg), err);
         bool need[CLUSTER_MAX_DEVICES] = {false};
         need[d] = true;
         if (st == LARES_OK) {
-            st = collect(h, CLUSTER_READY, need, (int64_t)h->connect_ms * 2, err);
+            st = collect(h, CLUSTER_READY, need, wait_ms, err);
         }
     }
     lares_free(msg);
@@ -508,8 +746,12 @@ void cluster_head_close(cluster_head *h) {
         return;
     }
     if (h->thread_started) {
-        for (int32_t d = 1; d < h->n_dev; d++) {
-            pipe_send(h, (uint32_t)d, cluster_encode_stop(h->buf, h->buf_cap, h->session, 0), NULL);
+        for (int32_t d = 1; d < h->n_cfg; d++) {
+            if (h->alive[d] || h->probing[d]) {
+                pipe_send(h, d,
+                          cluster_encode_stop(h->buf, h->buf_cap, h->session, CLUSTER_STOP_END),
+                          NULL);
+            }
         }
         uint8_t q[4];
         wr_u32le(q, PIPE_TO_IO);
@@ -517,7 +759,7 @@ void cluster_head_close(cluster_head *h) {
         net_pipe_send(h->pipe, q, 4, 0);
         pthread_join(h->thread, NULL);
     } else {
-        for (int32_t d = 1; d < h->n_dev; d++) {
+        for (int32_t d = 1; d < h->n_cfg; d++) {
             if (h->io.dealer[d] != NULL) {
                 zmq_socket_monitor(h->io.dealer[d], NULL, 0);
                 zmq_close(h->io.dealer[d]);
@@ -577,13 +819,9 @@ static lares_status connect_worker(cluster_head *h, int32_t d, const cluster_key
 
 lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, lares_error *err) {
     const cluster_ring_config *rc = o->ring;
-    lares_status st = cluster_plan_check(&o->plan, err);
-    if (st != LARES_OK) {
-        return st;
-    }
-    if (o->plan.n_dev != rc->n_dev) {
-        return lares_fail(err, LARES_EINVAL, "plan for %d devices, ring of %d", o->plan.n_dev,
-                          rc->n_dev);
+    if (rc->n_dev < 1 || rc->n_dev > CLUSTER_MAX_DEVICES || o->n_layer < 1) {
+        return lares_fail(err, LARES_EINVAL, "ring of %d devices, model of %d layers", rc->n_dev,
+                          o->n_layer);
     }
     if (!o->insecure && o->key == NULL) {
         return lares_fail(err, LARES_EAUTH,
@@ -601,7 +839,9 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
     }
     const size_t act_max = cluster_act_bytes((uint32_t)o->n_batch, (uint32_t)o->n_embd,
                                              rc->act_dtype, CLUSTER_MAX_TRACE);
-    if (o->n_batch < 1 || o->n_embd < 1 || o->n_ctx < o->n_batch || act_max == 0) {
+    const size_t kv_min = cluster_kv_data_bytes(1, o->kv_row_bytes);
+    if (o->n_batch < 1 || o->n_embd < 1 || o->n_ctx < o->n_batch || act_max == 0 ||
+        (o->kv_row_bytes > 0 && kv_min == 0)) {
         return lares_fail(err, LARES_EINVAL,
                           "ring: a batch of %d x %d values does not fit a frame "
                           "of %u bytes (lower the batch size)",
@@ -611,29 +851,42 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
     if (h == NULL) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
-    h->n_dev = rc->n_dev;
+    h->n_cfg = rc->n_dev;
     memcpy(h->dev, rc->dev, sizeof h->dev);
-    h->plan = o->plan;
     h->model = o->model;
+    h->n_layer = o->n_layer;
     h->n_ctx = o->n_ctx;
     h->n_batch = o->n_batch;
     h->n_embd = o->n_embd;
     h->kv_f16 = o->kv_f16;
+    h->kv_row_bytes = o->kv_row_bytes;
     h->act_dtype = rc->act_dtype;
     h->hb_ms = (uint32_t)rc->heartbeat_ms;
     h->timeout_ms = (uint32_t)rc->timeout_ms;
     h->connect_ms = (uint32_t)rc->connect_timeout_ms;
+    h->failover = o->failover;
+    h->profile_ms = LARES_MIN(o->profile_ms, (uint32_t)CLUSTER_MAX_PROFILE_MS);
+    snprintf(h->head_name, sizeof h->head_name, "%s", o->head_name ? o->head_name : "head");
+    for (int32_t d = 0; d < CLUSTER_MAX_DEVICES; d++) {
+        h->pos_of[d] = -1;
+        h->stats[d].mem_free_mib = UINT32_MAX;
+        h->pass[d].mem_free_mib = UINT32_MAX;
+    }
+    h->member[0] = 0;
+    h->pos_of[0] = 0;
+    h->alive[0] = true;
+    h->plan = (cluster_plan){.n_layer = o->n_layer, .n_dev = 1, .w = {o->n_layer}};
     if (o->key != NULL && !o->insecure) {
         memcpy(h->head_key, o->key->public_key, CLUSTER_KEY_BYTES);
     }
-    h->buf_cap = LARES_MAX(act_max, (size_t)64 * 1024);
+    h->buf_cap = LARES_MAX(LARES_MAX(act_max, kv_min), (size_t)PROBE_PING_BYTES + 4096);
     h->buf = lares_alloc(h->buf_cap);
     h->frame = lares_calloc(1, sizeof *h->frame);
     if (h->buf == NULL || h->frame == NULL) {
         cluster_head_close(h);
         return lares_fail(err, LARES_ENOMEM, "out of memory for the ring buffers");
     }
-    if (h->n_dev == 1) { /* a ring of the head alone: nothing to connect */
+    if (h->n_cfg == 1) { /* a ring of the head alone: nothing to connect */
         *out = h;
         return LARES_OK;
     }
@@ -644,21 +897,23 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
     }
     char ep[64];
     snprintf(ep, sizeof ep, "inproc://lares-head-%p", (void *)h);
-    st = net_socket(h->zctx, ZMQ_PAIR, &h->pipe, err);
+    lares_status st = net_socket(h->zctx, ZMQ_PAIR, &h->pipe, err);
     if (st == LARES_OK) {
         st = net_socket(h->zctx, ZMQ_PAIR, &h->io.pipe, err);
     }
     if (st == LARES_OK && (zmq_bind(h->pipe, ep) != 0 || zmq_connect(h->io.pipe, ep) != 0)) {
         st = lares_fail(err, LARES_ENET, "head pipe: %s", zmq_strerror(zmq_errno()));
     }
-    for (int32_t d = 1; d < h->n_dev && st == LARES_OK; d++) {
+    for (int32_t d = 1; d < h->n_cfg && st == LARES_OK; d++) {
         st = connect_worker(h, d, o->key, o->insecure, err);
     }
     if (st == LARES_OK) {
-        h->io.n_dev = h->n_dev;
+        h->io.n_dev = h->n_cfg;
         h->io.hb_ms = h->hb_ms;
         h->io.timeout_ms = h->timeout_ms;
         h->io.connect_ms = h->connect_ms;
+        h->io.hello_ms = h->profile_ms > 0 ? h->connect_ms + 2000 + 2 * h->profile_ms
+                                           : h->connect_ms;
         h->io.delay_ms = (uint32_t)rc->dev[0].link_delay_ms;
         if (net_thread_start(&h->thread, io_main, &h->io) != 0) {
             st = lares_fail(err, LARES_ENOMEM, "cannot start the head's network thread");
@@ -667,10 +922,9 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
         }
     }
     if (st == LARES_OK) {
-        st = hello_all(h, o->head_name, err);
-    }
-    if (st == LARES_OK) {
-        st = cluster_head_set_plan(h, &o->plan, err);
+        h->opening = true;
+        st = hello_all(h, err);
+        h->opening = false;
     }
     if (st != LARES_OK) {
         cluster_head_close(h);
@@ -684,16 +938,32 @@ const cluster_plan *cluster_head_plan(const cluster_head *h) {
     return &h->plan;
 }
 
-int32_t cluster_head_n_devices(const cluster_head *h) {
-    return h->n_dev;
+int32_t cluster_head_member(const cluster_head *h, int32_t i) {
+    return i >= 0 && i < h->plan.n_dev ? h->member[i] : -1;
+}
+
+int32_t cluster_head_n_config(const cluster_head *h) {
+    return h->n_cfg;
+}
+
+bool cluster_head_alive(const cluster_head *h, int32_t dev) {
+    return dev >= 0 && dev < h->n_cfg && h->alive[dev];
+}
+
+bool cluster_head_lost(const cluster_head *h, int32_t dev) {
+    return dev >= 0 && dev < h->n_cfg && h->lost[dev];
+}
+
+bool cluster_head_needs_plan(const cluster_head *h) {
+    return h->needs_plan;
 }
 
 const cluster_device_stats *cluster_head_device(const cluster_head *h, int32_t dev) {
-    return dev >= 0 && dev < h->n_dev ? &h->stats[dev] : NULL;
+    return dev >= 0 && dev < h->n_cfg ? &h->stats[dev] : NULL;
 }
 
 const cluster_ring_device *cluster_head_ring_device(const cluster_head *h, int32_t dev) {
-    return dev >= 0 && dev < h->n_dev ? &h->dev[dev] : NULL;
+    return dev >= 0 && dev < h->n_cfg ? &h->dev[dev] : NULL;
 }
 
 uint64_t cluster_head_wait_us(const cluster_head *h) {
@@ -704,19 +974,21 @@ uint64_t cluster_head_hops(const cluster_head *h) {
     return h->hops;
 }
 
-lares_status cluster_head_send(cluster_head *h, int32_t layer, const int32_t *pos, int32_t n_tok,
-                               const float *x, uint64_t *seq, lares_error *err) {
-    if (h->broken) {
-        return broken(h, err);
+lares_status cluster_head_send(cluster_head *h, int32_t layer, int32_t end, const int32_t *pos,
+                               int32_t n_tok, const float *x, uint64_t *seq, lares_error *err) {
+    lares_status st = usable(h, err);
+    if (st != LARES_OK) {
+        return st;
     }
-    if (h->n_dev < 2 || n_tok < 1 || n_tok > h->n_batch || layer < 0 || layer >= h->plan.n_layer) {
+    if (h->plan.n_dev < 2 || n_tok < 1 || n_tok > h->n_batch || layer < 0 ||
+        layer >= h->n_layer || end <= layer || end > h->n_layer) {
         return lares_fail(err, LARES_EINVAL,
-                          "ring send: %d tokens at layer %d (batch %d, %d "
-                          "devices)",
-                          n_tok, layer, h->n_batch, h->n_dev);
+                          "ring send: %d tokens at layer %d up to %d (batch %d, %d devices)", n_tok,
+                          layer, end, h->n_batch, h->plan.n_dev);
     }
     const cluster_act a = {.seq = ++h->next_seq,
                            .layer = (uint32_t)layer,
+                           .end = (uint32_t)end,
                            .n_tok = (uint32_t)n_tok,
                            .n_embd = (uint32_t)h->n_embd,
                            .dtype = h->act_dtype,
@@ -724,16 +996,17 @@ lares_status cluster_head_send(cluster_head *h, int32_t layer, const int32_t *po
     const size_t n = cluster_encode_act(h->buf, h->buf_cap, h->session, &a, pos, NULL, x);
     /* the clock before the send: the first worker may run before this thread does again */
     const uint64_t t_send = lares_now_ns();
-    lares_status st = pipe_send(h, 1, n, err);
+    st = pipe_send(h, h->member[1], n, err);
     if (st == LARES_OK) {
         h->sent_pos0 = pos[0];
+        h->sent_end = end;
         h->sent_ns = t_send;
         *seq = a.seq;
     }
     return st;
 }
 
-/* the device whose window (in any round) ends at `layer`, -1 when none */
+/* the plan device whose window (in any round) ends at `layer`, -1 when none */
 static int32_t sender_of(const cluster_plan *p, int32_t layer) {
     for (int32_t r = 0; r < cluster_plan_rounds(p); r++) {
         for (int32_t d = 0; d < p->n_dev; d++) {
@@ -746,14 +1019,40 @@ static int32_t sender_of(const cluster_plan *p, int32_t layer) {
     return -1;
 }
 
+static void count_trace(cluster_head *h, const cluster_act *a) {
+    for (uint32_t i = 0; i < a->n_trace; i++) {
+        cluster_trace t;
+        cluster_act_trace_at(a, i, &t);
+        if (t.device >= (uint32_t)h->plan.n_dev) {
+            continue;
+        }
+        const int32_t d = h->member[t.device];
+        int32_t l0 = 0, l1 = 0;
+        cluster_plan_window(&h->plan, t.device, t.round, &l0, &l1);
+        const int32_t layers = (l1 - l0) * (int32_t)a->n_tok;
+        cluster_device_stats *s = &h->stats[d];
+        s->windows++;
+        s->compute_us += t.compute_us;
+        s->wait_us += t.wait_us;
+        s->major_faults += t.major_faults;
+        s->layers_run += (uint64_t)layers;
+        s->mem_free_mib = t.mem_free_mib;
+        cluster_pass *ps = &h->pass[d];
+        ps->compute_us += t.compute_us;
+        ps->wait_us += t.wait_us;
+        ps->layers += l1 - l0;
+        ps->mem_free_mib = t.mem_free_mib;
+    }
+}
+
 lares_status cluster_head_recv(cluster_head *h, uint64_t seq, int32_t n_tok, float *x,
                                int32_t *layer, const _Atomic bool *cancel, lares_error *err) {
-    if (h->broken) {
-        return broken(h, err);
+    lares_status st = usable(h, err);
+    if (st != LARES_OK) {
+        return st;
     }
-    lares_status st;
     for (;;) {
-        uint32_t dev;
+        int32_t dev = 0;
         st = pipe_recv(h, -1, &dev, cancel, err);
         if (st != LARES_OK) {
             break;
@@ -766,7 +1065,7 @@ lares_status cluster_head_recv(cluster_head *h, uint64_t seq, int32_t n_tok, flo
         }
         const cluster_act *a = &f->u.act;
         if (f->session != h->session || a->seq < seq) {
-            continue; /* a batch abandoned earlier (a canceled generation) */
+            continue; /* a batch abandoned earlier (a canceled generation, an old plan) */
         }
         char bad[200] = "";
         const int32_t want_from = sender_of(&h->plan, (int32_t)a->layer);
@@ -780,12 +1079,13 @@ lares_status cluster_head_recv(cluster_head *h, uint64_t seq, int32_t n_tok, flo
                      "%u tokens of width %u from position %d came back, %d of %d "
                      "from %d were sent",
                      a->n_tok, a->n_embd, cluster_act_pos(a, 0), n_tok, h->n_embd, h->sent_pos0);
-        } else if (want_from != (int32_t)dev ||
-                   ((int32_t)a->layer != h->plan.n_layer &&
+        } else if (want_from < 0 || h->member[want_from] != dev ||
+                   ((int32_t)a->layer != h->n_layer && (int32_t)a->layer < h->sent_end &&
                     !(cluster_plan_owner(&h->plan, (int32_t)a->layer, &od, &orr) &&
                       (od == 0 || (od == 1 && h->plan.w[0] == 0))))) {
-            /* back to the head: after the last layer, before a window of the
-             * head's, or (a head without layers) to pass on to device 1 */
+            /* back to the head: after the last layer, past the end asked for,
+             * before a window of the head's, or (a head without layers) to
+             * pass on to device 1 */
             snprintf(bad, sizeof bad,
                      "hidden states for layer %u came from a device that did not "
                      "run the layer before it",
@@ -795,15 +1095,7 @@ lares_status cluster_head_recv(cluster_head *h, uint64_t seq, int32_t n_tok, flo
             st = device_failed(h, dev, LARES_EPROTO, bad, err);
             break;
         }
-        for (uint32_t i = 0; i < a->n_trace; i++) {
-            cluster_trace t;
-            cluster_act_trace_at(a, i, &t);
-            if (t.device < h->n_dev) {
-                h->stats[t.device].windows++;
-                h->stats[t.device].compute_us += t.compute_us;
-                h->stats[t.device].major_faults += t.major_faults;
-            }
-        }
+        count_trace(h, a);
         cluster_act_read(a, x);
         *layer = (int32_t)a->layer;
         h->hops += a->n_trace + 1;
@@ -816,15 +1108,16 @@ lares_status cluster_head_recv(cluster_head *h, uint64_t seq, int32_t n_tok, flo
 }
 
 lares_status cluster_head_truncate(cluster_head *h, int32_t pos, lares_error *err) {
-    if (h->broken) {
-        return broken(h, err);
+    lares_status st = usable(h, err);
+    if (st != LARES_OK) {
+        return st;
     }
     bool need[CLUSTER_MAX_DEVICES] = {false};
     const cluster_kv kv = {.op = pos == 0 ? CLUSTER_KV_CLEAR : CLUSTER_KV_TRUNCATE, .pos = pos};
-    for (int32_t d = 1; d < h->n_dev; d++) {
-        lares_status st =
-            pipe_send(h, (uint32_t)d,
-                      cluster_encode_kv(h->buf, h->buf_cap, h->session, CLUSTER_KV, &kv), err);
+    for (int32_t i = 1; i < h->plan.n_dev; i++) {
+        const int32_t d = h->member[i];
+        st = pipe_send(h, d, cluster_encode_kv(h->buf, h->buf_cap, h->session, CLUSTER_KV, &kv),
+                       err);
         if (st != LARES_OK) {
             return st;
         }
@@ -833,7 +1126,180 @@ lares_status cluster_head_truncate(cluster_head *h, int32_t pos, lares_error *er
     return collect(h, CLUSTER_KV_DONE, need, (int64_t)h->connect_ms, err);
 }
 
-void cluster_head_add_local(cluster_head *h, uint64_t compute_us) {
+static lares_status kv_args(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0,
+                            int32_t pos1, lares_error *err) {
+    lares_status st = usable(h, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    if (dev < 1 || dev >= h->n_cfg || h->pos_of[dev] < 1 || layer < 0 || layer >= h->n_layer ||
+        pos0 < 0 || pos1 <= pos0 || pos1 > h->n_ctx || h->kv_row_bytes == 0) {
+        return lares_fail(err, LARES_EINVAL,
+                          "kv transfer: device %d, layer %d, positions %d to %d (context %d)", dev,
+                          layer, pos0, pos1, h->n_ctx);
+    }
+    return LARES_OK;
+}
+
+lares_status cluster_head_kv_get(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0,
+                                 int32_t pos1, uint8_t *k, uint8_t *v, lares_error *err) {
+    lares_status st = kv_args(h, dev, layer, pos0, pos1, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    const cluster_kv_get g = {.layer = (uint32_t)layer, .pos0 = pos0, .pos1 = pos1};
+    st = pipe_send(h, dev, cluster_encode_kv_get(h->buf, h->buf_cap, h->session, &g), err);
+    int32_t next = pos0;
+    const size_t row = h->kv_row_bytes;
+    while (st == LARES_OK && next < pos1) {
+        int32_t from = 0;
+        st = pipe_recv(h, (int64_t)h->connect_ms * 4, &from, NULL, err);
+        if (st != LARES_OK) {
+            if (st == LARES_ENET && !h->broken && !h->needs_plan) {
+                st = device_failed(h, dev, LARES_ENET, "no answer to a kv request", err);
+            }
+            break;
+        }
+        const cluster_frame *f = h->frame;
+        if (from != dev || f->type != CLUSTER_KV_DATA || f->session != h->session) {
+            continue; /* late frames of an earlier batch */
+        }
+        const cluster_kv_data *d = &f->u.kv_data;
+        if ((int32_t)d->layer != layer || d->pos0 != next || d->row_bytes != row ||
+            d->kv_f16 != (h->kv_f16 ? 1 : 0) || (int64_t)d->pos0 + d->n_pos > pos1) {
+            char bad[200];
+            snprintf(bad, sizeof bad,
+                     "sent kv rows of layer %u from position %d (%u rows of %u bytes), "
+                     "layer %d from %d (rows of %zu bytes) expected",
+                     d->layer, d->pos0, d->n_pos, d->row_bytes, layer, next, row);
+            st = device_failed(h, dev, LARES_EPROTO, bad, err);
+            break;
+        }
+        const size_t off = (size_t)(d->pos0 - pos0) * row;
+        memcpy(k + off, d->k, (size_t)d->n_pos * row);
+        memcpy(v + off, d->v, (size_t)d->n_pos * row);
+        next += (int32_t)d->n_pos;
+    }
+    return st;
+}
+
+lares_status cluster_head_kv_put(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0,
+                                 int32_t pos1, const uint8_t *k, const uint8_t *v,
+                                 lares_error *err) {
+    lares_status st = kv_args(h, dev, layer, pos0, pos1, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    const size_t row = h->kv_row_bytes;
+    const uint32_t fit = cluster_kv_data_fit(h->buf_cap, (uint32_t)row);
+    for (int32_t p = pos0; p < pos1 && st == LARES_OK;) {
+        const uint32_t n = (uint32_t)LARES_MIN((int64_t)fit, (int64_t)(pos1 - p));
+        const size_t off = (size_t)(p - pos0) * row;
+        const cluster_kv_data d = {.layer = (uint32_t)layer,
+                                   .pos0 = p,
+                                   .n_pos = n,
+                                   .row_bytes = (uint32_t)row,
+                                   .kv_f16 = h->kv_f16 ? 1 : 0,
+                                   .last = p + (int32_t)n == pos1 ? 1 : 0,
+                                   .k = k + off,
+                                   .v = v + off};
+        st = pipe_send(h, dev, cluster_encode_kv_data(h->buf, h->buf_cap, h->session, &d), err);
+        p += (int32_t)n;
+    }
+    bool need[CLUSTER_MAX_DEVICES] = {false};
+    need[dev] = true;
+    if (st == LARES_OK) {
+        st = collect(h, CLUSTER_KV_DONE, need, (int64_t)h->connect_ms * 4, err);
+    }
+    return st;
+}
+
+lares_status cluster_head_ping(cluster_head *h, int32_t dev, uint32_t filler_bytes, int tries,
+                               uint32_t *rtt_us, lares_error *err) {
+    lares_status st = usable(h, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    if (dev < 1 || dev >= h->n_cfg || !h->alive[dev] ||
+        filler_bytes + (size_t)64 > h->buf_cap) {
+        return lares_fail(err, LARES_EINVAL, "ping: device %d, %u bytes", dev, filler_bytes);
+    }
+    uint64_t best = UINT64_MAX;
+    for (int t = 0; t < LARES_MAX(tries, 1) && st == LARES_OK; t++) {
+        const uint64_t nonce = ++h->next_nonce;
+        const uint64_t t0 = lares_now_ns();
+        st = pipe_send(h, dev,
+                       cluster_encode_ping(h->buf, h->buf_cap, h->session, CLUSTER_PING, nonce,
+                                           filler_bytes),
+                       err);
+        for (;;) {
+            int32_t from = 0;
+            if (st != LARES_OK ||
+                (st = pipe_recv(h, (int64_t)h->timeout_ms, &from, NULL, err)) != LARES_OK) {
+                break;
+            }
+            if (from == dev && h->frame->type == CLUSTER_PONG && h->frame->u.ping.nonce == nonce) {
+                best = LARES_MIN(best, lares_now_ns() - t0);
+                break;
+            }
+        }
+    }
+    if (st == LARES_OK) {
+        *rtt_us = (uint32_t)LARES_MIN(best / 1000u, (uint64_t)UINT32_MAX);
+    }
+    return st;
+}
+
+int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms) {
+    if (h->broken || h->n_cfg < 2) {
+        return 0;
+    }
+    bool any = false;
+    for (int32_t d = 1; d < h->n_cfg; d++) {
+        if (!h->alive[d] && !h->probing[d] && h->pos_of[d] < 0) {
+            if (pipe_send(h, d, encode_hello(h, d), NULL) == LARES_OK) {
+                h->probing[d] = true;
+            }
+        }
+        any = any || h->probing[d];
+    }
+    const uint64_t t0 = lares_now_ns();
+    while (any) {
+        bool timed_out = false;
+        if (pipe_wait(h, wait_ms, t0, NULL, &timed_out, NULL) != LARES_OK || timed_out) {
+            break;
+        }
+        int32_t dev = 0;
+        bool mine = false;
+        if (take_frame(h, &dev, &mine, NULL) != LARES_OK) {
+            break;
+        }
+        any = false;
+        for (int32_t d = 1; d < h->n_cfg; d++) {
+            any = any || h->probing[d];
+        }
+    }
+    int32_t n = 0;
+    for (int32_t d = 1; d < h->n_cfg; d++) {
+        n += h->alive[d] && h->pos_of[d] < 0;
+    }
+    return n;
+}
+
+void cluster_head_add_local(cluster_head *h, int32_t layers, int32_t n_tok, uint64_t compute_us,
+                            uint64_t wait_us) {
     h->stats[0].windows++;
     h->stats[0].compute_us += compute_us;
+    h->stats[0].wait_us += wait_us;
+    h->stats[0].layers_run += (uint64_t)LARES_MAX(layers, 0) * (uint64_t)LARES_MAX(n_tok, 0);
+    h->pass[0].compute_us += compute_us;
+    h->pass[0].wait_us += wait_us;
+    h->pass[0].layers += layers;
+}
+
+void cluster_head_take_pass(cluster_head *h, cluster_pass *out) {
+    for (int32_t d = 0; d < h->n_cfg; d++) {
+        out[d] = h->pass[d];
+        h->pass[d] = (cluster_pass){.mem_free_mib = h->pass[d].mem_free_mib};
+    }
 }

@@ -149,3 +149,69 @@ void cluster_plan_describe(const cluster_plan *p, char *buf, size_t cap) {
                  cluster_plan_rounds(p));
     }
 }
+
+lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
+                                  const double *ms_per_layer, const int32_t *cap_layers,
+                                  const bool *can_stream, cluster_plan *out, int32_t *members,
+                                  lares_error *err) {
+    if (n < 1 || n > CLUSTER_MAX_DEVICES || n_layer < 1 || n_layer > CLUSTER_MAX_LAYERS ||
+        rounds < 1 || rounds > n_layer) {
+        return lares_fail(err, LARES_EINVAL, "balance: %d devices, %d layers, %d rounds", n,
+                          n_layer, rounds);
+    }
+    const int32_t width = (n_layer + rounds - 1) / rounds;
+    /* unknown speeds count as the mean of the known ones */
+    double known = 0, t[CLUSTER_MAX_DEVICES];
+    int32_t n_known = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (ms_per_layer[i] >= 0) {
+            known += ms_per_layer[i];
+            n_known++;
+        }
+    }
+    for (int32_t i = 0; i < n; i++) {
+        t[i] = ms_per_layer[i] >= 0 ? ms_per_layer[i] : n_known > 0 ? known / n_known : 1.0;
+    }
+    /* candidates fastest first; ties keep ring order (a stable insertion sort) */
+    int32_t order[CLUSTER_MAX_DEVICES];
+    for (int32_t i = 0; i < n; i++) {
+        int32_t j = i;
+        while (j > 0 && t[order[j - 1]] > t[i]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    int32_t w[CLUSTER_MAX_DEVICES] = {0};
+    int32_t left = width;
+    for (int32_t k = 0; k < n && left > 0; k++) {
+        const int32_t i = order[k];
+        const int32_t cap = LARES_MAX(cap_layers[i], 0) / rounds;
+        const int32_t take = LARES_MIN(cap, left);
+        w[i] += take;
+        left -= take;
+    }
+    /* what does not fit in memory runs from disk on the fastest that can stream */
+    for (int32_t k = 0; k < n && left > 0; k++) {
+        const int32_t i = order[k];
+        if (can_stream[i] && cap_layers[i] > 0) {
+            w[i] += left;
+            left = 0;
+        }
+    }
+    if (left > 0) {
+        return lares_fail(err, LARES_ERANGE,
+                          "the %d remaining device%s cannot run the model: %d of its %d layers "
+                          "per round fit nowhere, even from disk",
+                          n, n == 1 ? "" : "s", left, width);
+    }
+    memset(out, 0, sizeof *out);
+    out->n_layer = n_layer;
+    for (int32_t i = 0; i < n; i++) {
+        if (i == 0 || w[i] > 0) {
+            members[out->n_dev] = i;
+            out->w[out->n_dev++] = w[i];
+        }
+    }
+    return cluster_plan_check(out, err);
+}

@@ -7,6 +7,8 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
 
 #define RING_JSON_MAX_BYTES (1u << 20)
 
@@ -50,6 +52,89 @@ static bool get_int(parser *ps, json_t *obj, const char *key, const char *where,
     return true;
 }
 
+/* a number member in [lo, hi]; absent leaves *out */
+static bool get_num(parser *ps, json_t *obj, const char *key, const char *where, double lo,
+                    double hi, double *out) {
+    json_t *v = json_object_get(obj, key);
+    if (v == NULL) {
+        return true;
+    }
+    if (!json_is_number(v) || !(json_number_value(v) >= lo && json_number_value(v) <= hi)) {
+        lares_fail(ps->err, LARES_EFORMAT, "%s: %s: \"%s\" must be a number from %g to %g",
+                   ps->name, where, key, lo, hi);
+        return false;
+    }
+    *out = json_number_value(v);
+    return true;
+}
+
+/* true or false; absent leaves *out */
+static bool get_bool(parser *ps, json_t *obj, const char *key, const char *where, int *out) {
+    json_t *v = json_object_get(obj, key);
+    if (v == NULL) {
+        return true;
+    }
+    if (!json_is_boolean(v)) {
+        lares_fail(ps->err, LARES_EFORMAT, "%s: %s: \"%s\" must be true or false", ps->name,
+                   where, key);
+        return false;
+    }
+    *out = json_is_true(v) ? 1 : 0;
+    return true;
+}
+
+/* "1.5GiB", "512MB", "4096": a number, then a unit of bytes (powers of 1024
+ * with an i, of 1000 without); false on anything else */
+static bool parse_size(const char *s, uint64_t *out) {
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {{"", 1},         {"B", 1},        {"KiB", 1024.0},        {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3},
+                 {"MB", 1e6},      {"GB", 1e9},     {"TB", 1e12}};
+    char *end = NULL;
+    errno = 0;
+    const double v = strtod(s, &end);
+    if (end == s || errno != 0 || !(v >= 0) || (s[0] < '0' || s[0] > '9')) {
+        return false;
+    }
+    while (*end == ' ') {
+        end++;
+    }
+    for (size_t i = 0; i < LARES_ARRAY_LEN(units); i++) {
+        if (strcmp(end, units[i].unit) == 0) {
+            const double b = v * units[i].mult;
+            if (!(b < 1.8e19)) {
+                return false;
+            }
+            *out = (uint64_t)llround(b);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* a size: bytes, or a string with a unit ("512MiB", "2GB"); absent leaves *out */
+static bool get_size(parser *ps, json_t *obj, const char *key, const char *where,
+                     uint64_t *out) {
+    json_t *v = json_object_get(obj, key);
+    if (v == NULL) {
+        return true;
+    }
+    if (json_is_integer(v) && json_integer_value(v) > 0) {
+        *out = (uint64_t)json_integer_value(v);
+        return true;
+    }
+    if (json_is_string(v) && parse_size(json_string_value(v), out) && *out > 0) {
+        return true;
+    }
+    lares_fail(ps->err, LARES_EFORMAT,
+               "%s: %s: \"%s\" must be a size: bytes, or a number with KiB, MiB, GiB (or "
+               "KB, MB, GB)",
+               ps->name, where, key);
+    return false;
+}
+
 /* a string member into out; absent leaves out */
 static bool get_str(parser *ps, json_t *obj, const char *key, const char *where, char *out,
                     size_t cap) {
@@ -91,8 +176,9 @@ static bool get_path(parser *ps, json_t *obj, const char *key, const char *where
 
 static bool parse_device(parser *ps, json_t *d, int32_t idx, cluster_ring_device *out,
                          char *head_key_path) {
-    static const char *const keys[] = {"name",    "head", "address", "public_key",   "key", "model",
-                                       "threads", "w",    "n",       "link_delay_ms"};
+    static const char *const keys[] = {"name",    "head", "address", "public_key",    "key",
+                                       "model",   "threads", "w",    "n", "link_delay_ms",
+                                       "memory"};
     char where[48];
     snprintf(where, sizeof where, "device %d", idx);
     if (!json_is_object(d)) {
@@ -125,7 +211,8 @@ static bool parse_device(parser *ps, json_t *d, int32_t idx, cluster_ring_device
         !get_int(ps, d, "w", where, 0, INT32_MAX, &out->w) ||
         !get_int(ps, d, "n", where, 0, INT32_MAX, &out->n) ||
         !get_int(ps, d, "link_delay_ms", where, 0, CLUSTER_MAX_LINK_DELAY_MS,
-                 &out->link_delay_ms)) {
+                 &out->link_delay_ms) ||
+        !get_size(ps, d, "memory", where, &out->memory_bytes)) {
         return false;
     }
     if (is_head) {
@@ -175,11 +262,39 @@ static bool parse_device(parser *ps, json_t *d, int32_t idx, cluster_ring_device
     return true;
 }
 
+/* "rebalance_opts": the thresholds of re-balancing (cluster_monitor_opts) */
+static bool parse_monitor(parser *ps, json_t *o, cluster_monitor_opts *m) {
+    static const char *const keys[] = {"threshold",    "warmup_tokens", "hold_tokens",
+                                       "cooldown_tokens", "alpha",      "min_delta_ms",
+                                       "min_gain"};
+    if (o == NULL) {
+        return true;
+    }
+    if (!json_is_object(o)) {
+        lares_fail(ps->err, LARES_EFORMAT, "%s: \"rebalance_opts\" is not an object", ps->name);
+        return false;
+    }
+    const char *w = "rebalance_opts";
+    if (!only_keys(ps, o, w, keys, LARES_ARRAY_LEN(keys)) ||
+        !get_num(ps, o, "threshold", w, 0.01, 10, &m->threshold) ||
+        !get_int(ps, o, "warmup_tokens", w, 0, 100000, &m->warmup_tokens) ||
+        !get_int(ps, o, "hold_tokens", w, 1, 100000, &m->hold_tokens) ||
+        !get_int(ps, o, "cooldown_tokens", w, 0, 1000000, &m->cooldown_tokens) ||
+        !get_num(ps, o, "alpha", w, 0.001, 1, &m->alpha) ||
+        !get_num(ps, o, "min_delta_ms", w, 0, 1e6, &m->min_delta_ms) ||
+        !get_num(ps, o, "min_gain", w, 0, 9.99, &m->min_gain)) {
+        return false;
+    }
+    return true;
+}
+
 lares_status cluster_ring_parse(const char *json, size_t len, const char *name,
                                 const char *base_dir, cluster_ring_config *out, lares_error *err) {
     static const char *const keys[] = {"devices",           "rounds",       "windows",
                                        "activations",       "heartbeat_ms", "timeout_ms",
-                                       "connect_timeout_ms"};
+                                       "connect_timeout_ms", "placement",   "profile_ms",
+                                       "rebalance",         "failover",     "rebalance_opts",
+                                       "rebuild"};
     parser ps = {.name = name, .base_dir = base_dir, .err = err};
     memset(out, 0, sizeof *out);
     snprintf(out->path, sizeof out->path, "%s", name);
@@ -187,6 +302,10 @@ lares_status cluster_ring_parse(const char *json, size_t len, const char *name,
     out->timeout_ms = CLUSTER_DEFAULT_TIMEOUT_MS;
     out->connect_timeout_ms = CLUSTER_DEFAULT_CONNECT_MS;
     out->act_dtype = CLUSTER_DTYPE_F32;
+    out->profile_ms = CLUSTER_DEFAULT_PROFILE_MS;
+    out->rebalance = -1;
+    out->failover = -1;
+    out->monitor = cluster_monitor_opts_default();
     if (len > RING_JSON_MAX_BYTES) {
         return lares_fail(err, LARES_EFORMAT, "%s: %zu bytes is too large for a ring description",
                           name, len);
@@ -212,6 +331,27 @@ lares_status cluster_ring_parse(const char *json, size_t len, const char *name,
     if (out->timeout_ms <= out->heartbeat_ms) {
         lares_fail(err, LARES_EFORMAT, "%s: timeout_ms (%d) must exceed heartbeat_ms (%d)", name,
                    out->timeout_ms, out->heartbeat_ms);
+        goto done;
+    }
+    if (!get_int(&ps, root, "profile_ms", "the ring", 0, CLUSTER_MAX_PROFILE_MS,
+                 &out->profile_ms) ||
+        !get_bool(&ps, root, "rebalance", "the ring", &out->rebalance) ||
+        !get_bool(&ps, root, "failover", "the ring", &out->failover) ||
+        !get_str(&ps, root, "rebuild", "the ring", out->rebuild, sizeof out->rebuild) ||
+        !get_str(&ps, root, "placement", "the ring", out->placement, sizeof out->placement) ||
+        !parse_monitor(&ps, json_object_get(root, "rebalance_opts"), &out->monitor)) {
+        goto done;
+    }
+    if (out->rebuild[0] != '\0' && strcmp(out->rebuild, "exact") != 0 &&
+        strcmp(out->rebuild, "batched") != 0) {
+        lares_fail(err, LARES_EFORMAT, "%s: \"rebuild\" is \"exact\" or \"batched\"", name);
+        goto done;
+    }
+    if (out->placement[0] != '\0' && strcmp(out->placement, "halda") != 0 &&
+        strcmp(out->placement, "even") != 0 && strcmp(out->placement, "memory") != 0 &&
+        strcmp(out->placement, "single") != 0) {
+        lares_fail(err, LARES_EFORMAT,
+                   "%s: \"placement\" is \"halda\", \"even\", \"memory\" or \"single\"", name);
         goto done;
     }
     json_t *rounds = json_object_get(root, "rounds");

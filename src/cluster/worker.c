@@ -2,9 +2,11 @@
  * The worker's network thread: a ROUTER socket (CURVE server) that heads and
  * the predecessor connect to, a ZAP handler that admits only the allowed
  * heads and, for the current plan, the predecessor's key; a DEALER to the
- * successor; heartbeats both ways; and the pipe to the compute thread
- * (worker_compute.c). A head that falls silent for its timeout is given up
- * and the worker waits for the next one (docs/ring.md).
+ * successor; heartbeats both ways; PING answers and, under a probe plan, the
+ * measurement of the hop to the successor; and the pipe to the compute
+ * thread (worker_compute.c). A head that falls silent for its timeout is
+ * given up and the worker waits for the next one (docs/ring.md). Trouble with
+ * a neighbour is reported to the head as PEER_LOST, naming the neighbour.
  */
 #include "cluster/cluster_impl.h"
 
@@ -13,7 +15,11 @@
 #include <stdatomic.h>
 
 enum { W_IDLE = 0, W_OPENING, W_SERVING };
-enum { SETUP_NONE = 0, SETUP_COMPUTING, SETUP_LINKING, SETUP_READY };
+enum { SETUP_NONE = 0, SETUP_COMPUTING, SETUP_LINKING, SETUP_MEASURING, SETUP_READY };
+
+/* pings of a probe plan: empty ones for the latency, ones with filler for the bandwidth */
+#define MEAS_SMALL 3
+#define MEAS_BIG   3
 
 struct cluster_worker {
     cluster_worker_opts o;
@@ -47,6 +53,12 @@ struct cluster_worker {
     size_t prev_rid_len;
     bool have_prev;
     uint64_t last_prev_rx;
+    /* CLUSTER_PLAN_PROBE: the hop to the successor (the head for the last device) */
+    int meas_i; /* pings answered */
+    uint64_t meas_nonce, meas_t0, meas_deadline;
+    uint32_t rtt_us, rtt_big_us;
+    uint8_t *ping_buf; /* owned: one PING with filler */
+    size_t ping_cap;
     char last_refusal[200]; /* the last handshake failure reported, and when */
     uint64_t last_refusal_ns;
     net_outbox out;
@@ -97,6 +109,12 @@ static void send_head(cluster_worker *w, const void *frame, size_t len) {
     send_to(w, w->head_rid, w->head_rid_len, frame, len);
 }
 
+/* tells the head that plan device `peer` cannot be reached from here */
+static void peer_lost(cluster_worker *w, uint32_t peer, const char *msg) {
+    send_head(w, w->buf,
+              cluster_encode_peer_lost(w->buf, sizeof w->buf, w->session, peer, msg));
+}
+
 static void close_next(cluster_worker *w) {
     net_outbox_clear(&w->out); /* frames may be queued for it */
     if (w->next != NULL) {
@@ -119,6 +137,9 @@ static void drop_head(cluster_worker *w) {
     w->setup = SETUP_NONE;
     w->have_prev = false;
     w->prev_rid_len = 0;
+    lares_free(w->ping_buf);
+    w->ping_buf = NULL;
+    w->ping_cap = 0;
 }
 
 static bool same_rid(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
@@ -268,6 +289,9 @@ static void on_plan(cluster_worker *w, zmq_msg_t *m, uint64_t now) {
         return;
     }
     close_next(w);
+    lares_free(w->ping_buf);
+    w->ping_buf = NULL;
+    w->ping_cap = 0;
     *w->plan = w->frame->u.plan;
     w->session = w->frame->session;
     w->have_prev = false;
@@ -306,6 +330,8 @@ static void on_link(cluster_worker *w, const uint8_t *rid, size_t rid_len, zmq_m
     send_to(w, rid, rid_len, w->buf,
             cluster_encode_link(w->buf, sizeof w->buf, w->session, CLUSTER_LINK_OK, w->plan->self));
 }
+
+static void on_pong(cluster_worker *w, zmq_msg_t *m, uint64_t now);
 
 static void on_router(cluster_worker *w, uint64_t now) {
     for (;;) {
@@ -363,6 +389,18 @@ static void on_router(cluster_worker *w, uint64_t now) {
             /* liveness noted above */
         } else if (type == CLUSTER_LINK) {
             on_link(w, r, rl, &m, now);
+        } else if (type == CLUSTER_PING && (from_head || from_prev) &&
+                   zmq_msg_size(&m) >= CLUSTER_HEADER_BYTES + 8) {
+            const uint8_t *f = zmq_msg_data(&m);
+            const uint32_t delay =
+                w->session != 0 ? w->plan->link_delay_ms[w->plan->self] : 0;
+            net_outbox_send(&w->out, delay, w->router, r, rl, w->buf,
+                            cluster_encode_ping(w->buf, sizeof w->buf, session, CLUSTER_PONG,
+                                                rd_u64le(f + CLUSTER_HEADER_BYTES), 0));
+        } else if (type == CLUSTER_PONG && from_head) {
+            on_pong(w, &m, now);
+        } else if (from_head && (type == CLUSTER_KV_GET || type == CLUSTER_KV_DATA)) {
+            to_compute(w, WC_FRAME, &m, now);
         } else if (from_head && type == CLUSTER_PLAN) {
             on_plan(w, &m, now);
         } else if (type == CLUSTER_ACT && session == w->session && w->setup == SETUP_READY &&
@@ -373,8 +411,11 @@ static void on_router(cluster_worker *w, uint64_t now) {
         } else if (from_head && type == CLUSTER_KV) {
             to_compute(w, WC_FRAME, &m, now);
         } else if (from_head && type == CLUSTER_STOP) {
-            emit(w, CLUSTER_EV_STOPPED, "head %s ended the session; waiting for a head",
-                 w->head_desc);
+            const bool left_out = zmq_msg_size(&m) >= CLUSTER_HEADER_BYTES + 4 &&
+                                  rd_u32le((const uint8_t *)zmq_msg_data(&m) +
+                                           CLUSTER_HEADER_BYTES) == CLUSTER_STOP_LEFT_OUT;
+            emit(w, CLUSTER_EV_STOPPED, "head %s %s; waiting for a head", w->head_desc,
+                 left_out ? "left this device out of its new plan" : "ended the session");
             drop_head(w);
         } else if (from_head && type == CLUSTER_ERROR) {
             if (cluster_frame_decode(zmq_msg_data(&m), zmq_msg_size(&m), w->frame, &err) ==
@@ -430,7 +471,7 @@ static void start_link(cluster_worker *w, uint64_t now) {
         snprintf(msg, sizeof msg, "cannot link to the next device %u at %s: %s", next,
                  w->plan->addr[next], err.msg);
         emit(w, CLUSTER_EV_ERROR, "%s", msg);
-        send_error(w, w->head_rid, w->head_rid_len, w->session, st, msg);
+        peer_lost(w, next, msg);
         close_next(w);
         w->setup = SETUP_NONE;
         return;
@@ -461,6 +502,69 @@ static void plan_applied(cluster_worker *w) {
          cluster_plan_layers_of(&w->plan->plan, (int32_t)w->plan->self),
          w->plan->self + 1 < (uint32_t)w->plan->plan.n_dev ? w->plan->addr[w->plan->self + 1]
                                                            : "the head");
+}
+
+/* ---- the hop measurement of a probe plan ---- */
+
+static void meas_send(cluster_worker *w, uint64_t now) {
+    const bool last = w->plan->self + 1 >= (uint32_t)w->plan->plan.n_dev;
+    const uint32_t filler = w->meas_i < MEAS_SMALL ? 0 : w->plan->ping_bytes;
+    w->meas_nonce++;
+    const size_t n = cluster_encode_ping(w->ping_buf, w->ping_cap, w->session, CLUSTER_PING,
+                                         w->meas_nonce, filler);
+    w->meas_t0 = now;
+    if (n == 0 || net_outbox_send(&w->out, w->plan->link_delay_ms[w->plan->self],
+                                  last ? w->router : w->next, last ? w->head_rid : NULL,
+                                  last ? w->head_rid_len : 0, w->ping_buf, n) != 0) {
+        w->meas_deadline = now; /* give up: READY goes out without figures */
+    }
+}
+
+static void meas_done(cluster_worker *w) {
+    lares_error err;
+    if (cluster_frame_decode(w->ready_frame, w->ready_len, w->frame, &err) == LARES_OK &&
+        w->frame->type == CLUSTER_READY) {
+        cluster_ready r = w->frame->u.ready;
+        r.rtt_us = w->rtt_us;
+        r.rtt_big_us = w->rtt_big_us;
+        w->ready_len = cluster_encode_ready(w->ready_frame, sizeof w->ready_frame, w->session, &r);
+    }
+    lares_free(w->ping_buf);
+    w->ping_buf = NULL;
+    w->ping_cap = 0;
+    plan_applied(w);
+}
+
+static void meas_start(cluster_worker *w, uint64_t now) {
+    w->meas_i = 0;
+    w->rtt_us = w->rtt_big_us = 0;
+    w->ping_cap = (size_t)w->plan->ping_bytes + 64;
+    w->ping_buf = lares_alloc(w->ping_cap);
+    w->setup = SETUP_MEASURING;
+    w->meas_deadline = now + (uint64_t)w->timeout_ms * 2000000u;
+    if (w->ping_buf == NULL) {
+        meas_done(w);
+        return;
+    }
+    meas_send(w, now);
+}
+
+static void on_pong(cluster_worker *w, zmq_msg_t *m, uint64_t now) {
+    const uint8_t *f = zmq_msg_data(m);
+    if (w->setup != SETUP_MEASURING || zmq_msg_size(m) < CLUSTER_HEADER_BYTES + 8 ||
+        rd_u64le(f + 8) != w->session || rd_u64le(f + CLUSTER_HEADER_BYTES) != w->meas_nonce) {
+        return;
+    }
+    const uint32_t rtt = (uint32_t)LARES_MIN((now - w->meas_t0) / 1000u, (uint64_t)UINT32_MAX);
+    uint32_t *slot = w->meas_i < MEAS_SMALL ? &w->rtt_us : &w->rtt_big_us;
+    *slot = *slot == 0 ? LARES_MAX(rtt, 1u) : LARES_MIN(*slot, LARES_MAX(rtt, 1u));
+    w->meas_i++;
+    const int want = MEAS_SMALL + (w->plan->ping_bytes > 0 ? MEAS_BIG : 0);
+    if (w->meas_i >= want) {
+        meas_done(w);
+    } else {
+        meas_send(w, now);
+    }
 }
 
 static void on_compute(cluster_worker *w, uint64_t now) {
@@ -499,6 +603,8 @@ static void on_compute(cluster_worker *w, uint64_t now) {
             w->ready_len = LARES_MIN(len, sizeof w->ready_frame);
             if (w->plan->self + 1 < (uint32_t)w->plan->plan.n_dev) {
                 start_link(w, now);
+            } else if (w->plan->flags & CLUSTER_PLAN_PROBE) {
+                meas_start(w, now);
             } else {
                 plan_applied(w);
             }
@@ -513,10 +619,14 @@ static void on_compute(cluster_worker *w, uint64_t now) {
                 snprintf(msg, sizeof msg, "cannot send hidden states to %s: %s",
                          to_head ? "the head" : w->plan->addr[self + 1], zmq_strerror(zmq_errno()));
                 emit(w, CLUSTER_EV_ERROR, "%s", msg);
-                send_error(w, w->head_rid, w->head_rid_len, w->session, LARES_ENET, msg);
+                if (to_head) {
+                    send_error(w, w->head_rid, w->head_rid_len, w->session, LARES_ENET, msg);
+                } else {
+                    peer_lost(w, self + 1, msg);
+                }
             }
         } else {
-            send_head(w, f, len); /* KV_DONE, ERROR */
+            send_head(w, f, len); /* KV_DONE, KV_DATA, ERROR */
         }
         zmq_msg_close(&cmd);
         zmq_msg_close(&m);
@@ -536,15 +646,20 @@ static void on_next(cluster_worker *w, uint64_t now) {
         const uint32_t next = w->plan->self + 1;
         if (st == LARES_OK && w->frame->type == CLUSTER_LINK_OK &&
             w->frame->session == w->session && w->setup == SETUP_LINKING) {
-            plan_applied(w);
+            if (w->plan->flags & CLUSTER_PLAN_PROBE) {
+                meas_start(w, now);
+            } else {
+                plan_applied(w);
+            }
+        } else if (st == LARES_OK && w->frame->type == CLUSTER_PONG) {
+            on_pong(w, &m, now);
         } else if (st != LARES_OK || w->frame->type == CLUSTER_ERROR) {
             char msg[1024];
             snprintf(msg, sizeof msg, "the next device %u at %s answered: %s", next,
                      w->plan->addr[next], st != LARES_OK ? err.msg : w->frame->u.error.msg);
             emit(w, CLUSTER_EV_ERROR, "%s", msg);
-            send_error(w, w->head_rid, w->head_rid_len, w->session, LARES_ENET, msg);
+            peer_lost(w, next, msg);
         }
-        (void)now;
         zmq_msg_close(&m);
     }
 }
@@ -563,7 +678,7 @@ static void on_next_events(cluster_worker *w) {
             snprintf(msg, sizeof msg, "cannot link to the next device %u at %s: %s",
                      w->plan->self + 1, w->plan->addr[w->plan->self + 1], w->next_event);
             emit(w, CLUSTER_EV_ERROR, "%s", msg);
-            send_error(w, w->head_rid, w->head_rid_len, w->session, LARES_EAUTH, msg);
+            peer_lost(w, w->plan->self + 1, msg);
             w->setup = SETUP_NONE;
         }
     }
@@ -620,8 +735,11 @@ static void timers(cluster_worker *w, uint64_t now) {
                  w->plan->self + 1, w->plan->addr[w->plan->self + 1], 2 * w->timeout_ms,
                  w->next_event[0] ? w->next_event : "none");
         emit(w, CLUSTER_EV_ERROR, "%s", msg);
-        send_error(w, w->head_rid, w->head_rid_len, w->session, LARES_ENET, msg);
+        peer_lost(w, w->plan->self + 1, msg);
         w->setup = SETUP_NONE;
+    }
+    if (w->setup == SETUP_MEASURING && now > w->meas_deadline) {
+        meas_done(w); /* READY with what was measured */
     }
     if (w->have_prev && w->setup == SETUP_READY &&
         (now - w->last_prev_rx) / 1000000u > w->timeout_ms) {
@@ -630,7 +748,7 @@ static void timers(cluster_worker *w, uint64_t now) {
                  w->plan->self - 1, w->plan->addr[w->plan->self - 1],
                  (now - w->last_prev_rx) / 1000000u);
         emit(w, CLUSTER_EV_ERROR, "%s", msg);
-        send_error(w, w->head_rid, w->head_rid_len, w->session, LARES_ENET, msg);
+        peer_lost(w, w->plan->self - 1, msg);
         w->have_prev = false;
     }
 }
@@ -730,6 +848,7 @@ void cluster_worker_free(cluster_worker *w) {
     }
     lares_free(w->plan);
     lares_free(w->frame);
+    lares_free(w->ping_buf);
     lares_free(w);
 }
 

@@ -1,11 +1,17 @@
 /*
  * The worker's compute thread: it takes the frames the network thread passes
- * on (HELLO, PLAN, ACT, KV), runs them through the cluster_compute callbacks,
- * and hands the answers back. For hidden states it checks the frame against
- * the plan (the window must start at the frame's layer, the positions must
- * follow what the KV cache holds), runs the window, sends the result on
- * (to the successor, or to the head after the last layer or the last device).
- * Prefetching the next window is the executor's (api/ring_worker.c).
+ * on (HELLO, PLAN, ACT, KV, KV_GET, KV_DATA), runs them through the
+ * cluster_compute callbacks, and hands the answers back. For hidden states it
+ * checks the frame against the plan (the window must start at the frame's
+ * layer, the positions must follow what the KV cache holds for every layer of
+ * the window), runs the window and sends the result on (to the successor, or
+ * to the head after the last layer, the end the head asked for, or from the
+ * last device). Prefetching the next window is the executor's
+ * (api/ring_worker.c).
+ *
+ * The KV entries are tracked per layer (filled[l]), so that a re-plan
+ * (CLUSTER_PLAN_KEEP_KV) keeps what the layers still held have, and layers
+ * gained start empty until the head rebuilds or transfers them (issue 9).
  */
 #include "cluster/cluster_impl.h"
 
@@ -20,13 +26,18 @@ struct worker_compute {
     cluster_frame *frame;  /* owned: decoding scratch */
     cluster_plan_msg plan; /* the current plan */
     uint64_t session;      /* 0: no plan in force */
+    bool probe;            /* the plan is a probe: no windows */
     int32_t rounds;
-    int32_t *filled; /* owned, per round: positions [0, filled) hold KV entries */
-    float *x;        /* owned: n_batch x n_embd */
-    int32_t *pos;    /* owned: n_batch */
-    uint8_t *out;    /* owned: one encoded frame */
+    int32_t n_layer;
+    int32_t *filled;       /* owned, n_layer: positions [0, filled[l]) of layer l hold KV entries */
+    uint32_t kv_row_bytes; /* one position's K row of one layer */
+    float *x;              /* owned: n_batch x n_embd */
+    int32_t *pos;          /* owned: n_batch */
+    uint8_t *out;          /* owned: one encoded frame */
     size_t out_cap;
-    uint8_t small[1024]; /* replies that are not hidden states */
+    uint8_t *kv_k, *kv_v;  /* owned: rows of one KV_DATA answer */
+    uint32_t kv_fit;       /* positions per KV_DATA frame */
+    uint8_t small[1024];   /* replies that are not hidden states */
 };
 
 static void emit(worker_compute *wc, const cluster_event *ev) {
@@ -49,60 +60,121 @@ static void reply_error(worker_compute *wc, uint64_t session, lares_status code,
           cluster_encode_error(wc->small, sizeof wc->small, session, (uint32_t)code, msg));
 }
 
+static void free_buffers(worker_compute *wc) {
+    lares_free(wc->x);
+    lares_free(wc->pos);
+    lares_free(wc->out);
+    lares_free(wc->kv_k);
+    lares_free(wc->kv_v);
+    wc->x = NULL;
+    wc->pos = NULL;
+    wc->out = NULL;
+    wc->kv_k = wc->kv_v = NULL;
+    wc->kv_fit = 0;
+}
+
 static void release(worker_compute *wc) {
     if (wc->session != 0 && wc->cc.release != NULL) {
         wc->cc.release(wc->cc.user);
     }
     wc->session = 0;
+    wc->probe = false;
     lares_free(wc->filled);
-    lares_free(wc->x);
-    lares_free(wc->pos);
-    lares_free(wc->out);
     wc->filled = NULL;
-    wc->x = NULL;
-    wc->pos = NULL;
-    wc->out = NULL;
+    wc->n_layer = 0;
+    free_buffers(wc);
 }
 
 static void on_hello(worker_compute *wc, const cluster_hello *h) {
-    cluster_welcome w;
-    memset(&w, 0, sizeof w);
+    cluster_welcome *w = lares_calloc(1, sizeof *w);
     lares_error err = {0};
-    lares_status st = wc->cc.open(wc->cc.user, h, &w, &err);
-    if (st == LARES_OK && (w.model.file_bytes != h->model.file_bytes ||
-                           w.model.header_hash != h->model.header_hash)) {
+    lares_status st = w != NULL ? wc->cc.open(wc->cc.user, h, w, &err)
+                                : lares_fail(&err, LARES_ENOMEM, "out of memory");
+    if (st == LARES_OK && (w->model.file_bytes != h->model.file_bytes ||
+                           w->model.header_hash != h->model.header_hash)) {
         st = lares_fail(&err, LARES_EINVAL,
                         "wrong model file: this worker's is %" PRIu64 " bytes with header hash "
                         "%016" PRIx64 ", the head's %" PRIu64 " bytes with %016" PRIx64,
-                        w.model.file_bytes, w.model.header_hash, h->model.file_bytes,
+                        w->model.file_bytes, w->model.header_hash, h->model.file_bytes,
                         h->model.header_hash);
     }
     if (st != LARES_OK) {
         const cluster_event ev = {.kind = CLUSTER_EV_REFUSED, .text = err.msg};
         emit(wc, &ev);
         reply_error(wc, 0, st, err.msg);
-        return;
+    } else {
+        /* a profile makes the answer larger than `small` */
+        uint8_t *b = lares_alloc(CLUSTER_MAX_PROFILE + 1024);
+        if (b != NULL) {
+            reply(wc, WC_TO_HEAD, b, cluster_encode_welcome(b, CLUSTER_MAX_PROFILE + 1024, w));
+            lares_free(b);
+        } else {
+            reply_error(wc, 0, LARES_ENOMEM, "out of memory for the welcome");
+        }
     }
-    reply(wc, WC_TO_HEAD, wc->small, cluster_encode_welcome(wc->small, sizeof wc->small, &w));
+    lares_free(w);
 }
 
-static void on_plan(worker_compute *wc, uint64_t session, const cluster_plan_msg *p) {
-    release(wc);
-    lares_error err = {0};
-    cluster_ready ready = {0};
-    const int32_t rounds = cluster_plan_rounds(&p->plan);
-    wc->out_cap = cluster_act_bytes(p->n_batch, p->n_embd, p->act_dtype, CLUSTER_MAX_TRACE);
-    wc->filled = lares_calloc((size_t)rounds, sizeof *wc->filled);
+/* the round in which device `self` runs `layer`, -1 when it does not hold it */
+static int32_t round_of(const cluster_plan *p, int32_t self, int32_t layer) {
+    for (int32_t r = 0; r < cluster_plan_rounds(p); r++) {
+        int32_t l0, l1;
+        if (cluster_plan_window(p, self, r, &l0, &l1) && layer >= l0 && layer < l1) {
+            return r;
+        }
+    }
+    return -1;
+}
+
+static lares_status alloc_buffers(worker_compute *wc, const cluster_plan_msg *p,
+                                  lares_error *err) {
+    free_buffers(wc);
+    const size_t act = cluster_act_bytes(p->n_batch, p->n_embd, p->act_dtype, CLUSTER_MAX_TRACE);
+    const size_t kv1 = cluster_kv_data_bytes(1, wc->kv_row_bytes);
+    wc->out_cap = LARES_MAX(act, kv1);
+    wc->kv_fit = wc->kv_row_bytes > 0 ? cluster_kv_data_fit(wc->out_cap, wc->kv_row_bytes) : 0;
     wc->x = lares_alloc_array((size_t)p->n_batch * p->n_embd, sizeof *wc->x);
     wc->pos = lares_alloc_array(p->n_batch, sizeof *wc->pos);
     wc->out = wc->out_cap ? lares_alloc(wc->out_cap) : NULL;
+    if (wc->kv_fit > 0) {
+        wc->kv_k = lares_alloc_array(wc->kv_fit, wc->kv_row_bytes);
+        wc->kv_v = lares_alloc_array(wc->kv_fit, wc->kv_row_bytes);
+    }
+    if (wc->x == NULL || wc->pos == NULL || wc->out == NULL ||
+        (wc->kv_fit > 0 && (wc->kv_k == NULL || wc->kv_v == NULL))) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory for a batch of %u x %u", p->n_batch,
+                          p->n_embd);
+    }
+    return LARES_OK;
+}
+
+static void on_plan(worker_compute *wc, uint64_t session, const cluster_plan_msg *p) {
+    lares_error err = {0};
+    cluster_ready ready = {0};
+    const bool probe = (p->flags & CLUSTER_PLAN_PROBE) != 0;
+    const bool keep = (p->flags & CLUSTER_PLAN_KEEP_KV) != 0 && wc->session != 0 &&
+                      wc->filled != NULL && wc->n_layer == p->plan.n_layer &&
+                      wc->plan.n_ctx == p->n_ctx && wc->plan.kv_f16 == p->kv_f16;
+    if (!keep) {
+        release(wc);
+    }
     lares_status st = LARES_OK;
-    if (wc->filled == NULL || wc->x == NULL || wc->pos == NULL || wc->out == NULL) {
-        st = lares_fail(&err, LARES_ENOMEM, "out of memory for a batch of %u x %u", p->n_batch,
-                        p->n_embd);
+    bool kept = false;
+    if (!probe) {
+        st = wc->cc.setup(wc->cc.user, p, keep, &ready, &kept, &wc->kv_row_bytes, &err);
+    } else if (wc->cc.release != NULL && wc->session != 0) {
+        wc->cc.release(wc->cc.user);
+    }
+    if (st == LARES_OK && wc->filled == NULL) {
+        wc->filled = lares_calloc((size_t)p->plan.n_layer, sizeof *wc->filled);
+        wc->n_layer = p->plan.n_layer;
+        kept = false;
+        if (wc->filled == NULL) {
+            st = lares_fail(&err, LARES_ENOMEM, "out of memory");
+        }
     }
     if (st == LARES_OK) {
-        st = wc->cc.setup(wc->cc.user, p, &ready, &err);
+        st = alloc_buffers(wc, p, &err);
     }
     if (st != LARES_OK) {
         release(wc);
@@ -111,9 +183,16 @@ static void on_plan(worker_compute *wc, uint64_t session, const cluster_plan_msg
         reply_error(wc, session, st, err.msg);
         return;
     }
+    /* entries survive only for layers held before and after, in a cache that was kept */
+    for (int32_t l = 0; l < wc->n_layer; l++) {
+        if (probe || !kept || round_of(&p->plan, (int32_t)p->self, l) < 0) {
+            wc->filled[l] = 0;
+        }
+    }
     wc->plan = *p;
     wc->session = session;
-    wc->rounds = rounds;
+    wc->probe = probe;
+    wc->rounds = cluster_plan_rounds(&p->plan);
     reply(wc, WC_TO_HEAD, wc->small,
           cluster_encode_ready(wc->small, sizeof wc->small, session, &ready));
 }
@@ -121,12 +200,14 @@ static void on_plan(worker_compute *wc, uint64_t session, const cluster_plan_msg
 static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, uint64_t rx_ns) {
     const cluster_plan *p = &wc->plan.plan;
     const int32_t self = (int32_t)wc->plan.self;
-    int32_t dev = -1, r = -1;
-    char bad[200] = "";
+    int32_t dev = -1, r = -1, l0 = 0, l1 = 0;
+    char bad[CLUSTER_MAX_MSG + 1] = "";
     if (wc->session == 0 || session != wc->session) {
         return; /* a frame of a session that is over */
     }
-    if (a->n_embd != wc->plan.n_embd || a->n_tok > wc->plan.n_batch) {
+    if (wc->probe) {
+        snprintf(bad, sizeof bad, "hidden states under a probe plan, which has no windows");
+    } else if (a->n_embd != wc->plan.n_embd || a->n_tok > wc->plan.n_batch) {
         snprintf(bad, sizeof bad, "%u tokens of width %u (the plan: batch %u, width %u)", a->n_tok,
                  a->n_embd, wc->plan.n_batch, wc->plan.n_embd);
     } else if (!cluster_plan_owner(p, (int32_t)a->layer, &dev, &r) || dev != self) {
@@ -137,13 +218,15 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
     } else if (a->n_trace >= CLUSTER_MAX_TRACE) {
         snprintf(bad, sizeof bad, "%u trace entries: no room for this device's", a->n_trace);
     } else {
+        cluster_plan_window(p, self, r, &l0, &l1);
         const int32_t first = cluster_act_pos(a, 0);
         const int64_t last = (int64_t)first + a->n_tok - 1;
-        if (first > wc->filled[r] || last >= (int64_t)wc->plan.n_ctx) {
-            snprintf(bad, sizeof bad,
-                     "positions %d..%" PRId64 " (the cache holds %d of a context "
-                     "of %u)",
-                     first, last, wc->filled[r], wc->plan.n_ctx);
+        for (int32_t l = l0; l < l1 && bad[0] == '\0'; l++) {
+            if (first > wc->filled[l] || last >= (int64_t)wc->plan.n_ctx) {
+                snprintf(bad, sizeof bad,
+                         "positions %d..%" PRId64 " (layer %d holds %d of a context of %u)", first,
+                         last, l, wc->filled[l], wc->plan.n_ctx);
+            }
         }
     }
     if (bad[0] != '\0') {
@@ -152,8 +235,6 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
         reply_error(wc, session, LARES_EPROTO, bad);
         return;
     }
-    int32_t l0, l1;
-    cluster_plan_window(p, self, r, &l0, &l1);
     for (uint32_t i = 0; i < a->n_tok; i++) {
         wc->pos[i] = cluster_act_pos(a, i);
     }
@@ -163,10 +244,10 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
         cluster_act_trace_at(a, i, &trace[i]);
     }
     const uint64_t t0 = lares_now_ns();
-    uint32_t faults = 0;
+    cluster_figures fig = {.mem_free_mib = UINT32_MAX};
     lares_error err = {0};
     lares_status st =
-        wc->cc.forward(wc->cc.user, l0, l1, wc->pos, (int32_t)a->n_tok, wc->x, &faults, &err);
+        wc->cc.forward(wc->cc.user, l0, l1, wc->pos, (int32_t)a->n_tok, wc->x, &fig, &err);
     const uint64_t t1 = lares_now_ns();
     if (st != LARES_OK) {
         const cluster_event ev = {.kind = CLUSTER_EV_ERROR, .text = err.msg};
@@ -175,31 +256,38 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
         return;
     }
     const int32_t end = wc->pos[a->n_tok - 1] + 1;
-    if (end > wc->filled[r]) {
-        wc->filled[r] = end;
+    for (int32_t l = l0; l < l1; l++) {
+        wc->filled[l] = LARES_MAX(wc->filled[l], end);
     }
     trace[a->n_trace] =
         (cluster_trace){.device = (uint16_t)self,
                         .round = (uint16_t)r,
                         .compute_us = (uint32_t)LARES_MIN((t1 - t0) / 1000u, UINT32_MAX),
-                        .major_faults = faults};
+                        .wait_us = fig.wait_us,
+                        .major_faults = fig.major_faults,
+                        .mem_free_mib = fig.mem_free_mib};
     const cluster_act out = {.seq = a->seq,
                              .layer = (uint32_t)l1,
+                             .end = a->end,
                              .n_tok = a->n_tok,
                              .n_embd = a->n_embd,
                              .dtype = wc->plan.act_dtype,
                              .n_trace = a->n_trace + 1};
-    /* after the model's last layer, or from the last device, back to the head */
-    const uint8_t dest = l1 == p->n_layer || self == p->n_dev - 1 ? WC_TO_HEAD : WC_TO_NEXT;
+    /* after the model's last layer, past the end the head asked for, or from
+     * the last device: back to the head */
+    const uint8_t dest = l1 == p->n_layer || (uint32_t)l1 >= a->end || self == p->n_dev - 1
+                             ? WC_TO_HEAD
+                             : WC_TO_NEXT;
     reply(wc, dest, wc->out,
           cluster_encode_act(wc->out, wc->out_cap, session, &out, wc->pos, trace, wc->x));
     char text[160];
     const double compute_ms = (double)(t1 - t0) / 1e6;
     const double wait_ms = t0 > rx_ns && rx_ns != 0 ? (double)(t0 - rx_ns) / 1e6 : 0;
     snprintf(text, sizeof text,
-             "round %d layers [%d, %d) %u token%s at %d: compute %.2f ms, "
+             "round %d layers [%d, %d) %u token%s at %d: compute %.2f ms (disk %.2f ms), "
              "queued %.2f ms",
-             r, l0, l1, a->n_tok, a->n_tok == 1 ? "" : "s", wc->pos[0], compute_ms, wait_ms);
+             r, l0, l1, a->n_tok, a->n_tok == 1 ? "" : "s", wc->pos[0], compute_ms,
+             (double)fig.wait_us / 1e3, wait_ms);
     const cluster_event ev = {.kind = CLUSTER_EV_ROUND,
                               .text = text,
                               .round = r,
@@ -217,16 +305,97 @@ static void on_kv(worker_compute *wc, uint64_t session, const cluster_kv *kv) {
         return;
     }
     const int32_t pos = kv->op == CLUSTER_KV_CLEAR ? 0 : kv->pos;
-    for (int32_t r = 0; r < wc->rounds; r++) {
-        if (pos < wc->filled[r]) {
-            wc->filled[r] = pos;
-        }
+    for (int32_t l = 0; l < wc->n_layer; l++) {
+        wc->filled[l] = LARES_MIN(wc->filled[l], pos);
     }
     if (wc->cc.truncate != NULL) {
         wc->cc.truncate(wc->cc.user, pos);
     }
     reply(wc, WC_TO_HEAD, wc->small,
           cluster_encode_kv(wc->small, sizeof wc->small, session, CLUSTER_KV_DONE, kv));
+}
+
+/* a KV request or put must name a layer this device holds under the plan */
+static bool kv_layer_ok(worker_compute *wc, uint64_t session, uint32_t layer, char *bad,
+                        size_t cap) {
+    if (wc->session == 0 || session != wc->session || wc->probe || wc->cc.kv_rows == NULL ||
+        wc->kv_fit == 0) {
+        snprintf(bad, cap, "a kv transfer outside the current plan");
+        return false;
+    }
+    if (layer >= (uint32_t)wc->n_layer ||
+        round_of(&wc->plan.plan, (int32_t)wc->plan.self, (int32_t)layer) < 0) {
+        snprintf(bad, cap, "kv rows of layer %u, which this device does not hold", layer);
+        return false;
+    }
+    return true;
+}
+
+static void on_kv_get(worker_compute *wc, uint64_t session, const cluster_kv_get *g) {
+    char bad[CLUSTER_MAX_MSG + 1] = "";
+    if (kv_layer_ok(wc, session, g->layer, bad, sizeof bad) &&
+        g->pos1 > wc->filled[g->layer]) {
+        snprintf(bad, sizeof bad, "kv rows %d..%d of layer %u asked, it holds %d", g->pos0,
+                 g->pos1, g->layer, wc->filled[g->layer]);
+    }
+    for (int32_t p = g->pos0; p < g->pos1 && bad[0] == '\0';) {
+        const int32_t n = (int32_t)LARES_MIN((int64_t)wc->kv_fit, (int64_t)(g->pos1 - p));
+        lares_error err = {0};
+        if (wc->cc.kv_rows(wc->cc.user, (int32_t)g->layer, p, n, false, wc->kv_k, wc->kv_v,
+                           &err) != LARES_OK) {
+            snprintf(bad, sizeof bad, "%s", err.msg);
+            break;
+        }
+        const cluster_kv_data d = {.layer = g->layer,
+                                   .pos0 = p,
+                                   .n_pos = (uint32_t)n,
+                                   .row_bytes = wc->kv_row_bytes,
+                                   .kv_f16 = wc->plan.kv_f16,
+                                   .last = p + n == g->pos1 ? 1 : 0,
+                                   .k = wc->kv_k,
+                                   .v = wc->kv_v};
+        reply(wc, WC_TO_HEAD, wc->out, cluster_encode_kv_data(wc->out, wc->out_cap, session, &d));
+        p += n;
+    }
+    if (bad[0] != '\0') {
+        const cluster_event ev = {.kind = CLUSTER_EV_REFUSED, .text = bad};
+        emit(wc, &ev);
+        reply_error(wc, session, LARES_EPROTO, bad);
+    }
+}
+
+static void on_kv_data(worker_compute *wc, uint64_t session, const cluster_kv_data *d) {
+    char bad[CLUSTER_MAX_MSG + 1] = "";
+    if (kv_layer_ok(wc, session, d->layer, bad, sizeof bad)) {
+        if (d->row_bytes != wc->kv_row_bytes || d->kv_f16 != wc->plan.kv_f16) {
+            snprintf(bad, sizeof bad, "kv rows of %u bytes (%s), this cache has %u (%s)",
+                     d->row_bytes, d->kv_f16 ? "f16" : "f32", wc->kv_row_bytes,
+                     wc->plan.kv_f16 ? "f16" : "f32");
+        } else if (d->pos0 > wc->filled[d->layer] ||
+                   (int64_t)d->pos0 + d->n_pos > (int64_t)wc->plan.n_ctx) {
+            snprintf(bad, sizeof bad, "kv rows %d..%u of layer %u (it holds %d, context %u)",
+                     d->pos0, d->pos0 + d->n_pos, d->layer, wc->filled[d->layer],
+                     wc->plan.n_ctx);
+        }
+    }
+    lares_error err = {0};
+    if (bad[0] == '\0' &&
+        wc->cc.kv_rows(wc->cc.user, (int32_t)d->layer, d->pos0, (int32_t)d->n_pos, true,
+                       (uint8_t *)d->k, (uint8_t *)d->v, &err) != LARES_OK) {
+        snprintf(bad, sizeof bad, "%s", err.msg);
+    }
+    if (bad[0] != '\0') {
+        const cluster_event ev = {.kind = CLUSTER_EV_REFUSED, .text = bad};
+        emit(wc, &ev);
+        reply_error(wc, session, LARES_EPROTO, bad);
+        return;
+    }
+    wc->filled[d->layer] = LARES_MAX(wc->filled[d->layer], d->pos0 + (int32_t)d->n_pos);
+    if (d->last) {
+        const cluster_kv done = {.op = CLUSTER_KV_PUT, .pos = wc->filled[d->layer]};
+        reply(wc, WC_TO_HEAD, wc->small,
+              cluster_encode_kv(wc->small, sizeof wc->small, session, CLUSTER_KV_DONE, &done));
+    }
 }
 
 static void *compute_main(void *arg) {
@@ -259,16 +428,21 @@ static void *compute_main(void *arg) {
             /* the network thread checked the header; this checks everything */
             lares_status st =
                 cluster_frame_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), wc->frame, &err);
+            const cluster_frame *f = wc->frame;
             if (st != LARES_OK) {
                 reply_error(wc, 0, st, err.msg);
-            } else if (wc->frame->type == CLUSTER_HELLO) {
-                on_hello(wc, &wc->frame->u.hello);
-            } else if (wc->frame->type == CLUSTER_PLAN) {
-                on_plan(wc, wc->frame->session, &wc->frame->u.plan);
-            } else if (wc->frame->type == CLUSTER_ACT) {
-                on_act(wc, wc->frame->session, &wc->frame->u.act, rx_ns);
-            } else if (wc->frame->type == CLUSTER_KV) {
-                on_kv(wc, wc->frame->session, &wc->frame->u.kv);
+            } else if (f->type == CLUSTER_HELLO) {
+                on_hello(wc, &f->u.hello);
+            } else if (f->type == CLUSTER_PLAN) {
+                on_plan(wc, f->session, &f->u.plan);
+            } else if (f->type == CLUSTER_ACT) {
+                on_act(wc, f->session, &f->u.act, rx_ns);
+            } else if (f->type == CLUSTER_KV) {
+                on_kv(wc, f->session, &f->u.kv);
+            } else if (f->type == CLUSTER_KV_GET) {
+                on_kv_get(wc, f->session, &f->u.kv_get);
+            } else if (f->type == CLUSTER_KV_DATA) {
+                on_kv_data(wc, f->session, &f->u.kv_data);
             }
         }
         zmq_msg_close(&cmd);

@@ -127,6 +127,16 @@ char *server_metrics_text(server *sv) {
         metric(&b, "lares_mem_available_bytes", "gauge", "MemAvailable of the machine");
         add(&b, "lares_mem_available_bytes %" PRId64 "\n", ms.mem_available_bytes);
     }
+    /* the head of a ring (issue 9): plan changes, readable while a request runs */
+    uint64_t replans = 0, failovers = 0;
+    if (lares_session_ring_events(sv->s, &replans, &failovers)) {
+        metric(&b, "lares_ring_replans_total", "counter",
+               "re-balancing plan changes of the ring (a device slowed down or sped up)");
+        add(&b, "lares_ring_replans_total %" PRIu64 "\n", replans);
+        metric(&b, "lares_ring_failovers_total", "counter",
+               "ring devices lost while the generation went on over the others");
+        add(&b, "lares_ring_failovers_total %" PRIu64 "\n", failovers);
+    }
     if (b.oom) {
         free(b.p);
         return NULL;

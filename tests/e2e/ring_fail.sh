@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Failures mid-generation: a worker killed (SIGKILL) or frozen (SIGSTOP, a hang
-# or an unreachable device) is reported by the head, naming it, within the
-# heartbeat timeout, and the head exits with an error instead of hanging; when
-# the head dies, the workers go back to waiting and serve the next head.
+# Failures mid-generation (issues 6 and 9): a worker killed (SIGKILL) or frozen
+# (SIGSTOP, a hang or an unreachable device) is noticed by the head within the
+# heartbeat timeout. With --failover off the head names it and exits with an
+# error instead of hanging; with failover (the default) it warns, re-plans over
+# the survivors and completes the generation with the text of an undisturbed
+# run; when the survivors cannot run the model it fails with a clear error,
+# never hangs. When the head dies, the workers go back to waiting and serve
+# the next head.
 # Link latency (ring.json "link_delay_ms") stretches the generation so the
 # failure lands mid-way.
 . "$(dirname "$0")/lib.sh"
@@ -13,8 +17,10 @@ RING_MODEL=$(model stories260K.gguf)
 RING_DEV_EXTRA=', "link_delay_ms": 10'
 TIMEOUT_MS=1500
 
-start_head() { # ring.json: runs a long generation in the background (HEAD_PID)
-  "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 400 --temp 0 -t 1 --ring "$1" \
+start_head() { # ring.json [options]: runs a long generation in the background (HEAD_PID)
+  local ring=$1
+  shift
+  "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 400 --temp 0 -t 1 --ring "$ring" "$@" \
     >"$TMP/head.out" 2>"$TMP/head.err" &
   HEAD_PID=$!
 }
@@ -47,7 +53,7 @@ for sig in KILL STOP; do
   ring_worker a || exit 1; AA=$WORKER_ADDR
   ring_worker b || exit 1; BB=$WORKER_ADDR; BPID=$WORKER_PID
   ring_json "$TMP/ring.json" "\"heartbeat_ms\": 100, \"timeout_ms\": $TIMEOUT_MS," 1 a "$AA" 2 b "$BB" 2
-  start_head "$TMP/ring.json"
+  start_head "$TMP/ring.json" --failover off --rebalance off
   wait_tokens || fail "$sig: no tokens before the fault: $(cat "$TMP/head.err")"
   kill -"$sig" "$BPID"
   head_result
@@ -61,11 +67,47 @@ for sig in KILL STOP; do
   ring_cleanup
 done
 
+# failover: the same faults, the generation completes over the survivors with
+# the text of an undisturbed run (greedy), and the head warns naming the device
+"$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 400 --temp 0 -t 1 >"$TMP/local.out" 2>/dev/null
+for sig in KILL STOP; do
+  ring_worker a || exit 1; AA=$WORKER_ADDR
+  ring_worker b || exit 1; BB=$WORKER_ADDR; BPID=$WORKER_PID
+  ring_worker c || exit 1; CC=$WORKER_ADDR
+  ring_json "$TMP/ring.json" "\"heartbeat_ms\": 100, \"timeout_ms\": $TIMEOUT_MS," 1 a "$AA" 2 b "$BB" 1 c "$CC" 1
+  start_head "$TMP/ring.json" --rebalance off
+  wait_tokens || fail "failover $sig: no tokens before the fault: $(cat "$TMP/head.err")"
+  kill -"$sig" "$BPID"
+  head_result
+  [ "$RC" = 0 ] && ok || fail "failover $sig: the head ended with '$RC': $(cat "$TMP/head.err")"
+  cmp -s "$TMP/head.out" "$TMP/local.out" && ok \
+    || fail "failover $sig: the text differs from the undisturbed run: $(diff "$TMP/head.out" "$TMP/local.out" | head -5)"
+  grep -q "warning: cluster: lost b ($BB)" "$TMP/head.err" && ok \
+    || fail "failover $sig: no warning naming b: $(cat "$TMP/head.err")"
+  grep -q "1 failover(s)" "$TMP/head.err" && ok || fail "failover $sig: no failover counted: $(cat "$TMP/head.err")"
+  ring_cleanup
+done
+
+# unrecoverable: the head may not hold a layer ("memory" below one layer) and
+# its only worker dies: a clear error naming the device and the reason, no hang
+ring_worker a || exit 1; AA=$WORKER_ADDR; APID=$WORKER_PID
+ring_json "$TMP/ring.json" "\"heartbeat_ms\": 100, \"timeout_ms\": $TIMEOUT_MS," 0 a "$AA" 5
+sed -i 's/"w": 0}/"w": 0, "memory": 1024}/' "$TMP/ring.json"
+start_head "$TMP/ring.json"
+wait_tokens || fail "unrecoverable: no tokens before the fault: $(cat "$TMP/head.err")"
+kill -KILL "$APID"
+head_result
+[ "$RC" != hang ] && [ "$RC" -ne 0 ] && ok || fail "unrecoverable: the head ended with '$RC'"
+grep -q "lost a ($AA).*cannot run the model" "$TMP/head.err" && ok \
+  || fail "unrecoverable: the error does not say why: $(cat "$TMP/head.err")"
+[ "$(echo "$SECS < 10" | bc)" = 1 ] && ok || fail "unrecoverable: the head took $SECS s after the fault"
+ring_cleanup
+
 # the head dies: the workers notice and serve the next head
 ring_worker a || exit 1; AA=$WORKER_ADDR
 ring_worker b || exit 1; BB=$WORKER_ADDR
 ring_json "$TMP/ring.json" "\"heartbeat_ms\": 100, \"timeout_ms\": $TIMEOUT_MS," 1 a "$AA" 2 b "$BB" 2
-start_head "$TMP/ring.json"
+start_head "$TMP/ring.json" --rebalance off
 wait_tokens || fail "no tokens before killing the head"
 kill -9 "$HEAD_PID"; wait "$HEAD_PID" 2>/dev/null
 for w in a b; do

@@ -33,7 +33,7 @@ check_ring() { # model head_w [name addr w]...: ring ids == local ids
   ring_json "$TMP/ring.json" "" "$@"
   "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 --json -t 1 >"$TMP/local.json" 2>"$TMP/local.err" \
     || { fail "$rel local run: $(cat "$TMP/local.err")"; return; }
-  if ! "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 --json -t 1 --ring "$TMP/ring.json" \
+  if ! "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 --json -t 1 --ring "$TMP/ring.json" --rebalance off \
       >"$TMP/ring.out" 2>"$TMP/ring.err"; then
     fail "$rel ring ($*): $(cat "$TMP/ring.err")"
     return
@@ -63,7 +63,7 @@ grep -q "worker stopped: .* ended the session; waiting for a head" "$TMP/w1.log"
 # human output: the per-device table on stderr
 RING_MODEL=$(model stories260K.gguf)
 ring_json "$TMP/ring.json" "" 2 w1 "$A1" 2 w2 "$A2" 1
-"$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 8 --temp 0 -t 1 --ring "$TMP/ring.json" >"$TMP/h.out" 2>"$TMP/h.err" \
+"$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 8 --temp 0 -t 1 --ring "$TMP/ring.json" --rebalance off >"$TMP/h.out" 2>"$TMP/h.err" \
   || fail "ring run: $(cat "$TMP/h.err")"
 grep -q "ring of 3 devices, 5 layers per round, k = 1" "$TMP/h.err" && grep -q "w1 .*$A1" "$TMP/h.err" \
   && grep -q "per hop" "$TMP/h.err" && ok || fail "ring figures on stderr: $(cat "$TMP/h.err")"
@@ -72,7 +72,7 @@ grep -q "ring of 3 devices, 5 layers per round, k = 1" "$TMP/h.err" && grep -q "
 printf 'Once upon a time, there was a dog named Max.\nWhat did Max do?\n' >"$TMP/turns"
 "$LARES" chat -m "$RING_MODEL" --temp 0 -n 24 -t 1 -q <"$TMP/turns" >"$TMP/chat1" 2>"$TMP/chat1.err" \
   || fail "chat: $(cat "$TMP/chat1.err")"
-"$LARES" chat -m "$RING_MODEL" --temp 0 -n 24 -t 1 -q --ring "$TMP/ring.json" <"$TMP/turns" >"$TMP/chat2" 2>"$TMP/chat2.err" \
+"$LARES" chat -m "$RING_MODEL" --temp 0 -n 24 -t 1 -q --ring "$TMP/ring.json" --rebalance off <"$TMP/turns" >"$TMP/chat2" 2>"$TMP/chat2.err" \
   || fail "chat --ring: $(cat "$TMP/chat2.err")"
 [ -s "$TMP/chat1" ] && cmp -s "$TMP/chat1" "$TMP/chat2" && ok || fail "chat through the ring differs: $(diff "$TMP/chat1" "$TMP/chat2" | head -5)"
 finish

@@ -21,7 +21,7 @@ probe() { # budget_a budget_b: one ring run, its stderr in $TMP/probe.err
   ring_worker a -t 1 -v --mem-budget "$1" || exit 1; AA=$WORKER_ADDR
   ring_worker b -t 1 -v --mem-budget "$2" || exit 1; BB=$WORKER_ADDR
   ring_json "$TMP/ring.json" "" 0 a "$AA" 1 b "$BB" 1 # W = 2: k = 3, three windows on a
-  "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 -t 1 --json --ring "$TMP/ring.json" \
+  "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 -t 1 --json --ring "$TMP/ring.json" --rebalance off \
     >"$TMP/ring.out" 2>"$TMP/probe.err"
 }
 probe 1M 1M && fail "workers ran with a budget of 1 MiB"

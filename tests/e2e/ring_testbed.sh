@@ -27,7 +27,7 @@ done
 ring_json "$TMP/ring.json" '"heartbeat_ms": 200, "timeout_ms": 4000,' 1 w1 "$A1" 2 w2 "$A2" 1 w3 "$A3" 1
 "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 32 --temp 0 -t 1 --json >"$TMP/local.json" 2>"$TMP/local.err" \
   || fail "local run: $(cat "$TMP/local.err")"
-"$(tb_launcher 0)" run -m "$RING_MODEL" -p "Once upon a time" -n 32 --temp 0 -t 1 --json --ring "$TMP/ring.json" \
+"$(tb_launcher 0)" run -m "$RING_MODEL" -p "Once upon a time" -n 32 --temp 0 -t 1 --json --ring "$TMP/ring.json" --rebalance off \
   >"$TMP/ring.out" 2>"$TMP/ring.err" || fail "ring over the testbed: $(cat "$TMP/ring.err")"
 [ "$(jq -c .generated_ids "$TMP/ring.out")" = "$(jq -c .generated_ids "$TMP/local.json")" ] && ok \
   || fail "ring over the testbed differs from one device"

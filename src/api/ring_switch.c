@@ -1,0 +1,438 @@
+/*
+ * Changing the plan of a ring while a conversation runs (issue 9,
+ * docs/ring.md "Re-balancing and failover").
+ *
+ * Both re-balancing and failover end in switch_plan: the head hands the new
+ * plan to the members (cluster_head_set_plan with CLUSTER_PLAN_KEEP_KV, so
+ * every device keeps the KV entries of the layers it still holds, releases
+ * the weights of the layers it lost and reads ahead those it gained), and the
+ * KV entries of the layers that changed owner are rebuilt on the new owner:
+ *
+ * - transferred (KV_GET from the old owner before the plan changes, KV_DATA
+ *   to the new one after) when the old owner is alive: a layer's entries are
+ *   2 x n_head_kv x head_dim values per position, a few KiB, where a re-run
+ *   must pass every position through every layer up to it; by the cost model
+ *   of docs/ring.md the transfer is the cheaper by orders of magnitude on any
+ *   link a home has, and it is exact (the same bytes);
+ * - re-computed after a loss (failover): the conversation's
+ *   tokens run again through the ring up to the last lost layer, in the
+ *   batches of the original run ("rebuild": "exact", the same bits, so the
+ *   same greedy text) or n_batch at a time ("batched": fewer passes).
+ *
+ * The switch happens between two tokens, when every device has finished its
+ * round, so there is no global stop beyond the one token it delays.
+ */
+#include "api/ring.h"
+
+#include <math.h>
+
+/* Re-runs positions [0, keep) of the conversation through layers [0, end):
+ * exact, in the batches the conversation was run in (the kernels of a batch
+ * of n tokens need not round like n single tokens, so only the same shapes
+ * give the same bits, and the same greedy text), or batched, n_batch
+ * positions a pass (fewer passes; the last bits may differ). */
+static lares_status rebuild(lares_session *s, int32_t keep, int32_t end, lares_error *err) {
+    api_ring *r = s->ring;
+    const model *m = s->lm->m;
+    for (int32_t p0 = 0; p0 < keep && end > 0;) {
+        int32_t nb = 1;
+        if (r->rebuild_batched) {
+            nb = LARES_MIN(s->o.n_batch, keep - p0);
+        } else {
+            while (p0 + nb < keep && nb < s->o.n_batch && !r->batch_start[p0 + nb]) {
+                nb++;
+            }
+        }
+        for (int32_t i = 0; i < nb; i++) {
+            s->pos[i] = p0 + i;
+        }
+        lares_status st = model_embed(m, s->history + p0, nb, s->x, err);
+        if (st == LARES_OK) {
+            st = ring_pass(s, nb, end, err);
+        }
+        if (st != LARES_OK) {
+            return st;
+        }
+        p0 += nb;
+    }
+    cluster_pass pass[CLUSTER_MAX_DEVICES]; /* re-runs are not judged */
+    cluster_head_take_pass(r->head, pass);
+    r->synced = keep;
+    r->rebuilt_tokens += (uint64_t)(end > 0 ? keep : 0);
+    return LARES_OK;
+}
+
+/* the owner (ring.json index) of each layer under plan p over members[] */
+static void owners(const cluster_plan *p, const int32_t *members, int32_t *owner) {
+    for (int32_t l = 0; l < p->n_layer; l++) {
+        owner[l] = -1;
+    }
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        for (int32_t k = 0; k < cluster_plan_rounds(p); k++) {
+            int32_t l0, l1;
+            if (cluster_plan_window(p, i, k, &l0, &l1)) {
+                for (int32_t l = l0; l < l1; l++) {
+                    owner[l] = members[i];
+                }
+            }
+        }
+    }
+}
+
+/* K and V rows of `layer` at positions [0, n) out of (put false) or into the
+ * head's own cache */
+static void head_rows(lares_session *s, int32_t layer, int32_t n, bool put, uint8_t *k,
+                      uint8_t *v) {
+    const ops_kv_view kv = model_kv_view(s->kv, layer);
+    const size_t bytes = (size_t)n * kv.row_elems * (kv.type == GGUF_TYPE_F32 ? 4 : 2);
+    if (put) {
+        memcpy(kv.k, k, bytes);
+        memcpy(kv.v, v, bytes);
+    } else {
+        memcpy(k, kv.k, bytes);
+        memcpy(v, kv.v, bytes);
+    }
+}
+
+/* predicted ms per token of a plan over ring.json devices members[] with the
+ * monitor's estimates (unknown ones: the mean of the known) */
+static double plan_cost_ms(const api_ring *r, const cluster_plan *p, const int32_t *members) {
+    double sum = 0, known = 0;
+    int32_t n_known = 0;
+    for (int32_t d = 0; d < r->n_cfg; d++) {
+        const double t = cluster_monitor_ms(&r->mon, d);
+        if (t > 0) {
+            known += t;
+            n_known++;
+        }
+    }
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        double t = cluster_monitor_ms(&r->mon, members[i]);
+        if (!(t > 0)) {
+            t = n_known > 0 ? known / n_known : 1;
+        }
+        sum += t * cluster_plan_layers_of(p, i);
+    }
+    return sum;
+}
+
+/* describes a plan with device names: "head 0 | b 3 | c 2 (k=1)" */
+static void describe(const api_ring *r, const cluster_plan *p, const int32_t *members, char *buf,
+                     size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int32_t i = 0; i < p->n_dev && n < cap; i++) {
+        const cluster_ring_device *rd = cluster_head_ring_device(r->head, members[i]);
+        const int w = snprintf(buf + n, cap - n, "%s%s %d", i ? " | " : "", rd->name, p->w[i]);
+        n += w > 0 ? (size_t)w : 0;
+    }
+    if (n < cap) {
+        snprintf(buf + n, cap - n, " (k=%d)", cluster_plan_rounds(p));
+    }
+}
+
+/* Puts plan p over ring.json devices members[] in force and rebuilds the KV
+ * entries of the layers that changed owner, positions [0, keep). */
+static lares_status switch_plan(lares_session *s, const cluster_plan *p, const int32_t *members,
+                                int32_t keep, const char *kind, const char *why, lares_error *err) {
+    api_ring *r = s->ring;
+    cluster_head *h = r->head;
+    const int32_t n_layer = p->n_layer;
+    const uint64_t t0 = lares_now_ns();
+    const size_t row = s->kv->row_elems * (s->kv->type == GGUF_TYPE_F32 ? 4 : 2);
+    char old_desc[256], new_desc[256];
+    int32_t cur[CLUSTER_MAX_DEVICES];
+    const cluster_plan *q = cluster_head_plan(h);
+    for (int32_t i = 0; i < q->n_dev; i++) {
+        cur[i] = cluster_head_member(h, i);
+    }
+    describe(r, q, cur, old_desc, sizeof old_desc);
+    describe(r, p, members, new_desc, sizeof new_desc);
+    int32_t *before = lares_alloc_array((size_t)n_layer * 2, sizeof *before);
+    if (before == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    int32_t *after = before + n_layer;
+    owners(q, cur, before);
+    owners(p, members, after);
+    /* lost layers are re-run up to the last of them; the others that moved
+     * above it are transferred from their old owner. After a loss the head
+     * talks to nobody until the new plan is in force, so then every moved
+     * layer is re-run. */
+    const bool after_loss = cluster_head_needs_plan(h);
+    int32_t end = 0, n_move = 0;
+    for (int32_t l = 0; l < n_layer; l++) {
+        if (before[l] != after[l] &&
+            (after_loss || before[l] < 0 || cluster_head_lost(h, before[l]))) {
+            end = l + 1;
+        }
+    }
+    for (int32_t l = end; l < n_layer; l++) {
+        n_move += before[l] != after[l];
+    }
+    /* the rows travel through the head: a switch is rare, so this buffer is
+     * made for it (never per token) */
+    size_t layer_bytes = 0, buf_bytes = 0;
+    uint8_t *buf = NULL;
+    lares_status st = LARES_OK;
+    if (n_move > 0 && keep > 0) {
+        if (!lares_mul_size((size_t)keep, row, &layer_bytes) ||
+            !lares_mul_size(layer_bytes, 2 * (size_t)n_move, &buf_bytes) ||
+            (buf = lares_alloc(buf_bytes)) == NULL) {
+            st = lares_fail(err, LARES_ENOMEM, "out of memory for %d layers' KV entries", n_move);
+        }
+    }
+    for (int32_t l = end, j = 0; l < n_layer && st == LARES_OK && buf != NULL; l++) {
+        if (before[l] == after[l]) {
+            continue;
+        }
+        uint8_t *k = buf + (size_t)j * 2 * layer_bytes, *v = k + layer_bytes;
+        if (before[l] == 0) {
+            head_rows(s, l, keep, false, k, v);
+        } else {
+            st = cluster_head_kv_get(h, before[l], l, 0, keep, k, v, err);
+        }
+        j++;
+    }
+    if (st == LARES_OK) {
+        st = cluster_head_set_plan(h, p, members, CLUSTER_PLAN_KEEP_KV, err);
+    }
+    if (st == LARES_OK) {
+        ring_plan_adopt(r); /* the planner's predictions, or none after a fallback */
+    }
+    uint64_t moved_bytes = 0;
+    for (int32_t l = end, j = 0; l < n_layer && st == LARES_OK && buf != NULL; l++) {
+        if (before[l] == after[l]) {
+            continue;
+        }
+        uint8_t *k = buf + (size_t)j * 2 * layer_bytes, *v = k + layer_bytes;
+        if (after[l] == 0) {
+            head_rows(s, l, keep, true, k, v);
+        } else {
+            st = cluster_head_kv_put(h, after[l], l, 0, keep, k, v, err);
+        }
+        moved_bytes += 2 * (uint64_t)layer_bytes;
+        j++;
+    }
+    lares_free(buf);
+    lares_free(before);
+    if (st == LARES_OK) {
+        int32_t layers[CLUSTER_MAX_DEVICES];
+        ring_layers_by_device(r, layers);
+        cluster_monitor_plan(&r->mon, layers, NULL, true);
+        r->in_switch = true;
+        st = rebuild(s, keep, end, err);
+        r->in_switch = false;
+    }
+    r->kv_moved_bytes += moved_bytes;
+    const double ms = (double)(lares_now_ns() - t0) / 1e6;
+    r->switch_ms += ms;
+    r->last_switch_ms = ms;
+    snprintf(r->last_switch, sizeof r->last_switch,
+             "%s: %s; plan %s -> %s; KV of %d moved layer(s) transferred (%" PRIu64
+             " bytes), %d positions re-run through layers 0..%d; %.1f ms",
+             kind, why, old_desc, new_desc, n_move, moved_bytes, end > 0 ? keep : 0, end, ms);
+    if (st == LARES_OK) {
+        lares_log(LARES_LOG_INFO, "cluster: %s", r->last_switch);
+    }
+    return st;
+}
+
+/* ms per layer per token of each device for the planner (< 0 unknown) */
+static void estimates(const api_ring *r, double *ms) {
+    for (int32_t d = 0; d < r->n_cfg; d++) {
+        ms[d] = cluster_monitor_ms(&r->mon, d);
+    }
+}
+
+/* The plan over the devices cand[0..n) (cand[0] = 0) and its members as
+ * ring.json indexes. */
+static lares_status balance(const api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
+                            int32_t *members, lares_error *err) {
+    double ms_all[CLUSTER_MAX_DEVICES], ms[CLUSTER_MAX_DEVICES];
+    int32_t cap[CLUSTER_MAX_DEVICES], idx[CLUSTER_MAX_DEVICES];
+    bool stream[CLUSTER_MAX_DEVICES];
+    estimates(r, ms_all);
+    for (int32_t i = 0; i < n; i++) {
+        ms[i] = ms_all[cand[i]];
+        cap[i] = r->cap_layers[cand[i]];
+        stream[i] = r->can_stream[cand[i]];
+    }
+    lares_status st = cluster_plan_balance(cluster_head_plan(r->head)->n_layer, r->rounds, n, ms,
+                                           cap, stream, out, idx, err);
+    if (st == LARES_OK) {
+        for (int32_t i = 0; i < out->n_dev; i++) {
+            members[i] = cand[idx[i]];
+        }
+    }
+    return st;
+}
+
+/* The next plan over cand[0..n): by the planner (sched_replan) when the plan
+ * in force came from it, else, or when it fails, by cluster_plan_balance.
+ * *by says which, for the log line. */
+static lares_status replan(api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
+                           int32_t *members, char *by, size_t cap, lares_error *err) {
+    if (r->planned) {
+        lares_error perr = {0};
+        if (ring_plan_replan(r, cand, n, out, members, &perr) == LARES_OK) {
+            snprintf(by, cap, "planner (%s)", r->placement);
+            return LARES_OK;
+        }
+        snprintf(by, cap, "cluster_plan_balance (the planner failed: %s)", perr.msg);
+    } else {
+        snprintf(by, cap, "cluster_plan_balance");
+    }
+    return balance(r, cand, n, out, members, err);
+}
+
+lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
+    api_ring *r = s->ring;
+    cluster_head *h = r->head;
+    char lost[512] = "";
+    size_t n = 0;
+    int32_t cand[CLUSTER_MAX_DEVICES], n_cand = 0;
+    cand[n_cand++] = 0;
+    for (int32_t d = 1; d < r->n_cfg; d++) {
+        const cluster_ring_device *rd = cluster_head_ring_device(h, d);
+        if (cluster_head_lost(h, d) && n < sizeof lost) {
+            const int w = snprintf(lost + n, sizeof lost - n, "%s%s (%s)", n ? ", " : "", rd->name,
+                                   rd->address);
+            n += w > 0 ? (size_t)w : 0;
+        } else if (cluster_head_alive(h, d)) {
+            cand[n_cand++] = d;
+        }
+    }
+    /* the error the head holds names the device and what happened to it */
+    lares_error cause = {0};
+    cluster_head_truncate(h, 0, &cause); /* returns the held failure, sends nothing */
+    cluster_plan p;
+    int32_t members[CLUSTER_MAX_DEVICES];
+    lares_error perr = {0};
+    char by[LARES_ERROR_MSG_MAX + 64];
+    lares_status st = replan(r, cand, n_cand, &p, members, by, sizeof by, &perr);
+    if (st != LARES_OK) {
+        return lares_fail(err, st, "ring: lost %s: %s; and %s", lost, cause.msg, perr.msg);
+    }
+    lares_log(LARES_LOG_WARN,
+              "cluster: lost %s (%s): going on with %d device%s; the generation continues", lost,
+              cause.msg, p.n_dev, p.n_dev == 1 ? "" : "s");
+    atomic_fetch_add(&r->failovers, 1);
+    char why[1536];
+    snprintf(why, sizeof why, "lost %s; new plan by %s", lost, by);
+    return switch_plan(s, &p, members, keep, "failover", why, err);
+}
+
+lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
+    api_ring *r = s->ring;
+    cluster_head *h = r->head;
+    int32_t drifted = -1;
+    char why[384];
+    if (!cluster_monitor_due(&r->mon, &drifted, why, sizeof why)) {
+        return LARES_OK;
+    }
+    /* candidates: the members and the devices that are alive outside the plan */
+    int32_t cand[CLUSTER_MAX_DEVICES], n_cand = 0;
+    cand[n_cand++] = 0;
+    for (int32_t d = 1; d < r->n_cfg; d++) {
+        if (cluster_head_alive(h, d)) {
+            cand[n_cand++] = d;
+        }
+    }
+    const cluster_plan *cur = cluster_head_plan(h);
+    int32_t cur_members[CLUSTER_MAX_DEVICES];
+    for (int32_t i = 0; i < cur->n_dev; i++) {
+        cur_members[i] = cluster_head_member(h, i);
+    }
+    cluster_plan p;
+    int32_t members[CLUSTER_MAX_DEVICES];
+    lares_error perr = {0};
+    const double now_ms = plan_cost_ms(r, cur, cur_members);
+    double next_ms = now_ms;
+    bool same = false;
+    char by[LARES_ERROR_MSG_MAX + 64] = "";
+    if (replan(r, cand, n_cand, &p, members, by, sizeof by, &perr) == LARES_OK) {
+        next_ms = plan_cost_ms(r, &p, members);
+        same = p.n_dev == cur->n_dev;
+        for (int32_t i = 0; same && i < p.n_dev; i++) {
+            same = members[i] == cur_members[i] && p.w[i] == cur->w[i];
+        }
+    }
+    char what[1536];
+    const cluster_ring_device *rd = cluster_head_ring_device(h, drifted);
+    snprintf(what, sizeof what, "%s %s; predicted %.2f ms per token -> %.2f; new plan by %s",
+             rd != NULL ? rd->name : "?", why, now_ms, next_ms, by);
+    if (same || !(next_ms < now_ms * (1 - r->mon.o.min_gain))) {
+        lares_log(LARES_LOG_INFO,
+                  "cluster: re-balancing weighed and refused (gain below %.0f %%): %s",
+                  r->mon.o.min_gain * 100, what);
+        cluster_monitor_accept(&r->mon);
+        return LARES_OK;
+    }
+    atomic_fetch_add(&r->replans, 1);
+    return switch_plan(s, &p, members, keep, "re-balance", what, err);
+}
+
+/* asking devices back costs up to PROBE_WAIT_MS of a request's start */
+#define RING_PROBE_EVERY_S 10
+#define PROBE_WAIT_MS      300
+
+lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
+    api_ring *r = s->ring;
+    cluster_head *h = r->head;
+    const cluster_plan *cur = cluster_head_plan(h);
+    if (cur->n_dev >= r->n_cfg || (!r->failover && !r->rebalance)) {
+        return LARES_OK; /* everyone is in */
+    }
+    const uint64_t now = lares_now_ns();
+    if (r->last_probe_ns != 0 &&
+        now - r->last_probe_ns < (uint64_t)RING_PROBE_EVERY_S * 1000000000u) {
+        return LARES_OK;
+    }
+    r->last_probe_ns = now;
+    if (cluster_head_probe(h, PROBE_WAIT_MS) == 0) {
+        return LARES_OK;
+    }
+    int32_t cand[CLUSTER_MAX_DEVICES], n_cand = 0, cur_members[CLUSTER_MAX_DEVICES];
+    char back[512] = "";
+    size_t n = 0;
+    for (int32_t i = 0; i < cur->n_dev; i++) {
+        cur_members[i] = cluster_head_member(h, i);
+    }
+    cand[n_cand++] = 0;
+    for (int32_t d = 1; d < r->n_cfg; d++) {
+        if (!cluster_head_alive(h, d)) {
+            continue;
+        }
+        cand[n_cand++] = d;
+        bool member = false;
+        for (int32_t i = 0; i < cur->n_dev; i++) {
+            member = member || cur_members[i] == d;
+        }
+        if (!member && n < sizeof back) {
+            const cluster_ring_device *rd = cluster_head_ring_device(h, d);
+            const int w = snprintf(back + n, sizeof back - n, "%s%s (%s)", n ? ", " : "", rd->name,
+                                   rd->address);
+            n += w > 0 ? (size_t)w : 0;
+        }
+    }
+    cluster_plan p;
+    int32_t members[CLUSTER_MAX_DEVICES];
+    lares_error perr = {0};
+    char by[LARES_ERROR_MSG_MAX + 64];
+    if (replan(r, cand, n_cand, &p, members, by, sizeof by, &perr) != LARES_OK) {
+        return LARES_OK; /* the plan in force still works */
+    }
+    bool same = p.n_dev == cur->n_dev;
+    for (int32_t i = 0; same && i < p.n_dev; i++) {
+        same = members[i] == cur_members[i] && p.w[i] == cur->w[i];
+    }
+    if (same) {
+        lares_log(LARES_LOG_INFO, "cluster: %s answered again; the plan in force stays", back);
+        return LARES_OK;
+    }
+    atomic_fetch_add(&r->replans, 1);
+    char why[1536];
+    snprintf(why, sizeof why, "%s answered again; new plan by %s", back, by);
+    return switch_plan(s, &p, members, keep, "rejoin", why, err);
+}

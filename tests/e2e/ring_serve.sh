@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# lares serve as the head of a ring (issues 8 and 9): completions through the
+# ring give the text of the same request on one device; a worker killed while
+# a request generates does not fail it (failover: the same text, HTTP 200), and
+# /metrics counts the failover; the next request works over the survivors.
+. "$(dirname "$0")/lib.sh"
+. "$LARES_SRC/tests/cluster/ring_lib.sh"
+. "$(dirname "$0")/serve_lib.sh"
+trap 'for p in "${SERVER_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done; ring_cleanup; rm -rf "$TMP"' EXIT
+export RING_MODEL RING_DEV_EXTRA
+RING_MODEL=$(model stories260K.gguf)
+RING_DEV_EXTRA=', "link_delay_ms": 5'
+
+BODY='{"model":"lares","prompt":"Once upon a time","max_tokens":200,"temperature":0}'
+
+start_server local -m "$RING_MODEL" -t 1 -c 512
+[ "$(post "$URL_local" /v1/completions "$BODY")" = 200 ] && ok || fail "local completion: $(cat "$TMP/body")"
+jq -r '.choices[0].text' "$TMP/body" >"$TMP/local.txt"
+stop_server local
+
+ring_worker a || exit 1; AA=$WORKER_ADDR
+ring_worker b || exit 1; BB=$WORKER_ADDR; BPID=$WORKER_PID
+ring_worker c || exit 1; CC=$WORKER_ADDR
+ring_json "$TMP/ring.json" '"heartbeat_ms": 100, "timeout_ms": 1500,' 1 a "$AA" 2 b "$BB" 1 c "$CC" 1
+start_server ring -m "$RING_MODEL" -t 1 -c 512 --ring "$TMP/ring.json" --rebalance off
+[ "$(post "$URL_ring" /v1/completions "$BODY")" = 200 ] && ok || fail "ring completion: $(cat "$TMP/body")"
+jq -r '.choices[0].text' "$TMP/body" | cmp -s - "$TMP/local.txt" && ok \
+  || fail "the ring's text differs from one device's"
+curl -sS "$URL_ring/metrics" >"$TMP/m0"
+grep -q '^lares_ring_failovers_total 0$' "$TMP/m0" && grep -q '^lares_ring_replans_total 0$' "$TMP/m0" && ok \
+  || fail "metrics before the fault: $(grep lares_ring "$TMP/m0")"
+
+# a different prompt (no cached prefix), killed mid-way: 200 and the local text
+BODY2='{"model":"lares","prompt":"The little dog","max_tokens":200,"temperature":0}'
+"$LARES" run -m "$RING_MODEL" -p "The little dog" -n 200 --temp 0 -t 1 --json -c 512 2>/dev/null \
+  | jq -r .text >"$TMP/local2.txt"
+post "$URL_ring" /v1/completions "$BODY2" >"$TMP/status2" &
+REQ=$!
+sleep 1
+kill -KILL "$BPID"
+wait "$REQ"
+[ "$(cat "$TMP/status2")" = 200 ] && ok || fail "the request during the fault: $(cat "$TMP/status2") $(cat "$TMP/body")"
+jq -r '.choices[0].text' "$TMP/body" | cmp -s - "$TMP/local2.txt" && ok \
+  || fail "the text after a failover differs: $(jq -r '.choices[0].text' "$TMP/body" | head -c 200) vs $(head -c 200 "$TMP/local2.txt")"
+curl -sS "$URL_ring/metrics" >"$TMP/m1"
+grep -q '^lares_ring_failovers_total 1$' "$TMP/m1" && ok || fail "metrics after the fault: $(grep lares_ring "$TMP/m1")"
+grep -q "warning: cluster: lost b ($BB)" "$TMP/ring.log" && ok || fail "no warning naming b: $(tail -5 "$TMP/ring.log")"
+# the next request works over the survivors
+[ "$(post "$URL_ring" /v1/completions "$BODY")" = 200 ] && ok || fail "after the failover: $(cat "$TMP/body")"
+jq -r '.choices[0].text' "$TMP/body" | cmp -s - "$TMP/local.txt" && ok || fail "the text after the failover differs"
+stop_server ring
+finish
