@@ -9,9 +9,7 @@
  *   GB/s counts weight bytes read.
  *
  * Usage: bench_kernels [--isa NAME] [--threads N] [--type NAME]... [--m M] [--k K]
- *                      [--n N] [--gemv-mib MIB] [--gemv-tile] [--gemv-single] [--reps R]
- * Matrix-vector products go through vec_dot_rows where the type has it (as
- * ops does); --gemv-single uses one vec_dot per row instead, and
+ *                      [--n N] [--gemv-mib MIB] [--gemv-tile] [--reps R]
  * --gemv-tile runs matrix-vector products as 4 x 1 tiles instead of single
  * dots; --gemv-mib 0 skips them, --n 0 skips matrix-matrix.
  * Defaults: every legacy type, the llama-1b shapes 2048x2048 and 5632x2048 with
@@ -69,7 +67,6 @@ typedef struct job {
     int ith, nth;
     bool gemv;
     bool gemv_tile;
-    bool gemv_rows;
     uint64_t cpu_ns; /* out: this thread's CPU time */
 } job;
 
@@ -114,13 +111,6 @@ static void run_rows(const job *j) {
         for (int64_t r = r0; r < r1; r += 4) {
             j->t->vec_dot_tile(j->k, j->out + r, 1, j->w + (size_t)r * wb, wb, j->a, ab,
                                (int)LARES_MIN(4, r1 - r), 1);
-        }
-        return;
-    }
-    if (j->gemv && j->gemv_rows) {
-        for (int64_t r = r0; r < r1; r += QUANT_ROWS_MAX) {
-            j->t->vec_dot_rows(j->k, j->out + r, j->w + (size_t)r * wb, wb, j->a,
-                               (int)LARES_MIN(QUANT_ROWS_MAX, r1 - r));
         }
         return;
     }
@@ -201,8 +191,7 @@ static void bench_gemm(const quant_traits *t, int64_t m, int64_t k, int64_t n, i
     free(out);
 }
 
-static void bench_gemv(const quant_traits *t, int64_t k, double mib, int nth, int reps, bool tile,
-                       bool single) {
+static void bench_gemv(const quant_traits *t, int64_t k, double mib, int nth, int reps, bool tile) {
     const quant_traits *ta = quant_traits_ref(t->vec_dot_type);
     size_t wb = quant_row_bytes(t->type, k);
     int64_t m = LARES_MAX(4, (int64_t)(mib * 1024 * 1024 / (double)wb) / 4 * 4);
@@ -218,7 +207,6 @@ static void bench_gemv(const quant_traits *t, int64_t k, double mib, int nth, in
              .k = k,
              .gemv = true,
              .gemv_tile = tile && t->vec_dot_tile != NULL,
-             .gemv_rows = !tile && !single && t->vec_dot_rows != NULL,
              .wb = wb};
     /* the same bytes read by a plain loop, in turns with the kernel, so that
      * both see the same machine */
@@ -234,12 +222,9 @@ static void bench_gemv(const quant_traits *t, int64_t k, double mib, int nth, in
     double bytes = (double)wb * (double)m;
     printf("%-5s %s %6" PRId64 " x %5" PRId64 "           %8.3f ms  %6.1f GFLOP/s  "
            "%5.1f GB/s  (cpu time: %5.1f GB/s; plain read of the rows: %5.1f GB/s)\n",
-           t->name,
-           j.gemv_tile   ? "gemv4"
-           : j.gemv_rows ? "gemvR"
-                         : "gemv ",
-           m, k, (double)best / 1e6, 2.0 * (double)m * (double)k / (double)best,
-           bytes / (double)best, bytes / (double)best_cpu, bytes / (double)best_base);
+           t->name, j.gemv_tile ? "gemv4" : "gemv ", m, k, (double)best / 1e6,
+           2.0 * (double)m * (double)k / (double)best, bytes / (double)best,
+           bytes / (double)best_cpu, bytes / (double)best_base);
     free(w);
     free(a);
     free(out);
@@ -268,13 +253,9 @@ int main(int argc, char **argv) {
     int64_t m = 0, k = 2048, n = 128;
     double gemv_mib = 256;
     uint32_t types[16];
-    bool gemv_tile = false, gemv_single = false;
+    bool gemv_tile = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(arg, "--gemv-single") == 0) {
-            gemv_single = true;
-            continue;
-        }
         if (strcmp(arg, "--gemv-tile") == 0) {
             gemv_tile = true;
             continue;
@@ -332,7 +313,7 @@ int main(int argc, char **argv) {
             }
         }
         if (gemv_mib > 0) {
-            bench_gemv(t, k, gemv_mib, nth, reps, gemv_tile, gemv_single);
+            bench_gemv(t, k, gemv_mib, nth, reps, gemv_tile);
         }
     }
     return 0;

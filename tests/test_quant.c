@@ -360,7 +360,6 @@ static void test_geometry(const quant_isa *isas, size_t n_isas) {
                   t->vec_dot_type == r->vec_dot_type && t->from_float_ref == r->from_float_ref);
             CHECK((t->vec_dot == NULL) == (r->vec_dot == NULL));
             CHECK(t->vec_dot_tile == NULL || t->vec_dot != NULL);
-            CHECK(t->vec_dot_rows == NULL || t->vec_dot != NULL);
         }
     }
     CHECKF(rows >= 9, "%d trait rows", rows);
@@ -593,56 +592,6 @@ static void check_tile(const quant_traits *r, const quant_traits *t, const char 
     }
 }
 
-_Static_assert(QUANT_ROWS_MAX <= QUANT_TILE_MAX, "the buffers hold QUANT_TILE_MAX rows");
-
-/* Row groups of every size up to QUANT_ROWS_MAX against one activation row:
- * each result as the reference dot of its row; rows at strides wider than a
- * row, lengths with and without a remainder of the kernels' four-block steps,
- * and every element past nr left alone. */
-static void check_rows(const quant_traits *r, const quant_traits *t, const char *fam, bufs *b) {
-    const quant_traits *ry = quant_traits_ref(r->vec_dot_type);
-    double tol = dot_tolerance(r->type);
-    static const int64_t lens[] = {1, 2, 3, 4, 5, 7, 8, 9, 33, 64};
-    int checked = 0;
-    for (size_t li = 0; li < LARES_ARRAY_LEN(lens); li++) {
-        int64_t n = lens[li] * r->blck_elems;
-        if (n > N_MAX) {
-            continue;
-        }
-        size_t bx = row_bytes(r, n) + r->blck_bytes * 3; /* keeps block alignment */
-        for (int e = 0; e < EDGE_COUNT; e++) {
-            for (int i = 0; i < QUANT_ROWS_MAX; i++) {
-                /* one activation row (the last make_rows writes it) */
-                make_rows(r, ry, b, n, e == EDGE_RANDOM ? e : (e + i) % EDGE_COUNT, i % 2,
-                          b->x + i * bx, b->y);
-            }
-            for (int nr = 1; nr <= QUANT_ROWS_MAX; nr++) {
-                enum { PAD = 3 };
-                float s[QUANT_ROWS_MAX + PAD];
-                const float sentinel = -7.25e11f;
-                for (size_t k = 0; k < LARES_ARRAY_LEN(s); k++) {
-                    s[k] = sentinel;
-                }
-                t->vec_dot_rows(n, s, b->x, bx, b->y, nr);
-                for (int rr = 0; rr < QUANT_ROWS_MAX + PAD; rr++) {
-                    if (rr >= nr) {
-                        CHECKF(s[rr] == sentinel, "%s/%s: rows %d wrote %d", fam, r->name, nr, rr);
-                        continue;
-                    }
-                    float want;
-                    r->vec_dot(n, &want, b->x + rr * bx, b->y);
-                    double bound = dot_bound(r, ry, b->x + rr * bx, b->y, n);
-                    CHECKF(isfinite(want) && near(s[rr], want, tol, bound),
-                           "%s/%s: rows %d n %" PRId64 " %s row %d: %.9g, reference %.9g", fam,
-                           r->name, nr, n, edge_names[e], rr, s[rr], want);
-                    checked++;
-                }
-            }
-        }
-    }
-    CHECKF(checked > 0, "%s/%s: no row group checked", fam, r->name);
-}
-
 /* Integer sums exact: rows of small integers that quantize with scale 1 (and
  * min 0), so every block sum and every partial sum up to n = 1024 is an
  * integer below 2^24 that float holds exactly. Any family must then return
@@ -706,16 +655,6 @@ static void check_exact(const quant_traits *r, const quant_traits *t, const char
         CHECKF(got == want && want == floorf(want),
                "%s/%s: integer dot n %" PRId64 ": %.9g, reference %.9g", fam, r->name, n, got,
                want);
-        if (t->vec_dot_rows != NULL) {
-            float s[QUANT_ROWS_MAX];
-            t->vec_dot_rows(n, s, b->x, bx, b->y, QUANT_ROWS_MAX);
-            for (int rr = 0; rr < QUANT_ROWS_MAX; rr++) {
-                r->vec_dot(n, &want, b->x + rr * bx, b->y);
-                CHECKF(s[rr] == want,
-                       "%s/%s: integer rows n %" PRId64 " row %d: %.9g, reference %.9g", fam,
-                       r->name, n, rr, s[rr], want);
-            }
-        }
         if (t->vec_dot_tile != NULL) {
             float s[QUANT_TILE_MAX * QUANT_TILE_MAX];
             t->vec_dot_tile(n, s, QUANT_TILE_MAX, b->x, bx, b->y, by, QUANT_TILE_MAX,
@@ -750,7 +689,7 @@ static void test_family(quant_isa isa) {
         fprintf(stderr, "out of memory\n");
         exit(1);
     }
-    int tiles = 0, row_kernels = 0;
+    int tiles = 0;
     for (uint32_t type = 0; type < GGUF_TYPE_COUNT; type++) {
         const quant_traits *r = quant_traits_ref(type);
         const quant_traits *t = quant_traits_isa(type, isa);
@@ -772,13 +711,8 @@ static void test_family(quant_isa isa) {
             check_tile(r, t, fam, &b);
             tiles++;
         }
-        if (t->vec_dot_rows != NULL) {
-            check_rows(r, t, fam, &b);
-            row_kernels++;
-        }
     }
-    printf("  %s: %d types with tile kernels, %d with row-group kernels\n", fam, tiles,
-           row_kernels);
+    printf("  %s: %d types with tile kernels\n", fam, tiles);
     free(b.xf);
     free(b.yf);
     free(b.out);

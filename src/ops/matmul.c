@@ -5,8 +5,8 @@
  * type's dot product expects (quant traits: vec_dot_type), then threads take
  * chunks of output rows from a shared counter, so a thread that runs slower
  * (another program on its core) simply takes fewer chunks. With one
- * activation row (generation) each chunk goes QUANT_ROWS_MAX weight rows per
- * kernel call where the type has a multi-row kernel. With several
+ * activation row (generation) a chunk is about GEMV_CHUNK_BYTES of weight
+ * rows, one dot product per row. With several
  * activation rows (prompt processing) each chunk is walked in tiles of up to
  * QUANT_TILE_MAX weight rows x activation rows, so every weight block loaded
  * from memory is used against several tokens.
@@ -113,17 +113,7 @@ static void mm_rows(const ops_matrix *w, const ops_act *a, float *y, int64_t r0,
     const int64_t n_out = w->n_out;
     const quant_traits *qt = w->qt;
     if (a->n_rows == 1) {
-        int64_t r = r0;
-        if (qt->vec_dot_rows != NULL) {
-            /* several rows per call share the activation's loads (quant.h) */
-            for (; r < r1; r += QUANT_ROWS_MAX) {
-                const int nr = (int)LARES_MIN((int64_t)QUANT_ROWS_MAX, r1 - r);
-                qt->vec_dot_rows(w->n_in, y + r, wd + (size_t)r * w->row_bytes, w->row_bytes, ad,
-                                 nr);
-            }
-            return;
-        }
-        for (; r < r1; r++) {
+        for (int64_t r = r0; r < r1; r++) {
             qt->vec_dot(w->n_in, y + r, wd + (size_t)r * w->row_bytes, ad);
         }
         return;
@@ -213,7 +203,7 @@ void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_ac
     for (int i = 0; i < n; i++) {
         int64_t rows = CHUNK_ROWS;
         if (acts[i]->n_rows == 1) {
-            /* a multiple of QUANT_ROWS_MAX (and of 16) near GEMV_CHUNK_BYTES */
+            /* a multiple of 16 rows near GEMV_CHUNK_BYTES */
             rows = LARES_MAX((int64_t)CHUNK_ROWS,
                              (int64_t)(GEMV_CHUNK_BYTES / ws[i]->row_bytes) & ~(int64_t)15);
         }

@@ -1,8 +1,7 @@
 /*
  * AVX2/FMA/F16C kernels of the legacy 32-element block formats: dot products
  * of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 weights with Q8_0/Q8_1 activations (single
- * rows, groups of up to 4 rows against one activation row, and tiles of up
- * to 4x4), dequantization, and the activation quantizers.
+ * rows and tiles of up to 4x4), dequantization, and the activation quantizers.
  * The reference of each kernel is named beside it (legacy.c); layouts are in
  * quant/blocks.h. Built with -mavx2 -mfma -mf16c; installed by dispatch.c only
  * on CPUs that have all three.
@@ -206,6 +205,15 @@ static ALWAYS_INLINE __m256 dot_block(enum fmt f, const uint8_t *x, const uint8_
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
+/* How far ahead of the blocks being computed a single-row dot asks for the
+ * weight row (prefetches never fault, so reaching past the row is harmless).
+ * Mat-vec on one core is bound by how fast its rows stream in. Measured on
+ * llama-1b tg32, 2 threads, alternating rounds (docs/performance.md): Q8_0
+ * without 18.2-21.7 t/s, 1 KiB ahead 22.5-23.9, 2 KiB 21.4-24.6; Q4_0 with it
+ * 34.4-36.4 t/s against 34.1-34.9 for a 4-row kernel sharing the activation
+ * loads (removed again). */
+#define ROW_PREFETCH_BYTES 1024
+
 /* One weight row with one activation row. Four blocks per step share one
  * conversion of their eight scales; two accumulators hide the FMA latency. */
 static ALWAYS_INLINE void dot_legacy(enum fmt f, int64_t n, float *s, const void *vx,
@@ -218,6 +226,11 @@ static ALWAYS_INLINE void dot_legacy(enum fmt f, int64_t n, float *s, const void
     float summ = 0;
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4, x += 4 * xs, y += 4 * ys) {
+        /* the weight row streams from memory: ask for it ROW_PREFETCH_BYTES
+         * ahead, three lines per step of four blocks (up to 136 bytes) */
+        _mm_prefetch((const char *)x + ROW_PREFETCH_BYTES, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + ROW_PREFETCH_BYTES + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)x + ROW_PREFETCH_BYTES + 128, _MM_HINT_T0);
         __m128 dx = f16x4(pack4(fmt_d(x), fmt_d(x + xs), fmt_d(x + 2 * xs), fmt_d(x + 3 * xs)));
         __m128 dy = f16x4(pack4(ld_u16(y), ld_u16(y + ys), ld_u16(y + 2 * ys), ld_u16(y + 3 * ys)));
         const __m256 d = dup128(_mm_mul_ps(dx, dy));
@@ -279,181 +292,6 @@ static void dot_q8_0_q8_0_avx2(int64_t n, float *restrict s, const void *restric
                                const void *restrict y) {
     dot_legacy(F_Q8_0, n, s, x, y);
 }
-
-/* ---- several weight rows against one activation row (mat-vec) ----
- *
- * Generation multiplies every weight row by the same activation row. Walking
- * NR rows side by side, each activation block is loaded once for all of them,
- * the k * sum(y) correction of Q4_0 and Q5_0 is computed once per block, and
- * the fp16 scales of four blocks of every row go through one conversion and
- * one multiply by the activation's four scales. What is left per row and
- * block is the unpacking, one VPMADDUBSW, the correction subtract, VPMADDWD,
- * the conversion and an FMA: about a quarter fewer instructions than NR
- * single dots (27 % faster with the rows in cache). The weights are read in
- * place, NR streams at once; one accumulator per row (NR chains hide the FMA
- * latency).
- */
-
-/* lane j of each 128-bit half of d, in all eight lanes (j constant after inlining) */
-static ALWAYS_INLINE __m256 lane_bcast(__m256 d, int j) {
-    switch (j) {
-    case 0:
-        return _mm256_permute_ps(d, 0x00);
-    case 1:
-        return _mm256_permute_ps(d, 0x55);
-    case 2:
-        return _mm256_permute_ps(d, 0xaa);
-    default:
-        return _mm256_permute_ps(d, 0xff);
-    }
-}
-
-/* the integer sum of a weight block with activation codes yq, in 8 int32
- * lanes; corr: k * y pairs for Q4_0 and Q5_0 (as in dot_block) */
-static ALWAYS_INLINE __m256i rows_block(enum fmt f, const uint8_t *xb, __m256i yq, __m256i corr) {
-    if (f == F_Q8_0) {
-        return dot32_signed(fmt_codes(f, xb), yq);
-    }
-    __m256i p = _mm256_maddubs_epi16(fmt_ucodes(f, xb), yq);
-    if (f == F_Q4_0 || f == F_Q5_0) {
-        p = _mm256_sub_epi16(p, corr);
-    }
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-/* one step of four blocks: j-th block of every row */
-static ALWAYS_INLINE void rows_block_step(enum fmt f, const int NR, int j, const uint8_t *xb,
-                                          size_t bx, const uint8_t *yb, const __m256 *d,
-                                          __m256 *acc) {
-    const size_t xs = fmt_bytes(f), ys = act_bytes(f);
-    const __m256i yq = _mm256_loadu_si256((const __m256i *)act_qs(f, yb + (size_t)j * ys));
-    __m256i corr = _mm256_setzero_si256();
-    if (f == F_Q4_0) {
-        corr = _mm256_maddubs_epi16(_mm256_set1_epi8(8), yq);
-    } else if (f == F_Q5_0) {
-        corr = _mm256_maddubs_epi16(_mm256_set1_epi8(16), yq);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) {
-        const __m256i i32 = rows_block(f, xb + (size_t)r * bx + (size_t)j * xs, yq, corr);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i32), lane_bcast(d[r], j), acc[r]);
-    }
-}
-
-static ALWAYS_INLINE void rows_legacy(enum fmt f, const int NR, int64_t n, float *restrict s,
-                                      const uint8_t *restrict x, size_t bx,
-                                      const uint8_t *restrict y) {
-    const size_t xs = fmt_bytes(f), ys = act_bytes(f);
-    const int64_t nb = n / QK8_0;
-    __m256 acc[QUANT_ROWS_MAX];
-    __m128 accm[QUANT_ROWS_MAX]; /* sums of m * s, *_1 formats */
-    float summ[QUANT_ROWS_MAX];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) {
-        acc[r] = _mm256_setzero_ps();
-        accm[r] = _mm_setzero_ps();
-        summ[r] = 0;
-    }
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-        const uint8_t *yb = y + (size_t)b * ys;
-        const uint8_t *xb = x + (size_t)b * xs;
-        const __m128 dy =
-            f16x4(pack4(ld_u16(yb), ld_u16(yb + ys), ld_u16(yb + 2 * ys), ld_u16(yb + 3 * ys)));
-        __m256 d[QUANT_ROWS_MAX];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *xr = xb + (size_t)r * bx;
-            const __m128 dx =
-                f16x4(pack4(fmt_d(xr), fmt_d(xr + xs), fmt_d(xr + 2 * xs), fmt_d(xr + 3 * xs)));
-            d[r] = dup128(_mm_mul_ps(dx, dy));
-        }
-        /* NR short streams defeat the hardware prefetchers (measured: half
-         * the speed of the single dots from memory): fetch the same bytes of
-         * the next NR rows, which is where the next call reads */
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-#pragma GCC unroll 4
-            for (size_t o = 0; o < 4 * xs; o += 64) {
-                _mm_prefetch((const char *)(xb + (size_t)(r + NR) * bx + o), _MM_HINT_T0);
-            }
-        }
-        rows_block_step(f, NR, 0, xb, bx, yb, d, acc);
-        rows_block_step(f, NR, 1, xb, bx, yb, d, acc);
-        rows_block_step(f, NR, 2, xb, bx, yb, d, acc);
-        rows_block_step(f, NR, 3, xb, bx, yb, d, acc);
-        if (fmt_has_min(f)) {
-            const __m128 sy = f16x4(pack4(ld_u16(yb + 2), ld_u16(yb + ys + 2),
-                                          ld_u16(yb + 2 * ys + 2), ld_u16(yb + 3 * ys + 2)));
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                const uint8_t *xr = xb + (size_t)r * bx;
-                const __m128 m =
-                    f16x4(pack4(fmt_m(xr), fmt_m(xr + xs), fmt_m(xr + 2 * xs), fmt_m(xr + 3 * xs)));
-                accm[r] = _mm_fmadd_ps(m, sy, accm[r]);
-            }
-        }
-    }
-    for (; b < nb; b++) { /* fewer than four blocks left */
-        const uint8_t *yb = y + (size_t)b * ys;
-        const __m256i yq = _mm256_loadu_si256((const __m256i *)act_qs(f, yb));
-        __m256i corr = _mm256_setzero_si256();
-        if (f == F_Q4_0) {
-            corr = _mm256_maddubs_epi16(_mm256_set1_epi8(8), yq);
-        } else if (f == F_Q5_0) {
-            corr = _mm256_maddubs_epi16(_mm256_set1_epi8(16), yq);
-        }
-        const float dy = _cvtsh_ss(ld_u16(yb));
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *xr = x + (size_t)r * bx + (size_t)b * xs;
-            const float d = _cvtsh_ss(fmt_d(xr)) * dy;
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rows_block(f, xr, yq, corr)),
-                                     _mm256_set1_ps(d), acc[r]);
-            if (fmt_has_min(f)) {
-                summ[r] += _cvtsh_ss(fmt_m(xr)) * _cvtsh_ss(ld_u16(yb + 2));
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) {
-        float sum = hsum_ps(acc[r]);
-        if (fmt_has_min(f)) {
-            __m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r], accm[r]));
-            m = _mm_add_ss(m, _mm_movehdup_ps(m));
-            sum += _mm_cvtss_f32(m) + summ[r];
-        }
-        s[r] = sum;
-    }
-}
-
-#define DEFINE_ROWS(name, fmt)                                                                     \
-    static void name(int64_t n, float *restrict s, const void *restrict x, size_t bx,              \
-                     const void *restrict y, int nr) {                                             \
-        switch (nr) {                                                                              \
-        case 1:                                                                                    \
-            rows_legacy(fmt, 1, n, s, x, bx, y);                                                   \
-            break;                                                                                 \
-        case 2:                                                                                    \
-            rows_legacy(fmt, 2, n, s, x, bx, y);                                                   \
-            break;                                                                                 \
-        case 3:                                                                                    \
-            rows_legacy(fmt, 3, n, s, x, bx, y);                                                   \
-            break;                                                                                 \
-        default:                                                                                   \
-            rows_legacy(fmt, 4, n, s, x, bx, y);                                                   \
-            break;                                                                                 \
-        }                                                                                          \
-    }
-
-/* references: the vec_dot references above, once per row. Q8_0 has none:
- * its single dot already runs at the speed of a plain read of its rows, and
- * measured end to end its rows kernel was no faster (only the activation
- * load is shared). */
-DEFINE_ROWS(rows_q4_0_q8_0_avx2, F_Q4_0)
-DEFINE_ROWS(rows_q4_1_q8_1_avx2, F_Q4_1)
-DEFINE_ROWS(rows_q5_0_q8_0_avx2, F_Q5_0)
-DEFINE_ROWS(rows_q5_1_q8_1_avx2, F_Q5_1)
 
 /* ---- tiles: up to 4 weight rows x NC activation rows ----
  *
@@ -885,19 +723,15 @@ static void quant_q8_1_avx2(const float *restrict x, void *restrict dst, int64_t
 void quant_install_avx2_legacy(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].vec_dot = dot_q4_0_q8_0_avx2;
     t[GGUF_TYPE_Q4_0].vec_dot_tile = tile_q4_0_q8_0_avx2;
-    t[GGUF_TYPE_Q4_0].vec_dot_rows = rows_q4_0_q8_0_avx2;
     t[GGUF_TYPE_Q4_0].to_float = dequant_q4_0_avx2;
     t[GGUF_TYPE_Q4_1].vec_dot = dot_q4_1_q8_1_avx2;
     t[GGUF_TYPE_Q4_1].vec_dot_tile = tile_q4_1_q8_1_avx2;
-    t[GGUF_TYPE_Q4_1].vec_dot_rows = rows_q4_1_q8_1_avx2;
     t[GGUF_TYPE_Q4_1].to_float = dequant_q4_1_avx2;
     t[GGUF_TYPE_Q5_0].vec_dot = dot_q5_0_q8_0_avx2;
     t[GGUF_TYPE_Q5_0].vec_dot_tile = tile_q5_0_q8_0_avx2;
-    t[GGUF_TYPE_Q5_0].vec_dot_rows = rows_q5_0_q8_0_avx2;
     t[GGUF_TYPE_Q5_0].to_float = dequant_q5_0_avx2;
     t[GGUF_TYPE_Q5_1].vec_dot = dot_q5_1_q8_1_avx2;
     t[GGUF_TYPE_Q5_1].vec_dot_tile = tile_q5_1_q8_1_avx2;
-    t[GGUF_TYPE_Q5_1].vec_dot_rows = rows_q5_1_q8_1_avx2;
     t[GGUF_TYPE_Q5_1].to_float = dequant_q5_1_avx2;
     t[GGUF_TYPE_Q8_0].vec_dot = dot_q8_0_q8_0_avx2;
     t[GGUF_TYPE_Q8_0].vec_dot_tile = tile_q8_0_q8_0_avx2;

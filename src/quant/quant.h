@@ -37,15 +37,6 @@ typedef void (*quant_vec_dot_tile_fn)(int64_t n, float *restrict s, size_t ldc,
                                       const void *restrict x, size_t bx, const void *restrict y,
                                       size_t by, int nr, int nc);
 
-/* Several weight rows against one activation row (generation's mat-vec):
- * for r < nr (1..QUANT_ROWS_MAX),
- *   s[r] = dot(x + r * bx bytes, y)
- * so that each activation block loaded, and the terms computed from it alone,
- * serve several weight rows. The weights stay in their file layout. */
-#define QUANT_ROWS_MAX 4
-typedef void (*quant_vec_dot_rows_fn)(int64_t n, float *restrict s, const void *restrict x,
-                                      size_t bx, const void *restrict y, int nr);
-
 typedef struct quant_traits {
     const char *name;
     uint32_t type;          /* GGUF type id */
@@ -58,7 +49,6 @@ typedef struct quant_traits {
     quant_vec_dot_fn vec_dot;           /* NULL: this type cannot be a weight */
     uint32_t vec_dot_type;              /* the activation format vec_dot expects */
     quant_vec_dot_tile_fn vec_dot_tile; /* NULL: callers loop over vec_dot */
-    quant_vec_dot_rows_fn vec_dot_rows; /* NULL: callers loop over vec_dot */
 } quant_traits;
 
 /* The dispatched traits (fastest kernels for this CPU), or NULL when lares
