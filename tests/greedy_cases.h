@@ -6,6 +6,10 @@
 #ifndef LARES_TESTS_GREEDY_CASES_H
 #define LARES_TESTS_GREEDY_CASES_H
 
+#include <jansson.h>
+#include <stdint.h>
+#include <string.h>
+
 static const struct {
     const char *file;
     int min_agree;
@@ -26,5 +30,31 @@ static const struct {
     {"derived/TinyStories-656K-qwen2moe-4x2-shared.gguf", 48},
     {"derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", 48},
 };
+
+/* the ids of a JSON array, at most cap */
+static inline int ids_from(json_t *arr, int32_t *out, int cap) {
+    int n = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(arr, i, v) {
+        if (n < cap) {
+            out[n++] = (int32_t)json_integer_value(v);
+        }
+    }
+    return n;
+}
+
+/* the expected file's entry for a model (matched by file name), or NULL */
+static inline json_t *find_result(json_t *root, const char *file) {
+    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(root, "results"), i, r) {
+        if (strcmp(json_string_value(json_object_get(r, "model")), base) == 0) {
+            return r;
+        }
+    }
+    return NULL;
+}
 
 #endif

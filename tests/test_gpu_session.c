@@ -7,6 +7,7 @@
  * checked by test_gpu_kernels where a device is present.
  */
 #include "check.h"
+#include "greedy_cases.h"
 #include "gguf/gguf.h"
 #include "gpu/gpu.h"
 #include "model/model.h"
@@ -101,30 +102,6 @@ static int greedy_agree(runner *r, const int32_t *prompt, int np, const int32_t 
         }
     }
     return nw;
-}
-
-static int ids_from(json_t *arr, int32_t *out, int cap) {
-    int n = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(arr, i, v) {
-        if (n < cap) {
-            out[n++] = (int32_t)json_integer_value(v);
-        }
-    }
-    return n;
-}
-
-static json_t *find_result(json_t *root, const char *file) {
-    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
-    size_t i;
-    json_t *r;
-    json_array_foreach(json_object_get(root, "results"), i, r) {
-        if (strcmp(json_string_value(json_object_get(r, "model")), base) == 0) {
-            return r;
-        }
-    }
-    return NULL;
 }
 
 /* every matrix of the last layer and the head, through the hook and on the

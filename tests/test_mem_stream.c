@@ -145,30 +145,6 @@ static bool decode(rig *r, const exec_opts *o, const int32_t *prompt, int32_t np
     return decode_n(r, o, prompt, np, N_GEN, out);
 }
 
-static int ids_from(json_t *arr, int32_t *out, int cap) {
-    int n = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(arr, i, v) {
-        if (n < cap) {
-            out[n++] = (int32_t)json_integer_value(v);
-        }
-    }
-    return n;
-}
-
-static json_t *find_result(json_t *root, const char *file) {
-    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
-    size_t i;
-    json_t *r;
-    json_array_foreach(json_object_get(root, "results"), i, r) {
-        if (strcmp(json_string_value(json_object_get(r, "model")), base) == 0) {
-            return r;
-        }
-    }
-    return NULL;
-}
-
 /* The largest layer (tensors blk.N.*, experts included) or output matrix with
  * its norm, summed from the tensor directory: what the least budget holds. */
 static uint64_t largest_from_directory(const gguf_file *f, int32_t n_layer, bool tied) {

@@ -106,18 +106,6 @@ static int greedy_agree(runner *r, const int32_t *prompt, int n_prompt, const in
     return n_want;
 }
 
-static int ids_from(json_t *arr, int32_t *out, int cap) {
-    int n = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(arr, i, v) {
-        if (n < cap) {
-            out[n++] = (int32_t)json_integer_value(v);
-        }
-    }
-    return n;
-}
-
 
 /* With an F16 KV cache the Q4_K_M file meets a near-tie at its 6th token
  * (logits 17.39 vs 17.37 in F32), which F16 keys flip: there it is held to the
@@ -127,18 +115,6 @@ static int min_agree(size_t c, uint32_t kv_type) {
         return 5;
     }
     return greedy_cases[c].min_agree;
-}
-
-static json_t *find_result(json_t *root, const char *file) {
-    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
-    size_t i;
-    json_t *r;
-    json_array_foreach(json_object_get(root, "results"), i, r) {
-        if (strcmp(json_string_value(json_object_get(r, "model")), base) == 0) {
-            return r;
-        }
-    }
-    return NULL;
 }
 
 static void test_greedy_once_upon_a_time(uint32_t kv_type, int n_threads, int nb) {
