@@ -160,6 +160,10 @@ static inline double lares_ns_to_ms(uint64_t ns) {
 /* Number of online CPU cores (at least 1). */
 int lares_cpu_count(void);
 
+/* The k-th of n indices in van der Corput (bit-reversed) order: 0, n/2, n/4,
+ * 3n/4, ...; every prefix spreads evenly (order.c). */
+int32_t lares_spread_order(int32_t n, int32_t k);
+
 #define LARES_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 #define LARES_MIN(a, b)    ((a) < (b) ? (a) : (b))
 #define LARES_MAX(a, b)    ((a) > (b) ? (a) : (b))

@@ -130,31 +130,14 @@ static const char *unit_name(const exec_unit *u, char *buf, size_t cap) {
     return buf;
 }
 
-/* Unit indices in the order they are pinned: the van der Corput sequence
- * (bit-reversed indices) visits 0, n/2, n/4, 3n/4, ... so any prefix is
- * spread evenly over the cycle, and a larger budget pins a superset of what a
- * smaller one pinned (a re-plan never drops a resident unit to read another). */
-static int32_t pin_order(int32_t n, int32_t k) {
-    int bits = 0;
-    while ((1 << bits) < n) {
-        bits++;
-    }
-    for (int32_t i = 0, found = 0; i < (1 << bits); i++) {
-        int32_t r = 0;
-        for (int b = 0; b < bits; b++) {
-            r |= ((i >> b) & 1) << (bits - 1 - b);
-        }
-        if (r < n && found++ == k) {
-            return r;
-        }
-    }
-    return k; /* unreachable: the sequence holds every index below n */
-}
-
+/* Units are pinned in van der Corput order: any prefix is spread evenly over
+ * the cycle (the disk keeps reading while pinned units compute), and a larger
+ * budget pins a superset of what a smaller one pinned (a re-plan never drops
+ * a resident unit to read another). */
 static void choose_pinned(const exec_local *e, uint64_t pin_budget, bool *pinned) {
     uint64_t left = pin_budget;
     for (int32_t k = 0; k < e->n_units; k++) {
-        const int32_t i = pin_order(e->n_units, k);
+        const int32_t i = lares_spread_order(e->n_units, k);
         pinned[i] = e->units[i].span.bytes <= left;
         left -= pinned[i] ? e->units[i].span.bytes : 0;
     }

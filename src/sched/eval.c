@@ -50,25 +50,6 @@
 
 #include <math.h>
 
-/* The van der Corput order of exec/plan.c (bit-reversed indices): the k-th
- * unit pinned of n. */
-static int32_t pin_order(int32_t n, int32_t k) {
-    int bits = 0;
-    while ((1 << bits) < n) {
-        bits++;
-    }
-    for (int32_t i = 0, found = 0; i < (1 << bits); i++) {
-        int32_t r = 0;
-        for (int b = 0; b < bits; b++) {
-            r |= ((i >> b) & 1) << (bits - 1 - b);
-        }
-        if (r < n && found++ == k) {
-            return r;
-        }
-    }
-    return k;
-}
-
 double sched_quota_wall(const sched_costs *c, size_t d, double b) {
     const double u = c->quota_u[d], P = c->quota_P[d];
     if (!(u < 1) || b <= u * P) {
@@ -111,7 +92,7 @@ void sched_stream_plan(const sched_costs *c, const uint64_t *unit, int32_t n_uni
     }
     uint64_t left = usable - window, pinned = 0;
     for (int32_t k = 0; k < n_units; k++) {
-        const int32_t i = pin_order(n_units, k);
+        const int32_t i = lares_spread_order(n_units, k);
         if (unit[i] <= left) {
             left -= unit[i];
             pinned += unit[i];
