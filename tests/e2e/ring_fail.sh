@@ -20,6 +20,10 @@ TIMEOUT_MS=1500
 start_head() { # ring.json [options]: runs a long generation in the background (HEAD_PID)
   local ring=$1
   shift
+  # empty now: wait_tokens must not read the last run's text before the
+  # background shell truncates the file
+  : >"$TMP/head.out"
+  : >"$TMP/head.err"
   "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 400 --temp 0 -t 1 --ring "$ring" "$@" \
     >"$TMP/head.out" 2>"$TMP/head.err" &
   HEAD_PID=$!
