@@ -38,6 +38,11 @@ typedef struct head_io {
     uint64_t hello_deadline_ns[CLUSTER_MAX_DEVICES];
     char last_event[CLUSTER_MAX_DEVICES][200];
     int handshake_fails[CLUSTER_MAX_DEVICES]; /* handshakes the worker closed on us */
+    /* a HELLO the socket would not take yet (no connection: a handshake under
+     * way, or torn down by a refusal): sent again with each heartbeat tick
+     * until it goes out, the hello deadline passes or the refusal is reported */
+    zmq_msg_t hello[CLUSTER_MAX_DEVICES];
+    bool hello_kept[CLUSTER_MAX_DEVICES];
     uint32_t hb_ms, timeout_ms, connect_ms, delay_ms;
     uint32_t hello_ms; /* answer time for HELLO: connect_ms, plus the profile's when asked */
     uint64_t hb_counter;
@@ -72,6 +77,24 @@ static void io_fault(head_io *io, int32_t dev, lares_status code, const char *fm
     io_to_pipe(io, (uint32_t)dev, io->buf, n);
 }
 
+static void io_hello_drop(head_io *io, int32_t dev) {
+    if (io->hello_kept[dev]) {
+        zmq_msg_close(&io->hello[dev]);
+        io->hello_kept[dev] = false;
+    }
+}
+
+/* keeps a copy of a HELLO to send again; false when it cannot */
+static bool io_hello_keep(head_io *io, int32_t dev, const uint8_t *f, size_t len) {
+    io_hello_drop(io, dev);
+    if (zmq_msg_init_size(&io->hello[dev], len) != 0) {
+        return false;
+    }
+    memcpy(zmq_msg_data(&io->hello[dev]), f, len);
+    io->hello_kept[dev] = true;
+    return true;
+}
+
 /* frames from the session: [u32 device][frame]; false when told to quit */
 static bool io_from_pipe(head_io *io, uint64_t now) {
     for (;;) {
@@ -98,10 +121,16 @@ static bool io_from_pipe(head_io *io, uint64_t now) {
             io->state[dev] = DEV_HELLO;
             io->hello_deadline_ns[dev] = now + (uint64_t)io->hello_ms * 1000000u;
         }
+        if (type == CLUSTER_HELLO) {
+            io_hello_drop(io, (int32_t)dev);
+        }
         if (io->state[dev] != DEV_FAILED &&
             net_outbox_send(&io->out, io->delay_ms, io->dealer[dev], NULL, 0, f, len) != 0) {
-            io_fault(io, (int32_t)dev, LARES_ENET, "cannot send a %s frame: %s",
-                     cluster_frame_type_name(type), zmq_strerror(zmq_errno()));
+            const int e = zmq_errno();
+            if (!(type == CLUSTER_HELLO && e == EAGAIN && io_hello_keep(io, (int32_t)dev, f, len))) {
+                io_fault(io, (int32_t)dev, LARES_ENET, "cannot send a %s frame: %s",
+                         cluster_frame_type_name(type), zmq_strerror(e));
+            }
         }
         if (type == CLUSTER_STOP && io->state[dev] != DEV_FAILED) {
             io->state[dev] = DEV_IDLE; /* no heartbeats to a device that left */
@@ -198,8 +227,15 @@ static void io_timers(head_io *io, uint64_t now) {
         } else if (io->state[d] == DEV_HELLO && now <= io->hello_deadline_ns[d]) {
             /* a worker measuring itself before its WELCOME must not take the
              * head for silent; a send that fails here (not connected yet) is
-             * left to the hello deadline */
-            (void)net_outbox_send(&io->out, io->delay_ms, io->dealer[d], NULL, 0, io->buf, n);
+             * left to the hello deadline, as is a HELLO still kept */
+            if (io->hello_kept[d]) {
+                if (net_outbox_send(&io->out, io->delay_ms, io->dealer[d], NULL, 0,
+                                    zmq_msg_data(&io->hello[d]), zmq_msg_size(&io->hello[d])) == 0) {
+                    io_hello_drop(io, d);
+                }
+            } else {
+                (void)net_outbox_send(&io->out, io->delay_ms, io->dealer[d], NULL, 0, io->buf, n);
+            }
         } else if (io->state[d] == DEV_HELLO) {
             io_fault(io, d, LARES_ENET,
                      "no answer to hello within %u ms (last connection event: "
@@ -251,6 +287,7 @@ static void *io_main(void *arg) {
     net_outbox_flush(&io->out, UINT64_MAX);
     const int linger = 200;
     for (int32_t d = 1; d < io->n_dev; d++) {
+        io_hello_drop(io, d);
         zmq_setsockopt(io->dealer[d], ZMQ_LINGER, &linger, sizeof linger);
         zmq_socket_monitor(io->dealer[d], NULL, 0);
         zmq_close(io->dealer[d]);
