@@ -376,11 +376,16 @@ LARES_API lares_status lares_convert_llama2c(const char *ckpt_path, const char *
 
 /* ---- kernels ------------------------------------------------------------ */
 
-/* Forces the kernel family ("scalar", "avx2", "neon") before the first model
- * is used; an instruction set this CPU or build lacks is an error. */
+/* Forces the kernel family ("scalar", "avx2", "avxvnni", "avx512", "neon",
+ * "neon-nodot") before the first model is used; an instruction set this CPU or
+ * build lacks is an error. */
 LARES_API lares_status lares_force_isa(const char *name, lares_error *err);
-/* The kernel family in use ("avx2", "neon+dotprod", "scalar"). */
+/* The kernel family in use ("avx512vnni", "avxvnni", "avx2", "neon+dotprod",
+ * "scalar"). */
 LARES_API const char *lares_isa(void);
+/* The CPU's features that matter to the kernels, one line of lower-case names
+ * ("avx2 fma f16c avx512f avx512bw avx512vl avx512vnni ... avxvnni"). */
+LARES_API const char *lares_cpu_flags(void);
 LARES_API const char *lares_version(void);
 
 /* ---- rings: several devices running one model (docs/ring.md) ------------ */

@@ -144,6 +144,8 @@ static const struct {
 } families[] = {
     {"scalar", QUANT_ISA_SCALAR},
     {"avx2", QUANT_ISA_AVX2},
+    {"avxvnni", QUANT_ISA_AVXVNNI},
+    {"avx512", QUANT_ISA_AVX512},
     {"neon", QUANT_ISA_NEON},
     {"neon-nodot", QUANT_ISA_NEON_NODOT},
 };
@@ -384,7 +386,22 @@ static void test_dispatch(void) {
     CHECK((quant_traits_isa(GGUF_TYPE_Q4_0, QUANT_ISA_AVX2) != NULL) == avx2);
     CHECK(quant_traits_isa(GGUF_TYPE_Q4_0, QUANT_ISA_NEON) == NULL);
     CHECK(quant_traits_isa(GGUF_TYPE_Q4_0, QUANT_ISA_NEON_NODOT) == NULL);
-    CHECK(strcmp(quant_isa_name(), avx2 ? "avx2" : "scalar") == 0);
+    const bool vnni = avx2 && c->avxvnni;
+    const bool avx512 = avx2 && c->avx512f && c->avx512bw && c->avx512vl && c->avx512vnni;
+    CHECK((quant_traits_isa(GGUF_TYPE_Q4_0, QUANT_ISA_AVXVNNI) != NULL) == vnni);
+    CHECK((quant_traits_isa(GGUF_TYPE_Q4_0, QUANT_ISA_AVX512) != NULL) == avx512);
+    /* the best family this CPU has is the default */
+    CHECK(strcmp(quant_isa_name(), avx512 ? "avx512vnni"
+                                   : vnni ? "avxvnni"
+                                   : avx2 ? "avx2"
+                                          : "scalar") == 0);
+    CHECK(strstr(quant_cpu_flags(), avx2 ? "avx2" : "none") != NULL);
+    if (!vnni) {
+        printf("  (the avxvnni family is not tested: this CPU lacks AVX-VNNI)\n");
+    }
+    if (!avx512) {
+        printf("  (the avx512 family is not tested: this CPU lacks AVX-512 F/BW/VL/VNNI)\n");
+    }
 #elif defined(LARES_HAVE_ARM64)
     CHECK(quant_traits_isa(GGUF_TYPE_Q4_0, QUANT_ISA_AVX2) == NULL);
     CHECK(quant_traits_isa(GGUF_TYPE_Q4_0, QUANT_ISA_NEON_NODOT) != NULL);

@@ -107,6 +107,8 @@ lares_status lares_force_isa(const char *name, lares_error *err) {
     } isas[] = {{"auto", QUANT_ISA_AUTO},
                 {"scalar", QUANT_ISA_SCALAR},
                 {"avx2", QUANT_ISA_AVX2},
+                {"avxvnni", QUANT_ISA_AVXVNNI},
+                {"avx512", QUANT_ISA_AVX512},
                 {"neon", QUANT_ISA_NEON},
                 {"neon-nodot", QUANT_ISA_NEON_NODOT}};
     for (size_t i = 0; i < LARES_ARRAY_LEN(isas); i++) {
@@ -114,12 +116,17 @@ lares_status lares_force_isa(const char *name, lares_error *err) {
             return quant_force_isa(isas[i].isa, err);
         }
     }
-    return lares_fail(err, LARES_EINVAL, "unknown instruction set '%s' (auto, scalar, avx2, neon, neon-nodot)",
+    return lares_fail(err, LARES_EINVAL, "unknown instruction set '%s' (auto, scalar, avx2, avxvnni, avx512, "
+                      "neon, neon-nodot)",
                       name);
 }
 
 const char *lares_isa(void) {
     return quant_isa_name();
+}
+
+const char *lares_cpu_flags(void) {
+    return quant_cpu_flags();
 }
 
 const char *lares_version(void) {

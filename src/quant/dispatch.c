@@ -9,6 +9,10 @@
 #include "quant/kernels.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#if defined(LARES_HAVE_X86) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
 #if defined(__linux__) && defined(LARES_HAVE_ARM64)
 #include <sys/auxv.h>
 #endif
@@ -22,26 +26,63 @@ static quant_cpu cpu;
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 static bool filled;
 
+#if defined(LARES_HAVE_X86) && defined(__GNUC__)
+/* XCR0: which register states the OS saves on a context switch */
+static uint64_t xcr0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
 static void probe_cpu(void) {
 #if defined(LARES_HAVE_X86) && defined(__GNUC__)
     __builtin_cpu_init();
     cpu.avx2 = __builtin_cpu_supports("avx2");
     cpu.fma = __builtin_cpu_supports("fma");
-    cpu.avx512f = __builtin_cpu_supports("avx512f");
     /* F16C has no __builtin_cpu_supports name in older compilers: every
      * AVX2 CPU shipped has it (Haswell, Excavator onward). */
     cpu.f16c = cpu.avx2;
+    /* The AVX-512 and VNNI bits straight from CPUID (older compilers lack their
+     * names), and only where the OS saves the registers they use. */
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) { /* OSXSAVE */
+        return;
+    }
+    const uint64_t x = xcr0();
+    const bool ymm_ok = (x & 0x6) == 0x6, zmm_ok = (x & 0xe6) == 0xe6;
+    if (!ymm_ok) {
+        cpu.avx2 = cpu.fma = cpu.f16c = false;
+        return;
+    }
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        cpu.avx512f = zmm_ok && (b & (1u << 16));
+        cpu.avx512bw = zmm_ok && (b & (1u << 30));
+        cpu.avx512vl = zmm_ok && (b & (1u << 31));
+        cpu.avx512vbmi = zmm_ok && (c & (1u << 1));
+        cpu.avx512vnni = zmm_ok && (c & (1u << 11));
+        if (a >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+            cpu.avxvnni = (a & (1u << 4)) != 0;
+            cpu.avx512bf16 = zmm_ok && (a & (1u << 5));
+        }
+    }
 #elif defined(LARES_HAVE_ARM64)
     cpu.neon = true; /* mandatory in AArch64 */
 #if defined(__linux__)
     unsigned long hw = getauxval(AT_HWCAP);
     cpu.dotprod = (hw & (1UL << 20)) != 0; /* HWCAP_ASIMDDP */
     cpu.fp16 = (hw & (1UL << 10)) != 0;    /* HWCAP_ASIMDHP */
+    cpu.i8mm = (getauxval(AT_HWCAP2) & (1UL << 13)) != 0; /* HWCAP2_I8MM */
 #elif defined(__APPLE__)
     int v = 0;
     size_t len = sizeof v;
     if (sysctlbyname("hw.optional.arm.FEAT_DotProd", &v, &len, NULL, 0) == 0) {
         cpu.dotprod = v != 0;
+    }
+    v = 0;
+    len = sizeof v;
+    if (sysctlbyname("hw.optional.arm.FEAT_I8MM", &v, &len, NULL, 0) == 0) {
+        cpu.i8mm = v != 0;
     }
     cpu.fp16 = true;
 #endif
@@ -53,6 +94,45 @@ const quant_cpu *quant_cpu_features(void) {
     return &cpu;
 }
 
+static char flags_line[160];
+static pthread_once_t flags_once = PTHREAD_ONCE_INIT;
+
+static void fill_flags(void) {
+    const quant_cpu *c = quant_cpu_features();
+    const struct {
+        bool on;
+        const char *name;
+    } f[] = {{c->avx2, "avx2"},
+             {c->fma, "fma"},
+             {c->f16c, "f16c"},
+             {c->avx512f, "avx512f"},
+             {c->avx512bw, "avx512bw"},
+             {c->avx512vl, "avx512vl"},
+             {c->avx512vnni, "avx512vnni"},
+             {c->avx512bf16, "avx512bf16"},
+             {c->avx512vbmi, "avx512vbmi"},
+             {c->avxvnni, "avxvnni"},
+             {c->neon, "neon"},
+             {c->dotprod, "dotprod"},
+             {c->fp16, "fp16"},
+             {c->i8mm, "i8mm"}};
+    size_t used = 0;
+    for (size_t i = 0; i < LARES_ARRAY_LEN(f); i++) {
+        if (f[i].on && used + strlen(f[i].name) + 2 < sizeof flags_line) {
+            used += (size_t)snprintf(flags_line + used, sizeof flags_line - used, "%s%s",
+                                     used ? " " : "", f[i].name);
+        }
+    }
+    if (used == 0) {
+        snprintf(flags_line, sizeof flags_line, "none");
+    }
+}
+
+const char *quant_cpu_flags(void) {
+    pthread_once(&flags_once, fill_flags);
+    return flags_line;
+}
+
 static bool isa_available(quant_isa isa) {
     const quant_cpu *c = quant_cpu_features();
     switch (isa) {
@@ -62,6 +142,19 @@ static bool isa_available(quant_isa isa) {
     case QUANT_ISA_AVX2:
 #if defined(LARES_HAVE_X86)
         return c->avx2 && c->fma && c->f16c;
+#else
+        return false;
+#endif
+    case QUANT_ISA_AVXVNNI:
+#if defined(LARES_HAVE_X86)
+        return c->avx2 && c->fma && c->f16c && c->avxvnni;
+#else
+        return false;
+#endif
+    case QUANT_ISA_AVX512:
+#if defined(LARES_HAVE_X86)
+        return c->avx2 && c->fma && c->f16c && c->avx512f && c->avx512bw && c->avx512vl &&
+               c->avx512vnni;
 #else
         return false;
 #endif
@@ -83,8 +176,9 @@ static bool isa_available(quant_isa isa) {
 
 static quant_traits tables[QUANT_ISA_COUNT][GGUF_TYPE_COUNT];
 static pthread_once_t tables_once[QUANT_ISA_COUNT] = {
-    PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
-static_assert(QUANT_ISA_COUNT == 5, "one PTHREAD_ONCE_INIT per kernel family");
+    PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
+    PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+static_assert(QUANT_ISA_COUNT == 7, "one PTHREAD_ONCE_INIT per kernel family");
 
 const char *quant_isa_family_name(quant_isa isa) {
     if (isa == QUANT_ISA_AUTO) {
@@ -96,6 +190,10 @@ const char *quant_isa_family_name(quant_isa isa) {
     switch (isa) {
     case QUANT_ISA_AVX2:
         return "avx2";
+    case QUANT_ISA_AVXVNNI:
+        return "avxvnni";
+    case QUANT_ISA_AVX512:
+        return "avx512vnni";
     case QUANT_ISA_NEON:
         return quant_cpu_features()->dotprod ? "neon+dotprod" : "neon";
     case QUANT_ISA_NEON_NODOT:
@@ -110,9 +208,10 @@ const char *quant_isa_family_name(quant_isa isa) {
 static void install(quant_traits *t, quant_isa isa) {
     memcpy(t, quant_ref_table, sizeof tables[0]);
 #if defined(LARES_HAVE_X86)
-    if (isa == QUANT_ISA_AVX2) {
+    if (isa == QUANT_ISA_AVX2 || isa == QUANT_ISA_AVXVNNI || isa == QUANT_ISA_AVX512) {
         quant_install_avx2(t);
     }
+    /* GEMM_INSTALL */
 #endif
 #if defined(LARES_HAVE_ARM64)
     if (isa == QUANT_ISA_NEON) {
@@ -130,6 +229,12 @@ static void fill_scalar(void) {
 static void fill_avx2(void) {
     install(tables[QUANT_ISA_AVX2], QUANT_ISA_AVX2);
 }
+static void fill_avxvnni(void) {
+    install(tables[QUANT_ISA_AVXVNNI], QUANT_ISA_AVXVNNI);
+}
+static void fill_avx512(void) {
+    install(tables[QUANT_ISA_AVX512], QUANT_ISA_AVX512);
+}
 static void fill_neon(void) {
     install(tables[QUANT_ISA_NEON], QUANT_ISA_NEON);
 }
@@ -142,6 +247,8 @@ static const quant_traits *family_table(quant_isa isa) {
     static void (*const fillers[QUANT_ISA_COUNT])(void) = {
         [QUANT_ISA_SCALAR] = fill_scalar,
         [QUANT_ISA_AVX2] = fill_avx2,
+        [QUANT_ISA_AVXVNNI] = fill_avxvnni,
+        [QUANT_ISA_AVX512] = fill_avx512,
         [QUANT_ISA_NEON] = fill_neon,
         [QUANT_ISA_NEON_NODOT] = fill_neon_nodot,
     };
@@ -157,9 +264,11 @@ static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 static void fill(void) {
     quant_isa want = forced;
     if (want == QUANT_ISA_AUTO) {
-        want = isa_available(QUANT_ISA_AVX2)   ? QUANT_ISA_AVX2
-               : isa_available(QUANT_ISA_NEON) ? QUANT_ISA_NEON
-                                               : QUANT_ISA_SCALAR;
+        want = isa_available(QUANT_ISA_AVX512)    ? QUANT_ISA_AVX512
+               : isa_available(QUANT_ISA_AVXVNNI) ? QUANT_ISA_AVXVNNI
+               : isa_available(QUANT_ISA_AVX2)    ? QUANT_ISA_AVX2
+               : isa_available(QUANT_ISA_NEON)    ? QUANT_ISA_NEON
+                                                  : QUANT_ISA_SCALAR;
     }
     table = family_table(want);
     isa_name = quant_isa_family_name(want);

@@ -57,13 +57,16 @@ const quant_traits *quant_traits_of(uint32_t type);
 /* The scalar reference traits (the oracle of the tests), or NULL. */
 const quant_traits *quant_traits_ref(uint32_t type);
 
-/* Which kernel family dispatch chose ("avx2", "neon", "neon+dotprod", "scalar"). */
+/* Which kernel family dispatch chose ("avx512vnni", "avxvnni", "avx2", "neon",
+ * "neon+dotprod", "scalar"). */
 const char *quant_isa_name(void);
 
 typedef enum quant_isa {
     QUANT_ISA_AUTO = 0,
     QUANT_ISA_SCALAR,
     QUANT_ISA_AVX2,
+    QUANT_ISA_AVXVNNI, /* AVX2 + 256-bit VPDPBUSD (Intel 12th gen on, AMD Zen 4 on) */
+    QUANT_ISA_AVX512,  /* AVX-512 F/BW/VL + VNNI (AMD Zen 4/5, Intel server parts) */
     QUANT_ISA_NEON,       /* with the dot-product extension where the CPU has it */
     QUANT_ISA_NEON_NODOT, /* plain NEON even where dotprod exists (tests, comparisons) */
     QUANT_ISA_COUNT
@@ -88,9 +91,14 @@ size_t quant_row_bytes(uint32_t type, int64_t n);
 
 /* ---- CPU features ---- */
 typedef struct quant_cpu {
-    bool avx2, fma, f16c, avx512f;
-    bool neon, dotprod, fp16;
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, avx512vbmi,
+        avxvnni;
+    bool neon, dotprod, fp16, i8mm;
 } quant_cpu;
 const quant_cpu *quant_cpu_features(void);
+/* The features above that this CPU has, as one line of lower-case names
+ * ("avx2 fma f16c avx512f ... avxvnni"; "neon dotprod fp16"); "none" on others.
+ * Benchmarks print it beside every figure. */
+const char *quant_cpu_flags(void);
 
 #endif /* LARES_QUANT_H */
