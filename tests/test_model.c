@@ -210,24 +210,39 @@ static void test_bos_only_logits(void) {
     json_decref(root);
 }
 
-/* a prompt in one batch and token by token must leave the same logits */
+/* A prompt in one batch and token by token must leave the same logits: up to
+ * float rounding where both paths quantize activations alike (Q4_0: Q8_0
+ * activations in the GEMM's panels and in the dot products); the K-quants'
+ * dot products take Q8_K activations (one scale per 256) and the GEMM Q8_0-
+ * style ones (per 32, half the error: test_gemm), so there the bound is the
+ * activation rounding's. */
 static void test_batch_equals_sequential(void) {
     const int32_t prompt[] = {1, 80, 147, 201, 282, 57, 313, 598, 303, 1049, 1468, 267};
     const int n = (int)LARES_ARRAY_LEN(prompt);
-    runner a, b;
-    if (runner_open(&a, "derived/TinyStories-656K.llamacpp-Q4_0.gguf", 2, GGUF_TYPE_F32, 16) &&
-        runner_open(&b, "derived/TinyStories-656K.llamacpp-Q4_0.gguf", 1, GGUF_TYPE_F32, 1)) {
-        CHECK(feed(&a, prompt, n, 0, 16));
-        CHECK(feed(&b, prompt, n, 0, 1));
-        double worst = 0;
-        for (int32_t i = 0; i < a.m->hp.n_vocab; i++) {
-            double d = fabs((double)a.logits[i] - b.logits[i]);
-            worst = d > worst ? d : worst;
+    static const struct {
+        const char *file;
+        double tol;
+    } cases[] = {{"derived/TinyStories-656K.llamacpp-Q4_0.gguf", 1e-3},
+                 {"derived/TinyStories-656K.llamacpp-Q4_K_M.gguf", 0.1}};
+    for (size_t c = 0; c < LARES_ARRAY_LEN(cases); c++) {
+        runner a, b;
+        if (runner_open(&a, cases[c].file, 2, GGUF_TYPE_F32, 16) &&
+            runner_open(&b, cases[c].file, 1, GGUF_TYPE_F32, 1)) {
+            CHECK(feed(&a, prompt, n, 0, 16));
+            CHECK(feed(&b, prompt, n, 0, 1));
+            double worst = 0;
+            for (int32_t i = 0; i < a.m->hp.n_vocab; i++) {
+                double d = fabs((double)a.logits[i] - b.logits[i]);
+                worst = d > worst ? d : worst;
+            }
+            CHECKF(worst < cases[c].tol, "%s: batched vs sequential logits differ by %g",
+                   cases[c].file, worst);
+            printf("  %s: batched vs sequential logits within %.2g\n", cases[c].file, worst);
+            CHECK(argmax(a.logits, a.m->hp.n_vocab) == argmax(b.logits, b.m->hp.n_vocab));
         }
-        CHECKF(worst < 1e-3, "batched vs sequential logits differ by %g", worst);
+        runner_close(&a);
+        runner_close(&b);
     }
-    runner_close(&a);
-    runner_close(&b);
 }
 
 /* Copies a model adding metadata or a rope_freqs tensor (all `factor`). */

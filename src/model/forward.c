@@ -101,11 +101,14 @@ static size_t act_bytes_for(const model *m, int32_t n_batch) {
             if (ms[i] == NULL || ms[i]->qt == NULL) {
                 continue; /* absent in this architecture */
             }
-            size_t b = ops_act_bytes(ms[i]->qt->vec_dot_type, rows, widest);
+            /* a smaller batch may take the other format: room for both */
+            size_t b = LARES_MAX(ops_act_bytes(ms[i]->qt->vec_dot_type, rows, widest),
+                                 ops_act_bytes(ops_act_type(ms[i], rows), rows, widest));
             best = b > best ? b : best;
         }
     }
-    size_t b = ops_act_bytes(m->output.qt->vec_dot_type, n_batch, hp->n_embd);
+    size_t b = LARES_MAX(ops_act_bytes(m->output.qt->vec_dot_type, n_batch, hp->n_embd),
+                         ops_act_bytes(ops_act_type(&m->output, n_batch), n_batch, hp->n_embd));
     return b > best ? b : best;
 }
 
@@ -251,7 +254,8 @@ void model_output(const model *m, model_ctx *cx, float *x, int32_t n_rows, float
     const model_hparams *hp = &m->hp;
     norm_all(cx->pool, x, m->output_norm, hp->n_embd, hp->rms_eps, n_rows, x);
     ops_act a;
-    ops_act_prepare(cx->pool, x, n_rows, hp->n_embd, m->output.qt->vec_dot_type, cx->act, &a);
+    ops_act_prepare(cx->pool, x, n_rows, hp->n_embd, ops_act_type(&m->output, n_rows), cx->act,
+                    &a);
     const ops_matrix *ws[] = {&m->output};
     const ops_act *as[] = {&a};
     float *ys[] = {logits};
@@ -337,12 +341,12 @@ static void matmul_shared(model_ctx *cx, const float *x, int64_t n_rows, int64_t
         if (done[i]) {
             continue;
         }
-        const uint32_t type = ws[i]->qt->vec_dot_type;
+        const uint32_t type = ops_act_type(ws[i], n_rows);
         const ops_matrix *group[8];
         float *outs[8];
         int g = 0;
         for (int j = i; j < n; j++) {
-            if (!done[j] && ws[j]->qt->vec_dot_type == type) {
+            if (!done[j] && ops_act_type(ws[j], n_rows) == type) {
                 group[g] = ws[j];
                 outs[g++] = ys[j];
                 done[j] = true;
@@ -534,7 +538,9 @@ static void moe_ffn(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
         memcpy(cx->xg + (size_t)row * (size_t)e, cx->xn + (size_t)(i / k) * (size_t)e,
                (size_t)e * sizeof(float));
     }
-    /* gate and up: the gathered rows converted once per activation format */
+    /* gate and up: the gathered rows converted once per activation format (row
+     * formats: each expert multiplies a slice of the rows, which panels of
+     * interleaved rows cannot give) */
     ops_act ag, au;
     ops_act_prepare(cx->pool, cx->xg, rows, e, l->exp_gate[0].qt->vec_dot_type, cx->act, &ag);
     au = ag;

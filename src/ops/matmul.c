@@ -7,7 +7,9 @@
  * (another program on its core) simply takes fewer chunks. With one
  * activation row (generation) a chunk is about GEMV_CHUNK_BYTES of weight
  * rows, one dot product per row. With several
- * activation rows (prompt processing) each chunk is walked in tiles of up to
+ * activation rows (prompt processing) the dispatched kernels' packed GEMM
+ * takes the chunk when it has one for the type (activations quantized once
+ * into panels, quant.h); otherwise each chunk is walked in tiles of up to
  * QUANT_TILE_MAX weight rows x activation rows, so every weight block loaded
  * from memory is used against several tokens.
  */
@@ -54,8 +56,43 @@ lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int
     return LARES_OK;
 }
 
+uint32_t ops_act_type(const ops_matrix *w, int64_t n_rows) {
+    if (w->qt->gemm != NULL && n_rows >= OPS_GEMM_MIN_ROWS &&
+        w->n_in % QUANT_PANEL_GROUP == 0) {
+        return OPS_ACT_PANELS;
+    }
+    return w->qt->vec_dot_type;
+}
+
 size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in) {
+    if (type == OPS_ACT_PANELS) {
+        const quant_panel_fmt *f = quant_panels();
+        if (f == NULL) {
+            return 0;
+        }
+        return (size_t)((n_rows + f->lanes - 1) / f->lanes) * quant_panel_bytes(f, n_in);
+    }
     return (size_t)n_rows * quant_row_bytes(type, n_in);
+}
+
+typedef struct panel_task {
+    const float *x;
+    int64_t n_rows, n_in;
+    const quant_panel_fmt *f;
+    uint8_t *buf;
+} panel_task;
+
+static void act_panels(void *vctx, int ith, int nth) {
+    const panel_task *t = vctx;
+    const int64_t n_p = (t->n_rows + t->f->lanes - 1) / t->f->lanes;
+    const size_t pb = quant_panel_bytes(t->f, t->n_in);
+    int64_t lo, hi;
+    ops_split(n_p, ith, nth, &lo, &hi);
+    for (int64_t p = lo; p < hi; p++) {
+        const int64_t r0 = p * t->f->lanes;
+        const int n = (int)LARES_MIN((int64_t)t->f->lanes, t->n_rows - r0);
+        t->f->from_float(t->x + r0 * t->n_in, (size_t)t->n_in, n, t->n_in, t->buf + (size_t)p * pb);
+    }
 }
 
 typedef struct act_task {
@@ -85,6 +122,14 @@ void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_i
         out->data = x;
         return;
     }
+    if (type == OPS_ACT_PANELS) {
+        panel_task t = {.x = x, .n_rows = n_rows, .n_in = n_in, .f = quant_panels(), .buf = buf};
+        out->row_bytes = 0;
+        ops_pool_run_n(pool, act_panels, &t,
+                       ops_pool_threads_for(pool, (double)n_rows * n_in, MIN_ELEMS_PER_THREAD));
+        out->data = buf;
+        return;
+    }
     act_task t = {.x = x, .n_rows = n_rows, .n_in = n_in, .qt = quant_traits_of(type), .buf = buf,
                   .row_bytes = out->row_bytes};
     if (pool != NULL && n_rows > 1) {
@@ -112,6 +157,11 @@ static void mm_rows(const ops_matrix *w, const ops_act *a, float *y, int64_t r0,
     const uint8_t *ad = a->data;
     const int64_t n_out = w->n_out;
     const quant_traits *qt = w->qt;
+    if (a->type == OPS_ACT_PANELS) {
+        qt->gemm(w->n_in, wd + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, ad, a->n_rows,
+                 y + r0, (size_t)n_out);
+        return;
+    }
     if (a->n_rows == 1) {
         for (int64_t r = r0; r < r1; r++) {
             qt->vec_dot(w->n_in, y + r, wd + (size_t)r * w->row_bytes, ad);

@@ -62,19 +62,33 @@ typedef struct ops_matrix {
 lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int64_t n_in,
                              int64_t n_out, const char *what, lares_error *err);
 
-/* Activations converted to the format a weight type's dot product expects. */
+/* Activations converted to the format a weight type's dot product expects,
+ * or into the panels of the packed GEMM (type OPS_ACT_PANELS). */
 typedef struct ops_act {
     const void *data;
     uint32_t type;
     int64_t n_rows;
     int64_t n_in;
-    size_t row_bytes;
+    size_t row_bytes; /* 0 for panels: rows are interleaved, not consecutive */
 } ops_act;
+
+/* The activation format of the packed GEMM (quant.h: quant_panel_fmt); never a
+ * GGUF type id. */
+#define OPS_ACT_PANELS 0x10000u
+/* The fewest activation rows that take the packed GEMM: below a panel's worth
+ * most of its lanes would multiply zeros. */
+#define OPS_GEMM_MIN_ROWS 8
+/* The activation format for multiplying w by n_rows rows: OPS_ACT_PANELS where
+ * the dispatched kernels have a GEMM for w's type and n_rows is large enough,
+ * else w's vec_dot_type. Matrices sharing an input share one conversion when
+ * their formats are equal. */
+uint32_t ops_act_type(const ops_matrix *w, int64_t n_rows);
 
 /* Bytes of scratch needed to hold n_rows x n_in activations of `type`. */
 size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in);
 /* Converts x (n_rows x n_in floats) into buf as `type` (in parallel when the
- * pool is given); for F32 the result points at x itself. */
+ * pool is given; 64-byte aligned buf for panels); for F32 the result points at
+ * x itself. */
 void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_in, uint32_t type,
                      void *buf, ops_act *out);
 

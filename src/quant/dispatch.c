@@ -211,7 +211,14 @@ static void install(quant_traits *t, quant_isa isa) {
     if (isa == QUANT_ISA_AVX2 || isa == QUANT_ISA_AVXVNNI || isa == QUANT_ISA_AVX512) {
         quant_install_avx2(t);
     }
-    /* GEMM_INSTALL */
+    /* the packed-activation GEMM of the VNNI families over the AVX2 table (with
+     * AVX2 alone, VPDPBUSD emulated by two instructions, it measured no faster
+     * than the row tiles: docs/kernels.md) */
+    if (isa == QUANT_ISA_AVXVNNI) {
+        quant_install_gemm_avxvnni(t);
+    } else if (isa == QUANT_ISA_AVX512) {
+        quant_install_gemm_avx512(t);
+    }
 #endif
 #if defined(LARES_HAVE_ARM64)
     if (isa == QUANT_ISA_NEON) {
@@ -308,6 +315,16 @@ const quant_traits *quant_traits_isa(uint32_t type, quant_isa isa) {
         return NULL;
     }
     return &t[type];
+}
+
+const quant_panel_fmt *quant_panels(void) {
+    pthread_once(&table_once, fill);
+    for (uint32_t i = 0; i < GGUF_TYPE_COUNT; i++) {
+        if (table[i].gemm != NULL) {
+            return table[i].panel;
+        }
+    }
+    return NULL;
 }
 
 const char *quant_isa_name(void) {

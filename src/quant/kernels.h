@@ -64,6 +64,10 @@ void quant_install_neon_legacy(quant_traits *t, bool dotprod);
 /* The K-quant and i-quant kernels (kquants_avx2.c + iquants_avx2.c,
  * kquants_neon.c + iquants_neon.c), installed after the ones above. */
 void quant_install_avx2_kquants(quant_traits *t);
+/* The packed-activation GEMM (gemm_x86.h): 8 lanes of AVX-VNNI, 16 lanes of
+ * AVX-512 VNNI. */
+void quant_install_gemm_avxvnni(quant_traits *t);
+void quant_install_gemm_avx512(quant_traits *t);
 void quant_install_neon_kquants(quant_traits *t, bool dotprod);
 
 #endif /* LARES_QUANT_KERNELS_H */

@@ -29,6 +29,7 @@
  * registers (rolled, the tiles ran at half speed).
  */
 #include "quant/kernels.h"
+#include "quant/q8_avx2.h"
 
 #include <immintrin.h>
 
@@ -658,45 +659,17 @@ static void dequant_q8_1_avx2(const void *restrict src, float *restrict dst, int
  * dropped fraction is at least one half. v - trunc(v) is exact there, so this
  * is roundf bit for bit, where VROUNDPS's nearest mode would round halves to
  * even. */
-static ALWAYS_INLINE __m256 round_half_away(__m256 v) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
-    __m256 step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0f));
-    __m256 ge = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-    return _mm256_add_ps(t, _mm256_and_ps(ge, step));
-}
-
-/* One block of 32 floats to int8 codes as the Q8 references do: d = amax / 127,
- * codes roundf(x * (1 / d)). Returns d; *sum gets the sum of the codes. */
+/* One block of 32 floats to int8 codes as the Q8 references do (q8_avx2.h).
+ * Returns d; *sum gets the sum of the codes. */
 static ALWAYS_INLINE float quant_q8_block(const float *x, int8_t *qs, int *sum) {
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int k = 0; k < 4; k++) {
-        v[k] = _mm256_loadu_ps(x + 8 * k);
-        amax = _mm256_max_ps(amax, _mm256_and_ps(v[k], abs_mask));
-    }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float d = _mm_cvtss_f32(m) / 127;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
-    const __m256 idv = _mm256_set1_ps(id);
     __m256i q[4];
-    for (int k = 0; k < 4; k++) {
-        q[k] = _mm256_cvtps_epi32(round_half_away(_mm256_mul_ps(v[k], idv)));
-    }
+    const float d = q8_codes_avx2(x, q);
     __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
     __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
     s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
     s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
     *sum = _mm_cvtsi128_si32(s4);
-    /* int32 -> int16 -> int8 packs interleave 128-bit lanes; restore order */
-    __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
-    __m256i p8 = _mm256_packs_epi16(p16a, p16b);
-    p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256((__m256i *)qs, p8);
+    _mm256_storeu_si256((__m256i *)qs, q8_pack_avx2(q));
     return d;
 }
 

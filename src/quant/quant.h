@@ -37,6 +37,36 @@ typedef void (*quant_vec_dot_tile_fn)(int64_t n, float *restrict s, size_t ldc,
                                       const void *restrict x, size_t bx, const void *restrict y,
                                       size_t by, int nr, int nc);
 
+/* ---- packed-activation GEMM (prompt processing) ----
+ * With several activation rows, the activations are quantized once into
+ * panels of `lanes` rows. For each group of 32 elements a panel holds 8 quads
+ * of 4 int8 per lane (quad q of lane i at byte 4 * (q * lanes + i)), then four
+ * floats per lane: d (the scale), s = d * sum of the 32 quants, and s0, s1 =
+ * d * sum of each half. A weight row is read straight from the file mapping:
+ * each 4-byte run of its quants is decoded to unsigned bytes u (value =
+ * sw * u - mw, sw and mw per group of 16 or 32) and broadcast against a quad
+ * of every lane (VPDPBUSD), so each weight byte loaded meets `lanes`
+ * activation rows in one instruction and nothing is repacked or copied. */
+#define QUANT_PANEL_GROUP 32
+typedef struct quant_panel_fmt {
+    int lanes; /* activation rows per panel */
+    /* Quantizes rows x, x + ldx, ... (n_rows <= lanes; the other lanes are
+     * zero) of k elements (a multiple of QUANT_PANEL_GROUP) into one panel. */
+    void (*from_float)(const float *restrict x, size_t ldx, int n_rows, int64_t k,
+                       void *restrict panel);
+} quant_panel_fmt;
+
+/* bytes of one panel of k elements */
+static inline size_t quant_panel_bytes(const quant_panel_fmt *f, int64_t k) {
+    return (size_t)(k / QUANT_PANEL_GROUP) * (size_t)f->lanes * 48;
+}
+
+/* y[c * ldy + r] = dot(weight row r, activation row c) for r < n_w (rows at x,
+ * bx bytes apart) and c < n_c (activation rows in consecutive panels of k). */
+typedef void (*quant_gemm_fn)(int64_t k, const void *restrict x, size_t bx, int64_t n_w,
+                              const void *restrict panels, int64_t n_c, float *restrict y,
+                              size_t ldy);
+
 typedef struct quant_traits {
     const char *name;
     uint32_t type;          /* GGUF type id */
@@ -49,6 +79,8 @@ typedef struct quant_traits {
     quant_vec_dot_fn vec_dot;           /* NULL: this type cannot be a weight */
     uint32_t vec_dot_type;              /* the activation format vec_dot expects */
     quant_vec_dot_tile_fn vec_dot_tile; /* NULL: callers loop over vec_dot */
+    quant_gemm_fn gemm;                 /* NULL: no packed-activation GEMM for this type */
+    const quant_panel_fmt *panel;       /* the panels gemm reads (with gemm) */
 } quant_traits;
 
 /* The dispatched traits (fastest kernels for this CPU), or NULL when lares
@@ -56,6 +88,9 @@ typedef struct quant_traits {
 const quant_traits *quant_traits_of(uint32_t type);
 /* The scalar reference traits (the oracle of the tests), or NULL. */
 const quant_traits *quant_traits_ref(uint32_t type);
+
+/* The panel format of the dispatched family's GEMM, or NULL when it has none. */
+const quant_panel_fmt *quant_panels(void);
 
 /* Which kernel family dispatch chose ("avx512vnni", "avxvnni", "avx2", "neon",
  * "neon+dotprod", "scalar"). */
