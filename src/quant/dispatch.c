@@ -215,8 +215,10 @@ static void install(quant_traits *t, quant_isa isa) {
      * AVX2 alone, VPDPBUSD emulated by two instructions, it measured no faster
      * than the row tiles: docs/kernels.md) */
     if (isa == QUANT_ISA_AVXVNNI) {
+        quant_install_avxvnni_kquants(t);
         quant_install_gemm_avxvnni(t);
     } else if (isa == QUANT_ISA_AVX512) {
+        quant_install_avx512_kquants(t);
         quant_install_gemm_avx512(t);
     }
 #endif

@@ -64,6 +64,9 @@ void quant_install_neon_legacy(quant_traits *t, bool dotprod);
 /* The K-quant and i-quant kernels (kquants_avx2.c + iquants_avx2.c,
  * kquants_neon.c + iquants_neon.c), installed after the ones above. */
 void quant_install_avx2_kquants(quant_traits *t);
+/* the K-quant kernels again with VPDPWSSD (kquants_x86.h) */
+void quant_install_avxvnni_kquants(quant_traits *t);
+void quant_install_avx512_kquants(quant_traits *t);
 /* The packed-activation GEMM (gemm_x86.h): 8 lanes of AVX-VNNI, 16 lanes of
  * AVX-512 VNNI. */
 void quant_install_gemm_avxvnni(quant_traits *t);
