@@ -76,9 +76,11 @@ ops_kv_view model_kv_view(const model_kv *kv, int32_t layer) {
 
 /* ---- working memory ---- */
 
-/* floats of attention scratch per thread: scores over the context, then one V row */
+/* floats of attention scratch per thread: the scores of the query heads that
+ * share a KV head over the context, then one K or V row */
 static size_t attn_stride(const model_hparams *hp, int32_t n_ctx) {
-    return (size_t)n_ctx + (size_t)hp->head_dim;
+    const size_t group = (size_t)(hp->n_head / (hp->n_head_kv > 0 ? hp->n_head_kv : 1));
+    return group * (size_t)n_ctx + (size_t)hp->head_dim;
 }
 
 /* The activation formats any matrix of the model asks for, largest row wins. */

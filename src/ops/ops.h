@@ -154,7 +154,8 @@ typedef struct ops_attn_args {
     float scale;        /* usually 1/sqrt(head_dim) */
     ops_kv_view kv;
     float *scratch;     /* nth x scratch_stride floats */
-    size_t scratch_stride; /* >= n_ctx + head_dim (scores, then a converted V row) */
+    size_t scratch_stride; /* >= (n_head / n_head_kv) * n_ctx + head_dim (the scores of
+                              a KV head's query heads, then a converted K or V row) */
 } ops_attn_args;
 
 /* Grouped-query attention (Ainslie et al. 2023) with a causal window. */
