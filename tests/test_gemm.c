@@ -21,6 +21,12 @@
 #include "check.h"
 #include "quant/kernels.h"
 
+/* Debian's aarch64 GCC 12 stops with an internal error vectorising the
+ * float64 oracle's reductions below; the oracle needs no vectors. */
+#if defined(__aarch64__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-tree-vectorize")
+#endif
+
 #include <stdint.h>
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
@@ -67,7 +73,7 @@ static double panel_value(const quant_panel_fmt *f, const uint8_t *panels, int64
 static const struct {
     const char *name;
     quant_isa isa;
-} families[] = {{"avxvnni", QUANT_ISA_AVXVNNI}, {"avx512", QUANT_ISA_AVX512}};
+} families[] = {{"avxvnni", QUANT_ISA_AVXVNNI}, {"avx512", QUANT_ISA_AVX512}, {"neon", QUANT_ISA_NEON}};
 
 static const uint32_t types[] = {GGUF_TYPE_Q4_0,  GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0,
                                  GGUF_TYPE_Q5_1,  GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K,
@@ -228,7 +234,8 @@ static void test_shape(const char *fam, const quant_traits *t, int64_t k, int64_
     free(wf);
 }
 
-static void test_family(const char *fam, quant_isa isa) {
+/* returns how many types of the family have a GEMM */
+static int test_family(const char *fam, quant_isa isa) {
     int tested = 0;
     const quant_panel_fmt *fmt = NULL;
     for (size_t ti = 0; ti < LARES_ARRAY_LEN(types); ti++) {
@@ -236,7 +243,7 @@ static void test_family(const char *fam, quant_isa isa) {
         if (t == NULL || t->gemm == NULL) {
             continue;
         }
-        CHECK(t->panel != NULL && (t->panel->lanes == 8 || t->panel->lanes == 16));
+        CHECK(t->panel != NULL && (t->panel->lanes == 4 || t->panel->lanes == 8 || t->panel->lanes == 16));
         if (fmt == NULL) {
             fmt = t->panel;
             test_panels(fam, fmt);
@@ -268,8 +275,15 @@ static void test_family(const char *fam, quant_isa isa) {
                fam, t->name, worst_q, ratio);
         tested++;
     }
+    if (tested == 0) {
+        printf("  %s: no packed GEMM in this family on this CPU (x86 without VNNI, ARM without "
+               "dotprod)\n",
+               fam);
+        return 0;
+    }
     printf("  %s: %d types with a packed GEMM\n", fam, tested);
-    CHECKF(tested >= 7, "%s: only %d types have a GEMM", fam, tested);
+    CHECKF(tested >= 10, "%s: only %d types have a GEMM", fam, tested);
+    return tested;
 }
 
 int main(void) {
@@ -279,15 +293,14 @@ int main(void) {
             printf("  %s: skipped, this CPU or build lacks it\n", families[i].name);
             continue;
         }
-        test_family(families[i].name, families[i].isa);
-        families_run++;
+        families_run += test_family(families[i].name, families[i].isa) > 0;
     }
     /* the dispatched choice names its panels when it has a GEMM */
     const quant_traits *q4 = quant_traits_of(GGUF_TYPE_Q4_0);
     CHECK((q4->gemm != NULL) == (quant_panels() != NULL));
     if (families_run == 0) {
-        printf("gemm: no VNNI family on this machine (AVX-VNNI or AVX-512 VNNI), nothing to "
-               "test\n");
+        printf("gemm: no family with a packed GEMM on this machine (AVX-VNNI, AVX-512 VNNI or "
+               "NEON dotprod), nothing to test\n");
         return 77;
     }
     return check_finish("gemm");

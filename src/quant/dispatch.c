@@ -225,6 +225,9 @@ static void install(quant_traits *t, quant_isa isa) {
 #if defined(LARES_HAVE_ARM64)
     if (isa == QUANT_ISA_NEON) {
         quant_install_neon(t, quant_cpu_features()->dotprod);
+        if (quant_cpu_features()->dotprod) {
+            quant_install_gemm_neon_dotprod(t);
+        }
     } else if (isa == QUANT_ISA_NEON_NODOT) {
         quant_install_neon(t, false);
     }

@@ -70,6 +70,8 @@ void quant_install_avx512_kquants(quant_traits *t);
 /* The packed-activation GEMM (gemm_x86.h): 8 lanes of AVX-VNNI, 16 lanes of
  * AVX-512 VNNI. */
 void quant_install_gemm_avxvnni(quant_traits *t);
+/* ... and 4 lanes of NEON by-lane SDOT (gemm_neon.c), where the CPU has dotprod */
+void quant_install_gemm_neon_dotprod(quant_traits *t);
 void quant_install_gemm_avx512(quant_traits *t);
 void quant_install_neon_kquants(quant_traits *t, bool dotprod);
 

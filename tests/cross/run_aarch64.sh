@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The quant kernels on AArch64, from an x86-64 machine: builds the library and test_quant with
+# The quant kernels on AArch64, from an x86-64 machine: builds the library, test_quant and test_gemm with
 # Debian's cross compiler (cmake/aarch64-linux-gnu.cmake, LARES_MINIMAL_DEPS: no jansson or pcre2
 # for the target) and runs test_quant under qemu-user:
 #   1. qemu's "max" CPU (has dotprod), --isa neon: NEON kernels with SDOT;
@@ -31,7 +31,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     -DCMAKE_TOOLCHAIN_FILE="$src/cmake/aarch64-linux-gnu.cmake" -DCMAKE_BUILD_TYPE=Release \
     -DLARES_MINIMAL_DEPS=ON -DLARES_WERROR=ON -DLARES_CROSS_SYSROOT="$sysroot" >/dev/null
 fi
-cmake --build "$build" --target test_quant
+cmake --build "$build" --target test_quant test_gemm
 
 status=0
 objdir="$build/CMakeFiles/lares.dir/src/quant"
@@ -58,4 +58,14 @@ run() { # cpu args...
 run max --isa neon
 run max --isa neon-nodot
 run cortex-a72
+# the packed GEMM: by-lane SDOT on "max"; none on the Cortex-A72 (no dotprod: skip, 77)
+for cpu in max cortex-a72; do
+  echo "== qemu-aarch64 -cpu $cpu test_gemm"
+  rc=0
+  qemu-aarch64 -L "$sysroot" -cpu "$cpu" "$build/tests/test_gemm" || rc=$?
+  if [ "$rc" -ne 0 ] && ! { [ "$cpu" = cortex-a72 ] && [ "$rc" -eq 77 ]; }; then
+    echo "quant_aarch64: test_gemm failed on $cpu ($rc)"
+    status=1
+  fi
+done
 exit $status

@@ -1,0 +1,383 @@
+/*
+ * The packed-activation GEMM (quant.h: quant_panel_fmt; docs/kernels.md) for
+ * AArch64 with the dot-product extension: panels of 4 activation rows (one
+ * 128-bit register holds the same 4-quant run of all 4 rows), and the by-lane
+ * SDOT multiplies such a register with one 4-quant run of a weight row, held
+ * in one lane of a register of 4 runs: 4 rows x 4 products per instruction,
+ * the weights decoded once per group for every panel.
+ *
+ * SDOT is signed x signed, so weights decode to signed bytes v with value =
+ * sw * v - mw (mw only where the format has a minimum: Q4_1, Q5_1, Q4_K, Q5_K)
+ * instead of the unsigned bytes of the x86 kernels. Functions that carry SDOT
+ * are named *dotprod* (tests/cross/run_aarch64.sh checks the objects).
+ */
+#include "quant/kquant_impl.h"
+
+#include <arm_neon.h>
+
+#define LANES 4
+#define GROUP_BYTES (48 * LANES)
+#define QUAD_BYTES (4 * LANES)
+#define KB_GROUPS 4
+#define ROW_BLOCK 16
+#define GEMM_NP 8 /* panels per pass: 32 activation rows */
+
+/* ---- activations into panels: the Q8_0 reference's codes and fp16 scale ---- */
+
+static void panel_from_float(const float *restrict x, size_t ldx, int n_rows, int64_t k,
+                             void *restrict panel) {
+    uint8_t *pb = panel;
+    const int64_t ng = k / QUANT_PANEL_GROUP;
+    for (int i = 0; i < LANES; i++) {
+        const float *xr = x + (size_t)i * ldx;
+        for (int64_t g = 0; g < ng; g++) {
+            uint8_t *grp = pb + (size_t)g * GROUP_BYTES;
+            float *f = (float *)(void *)(grp + 32 * LANES);
+            if (i >= n_rows) {
+                for (int q = 0; q < 8; q++) {
+                    memset(grp + (size_t)(q * LANES + i) * 4, 0, 4);
+                }
+                f[i] = f[LANES + i] = f[2 * LANES + i] = f[3 * LANES + i] = 0;
+                continue;
+            }
+            const float *xs = xr + g * QUANT_PANEL_GROUP;
+            float32x4_t v[8];
+            float32x4_t amax = vdupq_n_f32(0);
+            for (int j = 0; j < 8; j++) {
+                v[j] = vld1q_f32(xs + 4 * j);
+                amax = vmaxq_f32(amax, vabsq_f32(v[j]));
+            }
+            const float dd = vmaxvq_f32(amax) / 127;
+            const float id = dd != 0 ? 1.0f / dd : 0.0f;
+            const float d = f16_to_f32(f32_to_f16(dd));
+            int32_t s0 = 0, s1 = 0;
+            for (int j = 0; j < 8; j++) {
+                /* round half away from zero, as roundf */
+                const int32x4_t q = vcvtaq_s32_f32(vmulq_n_f32(v[j], id));
+                const int16x4_t q16 = vqmovn_s32(q);
+                const int8x8_t q8 = vqmovn_s16(vcombine_s16(q16, q16));
+                uint32_t run = vget_lane_u32(vreinterpret_u32_s8(q8), 0);
+                memcpy(grp + (size_t)(j * LANES + i) * 4, &run, 4);
+                const int32_t s = vaddvq_s32(q);
+                if (j < 4) {
+                    s0 += s;
+                } else {
+                    s1 += s;
+                }
+            }
+            f[i] = d;
+            f[LANES + i] = d * (float)(s0 + s1);
+            f[2 * LANES + i] = d * (float)s0;
+            f[3 * LANES + i] = d * (float)s1;
+        }
+    }
+}
+
+static const quant_panel_fmt panel_fmt_neon = {.lanes = LANES, .from_float = panel_from_float};
+
+/* ---- the inner step ---- */
+
+#define FORCE_INLINE static inline __attribute__((always_inline))
+
+/* a group of 32: runs 0..3 in w0, 4..7 in w1 */
+FORCE_INLINE void apply32_dotprod(int8x16_t w0, int8x16_t w1, float sw, float mw,
+                                  const uint8_t *act, size_t pstride, int np, float32x4_t *facc) {
+    int32x4_t acc[GEMM_NP];
+#pragma GCC unroll 8
+    for (int p = 0; p < np; p++) {
+        const int8_t *a = (const int8_t *)(act + (size_t)p * pstride);
+        int32x4_t s = vdupq_n_s32(0);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 0 * QUAD_BYTES), w0, 0);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 1 * QUAD_BYTES), w0, 1);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 2 * QUAD_BYTES), w0, 2);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 3 * QUAD_BYTES), w0, 3);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 4 * QUAD_BYTES), w1, 0);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 5 * QUAD_BYTES), w1, 1);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 6 * QUAD_BYTES), w1, 2);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 7 * QUAD_BYTES), w1, 3);
+        acc[p] = s;
+    }
+#pragma GCC unroll 8
+    for (int p = 0; p < np; p++) {
+        const float *f = (const float *)(const void *)(act + (size_t)p * pstride + 32 * LANES);
+        const float32x4_t t = vmulq_f32(vcvtq_f32_s32(acc[p]), vld1q_f32(f));
+        facc[p] = vfmsq_n_f32(vfmaq_n_f32(facc[p], t, sw), vld1q_f32(f + LANES), mw);
+    }
+}
+
+/* half h of a group: its 16 weights, runs 0..3 in w */
+FORCE_INLINE void apply16_dotprod(int8x16_t w, int h, float sw, const uint8_t *act,
+                                  size_t pstride, int np, float32x4_t *facc) {
+#pragma GCC unroll 8
+    for (int p = 0; p < np; p++) {
+        const int8_t *a = (const int8_t *)(act + (size_t)p * pstride) + 4 * h * QUAD_BYTES;
+        int32x4_t s = vdupq_n_s32(0);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 0 * QUAD_BYTES), w, 0);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 1 * QUAD_BYTES), w, 1);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 2 * QUAD_BYTES), w, 2);
+        s = vdotq_laneq_s32(s, vld1q_s8(a + 3 * QUAD_BYTES), w, 3);
+        const float *f = (const float *)(const void *)(act + (size_t)p * pstride + 32 * LANES);
+        facc[p] = vfmaq_n_f32(facc[p], vmulq_f32(vcvtq_f32_s32(s), vld1q_f32(f)), sw);
+    }
+}
+
+#define KB_ARGS                                                                                    \
+    const uint8_t *restrict w, int64_t g0, int ng, const uint8_t *restrict act, size_t pstride,  \
+        float *restrict tile
+typedef void (*kb_fn)(KB_ARGS);
+
+#define KB_LOAD_TILE()                                                                             \
+    float32x4_t facc[GEMM_NP];                                                                     \
+    _Pragma("GCC unroll 8") for (int p = 0; p < np; p++) facc[p] = vld1q_f32(tile + p * LANES)
+#define KB_STORE_TILE()                                                                            \
+    _Pragma("GCC unroll 8") for (int p = 0; p < np; p++) vst1q_f32(tile + p * LANES, facc[p])
+
+static inline float h2f(const uint8_t *p) {
+    return f16_to_f32(rd_u16le(p));
+}
+
+/* bit i of qh (i < 16 for the low register, 16..31 the high one) as 0x10 in byte i */
+static inline uint8x16_t bits_to_16(uint32_t qh, int half) {
+    static const uint8_t sel[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+                                       {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3}};
+    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t rep = vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(qh)), vld1q_u8(sel[half]));
+    return vandq_u8(vtstq_u8(rep, vld1q_u8(bit)), vdupq_n_u8(0x10));
+}
+
+static const int8_t iq4_s8[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                  1,    13,   25,  38,  53,  69,  89,  113};
+
+/* Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL: one 32-element block a group */
+#define KB_LEGACY(T, BODY)                                                                         \
+    FORCE_INLINE void kb_dotprod_##T(KB_ARGS, int np) {                                            \
+        KB_LOAD_TILE();                                                                            \
+        for (int g = 0; g < ng; g++) {                                                             \
+            const uint8_t *b = w + (size_t)(g0 + g) * sizeof(block_##T);                           \
+            int8x16_t w0, w1;                                                                      \
+            float sw, mw;                                                                          \
+            BODY;                                                                                  \
+            apply32_dotprod(w0, w1, sw, mw, act + (size_t)g * GROUP_BYTES, pstride, np, facc);     \
+        }                                                                                          \
+        KB_STORE_TILE();                                                                           \
+    }
+
+KB_LEGACY(q4_0, {
+    const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_q4_0, qs));
+    w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0f))), vdupq_n_s8(8));
+    w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), vdupq_n_s8(8));
+    sw = h2f(KQ_FIELD(b, block_q4_0, d));
+    mw = 0;
+})
+KB_LEGACY(q4_1, {
+    const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_q4_1, qs));
+    w0 = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0f)));
+    w1 = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
+    sw = h2f(KQ_FIELD(b, block_q4_1, d));
+    mw = -h2f(KQ_FIELD(b, block_q4_1, m));
+})
+KB_LEGACY(q5_0, {
+    const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_q5_0, qs));
+    const uint32_t qh = rd_u32le(KQ_FIELD(b, block_q5_0, qh));
+    w0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0f)), bits_to_16(qh, 0))),
+                  vdupq_n_s8(16));
+    w1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(raw, 4), bits_to_16(qh, 1))),
+                  vdupq_n_s8(16));
+    sw = h2f(KQ_FIELD(b, block_q5_0, d));
+    mw = 0;
+})
+KB_LEGACY(q5_1, {
+    const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_q5_1, qs));
+    const uint32_t qh = rd_u32le(KQ_FIELD(b, block_q5_1, qh));
+    w0 = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0f)), bits_to_16(qh, 0)));
+    w1 = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(raw, 4), bits_to_16(qh, 1)));
+    sw = h2f(KQ_FIELD(b, block_q5_1, d));
+    mw = -h2f(KQ_FIELD(b, block_q5_1, m));
+})
+KB_LEGACY(q8_0, {
+    w0 = vld1q_s8((const int8_t *)KQ_FIELD(b, block_q8_0, qs));
+    w1 = vld1q_s8((const int8_t *)KQ_FIELD(b, block_q8_0, qs) + 16);
+    sw = h2f(KQ_FIELD(b, block_q8_0, d));
+    mw = 0;
+})
+KB_LEGACY(iq4_nl, {
+    const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_iq4_nl, qs));
+    const int8x16_t tbl = vld1q_s8(iq4_s8);
+    w0 = vqtbl1q_s8(tbl, vandq_u8(raw, vdupq_n_u8(0x0f)));
+    w1 = vqtbl1q_s8(tbl, vshrq_n_u8(raw, 4));
+    sw = h2f(KQ_FIELD(b, block_iq4_nl, d));
+    mw = 0;
+})
+
+/* IQ4_XS: half a super-block, sub-block j like IQ4_NL with scale d (s_j - 32) */
+FORCE_INLINE void kb_dotprod_iq4_xs(KB_ARGS, int np) {
+    const uint8_t *b = w + (size_t)(g0 / 8) * sizeof(block_iq4_xs);
+    const int j0 = (int)(g0 % 8);
+    const float d = h2f(KQ_FIELD(b, block_iq4_xs, d));
+    const int8x16_t tbl = vld1q_s8(iq4_s8);
+    KB_LOAD_TILE();
+    for (int g = 0; g < ng; g++) {
+        const int j = j0 + g;
+        const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_iq4_xs, qs) + 16 * j);
+        apply32_dotprod(vqtbl1q_s8(tbl, vandq_u8(raw, vdupq_n_u8(0x0f))),
+                        vqtbl1q_s8(tbl, vshrq_n_u8(raw, 4)), d * (float)kq_iq4xs_scale(b, j), 0,
+                        act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+    }
+    KB_STORE_TILE();
+}
+
+/* Q4_K / Q5_K: half a super-block; sub-block j: the low (j even) or high
+ * nibbles of qs[32 (j / 2) ...], Q5_K's bit j of qh[e] as bit 4 */
+FORCE_INLINE void kb_dotprod_q45_K(KB_ARGS, int np, bool five) {
+    const size_t bsz = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const uint8_t *b = w + (size_t)(g0 / 8) * bsz;
+    const int j0 = (int)(g0 % 8);
+    const float d = h2f(b + offsetof(block_q4_K, d));
+    const float dmin = h2f(b + offsetof(block_q4_K, dmin));
+    uint8_t sc[8], mn[8];
+    kq_scale_min_k4(b + offsetof(block_q4_K, scales), sc, mn);
+    const uint8_t *qs = five ? KQ_FIELD(b, block_q5_K, qs) : KQ_FIELD(b, block_q4_K, qs);
+    KB_LOAD_TILE();
+    for (int g = 0; g < ng; g++) {
+        const int j = j0 + g;
+        uint8x16_t lo = vld1q_u8(qs + 32 * (j / 2)), hi = vld1q_u8(qs + 32 * (j / 2) + 16);
+        if (j % 2) {
+            lo = vshrq_n_u8(lo, 4);
+            hi = vshrq_n_u8(hi, 4);
+        } else {
+            lo = vandq_u8(lo, vdupq_n_u8(0x0f));
+            hi = vandq_u8(hi, vdupq_n_u8(0x0f));
+        }
+        if (five) {
+            const uint8_t *qh = KQ_FIELD(b, block_q5_K, qh);
+            const int8x16_t sh = vdupq_n_s8((int8_t)(4 - j)); /* bit j to bit 4 */
+            const uint8x16_t m = vdupq_n_u8(0x10);
+            lo = vorrq_u8(lo, vandq_u8(vshlq_u8(vld1q_u8(qh), sh), m));
+            hi = vorrq_u8(hi, vandq_u8(vshlq_u8(vld1q_u8(qh + 16), sh), m));
+        }
+        apply32_dotprod(vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi), d * sc[j], dmin * mn[j],
+                        act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+    }
+    KB_STORE_TILE();
+}
+
+FORCE_INLINE void kb_dotprod_q4_K(KB_ARGS, int np) {
+    kb_dotprod_q45_K(w, g0, ng, act, pstride, tile, np, false);
+}
+
+FORCE_INLINE void kb_dotprod_q5_K(KB_ARGS, int np) {
+    kb_dotprod_q45_K(w, g0, ng, act, pstride, tile, np, true);
+}
+
+/* Q6_K: half h of a super-block, parts p = 0..3 of 32, two sub-blocks of 16
+ * each; v = 6 bits - 32 */
+FORCE_INLINE void kb_dotprod_q6_K(KB_ARGS, int np) {
+    const uint8_t *b = w + (size_t)(g0 / 8) * sizeof(block_q6_K);
+    const int h = (int)(g0 % 8) / 4;
+    const float d = h2f(KQ_FIELD(b, block_q6_K, d));
+    const int8_t *scales = (const int8_t *)KQ_FIELD(b, block_q6_K, scales) + 8 * h;
+    const uint8_t *ql = KQ_FIELD(b, block_q6_K, ql) + 64 * h;
+    const uint8_t *qh = KQ_FIELD(b, block_q6_K, qh) + 32 * h;
+    KB_LOAD_TILE();
+    for (int p = 0; p < ng; p++) {
+        const int8x16_t sh = vdupq_n_s8((int8_t)(4 - 2 * p)); /* bits 2p, 2p + 1 to 4, 5 */
+        for (int half = 0; half < 2; half++) {
+            uint8x16_t lo = vld1q_u8(ql + 32 * (p % 2) + 16 * half);
+            lo = p / 2 ? vshrq_n_u8(lo, 4) : vandq_u8(lo, vdupq_n_u8(0x0f));
+            const uint8x16_t hb =
+                vandq_u8(vshlq_u8(vld1q_u8(qh + 16 * half), sh), vdupq_n_u8(0x30));
+            const int8x16_t v = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hb)), vdupq_n_s8(32));
+            apply16_dotprod(v, half, d * (float)scales[2 * p + half],
+                            act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+        }
+    }
+    KB_STORE_TILE();
+}
+
+/* ---- the drive (as gemm_x86.h) ---- */
+
+static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t n_w,
+                       const uint8_t *restrict panels, int64_t n_c, float *restrict y,
+                       size_t ldy, const kb_fn *kb) {
+    const int64_t ng = k / QUANT_PANEL_GROUP;
+    const size_t pstride = (size_t)ng * GROUP_BYTES;
+    const int64_t n_p = (n_c + LANES - 1) / LANES;
+    const size_t kb_bytes = (size_t)(KB_GROUPS * (int64_t)bx / ng) + 1;
+    float tile[ROW_BLOCK][GEMM_NP * LANES];
+    for (int64_t r0 = 0; r0 < n_w; r0 += ROW_BLOCK) {
+        const int nr = (int)(n_w - r0 < ROW_BLOCK ? n_w - r0 : ROW_BLOCK);
+        for (int64_t p0 = 0; p0 < n_p; p0 += GEMM_NP) {
+            const int np = (int)(n_p - p0 < GEMM_NP ? n_p - p0 : GEMM_NP);
+            memset(tile, 0, sizeof tile);
+            for (int64_t g0 = 0; g0 < ng; g0 += KB_GROUPS) {
+                const int kg = (int)(ng - g0 < KB_GROUPS ? ng - g0 : KB_GROUPS);
+                const uint8_t *a = panels + (size_t)p0 * pstride + (size_t)g0 * GROUP_BYTES;
+                const size_t ahead = (size_t)((g0 + 2 * KB_GROUPS) * (int64_t)bx / ng);
+                for (int r = 0; r < nr; r++) {
+                    const uint8_t *wr = x + (size_t)(r0 + r) * bx;
+                    for (size_t o = 0; o < kb_bytes; o += 64) {
+                        __builtin_prefetch(wr + ahead + o);
+                    }
+                    kb[np](wr, g0, kg, a, pstride, tile[r]);
+                }
+            }
+            const int nc = (int)(n_c - p0 * LANES < np * LANES ? n_c - p0 * LANES : np * LANES);
+            for (int i = 0; i < nc; i++) {
+                float *yr = y + (size_t)(p0 * LANES + i) * ldy + (size_t)r0;
+                for (int r = 0; r < nr; r++) {
+                    yr[r] = tile[r][i];
+                }
+            }
+        }
+    }
+}
+
+#define KB_VARIANT(T, n)                                                                           \
+    static void kb_dotprod_##T##_##n(KB_ARGS) {                                                    \
+        kb_dotprod_##T(w, g0, ng, act, pstride, tile, n);                                          \
+    }
+#define GEMM_TYPE(T)                                                                               \
+    KB_VARIANT(T, 1)                                                                               \
+    KB_VARIANT(T, 2)                                                                               \
+    KB_VARIANT(T, 3)                                                                               \
+    KB_VARIANT(T, 4)                                                                               \
+    KB_VARIANT(T, 5)                                                                               \
+    KB_VARIANT(T, 6)                                                                               \
+    KB_VARIANT(T, 7)                                                                               \
+    KB_VARIANT(T, 8)                                                                               \
+    static const kb_fn kb_##T##_np[GEMM_NP + 1] = {                                                \
+        NULL, kb_dotprod_##T##_1, kb_dotprod_##T##_2, kb_dotprod_##T##_3, kb_dotprod_##T##_4,      \
+        kb_dotprod_##T##_5, kb_dotprod_##T##_6, kb_dotprod_##T##_7, kb_dotprod_##T##_8};           \
+    static void gemm_dotprod_##T(int64_t k, const void *restrict x, size_t bx, int64_t n_w,        \
+                                 const void *restrict panels, int64_t n_c, float *restrict y,    \
+                                 size_t ldy) {                                                     \
+        gemm_drive(k, x, bx, n_w, panels, n_c, y, ldy, kb_##T##_np);                               \
+    }
+
+GEMM_TYPE(q4_0)
+GEMM_TYPE(q4_1)
+GEMM_TYPE(q5_0)
+GEMM_TYPE(q5_1)
+GEMM_TYPE(q8_0)
+GEMM_TYPE(iq4_nl)
+GEMM_TYPE(iq4_xs)
+GEMM_TYPE(q4_K)
+GEMM_TYPE(q5_K)
+GEMM_TYPE(q6_K)
+
+void quant_install_gemm_neon_dotprod(quant_traits *t) {
+#define SET(id, T)                                                                                 \
+    t[id].gemm = gemm_dotprod_##T;                                                                 \
+    t[id].panel = &panel_fmt_neon
+    SET(GGUF_TYPE_Q4_0, q4_0);
+    SET(GGUF_TYPE_Q4_1, q4_1);
+    SET(GGUF_TYPE_Q5_0, q5_0);
+    SET(GGUF_TYPE_Q5_1, q5_1);
+    SET(GGUF_TYPE_Q8_0, q8_0);
+    SET(GGUF_TYPE_IQ4_NL, iq4_nl);
+    SET(GGUF_TYPE_IQ4_XS, iq4_xs);
+    SET(GGUF_TYPE_Q4_K, q4_K);
+    SET(GGUF_TYPE_Q5_K, q5_K);
+    SET(GGUF_TYPE_Q6_K, q6_K);
+#undef SET
+}
