@@ -243,7 +243,8 @@ static int test_family(const char *fam, quant_isa isa) {
         if (t == NULL || t->gemm == NULL) {
             continue;
         }
-        CHECK(t->panel != NULL && (t->panel->lanes == 4 || t->panel->lanes == 8 || t->panel->lanes == 16));
+        CHECK(t->panel != NULL &&
+              (t->panel->lanes == 4 || t->panel->lanes == 8 || t->panel->lanes == 16));
         if (fmt == NULL) {
             fmt = t->panel;
             test_panels(fam, fmt);
