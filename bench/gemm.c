@@ -166,7 +166,9 @@ int main(int argc, char **argv) {
     const struct {
         const char *name;
         quant_isa isa;
-    } fams[] = {{"avx2", QUANT_ISA_AVX2}, {"avxvnni", QUANT_ISA_AVXVNNI}, {"avx512vnni", QUANT_ISA_AVX512},
+    } fams[] = {{"avx2", QUANT_ISA_AVX2},
+                {"avxvnni", QUANT_ISA_AVXVNNI},
+                {"avx512vnni", QUANT_ISA_AVX512},
                 {"neon", QUANT_ISA_NEON}};
     const double macs = (double)k * (double)n * (double)c;
     for (size_t f = 0; f < LARES_ARRAY_LEN(fams); f++) {
@@ -201,7 +203,8 @@ int main(int argc, char **argv) {
                         for (int jj = 0; jj < nc; jj++) {
                             for (int ii = 0; ii < nr; ii++) {
                                 t->vec_dot(k, y + (c0 + jj) * n + r0 + ii,
-                                           w + (size_t)(r0 + ii) * rb, aq + (size_t)(c0 + jj) * arb);
+                                           w + (size_t)(r0 + ii) * rb,
+                                           aq + (size_t)(c0 + jj) * arb);
                             }
                         }
                     }
@@ -223,7 +226,8 @@ int main(int argc, char **argv) {
                 const double t0 = cpu_now();
                 for (int64_t p = 0; p < n_p; p++) {
                     const int nn = (int)(c - p * lanes < lanes ? c - p * lanes : lanes);
-                    t->panel->from_float(x + p * lanes * k, (size_t)k, nn, k, panels + (size_t)p * pb);
+                    t->panel->from_float(x + p * lanes * k, (size_t)k, nn, k,
+                                         panels + (size_t)p * pb);
                 }
                 for (int64_t r0 = 0; r0 < n; r0 += 16) {
                     t->gemm(k, w + (size_t)r0 * rb, rb, n - r0 < 16 ? n - r0 : 16, panels, c,

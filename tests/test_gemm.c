@@ -73,11 +73,12 @@ static double panel_value(const quant_panel_fmt *f, const uint8_t *panels, int64
 static const struct {
     const char *name;
     quant_isa isa;
-} families[] = {{"avxvnni", QUANT_ISA_AVXVNNI}, {"avx512", QUANT_ISA_AVX512}, {"neon", QUANT_ISA_NEON}};
+} families[] = {
+    {"avxvnni", QUANT_ISA_AVXVNNI}, {"avx512", QUANT_ISA_AVX512}, {"neon", QUANT_ISA_NEON}};
 
-static const uint32_t types[] = {GGUF_TYPE_Q4_0,  GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0,
-                                 GGUF_TYPE_Q5_1,  GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K,
-                                 GGUF_TYPE_Q5_K,  GGUF_TYPE_Q6_K, GGUF_TYPE_IQ4_NL,
+static const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0,
+                                 GGUF_TYPE_Q5_1,   GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K,
+                                 GGUF_TYPE_Q5_K,   GGUF_TYPE_Q6_K, GGUF_TYPE_IQ4_NL,
                                  GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q2_K, GGUF_TYPE_Q3_K};
 
 /* the panels of one family: round trip of the quantization, zero lanes */
@@ -158,8 +159,8 @@ typedef struct err_sums {
     double gemm, ref;
 } err_sums;
 
-static void test_shape(const char *fam, const quant_traits *t, int64_t k, int64_t n_w,
-                       int64_t n_c, double *worst_q, err_sums *ef) {
+static void test_shape(const char *fam, const quant_traits *t, int64_t k, int64_t n_w, int64_t n_c,
+                       double *worst_q, err_sums *ef) {
     const quant_traits *ref = quant_traits_ref(t->type);
     const size_t rb = quant_row_bytes(t->type, k);
     const size_t ldy = (size_t)n_w + 3; /* wider than the product: the gap must stay */

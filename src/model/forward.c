@@ -104,13 +104,15 @@ static size_t act_bytes_for(const model *m, int32_t n_batch) {
                 continue; /* absent in this architecture */
             }
             /* a smaller batch may take the other format: room for both */
+            const uint32_t at = ops_act_type(NULL, ms[i], rows);
             size_t b = LARES_MAX(ops_act_bytes(ms[i]->qt->vec_dot_type, rows, widest),
-                                 ops_act_bytes(ops_act_type(ms[i], rows), rows, widest));
+                                 ops_act_bytes(at, rows, widest));
             best = b > best ? b : best;
         }
     }
+    const uint32_t at = ops_act_type(NULL, &m->output, n_batch);
     size_t b = LARES_MAX(ops_act_bytes(m->output.qt->vec_dot_type, n_batch, hp->n_embd),
-                         ops_act_bytes(ops_act_type(&m->output, n_batch), n_batch, hp->n_embd));
+                         ops_act_bytes(at, n_batch, hp->n_embd));
     return b > best ? b : best;
 }
 
@@ -256,8 +258,8 @@ void model_output(const model *m, model_ctx *cx, float *x, int32_t n_rows, float
     const model_hparams *hp = &m->hp;
     norm_all(cx->pool, x, m->output_norm, hp->n_embd, hp->rms_eps, n_rows, x);
     ops_act a;
-    ops_act_prepare(cx->pool, x, n_rows, hp->n_embd, ops_act_type(&m->output, n_rows), cx->act,
-                    &a);
+    ops_act_prepare(cx->pool, x, n_rows, hp->n_embd, ops_act_type(cx->pool, &m->output, n_rows),
+                    cx->act, &a);
     const ops_matrix *ws[] = {&m->output};
     const ops_act *as[] = {&a};
     float *ys[] = {logits};
@@ -343,12 +345,12 @@ static void matmul_shared(model_ctx *cx, const float *x, int64_t n_rows, int64_t
         if (done[i]) {
             continue;
         }
-        const uint32_t type = ops_act_type(ws[i], n_rows);
+        const uint32_t type = ops_act_type(cx->pool, ws[i], n_rows);
         const ops_matrix *group[8];
         float *outs[8];
         int g = 0;
         for (int j = i; j < n; j++) {
-            if (!done[j] && ops_act_type(ws[j], n_rows) == type) {
+            if (!done[j] && ops_act_type(cx->pool, ws[j], n_rows) == type) {
                 group[g] = ws[j];
                 outs[g++] = ys[j];
                 done[j] = true;

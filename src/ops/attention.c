@@ -14,7 +14,7 @@
  * for AVX-512 and AVX2/FMA as well and the loader picks the best the CPU has
  * (GCC/Clang function multi-versioning), since attention over a long context
  * is a third of a prompt's time and this module carries no ISA flags. */
-#if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__)) &&       \
+#if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__)) &&        \
     !defined(LARES_NO_CLONES)
 #define ATTN_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
@@ -56,9 +56,8 @@ static inline __attribute__((always_inline)) float dot_row(const float *restrict
 
 /* out += p * v over hd values, eight at a time (straight-line groups of eight
  * are what the compiler vectorises at -O2; a plain loop stayed scalar) */
-static inline __attribute__((always_inline)) void axpy_row(float *restrict out,
-                                                           const float *restrict v, float p,
-                                                           int64_t hd) {
+static inline __attribute__((always_inline)) void
+axpy_row(float *restrict out, const float *restrict v, float p, int64_t hd) {
     int64_t d = 0;
     for (; d + 8 <= hd; d += 8) {
         for (int u = 0; u < 8; u++) {

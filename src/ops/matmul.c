@@ -56,8 +56,11 @@ lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int
     return LARES_OK;
 }
 
-uint32_t ops_act_type(const ops_matrix *w, int64_t n_rows) {
-    if (w->qt->gemm != NULL && n_rows >= OPS_GEMM_MIN_ROWS &&
+uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows) {
+    ops_offload_fn off;
+    void *off_user;
+    ops_pool_offload(pool, &off, &off_user);
+    if (off == NULL && w->qt->gemm != NULL && n_rows >= OPS_GEMM_MIN_ROWS &&
         w->n_in % QUANT_PANEL_GROUP == 0) {
         return OPS_ACT_PANELS;
     }

@@ -78,11 +78,12 @@ typedef struct ops_act {
 /* The fewest activation rows that take the packed GEMM: below a panel's worth
  * most of its lanes would multiply zeros. */
 #define OPS_GEMM_MIN_ROWS 8
-/* The activation format for multiplying w by n_rows rows: OPS_ACT_PANELS where
- * the dispatched kernels have a GEMM for w's type and n_rows is large enough,
- * else w's vec_dot_type. Matrices sharing an input share one conversion when
- * their formats are equal. */
-uint32_t ops_act_type(const ops_matrix *w, int64_t n_rows);
+/* The activation format for multiplying w by n_rows rows on this pool:
+ * OPS_ACT_PANELS where the dispatched kernels have a GEMM for w's type and
+ * n_rows is large enough, else w's vec_dot_type. With an offload hook set
+ * (a GPU session) always the row format, which the device's kernels read.
+ * Matrices sharing an input share one conversion when their formats are equal. */
+uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows);
 
 /* Bytes of scratch needed to hold n_rows x n_in activations of `type`. */
 size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in);

@@ -2,7 +2,7 @@
  * The packed-activation GEMM (gemm_x86.h) for 16 lanes of AVX-512 VNNI
  * (AMD Zen 4/5, Intel Ice Lake server and later).
  */
-#define GEMM_LANES 16
+#define GEMM_LANES   16
 #define GEMM_NAME(x) x##_avx512
 #include "quant/gemm_x86.h"
 

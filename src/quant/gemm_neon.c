@@ -15,12 +15,12 @@
 
 #include <arm_neon.h>
 
-#define LANES 4
+#define LANES       4
 #define GROUP_BYTES (48 * LANES)
-#define QUAD_BYTES (4 * LANES)
-#define KB_GROUPS 4
-#define ROW_BLOCK 16
-#define GEMM_NP 8 /* panels per pass: 32 activation rows */
+#define QUAD_BYTES  (4 * LANES)
+#define KB_GROUPS   4
+#define ROW_BLOCK   16
+#define GEMM_NP     8 /* panels per pass: 32 activation rows */
 
 /* ---- activations into panels: the Q8_0 reference's codes and fp16 scale ---- */
 
@@ -106,8 +106,8 @@ FORCE_INLINE void apply32_dotprod(int8x16_t w0, int8x16_t w1, float sw, float mw
 }
 
 /* half h of a group: its 16 weights, runs 0..3 in w */
-FORCE_INLINE void apply16_dotprod(int8x16_t w, int h, float sw, const uint8_t *act,
-                                  size_t pstride, int np, float32x4_t *facc) {
+FORCE_INLINE void apply16_dotprod(int8x16_t w, int h, float sw, const uint8_t *act, size_t pstride,
+                                  int np, float32x4_t *facc) {
 #pragma GCC unroll 8
     for (int p = 0; p < np; p++) {
         const int8_t *a = (const int8_t *)(act + (size_t)p * pstride) + 4 * h * QUAD_BYTES;
@@ -122,7 +122,7 @@ FORCE_INLINE void apply16_dotprod(int8x16_t w, int h, float sw, const uint8_t *a
 }
 
 #define KB_ARGS                                                                                    \
-    const uint8_t *restrict w, int64_t g0, int ng, const uint8_t *restrict act, size_t pstride,  \
+    const uint8_t *restrict w, int64_t g0, int ng, const uint8_t *restrict act, size_t pstride,    \
         float *restrict tile
 typedef void (*kb_fn)(KB_ARGS);
 
@@ -287,8 +287,8 @@ FORCE_INLINE void kb_dotprod_q6_K(KB_ARGS, int np) {
             const uint8x16_t hb =
                 vandq_u8(vshlq_u8(vld1q_u8(qh + 16 * half), sh), vdupq_n_u8(0x30));
             const int8x16_t v = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hb)), vdupq_n_s8(32));
-            apply16_dotprod(v, half, d * (float)scales[2 * p + half],
-                            act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+            apply16_dotprod(v, half, d * (float)scales[2 * p + half], act + (size_t)p * GROUP_BYTES,
+                            pstride, np, facc);
         }
     }
     KB_STORE_TILE();
@@ -297,8 +297,8 @@ FORCE_INLINE void kb_dotprod_q6_K(KB_ARGS, int np) {
 /* ---- the drive (as gemm_x86.h) ---- */
 
 static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t n_w,
-                       const uint8_t *restrict panels, int64_t n_c, float *restrict y,
-                       size_t ldy, const kb_fn *kb) {
+                       const uint8_t *restrict panels, int64_t n_c, float *restrict y, size_t ldy,
+                       const kb_fn *kb) {
     const int64_t ng = k / QUANT_PANEL_GROUP;
     const size_t pstride = (size_t)ng * GROUP_BYTES;
     const int64_t n_p = (n_c + LANES - 1) / LANES;
@@ -345,11 +345,17 @@ static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t 
     KB_VARIANT(T, 6)                                                                               \
     KB_VARIANT(T, 7)                                                                               \
     KB_VARIANT(T, 8)                                                                               \
-    static const kb_fn kb_##T##_np[GEMM_NP + 1] = {                                                \
-        NULL, kb_dotprod_##T##_1, kb_dotprod_##T##_2, kb_dotprod_##T##_3, kb_dotprod_##T##_4,      \
-        kb_dotprod_##T##_5, kb_dotprod_##T##_6, kb_dotprod_##T##_7, kb_dotprod_##T##_8};           \
+    static const kb_fn kb_##T##_np[GEMM_NP + 1] = {NULL,                                           \
+                                                   kb_dotprod_##T##_1,                             \
+                                                   kb_dotprod_##T##_2,                             \
+                                                   kb_dotprod_##T##_3,                             \
+                                                   kb_dotprod_##T##_4,                             \
+                                                   kb_dotprod_##T##_5,                             \
+                                                   kb_dotprod_##T##_6,                             \
+                                                   kb_dotprod_##T##_7,                             \
+                                                   kb_dotprod_##T##_8};                            \
     static void gemm_dotprod_##T(int64_t k, const void *restrict x, size_t bx, int64_t n_w,        \
-                                 const void *restrict panels, int64_t n_c, float *restrict y,    \
+                                 const void *restrict panels, int64_t n_c, float *restrict y,      \
                                  size_t ldy) {                                                     \
         gemm_drive(k, x, bx, n_w, panels, n_c, y, ldy, kb_##T##_np);                               \
     }

@@ -23,42 +23,42 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define LANES GEMM_LANES
-#define GROUP_BYTES (48 * LANES)     /* one group of 32 in a panel */
-#define QUAD_BYTES (4 * LANES)       /* one 4-quant run of every lane */
-#define KB_GROUPS 4                  /* groups per K block: 128 elements */
-#define ROW_BLOCK 16                 /* weight rows per tile */
+#define LANES       GEMM_LANES
+#define GROUP_BYTES (48 * LANES) /* one group of 32 in a panel */
+#define QUAD_BYTES  (4 * LANES)  /* one 4-quant run of every lane */
+#define KB_GROUPS   4            /* groups per K block: 128 elements */
+#define ROW_BLOCK   16           /* weight rows per tile */
 
 #if GEMM_LANES == 16
 #define GEMM_NP 8 /* panels per pass: 128 activation rows */
 typedef __m512i vi;
 typedef __m512 vf;
-#define VI_SET1(x) _mm512_set1_epi32((int)(x))
-#define VI_LOAD(p) _mm512_load_si512((const void *)(p))
-#define VI_ZERO() _mm512_setzero_si512()
+#define VI_SET1(x)           _mm512_set1_epi32((int)(x))
+#define VI_LOAD(p)           _mm512_load_si512((const void *)(p))
+#define VI_ZERO()            _mm512_setzero_si512()
 #define VI_DPBUSD(acc, u, s) _mm512_dpbusd_epi32(acc, u, s)
-#define VF_LOAD(p) _mm512_load_ps(p)
-#define VF_STORE(p, v) _mm512_store_ps(p, v)
-#define VF_SET1(x) _mm512_set1_ps(x)
-#define VF_CVT(x) _mm512_cvtepi32_ps(x)
-#define VF_MUL(a, b) _mm512_mul_ps(a, b)
-#define VF_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define VF_FNMA(a, b, c) _mm512_fnmadd_ps(a, b, c)
+#define VF_LOAD(p)           _mm512_load_ps(p)
+#define VF_STORE(p, v)       _mm512_store_ps(p, v)
+#define VF_SET1(x)           _mm512_set1_ps(x)
+#define VF_CVT(x)            _mm512_cvtepi32_ps(x)
+#define VF_MUL(a, b)         _mm512_mul_ps(a, b)
+#define VF_FMA(a, b, c)      _mm512_fmadd_ps(a, b, c)
+#define VF_FNMA(a, b, c)     _mm512_fnmadd_ps(a, b, c)
 #else
-#define GEMM_NP 4 /* panels per pass: 32 activation rows (16 ymm registers) */
+#define GEMM_NP              4 /* panels per pass: 32 activation rows (16 ymm registers) */
 typedef __m256i vi;
 typedef __m256 vf;
-#define VI_SET1(x) _mm256_set1_epi32((int)(x))
-#define VI_LOAD(p) _mm256_load_si256((const __m256i *)(p))
-#define VI_ZERO() _mm256_setzero_si256()
+#define VI_SET1(x)           _mm256_set1_epi32((int)(x))
+#define VI_LOAD(p)           _mm256_load_si256((const __m256i *)(p))
+#define VI_ZERO()            _mm256_setzero_si256()
 #define VI_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
-#define VF_LOAD(p) _mm256_load_ps(p)
-#define VF_STORE(p, v) _mm256_store_ps(p, v)
-#define VF_SET1(x) _mm256_set1_ps(x)
-#define VF_CVT(x) _mm256_cvtepi32_ps(x)
-#define VF_MUL(a, b) _mm256_mul_ps(a, b)
-#define VF_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define VF_FNMA(a, b, c) _mm256_fnmadd_ps(a, b, c)
+#define VF_LOAD(p)           _mm256_load_ps(p)
+#define VF_STORE(p, v)       _mm256_store_ps(p, v)
+#define VF_SET1(x)           _mm256_set1_ps(x)
+#define VF_CVT(x)            _mm256_cvtepi32_ps(x)
+#define VF_MUL(a, b)         _mm256_mul_ps(a, b)
+#define VF_FMA(a, b, c)      _mm256_fmadd_ps(a, b, c)
+#define VF_FNMA(a, b, c)     _mm256_fnmadd_ps(a, b, c)
 #endif
 
 #define FORCE_INLINE static inline __attribute__((always_inline))
@@ -122,8 +122,8 @@ static inline vi bcast_run(const uint8_t *u) {
 
 /* a group of 32 decoded in u[0..31]. The panels' sums are independent
  * chains, interleaved so that consecutive VPDPBUSD never wait on each other. */
-FORCE_INLINE void apply32(const uint8_t *u, float sw, float mw, const uint8_t *act,
-                          size_t pstride, int np, vf *facc) {
+FORCE_INLINE void apply32(const uint8_t *u, float sw, float mw, const uint8_t *act, size_t pstride,
+                          int np, vf *facc) {
     const vf vsw = VF_SET1(sw), vmw = VF_SET1(mw);
     vi acc[GEMM_NP];
     const vi w0 = bcast_run(u);
@@ -178,7 +178,7 @@ FORCE_INLINE void apply16(const uint8_t *u, int h, float sw, float mw, const uin
  * (ng <= KB_GROUPS, g0 a multiple of KB_GROUPS), activation panels from `act`
  * (panel 0 at group g0), running sums in tile[p * LANES ...]. */
 #define KB_ARGS                                                                                    \
-    const uint8_t *restrict w, int64_t g0, int ng, const uint8_t *restrict act, size_t pstride,  \
+    const uint8_t *restrict w, int64_t g0, int ng, const uint8_t *restrict act, size_t pstride,    \
         float *restrict tile
 typedef void (*kb_fn)(KB_ARGS);
 
@@ -204,10 +204,10 @@ static inline __m256i nibbles(const uint8_t *qs) {
 
 /* bit i of the 32-bit qh as 0x10 in byte i */
 static inline __m256i bits_to_16(uint32_t qh) {
-    const __m256i rep = _mm256_shuffle_epi8(
-        _mm256_set1_epi32((int)qh),
-        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                         3, 3, 3, 3, 3, 3, 3));
+    const __m256i rep =
+        _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+                            _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2,
+                                             2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     const __m256i on = _mm256_cmpeq_epi8(_mm256_and_si256(rep, bit), bit);
     return _mm256_and_si256(on, _mm256_set1_epi8(0x10));
@@ -385,9 +385,8 @@ FORCE_INLINE void kb_q6_K(KB_ARGS, int np) {
     KB_LOAD_TILE();
     for (int p = 0; p < ng; p++) {
         /* bits 2p, 2p + 1 to bits 4, 5 */
-        const __m256i hb =
-            2 * p <= 4 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - 2 * p))
-                       : _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p - 4));
+        const __m256i hb = 2 * p <= 4 ? _mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - 2 * p))
+                                      : _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * p - 4));
         put32(u, _mm256_or_si256(nibbles32(ql + 32 * (p % 2), 4 * (p / 2)),
                                  _mm256_and_si256(hb, _mm256_set1_epi8(0x30))));
         const float sw0 = d * (float)scales[2 * p], sw1 = d * (float)scales[2 * p + 1];
@@ -400,8 +399,8 @@ FORCE_INLINE void kb_q6_K(KB_ARGS, int np) {
 /* ---- the drive: tiles of weight rows x panels, blocked over k ---- */
 
 static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t n_w,
-                       const uint8_t *restrict panels, int64_t n_c, float *restrict y,
-                       size_t ldy, const kb_fn *kb) {
+                       const uint8_t *restrict panels, int64_t n_c, float *restrict y, size_t ldy,
+                       const kb_fn *kb) {
     const int64_t ng = k / QUANT_PANEL_GROUP;
     const size_t pstride = (size_t)ng * GROUP_BYTES;
     const int64_t n_p = (n_c + LANES - 1) / LANES;
@@ -456,11 +455,11 @@ static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t 
     KB_VARIANT(T, 6)                                                                               \
     KB_VARIANT(T, 7)                                                                               \
     KB_VARIANT(T, 8)                                                                               \
-    static const kb_fn kb_##T##_np[GEMM_NP + 1] = {NULL,      kb_##T##_1, kb_##T##_2,           \
-                                                   kb_##T##_3, kb_##T##_4, kb_##T##_5,           \
-                                                   kb_##T##_6, kb_##T##_7, kb_##T##_8};          \
+    static const kb_fn kb_##T##_np[GEMM_NP + 1] = {NULL,       kb_##T##_1, kb_##T##_2,             \
+                                                   kb_##T##_3, kb_##T##_4, kb_##T##_5,             \
+                                                   kb_##T##_6, kb_##T##_7, kb_##T##_8};            \
     static void gemm_##T(int64_t k, const void *restrict x, size_t bx, int64_t n_w,                \
-                         const void *restrict panels, int64_t n_c, float *restrict y,            \
+                         const void *restrict panels, int64_t n_c, float *restrict y,              \
                          size_t ldy) {                                                             \
         gemm_drive(k, x, bx, n_w, panels, n_c, y, ldy, kb_##T##_np);                               \
     }
@@ -470,10 +469,10 @@ static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t 
     KB_VARIANT(T, 2)                                                                               \
     KB_VARIANT(T, 3)                                                                               \
     KB_VARIANT(T, 4)                                                                               \
-    static const kb_fn kb_##T##_np[GEMM_NP + 1] = {NULL, kb_##T##_1, kb_##T##_2, kb_##T##_3,      \
+    static const kb_fn kb_##T##_np[GEMM_NP + 1] = {NULL, kb_##T##_1, kb_##T##_2, kb_##T##_3,       \
                                                    kb_##T##_4};                                    \
     static void gemm_##T(int64_t k, const void *restrict x, size_t bx, int64_t n_w,                \
-                         const void *restrict panels, int64_t n_c, float *restrict y,            \
+                         const void *restrict panels, int64_t n_c, float *restrict y,              \
                          size_t ldy) {                                                             \
         gemm_drive(k, x, bx, n_w, panels, n_c, y, ldy, kb_##T##_np);                               \
     }
