@@ -58,6 +58,17 @@ static int parse(int argc, char **argv, ppl_opts *o) {
             o->kld_compare = true;
             continue;
         }
+        static const char *const with_value[] = {
+            "-m", "--model", "-f", "--file", "-c", "--ctx-size", "-b", "--batch-size", "-t",
+            "--threads", "--chunks", "--kl-divergence-base", "--isa", "--kv-type"};
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) {
+            known = known || strcmp(a, with_value[k]) == 0;
+        }
+        if (!known) {
+            app_error("perplexity: unknown option '%s' (lares perplexity --help)", a);
+            return APP_USAGE;
+        }
         if ((v = app_need_value(argc, argv, &i)) == NULL) {
             return APP_USAGE;
         }

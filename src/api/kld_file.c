@@ -304,18 +304,15 @@ lares_status kld_base_open(const char *path, kld_base **out, lares_error *err) {
     return LARES_OK;
 }
 
-lares_status kld_base_read_chunk(kld_base *b, float *rows, lares_error *err) {
-    if (b->writing || b->chunks_done >= b->n_chunks) {
-        return lares_fail(err, LARES_EINVAL, "%s: all %u chunks already read", b->name,
-                          b->n_chunks);
-    }
-    const uint32_t chunk = b->chunks_done;
+/* Reads chunk `chunk` at the stream's position: its rows (into rows, unless
+ * NULL), values and checksum checked. */
+static lares_status read_rows(kld_base *b, uint32_t chunk, float *rows, lares_error *err) {
     uint64_t hash = FNV_OFFSET;
     for (uint32_t r = 0; r < b->n_scored; r++) {
         if (!get(b, b->buf, (size_t)b->n_vocab * 4, &hash)) {
             return lares_fail(err, LARES_EIO, "%s: cannot read chunk %u", b->name, chunk + 1);
         }
-        float *row = rows + (size_t)r * b->n_vocab;
+        float *row = rows != NULL ? rows + (size_t)r * b->n_vocab : NULL;
         for (uint32_t i = 0; i < b->n_vocab; i++) {
             const float v = rd_f32le(b->buf + (size_t)i * 4);
             if (!(v <= 0.0f) || !isfinite(v)) {
@@ -323,7 +320,9 @@ lares_status kld_base_read_chunk(kld_base *b, float *rows, lares_error *err) {
                                   "a log-probability (corrupted)", b->name, chunk + 1, r, i,
                                   (double)v);
             }
-            row[i] = v;
+            if (row != NULL) {
+                row[i] = v;
+            }
         }
     }
     uint8_t c[8];
@@ -331,6 +330,34 @@ lares_status kld_base_read_chunk(kld_base *b, float *rows, lares_error *err) {
         return lares_fail(err, LARES_EFORMAT, "%s: chunk %u checksum mismatch (corrupted)",
                           b->name, chunk + 1);
     }
-    b->chunks_done++;
+    return LARES_OK;
+}
+
+lares_status kld_base_read_chunk(kld_base *b, float *rows, lares_error *err) {
+    if (b->writing || b->chunks_done >= b->n_chunks) {
+        return lares_fail(err, LARES_EINVAL, "%s: all %u chunks already read", b->name,
+                          b->n_chunks);
+    }
+    lares_status st = read_rows(b, b->chunks_done, rows, err);
+    if (st == LARES_OK) {
+        b->chunks_done++;
+    }
+    return st;
+}
+
+lares_status kld_base_verify(kld_base *b, lares_error *err) {
+    const long start = ftell(b->f);
+    if (b->writing || start < 0) {
+        return lares_fail(err, LARES_EIO, "%s: cannot tell the read position", b->name);
+    }
+    for (uint32_t k = b->chunks_done; k < b->n_chunks; k++) {
+        lares_status st = read_rows(b, k, NULL, err);
+        if (st != LARES_OK) {
+            return st;
+        }
+    }
+    if (fseek(b->f, start, SEEK_SET) != 0) {
+        return lares_fail(err, LARES_EIO, "%s: cannot seek back after the check", b->name);
+    }
     return LARES_OK;
 }

@@ -260,6 +260,9 @@ lares_status lares_score(lares_session *s, const int32_t *tokens, size_t n,
     if (o.kld_base_in != NULL && (st = kld_base_open(o.kld_base_in, &c.in, err)) != LARES_OK) {
         return st;
     }
+    if (c.in != NULL && (st = kld_base_verify(c.in, err)) != LARES_OK) {
+        goto done;
+    }
     if ((st = plan_chunks(&c, tokens, n, &o, err)) != LARES_OK ||
         (st = scorer_alloc(&c, err)) != LARES_OK ||
         (st = api_plan_positions(s, c.n_ctx, err)) != LARES_OK) {

@@ -99,6 +99,9 @@ lares_status kld_base_read(FILE *f, uint64_t size, const char *name, kld_base **
 /* Reads the next chunk's n_scored x n_vocab log-probabilities into rows and
  * checks its checksum and values (finite, at most 0). */
 lares_status kld_base_read_chunk(kld_base *b, float *rows, lares_error *err);
+/* Reads every chunk not yet read, checking values and checksums, and goes
+ * back: a corrupted file is refused before any work. */
+lares_status kld_base_verify(kld_base *b, lares_error *err);
 void kld_base_free(kld_base *b);
 
 #endif /* LARES_API_SCORE_H */
