@@ -254,11 +254,16 @@ int cmd_perplexity(int argc, char **argv) {
         }
     }
     /* the session holds one chunk: -c, else 512 or the model's context if smaller;
-     * comparing without -c, the base file's context decides, up to the model's */
+     * comparing without -c, the base file's chunk */
     if (o.n_ctx > 0) {
         o.session.n_ctx = o.n_ctx;
     } else if (o.kld_compare) {
-        o.session.n_ctx = info.n_ctx_train;
+        int32_t nv, nc, nch;
+        if (lares_score_base_info(o.kld_file, &nv, &nc, &nch, &err) != LARES_OK) {
+            app_fail(&err);
+            goto done;
+        }
+        o.session.n_ctx = nc;
     } else {
         o.session.n_ctx = info.n_ctx_train < 512 ? info.n_ctx_train : 512;
     }

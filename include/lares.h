@@ -353,6 +353,11 @@ LARES_API lares_status lares_score(lares_session *s, const int32_t *tokens, size
                                    const lares_score_opts *opts, lares_score_result *out,
                                    lares_error *err);
 
+/* The chunking a KL-divergence base file holds (its header and tokens checked,
+ * not its rows), to size a session for comparing with it. */
+LARES_API lares_status lares_score_base_info(const char *path, int32_t *n_vocab, int32_t *n_ctx,
+                                             int32_t *n_chunks, lares_error *err);
+
 /* ---- chat --------------------------------------------------------------- */
 
 typedef struct lares_chat_msg {

@@ -210,7 +210,7 @@ static lares_status plan_chunks(scorer *c, const int32_t *tokens, size_t n,
     }
     if (c->n_ctx > n_ctx_s) {
         return lares_fail(err, LARES_ERANGE, "chunks of %d tokens do not fit the session's "
-                          "context of %d", c->n_ctx, n_ctx_s);
+                          "context of %d (make it at least %d)", c->n_ctx, n_ctx_s, c->n_ctx);
     }
     if (o->n_chunks > 0 && o->n_chunks < c->n_chunks) {
         c->n_chunks = o->n_chunks;
@@ -318,4 +318,19 @@ done:
     lares_session_truncate(s, 0);
     scorer_free(&c);
     return st;
+}
+
+lares_status lares_score_base_info(const char *path, int32_t *n_vocab, int32_t *n_ctx,
+                                   int32_t *n_chunks, lares_error *err) {
+    kld_base *b = NULL;
+    lares_status st = kld_base_open(path, &b, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    /* each bounded by the reader (2^20) */
+    *n_vocab = (int32_t)b->n_vocab;
+    *n_ctx = (int32_t)b->n_ctx;
+    *n_chunks = (int32_t)LARES_MIN(b->n_chunks, (uint32_t)INT32_MAX);
+    kld_base_free(b);
+    return LARES_OK;
 }
