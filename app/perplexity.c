@@ -59,8 +59,9 @@ static int parse(int argc, char **argv, ppl_opts *o) {
             continue;
         }
         static const char *const with_value[] = {
-            "-m", "--model", "-f", "--file", "-c", "--ctx-size", "-b", "--batch-size", "-t",
-            "--threads", "--chunks", "--kl-divergence-base", "--isa", "--kv-type"};
+            "-m",    "--model",      "-f", "--file",    "-c",       "--ctx-size",
+            "-b",    "--batch-size", "-t", "--threads", "--chunks", "--kl-divergence-base",
+            "--isa", "--kv-type"};
         bool known = false;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) {
             known = known || strcmp(a, with_value[k]) == 0;
@@ -291,9 +292,11 @@ int cmd_perplexity(int argc, char **argv) {
         print_json(&o, n_tokens, &r);
     } else {
         /* after the work, so that a refusal stays one line */
-        fprintf(stderr, "perplexity: %s over %s: %d chunks of %d tokens, %" PRId64
-                " scored, %.2f s, isa %s (cpu: %s)\n", o.model, o.text ? o.text : o.kld_file,
-                r.n_chunks, r.n_ctx, r.n_scored, r.ms / 1000, lares_isa(), lares_cpu_flags());
+        fprintf(stderr,
+                "perplexity: %s over %s: %d chunks of %d tokens, %" PRId64
+                " scored, %.2f s, isa %s (cpu: %s)\n",
+                o.model, o.text ? o.text : o.kld_file, r.n_chunks, r.n_ctx, r.n_scored, r.ms / 1000,
+                lares_isa(), lares_cpu_flags());
         print_human(&r);
         if (o.kld_file != NULL && !o.kld_compare) {
             fprintf(stderr, "perplexity: base log-probabilities saved to %s\n", o.kld_file);

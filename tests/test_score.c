@@ -154,8 +154,8 @@ static void test_file(void) {
         float rows[NSC * NV];
         for (int k = 0; k < NCH; k++) {
             CHECK_OK(kld_base_read_chunk(b, rows, &err), &err);
-            CHECK(rows[0] == -(float)(k * 100) / 8 && rows[NSC * NV - 1] ==
-                                                          -(float)(k * 100 + NSC * NV - 1) / 8);
+            CHECK(rows[0] == -(float)(k * 100) / 8 &&
+                  rows[NSC * NV - 1] == -(float)(k * 100 + NSC * NV - 1) / 8);
         }
         CHECK(kld_base_read_chunk(b, rows, &err) == LARES_EINVAL);
         kld_base_free(b);

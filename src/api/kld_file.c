@@ -64,13 +64,13 @@ static lares_status part_path(const char *path, char *out, size_t cap, lares_err
     return LARES_OK;
 }
 
-lares_status kld_base_create(const char *path, uint32_t n_vocab, uint32_t n_ctx,
-                             uint32_t n_chunks, const int32_t *tokens, kld_base **out,
-                             lares_error *err) {
+lares_status kld_base_create(const char *path, uint32_t n_vocab, uint32_t n_ctx, uint32_t n_chunks,
+                             const int32_t *tokens, kld_base **out, lares_error *err) {
     if (n_vocab < 2 || n_vocab > KLD_MAX_VOCAB || n_ctx < 4 || n_ctx > KLD_MAX_CTX ||
         n_chunks == 0) {
-        return lares_fail(err, LARES_EINVAL, "%s: vocabulary %u, context %u, %u chunks: out of range",
-                          path, n_vocab, n_ctx, n_chunks);
+        return lares_fail(err, LARES_EINVAL,
+                          "%s: vocabulary %u, context %u, %u chunks: out of range", path, n_vocab,
+                          n_ctx, n_chunks);
     }
     char tmp[4096];
     lares_status st = part_path(path, tmp, sizeof tmp, err);
@@ -190,8 +190,10 @@ static bool get(kld_base *b, uint8_t *p, size_t n, uint64_t *hash) {
 lares_status kld_base_read(FILE *f, uint64_t size, const char *name, kld_base **out,
                            lares_error *err) {
     if (size < KLD_HEADER_BYTES) {
-        return lares_fail(err, LARES_EFORMAT, "%s: %" PRIu64 " bytes, too short for a "
-                          "KL-divergence base file (header of %u)", name, size, KLD_HEADER_BYTES);
+        return lares_fail(err, LARES_EFORMAT,
+                          "%s: %" PRIu64 " bytes, too short for a "
+                          "KL-divergence base file (header of %u)",
+                          name, size, KLD_HEADER_BYTES);
     }
     kld_base *b = lares_calloc(1, sizeof *b);
     if (b == NULL) {
@@ -207,8 +209,8 @@ lares_status kld_base_read(FILE *f, uint64_t size, const char *name, kld_base **
         goto fail;
     }
     if (memcmp(h, KLD_MAGIC, 8) != 0) {
-        st = lares_fail(err, LARES_EFORMAT, "%s: not a lares KL-divergence base file (magic)",
-                        name);
+        st =
+            lares_fail(err, LARES_EFORMAT, "%s: not a lares KL-divergence base file (magic)", name);
         goto fail;
     }
     const uint32_t version = rd_u32le(h + 8);
@@ -224,14 +226,17 @@ lares_status kld_base_read(FILE *f, uint64_t size, const char *name, kld_base **
     const uint64_t n_tok = rd_u64le(h + 32);
     if (b->n_vocab < 2 || b->n_vocab > KLD_MAX_VOCAB || b->n_ctx < 4 || b->n_ctx > KLD_MAX_CTX ||
         b->n_chunks == 0 || rd_u32le(h + 28) != 0) {
-        st = lares_fail(err, LARES_EFORMAT, "%s: vocabulary %u, context %u, %u chunks: out of "
-                        "range (corrupted header)", name, b->n_vocab, b->n_ctx, b->n_chunks);
+        st = lares_fail(err, LARES_EFORMAT,
+                        "%s: vocabulary %u, context %u, %u chunks: out of "
+                        "range (corrupted header)",
+                        name, b->n_vocab, b->n_ctx, b->n_chunks);
         goto fail;
     }
     if (b->n_scored != scored_of(b->n_ctx) || n_tok != (uint64_t)b->n_ctx * b->n_chunks) {
-        st = lares_fail(err, LARES_EFORMAT, "%s: %u scored positions and %" PRIu64 " tokens do "
-                        "not match a context of %u and %u chunks (corrupted header)", name,
-                        b->n_scored, n_tok, b->n_ctx, b->n_chunks);
+        st = lares_fail(err, LARES_EFORMAT,
+                        "%s: %u scored positions and %" PRIu64 " tokens do "
+                        "not match a context of %u and %u chunks (corrupted header)",
+                        name, b->n_scored, n_tok, b->n_ctx, b->n_chunks);
         goto fail;
     }
     /* the exact size: header, tokens, checksum, chunks of rows and checksum */
@@ -243,10 +248,10 @@ lares_status kld_base_read(FILE *f, uint64_t size, const char *name, kld_base **
                 lares_add_u64(KLD_HEADER_BYTES + 8, n_tok * 4, &want) &&
                 lares_add_u64(want, all_chunks, &want);
     if (!fits || want != size) {
-        st = lares_fail(err, LARES_EFORMAT, "%s: %" PRIu64 " bytes, the header announces %" PRIu64
+        st = lares_fail(err, LARES_EFORMAT,
+                        "%s: %" PRIu64 " bytes, the header announces %" PRIu64
                         " (%u chunks of %u x %u log-probabilities): truncated or corrupted",
-                        name, size, fits ? want : UINT64_MAX, b->n_chunks, b->n_scored,
-                        b->n_vocab);
+                        name, size, fits ? want : UINT64_MAX, b->n_chunks, b->n_scored, b->n_vocab);
         goto fail;
     }
     b->tokens = lares_alloc_array((size_t)n_tok, sizeof *b->tokens);
@@ -263,8 +268,10 @@ lares_status kld_base_read(FILE *f, uint64_t size, const char *name, kld_base **
         }
         const uint32_t id = rd_u32le(t);
         if (id >= b->n_vocab) {
-            st = lares_fail(err, LARES_EFORMAT, "%s: token %" PRIu64 " is %u, outside the "
-                            "vocabulary of %u (corrupted)", name, i, id, b->n_vocab);
+            st = lares_fail(err, LARES_EFORMAT,
+                            "%s: token %" PRIu64 " is %u, outside the "
+                            "vocabulary of %u (corrupted)",
+                            name, i, id, b->n_vocab);
             goto fail;
         }
         b->tokens[i] = (int32_t)id;
@@ -316,9 +323,10 @@ static lares_status read_rows(kld_base *b, uint32_t chunk, float *rows, lares_er
         for (uint32_t i = 0; i < b->n_vocab; i++) {
             const float v = rd_f32le(b->buf + (size_t)i * 4);
             if (!(v <= 0.0f) || !isfinite(v)) {
-                return lares_fail(err, LARES_EFORMAT, "%s: chunk %u, row %u, token %u: %g is not "
-                                  "a log-probability (corrupted)", b->name, chunk + 1, r, i,
-                                  (double)v);
+                return lares_fail(err, LARES_EFORMAT,
+                                  "%s: chunk %u, row %u, token %u: %g is not "
+                                  "a log-probability (corrupted)",
+                                  b->name, chunk + 1, r, i, (double)v);
             }
             if (row != NULL) {
                 row[i] = v;
@@ -327,8 +335,8 @@ static lares_status read_rows(kld_base *b, uint32_t chunk, float *rows, lares_er
     }
     uint8_t c[8];
     if (!get(b, c, 8, NULL) || rd_u64le(c) != hash) {
-        return lares_fail(err, LARES_EFORMAT, "%s: chunk %u checksum mismatch (corrupted)",
-                          b->name, chunk + 1);
+        return lares_fail(err, LARES_EFORMAT, "%s: chunk %u checksum mismatch (corrupted)", b->name,
+                          chunk + 1);
     }
     return LARES_OK;
 }

@@ -5,9 +5,10 @@
  * from an empty KV cache and starting with BOS, the first half context only,
  * every later token scored by the log-softmax of the logits before it.
  */
+#include "api/score.h"
+
 #include "api/api.h"
 #include "api/ring.h"
-#include "api/score.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -41,9 +42,9 @@ static lares_status eval_chunk(lares_session *s, const int32_t *tok, int32_t n_c
         exec_local_begin_pass(s->exec, r1 > r0);
         lares_status st = model_embed(m, tok + done, nb, s->x, err);
         if (st == LARES_OK) {
-            st = s->ring != NULL ? api_ring_forward(s, nb, err)
-                                 : exec_local_forward(s->exec, 0, m->hp.n_layer, s->pos, nb, s->x,
-                                                      err);
+            st = s->ring != NULL
+                     ? api_ring_forward(s, nb, err)
+                     : exec_local_forward(s->exec, 0, m->hp.n_layer, s->pos, nb, s->x, err);
         }
         if (st != LARES_OK) {
             return st;
@@ -166,13 +167,17 @@ static lares_status plan_chunks(scorer *c, const int32_t *tokens, size_t n,
     }
     if (c->in != NULL) {
         if (c->in->n_vocab != (uint32_t)c->n_vocab) {
-            return lares_fail(err, LARES_EINVAL, "%s holds log-probabilities over %u tokens, the "
+            return lares_fail(err, LARES_EINVAL,
+                              "%s holds log-probabilities over %u tokens, the "
                               "model's vocabulary has %d: the base was made with another "
-                              "vocabulary", c->in->name, c->in->n_vocab, c->n_vocab);
+                              "vocabulary",
+                              c->in->name, c->in->n_vocab, c->n_vocab);
         }
         if (o->n_ctx != 0 && (uint32_t)o->n_ctx != c->in->n_ctx) {
-            return lares_fail(err, LARES_EINVAL, "chunk context %d differs from the %u of %s "
-                              "(leave -c out)", o->n_ctx, c->in->n_ctx, c->in->name);
+            return lares_fail(err, LARES_EINVAL,
+                              "chunk context %d differs from the %u of %s "
+                              "(leave -c out)",
+                              o->n_ctx, c->in->n_ctx, c->in->name);
         }
         c->n_ctx = (int32_t)c->in->n_ctx;
         c->n_chunks = (int32_t)c->in->n_chunks;
@@ -180,14 +185,17 @@ static lares_status plan_chunks(scorer *c, const int32_t *tokens, size_t n,
         if (tokens != NULL) {
             const size_t need = (size_t)c->n_ctx * (size_t)c->n_chunks;
             if (n < need) {
-                return lares_fail(err, LARES_EINVAL, "the text has %zu tokens, %s was made from "
-                                  "%zu: another text", n, c->in->name, need);
+                return lares_fail(err, LARES_EINVAL,
+                                  "the text has %zu tokens, %s was made from "
+                                  "%zu: another text",
+                                  n, c->in->name, need);
             }
             for (size_t i = 0; i < need; i++) {
                 if (tokens[i] != c->in->tokens[i]) {
-                    return lares_fail(err, LARES_EINVAL, "token %zu of the text is %d, %d in %s: "
-                                      "the base was made from another text or tokenizer", i,
-                                      tokens[i], c->in->tokens[i], c->in->name);
+                    return lares_fail(err, LARES_EINVAL,
+                                      "token %zu of the text is %d, %d in %s: "
+                                      "the base was made from another text or tokenizer",
+                                      i, tokens[i], c->in->tokens[i], c->in->name);
                 }
             }
         }
@@ -197,28 +205,35 @@ static lares_status plan_chunks(scorer *c, const int32_t *tokens, size_t n,
             return lares_fail(err, LARES_EINVAL, "no tokens to score");
         }
         if (c->n_ctx < 4) {
-            return lares_fail(err, LARES_EINVAL, "chunk context %d: at least 4 tokens are needed "
-                              "(half context, half scored)", c->n_ctx);
+            return lares_fail(err, LARES_EINVAL,
+                              "chunk context %d: at least 4 tokens are needed "
+                              "(half context, half scored)",
+                              c->n_ctx);
         }
         if ((uint64_t)n < 2 * (uint64_t)c->n_ctx) {
-            return lares_fail(err, LARES_ERANGE, "the text has %zu tokens; %" PRId64 " are needed "
-                              "for 2 chunks of %d (use a longer text or a smaller -c)", n,
-                              2 * (int64_t)c->n_ctx, c->n_ctx);
+            return lares_fail(err, LARES_ERANGE,
+                              "the text has %zu tokens; %" PRId64 " are needed "
+                              "for 2 chunks of %d (use a longer text or a smaller -c)",
+                              n, 2 * (int64_t)c->n_ctx, c->n_ctx);
         }
         c->n_chunks = (int32_t)LARES_MIN(n / (size_t)c->n_ctx, (size_t)INT32_MAX);
         c->tokens = tokens;
     }
     if (c->n_ctx > n_ctx_s) {
-        return lares_fail(err, LARES_ERANGE, "chunks of %d tokens do not fit the session's "
-                          "context of %d (make it at least %d)", c->n_ctx, n_ctx_s, c->n_ctx);
+        return lares_fail(err, LARES_ERANGE,
+                          "chunks of %d tokens do not fit the session's "
+                          "context of %d (make it at least %d)",
+                          c->n_ctx, n_ctx_s, c->n_ctx);
     }
     if (o->n_chunks > 0 && o->n_chunks < c->n_chunks) {
         c->n_chunks = o->n_chunks;
     }
     for (size_t i = 0; i < (size_t)c->n_ctx * (size_t)c->n_chunks; i++) {
         if (c->tokens[i] < 0 || c->tokens[i] >= c->n_vocab) {
-            return lares_fail(err, LARES_EINVAL, "token %d at index %zu is outside the "
-                              "vocabulary of %d", c->tokens[i], i, c->n_vocab);
+            return lares_fail(err, LARES_EINVAL,
+                              "token %d at index %zu is outside the "
+                              "vocabulary of %d",
+                              c->tokens[i], i, c->n_vocab);
         }
     }
     c->first = c->n_ctx / 2;
@@ -240,21 +255,20 @@ static lares_status scorer_alloc(scorer *c, lares_error *err) {
     }
     if (c->chunk == NULL || c->logits == NULL ||
         (c->in != NULL && (c->base == NULL || c->klds == NULL))) {
-        return lares_fail(err, LARES_ENOMEM, "out of memory for %zu rows of %zu logits", rows,
-                          row);
+        return lares_fail(err, LARES_ENOMEM, "out of memory for %zu rows of %zu logits", rows, row);
     }
     return LARES_OK;
 }
 
 lares_status lares_score(lares_session *s, const int32_t *tokens, size_t n,
-                         const lares_score_opts *opts, lares_score_result *out,
-                         lares_error *err) {
+                         const lares_score_opts *opts, lares_score_result *out, lares_error *err) {
     const lares_score_opts o = opts ? *opts : lares_score_opts_default();
     scorer c = {.s = s, .n_vocab = s->lm->m->hp.n_vocab};
     lares_status st = LARES_OK;
     atomic_store(&s->cancel, false);
     if (o.kld_base_in != NULL && o.kld_base_out != NULL) {
-        return lares_fail(err, LARES_EINVAL, "saving a KL-divergence base and comparing with one "
+        return lares_fail(err, LARES_EINVAL,
+                          "saving a KL-divergence base and comparing with one "
                           "are separate runs");
     }
     if (o.kld_base_in != NULL && (st = kld_base_open(o.kld_base_in, &c.in, err)) != LARES_OK) {

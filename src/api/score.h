@@ -38,10 +38,10 @@ int32_t score_log_softmax(const float *logits, int32_t n_vocab, float *lp);
 
 /* One scored token of a comparison: both rows are log-probabilities. */
 typedef struct score_kld_row {
-    double kld;       /* sum_i p_base(i) (lp_base(i) - lp(i)), >= 0 up to rounding */
-    bool same_top;    /* both rows have their largest value at the same token */
-    double dp;        /* p(token) - p_base(token) */
-    double base_nll;  /* -lp_base(token) */
+    double kld;      /* sum_i p_base(i) (lp_base(i) - lp(i)), >= 0 up to rounding */
+    bool same_top;   /* both rows have their largest value at the same token */
+    double dp;       /* p(token) - p_base(token) */
+    double base_nll; /* -lp_base(token) */
 } score_kld_row;
 
 void score_kld(const float *lp_base, const float *lp, int32_t n_vocab, int32_t token,
@@ -66,24 +66,23 @@ double score_quantile(const float *sorted, size_t n, double q);
 #define KLD_VERSION      1u
 #define KLD_HEADER_BYTES 40u
 /* the largest vocabulary and chunk the reader accepts (sizes buffers) */
-#define KLD_MAX_VOCAB   (1u << 20)
-#define KLD_MAX_CTX     (1u << 20)
+#define KLD_MAX_VOCAB (1u << 20)
+#define KLD_MAX_CTX   (1u << 20)
 
 typedef struct kld_base {
-    FILE *f;            /* borrowed or owned (see kld_base_open) */
+    FILE *f; /* borrowed or owned (see kld_base_open) */
     bool own_file;
-    char name[160];     /* for messages */
+    char name[160]; /* for messages */
     bool writing;
     uint32_t n_vocab, n_ctx, n_chunks, n_scored;
-    int32_t *tokens;    /* owned: n_ctx * n_chunks */
+    int32_t *tokens; /* owned: n_ctx * n_chunks */
     uint32_t chunks_done;
-    uint8_t *buf;       /* owned: one row, encoded */
+    uint8_t *buf; /* owned: one row, encoded */
 } kld_base;
 
 /* Creates `path` and writes the header and tokens. */
-lares_status kld_base_create(const char *path, uint32_t n_vocab, uint32_t n_ctx,
-                             uint32_t n_chunks, const int32_t *tokens, kld_base **out,
-                             lares_error *err);
+lares_status kld_base_create(const char *path, uint32_t n_vocab, uint32_t n_ctx, uint32_t n_chunks,
+                             const int32_t *tokens, kld_base **out, lares_error *err);
 /* Appends one chunk: n_scored rows of n_vocab log-probabilities. */
 lares_status kld_base_write_chunk(kld_base *b, const float *rows, lares_error *err);
 /* Closes a file being written; fails (and removes it) when chunks are missing
