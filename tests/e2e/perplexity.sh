@@ -60,6 +60,12 @@ final=$(sed -nE 's/^Final estimate: PPL = ([0-9.]+) \+\/- ([0-9.]+)$/\1/p' "$TMP
 jq -e '.n_ctx == 128 and .n_chunks == 3 and .n_scored == 189 and .ppl > 1' "$TMP/p128.json" \
   >/dev/null && ok || fail "-c 128 --chunks 3: $(cat "$TMP/p128.json")"
 
+# the batch is speed only: F32 weights give the same figure with any -b
+"$LARES" perplexity -m "$S260" -f "$TMP/text.txt" -c 128 --chunks 3 -b 7 -t 2 --json \
+  >"$TMP/p128b7.json" 2>"$TMP/err" || fail "perplexity -b 7: $(cat "$TMP/err")"
+jq -e --slurpfile a "$TMP/p128.json" '((.ppl - $a[0].ppl) | fabs) <= 1e-6 * .ppl' "$TMP/p128b7.json" \
+  >/dev/null && ok || fail "-b 7 gives $(jq .ppl "$TMP/p128b7.json"), -b 50 $(jq .ppl "$TMP/p128.json")"
+
 # ---- KL divergence: base from the F16 656K model, compared with its Q8_0 file ----
 "$LARES" perplexity -m "$F16" -f "$TMP/text.txt" -c 128 -t 2 --kl-divergence-base "$TMP/base.kld" \
   --json >"$TMP/base.json" 2>"$TMP/err" && ok || fail "saving the base: $(cat "$TMP/err")"
