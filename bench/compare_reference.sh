@@ -76,8 +76,8 @@ for type in "${TYPES[@]}"; do
         >"$BENCH_MODELS/.l.json"
       jq '.tests[] | select(.test | startswith("pp")) | .tok_s_mean' "$BENCH_MODELS/.l.json" >>"$BENCH_MODELS/.lp$np"
       jq '.tests[] | select(.test | startswith("tg")) | .tok_s_mean' "$BENCH_MODELS/.l.json" >>"$BENCH_MODELS/.lg"
-      LARES_ISA=$(jq -r .isa "$BENCH_MODELS/.l.json")
-      LARES_FLAGS=$(jq -r .cpu_flags "$BENCH_MODELS/.l.json")
+      L_ISA=$(jq -r .isa "$BENCH_MODELS/.l.json")
+      L_FLAGS=$(jq -r .cpu_flags "$BENCH_MODELS/.l.json")
     done
     "$LLAMA_BENCH" -m "$f" -p "$NPS" -n "$NG" -d "$DEPTH" -t "$THREADS" -r 1 -o json 2>/dev/null \
       >"$BENCH_MODELS/.r.json"
@@ -100,7 +100,7 @@ for type in "${TYPES[@]}"; do
       printf "| %s | %s | %s | %.2f | %.2f | %.2fx | %.1f |\n", p, s, t, l, r, l / r, l * b / 1e9 }' >>"$TABLE"
   fi
 done
-echo "lares: kernel family ${LARES_ISA:-?}; cpu flags (lares_cpu_flags): ${LARES_FLAGS:-?}"
+echo "lares: kernel family ${L_ISA:-?}; cpu flags (lares_cpu_flags): ${L_FLAGS:-?}"
 echo "reference: $LLAMA_BENCH; cpu: $REF_CPU"
 echo
 echo "| model | size | test | lares t/s | reference t/s | ratio | lares GB/s (tg) |"
