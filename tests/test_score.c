@@ -161,6 +161,35 @@ static void test_file(void) {
         kld_base_free(b);
     }
 
+    /* every allocation of the writer and the reader failing in turn: an error, nothing
+     * leaked (the bytes in use come back), never a crash */
+    const size_t in_use = lares_mem_in_use();
+    for (long k = 1; k <= 4; k++) {
+        lares_alloc_fail_after(k);
+        lares_status st = kld_base_open(path, &b, &err);
+        lares_alloc_fail_after(0);
+        CHECKF(st == LARES_OK || (st == LARES_ENOMEM && strstr(err.msg, "memory")), "%d: %s", st,
+               err.msg);
+        if (st == LARES_OK) {
+            kld_base_free(b);
+        }
+        int32_t tok[NCTX * NCH] = {0};
+        char other[300];
+        snprintf(other, sizeof other, "%s.alloc", path);
+        lares_alloc_fail_after(k);
+        st = kld_base_create(other, NV, NCTX, NCH, tok, &b, &err);
+        lares_alloc_fail_after(0);
+        CHECK(st == LARES_OK || st == LARES_ENOMEM);
+        if (st == LARES_OK) {
+            kld_base_finish(b, other, NULL);
+            kld_base_free(b);
+        }
+        CHECKF(lares_mem_in_use() == in_use, "after failing allocation %ld: %zu bytes, %zu before",
+               k, lares_mem_in_use(), in_use);
+        char part[320];
+        snprintf(part, sizeof part, "%s.part", other);
+        CHECK(access(other, F_OK) != 0 && access(part, F_OK) != 0); /* incomplete: removed */
+    }
     /* truncated: refused at open, before any row is read */
     CHECK(truncate(path, want - 1) == 0);
     CHECK(kld_base_open(path, &b, &err) == LARES_EFORMAT && strstr(err.msg, "truncated"));
