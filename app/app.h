@@ -50,6 +50,7 @@ int cmd_profile(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_convert(int argc, char **argv);

@@ -3,7 +3,10 @@
  * engine's bench tool: pp = N prompt tokens evaluated in batches from an empty
  * context; tg = N tokens generated one forward pass each. Each test is warmed
  * up once, then repeated; the table shows mean and standard deviation of
- * tokens/s, and --json gives every sample and the memory figures.
+ * tokens/s, and --json gives every sample and the memory figures. With -d
+ * DEPTH (as the reference's -d) the KV cache first holds DEPTH tokens, filled
+ * once and not timed, and each test runs on top of them: attention's cost as
+ * the context fills.
  */
 #include "app.h"
 
@@ -15,7 +18,7 @@
 
 typedef struct bench_opts {
     const char *model;
-    int32_t n_prompt, n_gen, repeat;
+    int32_t n_prompt, n_gen, repeat, depth;
     lares_session_opts session;
     bool json;
     const char *isa;
@@ -54,10 +57,12 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            puts("usage: lares bench -m MODEL [-p 128] [-n 32] [-t THREADS] [-r|--repeat 3]\n"
+            puts("usage: lares bench -m MODEL [-p 128] [-n 32] [-d 0] [-t THREADS] [-r|--repeat 3]\n"
                  "                   [-b BATCH] [-c CTX] [--kv-type auto|f16|f32] [--json] [--isa NAME]\n"
                  "  -p N   prompt tokens of the pp test (0 skips it)\n"
-                 "  -n N   generated tokens of the tg test (0 skips it)");
+                 "  -n N   generated tokens of the tg test (0 skips it)\n"
+                 "  -d, --depth N   tokens already in the KV cache (filled once, not timed)\n"
+                 "                  before each test");
             return APP_OK;
         }
         if (strcmp(a, "--json") == 0) {
@@ -75,6 +80,10 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             }
         } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-gen") == 0) {
             if (!app_parse_i32(a, v, 0, 1 << 20, &o->n_gen)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "-d") == 0 || strcmp(a, "--depth") == 0) {
+            if (!app_parse_i32(a, v, 0, 1 << 20, &o->depth)) {
                 return APP_USAGE;
             }
         } else if (strcmp(a, "-r") == 0 || strcmp(a, "--repeat") == 0) {
@@ -136,10 +145,11 @@ static void fill_prompt(int32_t *ids, int32_t n, int32_t n_vocab, int32_t bos) {
     }
 }
 
-/* One measured pass: pp evaluates the prompt only; tg generates n tokens after one. */
-static lares_status run_once(lares_session *s, const int32_t *prompt, int32_t n_prompt,
-                             int32_t n_gen, lares_stats *st, lares_error *err) {
-    lares_session_truncate(s, 0);
+/* One measured pass over the `depth` tokens already in the cache: pp evaluates
+ * the prompt only; tg generates n tokens after one. */
+static lares_status run_once(lares_session *s, int32_t depth, const int32_t *prompt,
+                             int32_t n_prompt, int32_t n_gen, lares_stats *st, lares_error *err) {
+    lares_session_truncate(s, depth);
     lares_generate_opts go = lares_generate_opts_default();
     go.sampler.temperature = 0; /* greedy: sampling costs next to nothing */
     go.n_predict = n_gen;
@@ -157,9 +167,13 @@ int cmd_bench(int argc, char **argv) {
     if (o.isa != NULL && lares_force_isa(o.isa, &err) != LARES_OK) {
         return app_fail(&err);
     }
+    const int32_t need = o.depth + (o.n_prompt > o.n_gen + 1 ? o.n_prompt : o.n_gen + 1) + 8;
     if (o.session.n_ctx == 0) {
-        int32_t need = (o.n_prompt > o.n_gen + 1 ? o.n_prompt : o.n_gen + 1) + 8;
         o.session.n_ctx = need;
+    } else if (o.session.n_ctx < need) {
+        app_error("bench: depth %d, the tests and the warm-up need a context of %d, -c is %d",
+                  o.depth, need, o.session.n_ctx);
+        return APP_USAGE;
     }
     lares_model *m = NULL;
     lares_session *s = NULL;
@@ -171,7 +185,8 @@ int cmd_bench(int argc, char **argv) {
     }
     lares_model_info info;
     lares_model_get_info(m, &info);
-    int32_t np = o.n_prompt > 8 ? o.n_prompt : 8;
+    /* the depth's tokens first (BOS at 0), then the measured prompt */
+    int32_t np = o.depth + (o.n_prompt > 8 ? o.n_prompt : 8);
     prompt = malloc((size_t)np * sizeof *prompt);
     if (prompt == NULL) {
         app_error("out of memory");
@@ -183,13 +198,19 @@ int cmd_bench(int argc, char **argv) {
     samples pp = {0}, tg = {0};
     lares_stats st, last_pp = {0}, last_tg = {0};
     /* warm-up: touches every weight once so the first sample is not a cold read */
-    if (run_once(s, prompt, 8, 1, &st, &err) != LARES_OK) {
+    if (run_once(s, 0, prompt, 8, 1, &st, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
     }
+    /* the depth: filled once, kept by every run (each truncates back to it) */
+    if (o.depth > 0 && run_once(s, 0, prompt, o.depth, 0, &st, &err) != LARES_OK) {
+        rc = app_fail(&err);
+        goto done;
+    }
+    const int32_t *measured = prompt + o.depth;
     for (int r = 0; r < o.repeat; r++) {
         if (o.n_prompt > 0) {
-            if (run_once(s, prompt, o.n_prompt, 0, &st, &err) != LARES_OK) {
+            if (run_once(s, o.depth, measured, o.n_prompt, 0, &st, &err) != LARES_OK) {
                 rc = app_fail(&err);
                 goto done;
             }
@@ -198,7 +219,7 @@ int cmd_bench(int argc, char **argv) {
         }
         if (o.n_gen > 0) {
             /* n_gen forward passes: one token of prompt, then n_gen + 1 sampled tokens */
-            if (run_once(s, prompt, 1, o.n_gen + 1, &st, &err) != LARES_OK) {
+            if (run_once(s, o.depth, measured, 1, o.n_gen + 1, &st, &err) != LARES_OK) {
                 rc = app_fail(&err);
                 goto done;
             }
@@ -223,7 +244,9 @@ int cmd_bench(int argc, char **argv) {
         json_object_set_new(root, "file_bytes", json_integer((json_int_t)info.file_bytes));
         json_object_set_new(root, "n_layer", json_integer(info.n_layer));
         json_object_set_new(root, "isa", json_string(lares_isa()));
+        json_object_set_new(root, "cpu_flags", json_string(lares_cpu_flags()));
         json_object_set_new(root, "threads", json_integer(threads));
+        json_object_set_new(root, "depth", json_integer(o.depth));
         json_object_set_new(root, "repeat", json_integer(o.repeat));
         json_t *tests = json_array();
         const samples *ss[2] = {&pp, &tg};
@@ -239,6 +262,7 @@ int cmd_bench(int argc, char **argv) {
             snprintf(name, sizeof name, "%s%d", names[k], ns[k]);
             json_object_set_new(t, "test", json_string(name));
             json_object_set_new(t, "n_tokens", json_integer(ns[k]));
+            json_object_set_new(t, "n_depth", json_integer(o.depth));
             json_object_set_new(t, "tok_s_mean", json_real(mean(ss[k])));
             json_object_set_new(t, "tok_s_stddev", json_real(stddev(ss[k])));
             json_t *sa = json_array();
@@ -263,18 +287,24 @@ int cmd_bench(int argc, char **argv) {
         }
         json_decref(root);
     } else {
+        /* the CPU's features above the table, the kernel family chosen in it */
+        printf("cpu flags: %s\n\n", lares_cpu_flags());
         printf("| model | size | arch | type | isa | threads | test | t/s |\n"
                "| --- | ---: | --- | --- | --- | ---: | --- | ---: |\n");
         const char *base = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
+        char at[32] = ""; /* the reference's notation: "pp512 @ d1024" */
+        if (o.depth > 0) {
+            snprintf(at, sizeof at, " @ d%d", o.depth);
+        }
         if (o.n_prompt > 0) {
-            printf("| %s | %s | %s | %s | %s | %s | pp%d | %.2f ± %.2f |\n", base,
+            printf("| %s | %s | %s | %s | %s | %s | pp%d%s | %.2f ± %.2f |\n", base,
                    app_fmt_bytes(info.file_bytes, b1, sizeof b1), info.arch, info.file_type,
-                   lares_isa(), tbuf, o.n_prompt, mean(&pp), stddev(&pp));
+                   lares_isa(), tbuf, o.n_prompt, at, mean(&pp), stddev(&pp));
         }
         if (o.n_gen > 0) {
-            printf("| %s | %s | %s | %s | %s | %s | tg%d | %.2f ± %.2f |\n", base,
+            printf("| %s | %s | %s | %s | %s | %s | tg%d%s | %.2f ± %.2f |\n", base,
                    app_fmt_bytes(info.file_bytes, b1, sizeof b1), info.arch, info.file_type,
-                   lares_isa(), tbuf, o.n_gen, mean(&tg), stddev(&tg));
+                   lares_isa(), tbuf, o.n_gen, at, mean(&tg), stddev(&tg));
         }
         const lares_stats *l = o.n_gen > 0 ? &last_tg : &last_pp;
         char b2[32], b3[32];

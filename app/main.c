@@ -14,6 +14,7 @@ static const struct {
     {"chat", cmd_chat, "talk with a model, using its chat template"},
     {"serve", cmd_serve, "serve the OpenAI-compatible HTTP API"},
     {"bench", cmd_bench, "measure prompt and generation speed"},
+    {"perplexity", cmd_perplexity, "perplexity over a text; KL divergence from a base model"},
     {"quantize", cmd_quantize, "re-encode a model in another block type mix"},
     {"synth", cmd_synth, "write a benchmark model with a real shape and synthetic weights"},
     {"keygen", cmd_keygen, "make a key pair for a ring's head or worker"},

@@ -391,6 +391,7 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_object_set_new(root, "threads", json_integer(o->session.n_threads ? o->session.n_threads : 0));
     json_object_set_new(root, "n_ctx", json_integer(lares_session_n_ctx(s)));
     json_object_set_new(root, "isa", json_string(lares_isa()));
+    json_object_set_new(root, "cpu_flags", json_string(lares_cpu_flags()));
     json_t *t = json_object();
     json_object_set_new(t, "load_ms", json_real(st->load_ms));
     json_object_set_new(t, "prompt_tokens", json_integer(st->n_prompt));

@@ -1,62 +1,111 @@
 #!/usr/bin/env bash
-# Issue 3's benchmark: lares bench and the reference engine's llama-bench on the
-# same synthesized llama-1b files (Q4_K_M, Q8_0, Q4_0), same threads, runs
-# alternating, median of R runs each; prints a markdown table with the ratios
-# and the memory bandwidth measured in the same session.
+# Issues 3 and 14's benchmark: lares bench and the reference engine's llama-bench
+# on the same synthesized llama-1b files (Q4_K_M, Q8_0, Q4_0, IQ4_XS), same
+# threads, runs alternating, median of R runs each; prints a markdown table with
+# the ratios, the memory bandwidth measured in the same session, and the CPU's
+# feature flags with the kernel family each engine used.
 #
-#   bench/compare_reference.sh [-r RUNS] [-t THREADS] [-p 128] [-n 32] [TYPE...]
+#   bench/compare_reference.sh [-r RUNS] [-t THREADS] [-p 128[,512...]] [-n 32] [-d DEPTH]
+#                              [-i ISA] [TYPE...]
 #
-# Env: LARES (default build/lares), LLAMA_BENCH (path to llama-bench; default
-# /work/ref/llama.cpp/build/bin/llama-bench), BENCH_MODELS (default bench-models/),
-# VOCAB (default ../shared/models/vocab/ggml-vocab-llama-spm.gguf), PRESET (llama-1b).
+#   -p   prompt sizes, comma-separated (pp128 and pp512: -p 128,512)
+#   -d   tokens already in the KV cache before each test (llama-bench -d)
+#   -i   lares's kernel family (lares bench --isa), e.g. avx2 against a reference
+#        built for AVX2 only
+#
+# Env: LLAMA_CPP_BUILD, the reference engine's build directory (bin/llama-bench
+# under it; built outside this repository), or LLAMA_BENCH, llama-bench itself;
+# LARES (default build/lares), BENCH_MODELS (default bench-models/), VOCAB
+# (default ../shared/models/vocab/ggml-vocab-llama-spm.gguf), PRESET (llama-1b).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LARES=${LARES:-build/lares}
-LLAMA_BENCH=${LLAMA_BENCH:-/work/ref/llama.cpp/build/bin/llama-bench}
+LLAMA_BENCH=${LLAMA_BENCH:-${LLAMA_CPP_BUILD:+$LLAMA_CPP_BUILD/bin/llama-bench}}
 BENCH_MODELS=${BENCH_MODELS:-bench-models}
 VOCAB=${VOCAB:-../shared/models/vocab/ggml-vocab-llama-spm.gguf}
 PRESET=${PRESET:-llama-1b}
-RUNS=5 THREADS=2 NP=128 NG=32
-while getopts "r:t:p:n:" o; do
-  case $o in r) RUNS=$OPTARG ;; t) THREADS=$OPTARG ;; p) NP=$OPTARG ;; n) NG=$OPTARG ;; *) exit 2 ;; esac
+RUNS=5 THREADS=2 NPS=128 NG=32 DEPTH=0 ISA=""
+while getopts "r:t:p:n:d:i:" o; do
+  case $o in
+    r) RUNS=$OPTARG ;; t) THREADS=$OPTARG ;; p) NPS=$OPTARG ;; n) NG=$OPTARG ;;
+    d) DEPTH=$OPTARG ;; i) ISA=$OPTARG ;; *) exit 2 ;;
+  esac
 done
 shift $((OPTIND - 1))
 TYPES=("$@")
-[ ${#TYPES[@]} -gt 0 ] || TYPES=(q4_k_m q8_0 q4_0)
+[ ${#TYPES[@]} -gt 0 ] || TYPES=(q4_k_m q8_0 q4_0 iq4_xs)
+IFS=, read -r -a PP <<<"$NPS"
+for np in "${PP[@]}"; do
+  [[ $np =~ ^[1-9][0-9]*$ ]] || { echo "-p: '$np' is not a prompt size (e.g. -p 128,512)" >&2; exit 2; }
+done
+[[ $DEPTH =~ ^[0-9]+$ ]] || { echo "-d: '$DEPTH' is not a token count" >&2; exit 2; }
 command -v jq >/dev/null || { echo "needs jq" >&2; exit 1; }
-[ -x "$LLAMA_BENCH" ] || { echo "reference engine not found at $LLAMA_BENCH (set LLAMA_BENCH)" >&2; exit 1; }
+if [ -z "$LLAMA_BENCH" ]; then
+  echo "set LLAMA_CPP_BUILD to the reference engine's build directory (the one with bin/llama-bench)," \
+       "or LLAMA_BENCH to llama-bench itself" >&2
+  exit 1
+fi
+[ -x "$LLAMA_BENCH" ] || { echo "reference engine not found at $LLAMA_BENCH (LLAMA_CPP_BUILD / LLAMA_BENCH)" >&2; exit 1; }
 mkdir -p "$BENCH_MODELS"
 ninja -C build bench_membw >/dev/null
+ISA_ARG=()
+[ -z "$ISA" ] || ISA_ARG=(--isa "$ISA")
+AT=""
+[ "$DEPTH" -eq 0 ] || AT=" @ d$DEPTH"
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 bw=$(build/bench/bench_membw --threads "$THREADS" --mib 1024 --reps 5 | jq .read_gb_s)
 echo "memory read bandwidth ($THREADS threads): $bw GB/s"
-echo
-echo "| model | size | test | lares t/s | reference t/s | ratio | lares GB/s (tg) |"
-echo "| --- | ---: | --- | ---: | ---: | ---: | ---: |"
+REF_CPU=""
+TABLE=$(mktemp)
+trap 'rm -f "$TABLE"' EXIT
 for type in "${TYPES[@]}"; do
   f="$BENCH_MODELS/$PRESET-$type.gguf"
   [ -f "$f" ] || "$LARES" synth --preset "$PRESET" --type "$type" -o "$f" --vocab-from "$VOCAB" >&2
   bytes=$(stat -c %s "$f")
-  : >"$BENCH_MODELS/.lp" ; : >"$BENCH_MODELS/.lg" ; : >"$BENCH_MODELS/.rp" ; : >"$BENCH_MODELS/.rg"
+  for np in "${PP[@]}"; do : >"$BENCH_MODELS/.lp$np"; : >"$BENCH_MODELS/.rp$np"; done
+  : >"$BENCH_MODELS/.lg" ; : >"$BENCH_MODELS/.rg"
   for ((i = 0; i < RUNS; i++)); do
-    "$LARES" bench -m "$f" -p "$NP" -n "$NG" -t "$THREADS" -r 1 --json >"$BENCH_MODELS/.l.json"
-    jq '.tests[] | select(.test | startswith("pp")) | .tok_s_mean' "$BENCH_MODELS/.l.json" >>"$BENCH_MODELS/.lp"
-    jq '.tests[] | select(.test | startswith("tg")) | .tok_s_mean' "$BENCH_MODELS/.l.json" >>"$BENCH_MODELS/.lg"
-    "$LLAMA_BENCH" -m "$f" -p "$NP" -n "$NG" -t "$THREADS" -r 1 -o json 2>/dev/null >"$BENCH_MODELS/.r.json"
-    jq '.[] | select(.n_prompt > 0) | .avg_ts' "$BENCH_MODELS/.r.json" >>"$BENCH_MODELS/.rp"
+    for np in "${PP[@]}"; do
+      # tg once per run, with the first prompt size
+      ng=0
+      [ "$np" != "${PP[0]}" ] || ng=$NG
+      "$LARES" bench -m "$f" -p "$np" -n "$ng" -d "$DEPTH" -t "$THREADS" -r 1 "${ISA_ARG[@]}" --json \
+        >"$BENCH_MODELS/.l.json"
+      jq '.tests[] | select(.test | startswith("pp")) | .tok_s_mean' "$BENCH_MODELS/.l.json" >>"$BENCH_MODELS/.lp$np"
+      jq '.tests[] | select(.test | startswith("tg")) | .tok_s_mean' "$BENCH_MODELS/.l.json" >>"$BENCH_MODELS/.lg"
+      L_ISA=$(jq -r .isa "$BENCH_MODELS/.l.json")
+      L_FLAGS=$(jq -r .cpu_flags "$BENCH_MODELS/.l.json")
+    done
+    "$LLAMA_BENCH" -m "$f" -p "$NPS" -n "$NG" -d "$DEPTH" -t "$THREADS" -r 1 -o json 2>/dev/null \
+      >"$BENCH_MODELS/.r.json"
+    for np in "${PP[@]}"; do
+      jq --argjson np "$np" '.[] | select(.n_prompt == $np and .n_gen == 0) | .avg_ts' \
+        "$BENCH_MODELS/.r.json" >>"$BENCH_MODELS/.rp$np"
+    done
     jq '.[] | select(.n_gen > 0) | .avg_ts' "$BENCH_MODELS/.r.json" >>"$BENCH_MODELS/.rg"
+    REF_CPU=$(jq -r '.[0] | "\(.cpu_info // "?") (backends \(.backends // "?"))"' "$BENCH_MODELS/.r.json")
   done
-  lp=$(median <"$BENCH_MODELS/.lp"); lg=$(median <"$BENCH_MODELS/.lg")
-  rp=$(median <"$BENCH_MODELS/.rp"); rg=$(median <"$BENCH_MODELS/.rg")
   size=$(awk -v b="$bytes" 'BEGIN {printf "%.0f MiB", b / 1048576}')
-  awk -v p="$PRESET $type" -v s="$size" -v np="$NP" -v ng="$NG" -v lp="$lp" -v rp="$rp" \
-      -v lg="$lg" -v rg="$rg" -v b="$bytes" 'BEGIN {
-    printf "| %s | %s | pp%d | %.2f | %.2f | %.2fx | |\n", p, s, np, lp, rp, lp / rp
-    printf "| %s | %s | tg%d | %.2f | %.2f | %.2fx | %.1f |\n", p, s, ng, lg, rg, lg / rg, lg * b / 1e9
-  }'
+  for np in "${PP[@]}"; do
+    lp=$(median <"$BENCH_MODELS/.lp$np"); rp=$(median <"$BENCH_MODELS/.rp$np")
+    awk -v p="$PRESET $type" -v s="$size" -v t="pp$np$AT" -v l="$lp" -v r="$rp" 'BEGIN {
+      printf "| %s | %s | %s | %.2f | %.2f | %.2fx | |\n", p, s, t, l, r, l / r }' >>"$TABLE"
+  done
+  if [ "$NG" -gt 0 ]; then
+    lg=$(median <"$BENCH_MODELS/.lg"); rg=$(median <"$BENCH_MODELS/.rg")
+    awk -v p="$PRESET $type" -v s="$size" -v t="tg$NG$AT" -v l="$lg" -v r="$rg" -v b="$bytes" 'BEGIN {
+      printf "| %s | %s | %s | %.2f | %.2f | %.2fx | %.1f |\n", p, s, t, l, r, l / r, l * b / 1e9 }' >>"$TABLE"
+  fi
 done
+echo "lares: kernel family ${L_ISA:-?}; cpu flags (lares_cpu_flags): ${L_FLAGS:-?}"
+echo "reference: $LLAMA_BENCH; cpu: $REF_CPU"
 echo
-echo "median of $RUNS alternating runs each; lares GB/s = tg tok/s x file size (every weight read once per token)"
+echo "| model | size | test | lares t/s | reference t/s | ratio | lares GB/s (tg) |"
+echo "| --- | ---: | --- | ---: | ---: | ---: | ---: |"
+cat "$TABLE"
+echo
+echo "median of $RUNS alternating runs each, $THREADS threads; lares GB/s = tg tok/s x file size" \
+     "(every weight read once per token)"

@@ -292,6 +292,72 @@ LARES_API void lares_session_cancel(lares_session *s);
  * generates from tokens + kept. Cannot fail. */
 LARES_API size_t lares_session_reuse_prefix(lares_session *s, const int32_t *tokens, size_t n);
 
+/* ---- scoring: perplexity and KL divergence (docs/perplexity.md) -------- */
+
+/* The running figures after each chunk. */
+typedef struct lares_score_chunk {
+    int32_t chunk;    /* 1-based */
+    int32_t n_chunks;
+    double ppl;       /* over the chunks so far */
+    double ppl_err;
+    double kld_mean;  /* comparing with a base file; else 0 */
+    double ms;        /* this chunk's time */
+} lares_score_chunk;
+
+typedef void (*lares_score_fn)(const lares_score_chunk *c, void *user);
+
+typedef struct lares_score_opts {
+    /* tokens per chunk, each evaluated from an empty KV cache; the first half
+     * is context only, the tokens after it are scored. 0: the smaller of 512
+     * and the session's context (with kld_base_in: the file's) */
+    int32_t n_ctx;
+    int32_t n_chunks;         /* at most this many chunks; <= 0: as many as the text holds */
+    const char *kld_base_out; /* NULL, or write every scored row's log-probabilities here */
+    const char *kld_base_in;  /* NULL, or compare with the base log-probabilities in this file */
+    lares_score_fn on_chunk;  /* may be NULL */
+    void *user;
+} lares_score_opts;
+
+LARES_API lares_score_opts lares_score_opts_default(void);
+
+typedef struct lares_score_result {
+    int32_t n_ctx;
+    int32_t n_chunks;
+    int64_t n_scored;     /* tokens scored over all chunks */
+    double nll, nll_err;  /* mean negative log-likelihood (nats) and its standard error */
+    double ppl, ppl_err;  /* exp(nll) and nll_err * ppl */
+    /* comparing with kld_base_in: */
+    bool kld;             /* the fields below are filled */
+    double base_ppl, base_ppl_err;
+    double ppl_ratio, ppl_ratio_err; /* ppl / base_ppl, from the per-token NLL differences */
+    double kld_mean, kld_err;
+    /* quantiles of the per-token KL divergence */
+    double kld_max, kld_p99_9, kld_p99, kld_p95, kld_p90, kld_median, kld_p10, kld_p5, kld_p1,
+        kld_p0_1, kld_min;
+    double same_top, same_top_err; /* fraction of tokens whose most likely next token is the base's */
+    double dp_mean, dp_err;        /* mean of p(token) - p_base(token) */
+    double dp_rms;                 /* root mean square of it */
+    double ms;                     /* evaluation time */
+} lares_score_result;
+
+/* Scores tokens[0, n) (tokenized with BOS as the model wants) in chunks of
+ * n_ctx tokens: each chunk starts from an empty context (its first token
+ * replaced by BOS when the vocabulary adds one), and the negative
+ * log-likelihood of tokens n_ctx/2 + 1 .. n_ctx - 1 is taken from a
+ * log-softmax in double. Needs at least 2 * n_ctx tokens (LARES_ERANGE saying
+ * how many). With kld_base_in the chunks are the file's; tokens may then be
+ * NULL (the file's tokens are used), else they must start with the file's
+ * (LARES_EINVAL naming the first difference). The session's context is
+ * cleared. */
+LARES_API lares_status lares_score(lares_session *s, const int32_t *tokens, size_t n,
+                                   const lares_score_opts *opts, lares_score_result *out,
+                                   lares_error *err);
+
+/* The chunking a KL-divergence base file holds (its header and tokens checked,
+ * not its rows), to size a session for comparing with it. */
+LARES_API lares_status lares_score_base_info(const char *path, int32_t *n_vocab, int32_t *n_ctx,
+                                             int32_t *n_chunks, lares_error *err);
+
 /* ---- chat --------------------------------------------------------------- */
 
 typedef struct lares_chat_msg {

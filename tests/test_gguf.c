@@ -314,8 +314,50 @@ static void test_types(void) {
     CHECK(!gguf_row_bytes(GGUF_TYPE_Q4_0, 33, &rb));
 }
 
+/* Float array elements read as integers: NaN, infinities and values beyond
+ * int64 give 0 instead of an undefined cast (found by fuzz_gguf once the library
+ * was instrumented for coverage); others truncate toward zero. */
+static void test_float_as_int(void) {
+    buf b;
+    header(&b, 0, 2);
+    putstr(&b, "d");
+    put32(&b, GGUF_VT_ARRAY);
+    put32(&b, GGUF_VT_F64);
+    put64(&b, 4);
+    const double d[4] = {NAN, 1e300, -7.9, -9223372036854775808.0};
+    for (int i = 0; i < 4; i++) {
+        uint64_t u;
+        memcpy(&u, &d[i], 8);
+        put64(&b, u);
+    }
+    putstr(&b, "f");
+    put32(&b, GGUF_VT_ARRAY);
+    put32(&b, GGUF_VT_F32);
+    put64(&b, 2);
+    const float fl[2] = {-INFINITY, 3.5f};
+    for (int i = 0; i < 2; i++) {
+        uint32_t u;
+        memcpy(&u, &fl[i], 4);
+        put32(&b, u);
+    }
+    gguf_file *f = NULL;
+    lares_error err;
+    CHECK_OK(gguf_open_memory(b.b, b.n, "floats.gguf", &f, &err), &err);
+    if (f == NULL) {
+        return;
+    }
+    gguf_arr a;
+    CHECK_OK(gguf_kv_arr(f, (uint64_t)gguf_find_kv(f, "d"), &a, &err), &err);
+    CHECK(gguf_arr_i64(&a, 0) == 0 && gguf_arr_i64(&a, 1) == 0 && gguf_arr_i64(&a, 2) == -7 &&
+          gguf_arr_i64(&a, 3) == INT64_MIN);
+    CHECK_OK(gguf_kv_arr(f, (uint64_t)gguf_find_kv(f, "f"), &a, &err), &err);
+    CHECK(gguf_arr_i64(&a, 0) == 0 && gguf_arr_i64(&a, 1) == 3);
+    gguf_close(f);
+}
+
 int main(void) {
     test_types();
+    test_float_as_int();
     test_real_file();
     test_writer_round_trip();
     test_hostile();

@@ -879,6 +879,16 @@ lares_status gguf_get_arr(const gguf_file *f, const char *key, gguf_arr *out, la
     return st != LARES_OK ? st : gguf_kv_arr(f, i, out, err);
 }
 
+/* A float element read as an integer: truncated, and 0 when it has no int64
+ * value (NaN, infinities, beyond +-2^63), where a plain cast is undefined
+ * behaviour (found by fuzz_gguf). */
+static int64_t float_to_i64(double v) {
+    if (!(v >= -9223372036854775808.0 && v < 9223372036854775808.0)) {
+        return 0;
+    }
+    return (int64_t)v;
+}
+
 int64_t gguf_arr_i64(const gguf_arr *a, uint64_t i) {
     const uint8_t *p = a->data + i * gguf_vtype_bytes(a->type);
     switch (a->type) {
@@ -899,9 +909,9 @@ int64_t gguf_arr_i64(const gguf_arr *a, uint64_t i) {
     case GGUF_VT_I64:
         return (int64_t)rd_u64le(p);
     case GGUF_VT_F32:
-        return (int64_t)rd_f32le(p);
+        return float_to_i64(rd_f32le(p));
     case GGUF_VT_F64:
-        return (int64_t)rd_f64le(p);
+        return float_to_i64(rd_f64le(p));
     default:
         return 0;
     }

@@ -49,6 +49,30 @@ grep -q '^| model | size | arch | type | isa | threads | test | t/s |' "$TMP/b.t
 grep -Eq '^\| q8_0.gguf .*\| auto \| pp8 \| [0-9.]+ ± [0-9.]+ \|$' "$TMP/b.txt" && ok || fail "pp row: $(cat "$TMP/b.txt")"
 grep -Eq '^\| q8_0.gguf .*\| auto \| tg2 \| [0-9.]+ ± [0-9.]+ \|$' "$TMP/b.txt" && ok || fail "tg row: $(cat "$TMP/b.txt")"
 
+# the CPU's flags beside the kernel family, in bench and run
+jq -e '(.isa | length) > 0 and (.cpu_flags | type) == "string" and .depth == 0
+       and all(.tests[]; .n_depth == 0)' "$TMP/b.json" >/dev/null && ok \
+  || fail "bench isa/cpu_flags/depth: $(jq -c '{isa, cpu_flags, depth}' "$TMP/b.json")"
+grep -q '^cpu flags: ' "$TMP/b.txt" && ok || fail "no cpu flags line: $(cat "$TMP/b.txt")"
+"$LARES" run -m "$TMP/q8_0.gguf" -p "Once" -n 2 --temp 0 --json >"$TMP/r.json" 2>"$TMP/err" \
+  && jq -e '(.isa | length) > 0 and (.cpu_flags | type) == "string"' "$TMP/r.json" >/dev/null \
+  && ok || fail "run --json isa/cpu_flags: $(cat "$TMP/r.json" "$TMP/err")"
+# -d: the tests run on top of a filled KV cache; parsed, not timed
+"$LARES" bench -m "$TMP/q8_0.gguf" -p 8 -n 2 -d 24 -r 1 -t 1 --json >"$TMP/bd.json" 2>"$TMP/err" \
+  && ok || fail "bench -d: $(cat "$TMP/err")"
+jq -e '.depth == 24 and (.tests | length) == 2 and all(.tests[]; .n_depth == 24 and .tok_s_mean > 0)
+       and .tests[0].test == "pp8" and .tests[1].test == "tg2"' "$TMP/bd.json" >/dev/null && ok \
+  || fail "bench -d json: $(cat "$TMP/bd.json")"
+"$LARES" bench -m "$TMP/q8_0.gguf" -p 8 -n 2 --depth 24 -r 1 >"$TMP/bd.txt" 2>"$TMP/err" \
+  && ok || fail "bench --depth: $(cat "$TMP/err")"
+grep -Eq '^\| q8_0.gguf .*\| pp8 @ d24 \| [0-9.]+ ± [0-9.]+ \|$' "$TMP/bd.txt" && grep -Eq '\| tg2 @ d24 \|' "$TMP/bd.txt" \
+  && ok || fail "bench -d rows: $(cat "$TMP/bd.txt")"
+# a depth past the context given is refused before any work
+"$LARES" bench -m "$TMP/q8_0.gguf" -p 8 -n 2 -d 100 -c 64 -r 1 2>"$TMP/err" && fail "depth past -c accepted" \
+  || { [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "depth 100" "$TMP/err" && ok || fail "depth past -c message: $(cat "$TMP/err")"; }
+"$LARES" bench -m "$TMP/q8_0.gguf" -d -5 2>"$TMP/err" && fail "negative depth accepted" \
+  || { grep -q -- "-d" "$TMP/err" && ok || fail "negative depth message: $(cat "$TMP/err")"; }
+
 # bad requests: one line, non-zero exit, no output file
 "$LARES" quantize "$TMP/f32.gguf" "$TMP/bad.gguf" q9_9 2>"$TMP/err" && fail "unknown type accepted" \
   || { [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "q9_9" "$TMP/err" && ok || fail "unknown type message: $(cat "$TMP/err")"; }
