@@ -182,14 +182,73 @@ lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
         }
         order[j] = i;
     }
+    /* Each round's W layers in proportion to speed (1 / ms per layer), each
+     * device up to its capacity per round (water-filling: a device whose
+     * share exceeds its room is filled and the rest shared again). The sum
+     * of the windows' times would be least with everything on the fastest,
+     * but a measured figure holds only near the load it was measured at, and
+     * one device holding every layer is one device's memory and one loss
+     * from a stall (issue 15): every live device keeps a share, and a device
+     * far slower than the others rounds to none. */
     int32_t w[CLUSTER_MAX_DEVICES] = {0};
+    int32_t room[CLUSTER_MAX_DEVICES];
+    bool open[CLUSTER_MAX_DEVICES];
+    for (int32_t i = 0; i < n; i++) {
+        room[i] = LARES_MAX(cap_layers[i], 0) / rounds;
+        open[i] = room[i] > 0;
+    }
     int32_t left = width;
-    for (int32_t k = 0; k < n && left > 0; k++) {
-        const int32_t i = order[k];
-        const int32_t cap = LARES_MAX(cap_layers[i], 0) / rounds;
-        const int32_t take = LARES_MIN(cap, left);
-        w[i] += take;
-        left -= take;
+    for (bool capped = true; capped && left > 0;) {
+        capped = false;
+        double sum = 0;
+        for (int32_t i = 0; i < n; i++) {
+            sum += open[i] ? 1.0 / t[i] : 0;
+        }
+        for (int32_t i = 0; i < n && sum > 0; i++) {
+            if (open[i] && left * (1.0 / t[i]) / sum >= room[i]) {
+                w[i] = room[i];
+                open[i] = false;
+                capped = true;
+            }
+        }
+        if (capped) {
+            left = width;
+            for (int32_t i = 0; i < n; i++) {
+                left -= w[i];
+            }
+            continue;
+        }
+        if (sum <= 0) {
+            break;
+        }
+        /* no share reaches its room: whole layers by the largest remainder,
+         * ties to the faster (then to ring order) */
+        double rest[CLUSTER_MAX_DEVICES];
+        int32_t given = 0;
+        for (int32_t i = 0; i < n; i++) {
+            const double share = open[i] ? left * (1.0 / t[i]) / sum : 0;
+            w[i] += open[i] ? (int32_t)share : 0;
+            given += open[i] ? (int32_t)share : 0;
+            rest[i] = open[i] ? share - (int32_t)share : -1;
+        }
+        for (int32_t extra = left - given; extra > 0; extra--) {
+            int32_t best = -1;
+            for (int32_t k = 0; k < n; k++) {
+                const int32_t i = order[k];
+                if (rest[i] >= 0 && w[i] < room[i] && (best < 0 || rest[i] > rest[best])) {
+                    best = i;
+                }
+            }
+            if (best < 0) {
+                break;
+            }
+            w[best]++;
+            rest[best] = -1;
+        }
+        left = width;
+        for (int32_t i = 0; i < n; i++) {
+            left -= w[i];
+        }
     }
     /* what does not fit in memory runs from disk on the fastest that can stream */
     for (int32_t k = 0; k < n && left > 0; k++) {
