@@ -399,6 +399,8 @@ typedef struct lares_ring_device {
     const char *address;    /* "" for the head */
     bool in_ring;           /* a member of the plan in force */
     bool alive;             /* answering (a member, or idle and reachable) */
+    const char *state;      /* "serving", "left out", "joining", "suspect", "lost",
+                               "rejoining" (docs/ring.md "Device states"); static */
     int32_t w, n;           /* layers per window, of which on a GPU (0: not in the ring) */
     int32_t n_layers;       /* layers held over all rounds */
     uint64_t windows_run;   /* windows computed since the session started */
