@@ -155,7 +155,10 @@ static void io_events(head_io *io, int32_t dev) {
             if (io->state[dev] == IO_HELLO && !io->hello_kept[dev]) {
                 io->state[dev] = IO_ASKED; /* the HELLO queued before it goes out now */
             }
-        } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+        } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+                   (ev == ZMQ_EVENT_DISCONNECTED && !io->conn_up[dev])) {
+            /* closed before any handshake succeeded (a plain-text client
+             * against CURVE sees only this): a refusal when it repeats */
             io->handshake_fails[dev]++;
         }
         const bool was_up = io->conn_up[dev];
