@@ -447,6 +447,14 @@ LARES_API lares_status lares_session_ring_stats(const lares_session *s, lares_ri
  * while the session generates). false for a session on one device. */
 LARES_API bool lares_session_ring_events(const lares_session *s, uint64_t *replans,
                                          uint64_t *failovers);
+/* The devices of the plan in force (bit d: ring.json device d, the head is
+ * bit 0) and ring.json's device count; safe from any thread (a /health
+ * handler while the session generates). false for a session on one device. */
+LARES_API bool lares_session_ring_serving(const lares_session *s, uint64_t *mask,
+                                          int32_t *n_config);
+/* The ring.json name of device d, valid while the session lives; NULL when
+ * there is no such device. Safe from any thread. */
+LARES_API const char *lares_session_ring_device_name(const lares_session *s, int32_t d);
 
 typedef struct lares_worker lares_worker;
 

@@ -39,6 +39,7 @@ typedef struct api_ring {
     double hop_ms;
     /* events (replans and failovers are read by other threads: /metrics) */
     _Atomic uint64_t replans, failovers;
+    _Atomic uint64_t serving; /* bit d: ring.json device d is in the plan in force */
     uint64_t rebuilt_tokens, kv_moved_bytes;
     double switch_ms, last_switch_ms;
     char last_switch[2048];
@@ -77,6 +78,8 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err);
 lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *err);
 /* The head's ms per layer and each member's from the last pass into the monitor. */
 void ring_monitor_token(api_ring *r);
+/* The plan in force into r->serving (for other threads: /health). */
+void ring_note_serving(api_ring *r);
 /* Layers per device (ring.json index) under the plan in force. */
 void ring_layers_by_device(const api_ring *r, int32_t *layers);
 /* Device d's capacity in layers (ring.json "memory", else the budget a worker

@@ -256,6 +256,7 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     int32_t layers[CLUSTER_MAX_DEVICES];
     ring_layers_by_device(r, layers);
     cluster_monitor_plan(&r->mon, layers, NULL, false);
+    ring_note_serving(r);
     char desc[256];
     ring_describe(r, &plan, members, desc, sizeof desc);
     lares_log(LARES_LOG_INFO,
@@ -444,6 +445,35 @@ lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *
                                 .predicted_token_ms = i >= 0 ? r->predicted_token_ms[d] : -1};
     }
     return LARES_OK;
+}
+
+void ring_note_serving(api_ring *r) {
+    const cluster_plan *p = cluster_head_plan(r->head);
+    uint64_t mask = 0;
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        mask |= (uint64_t)1 << cluster_head_member(r->head, i);
+    }
+    atomic_store(&r->serving, mask);
+}
+
+bool lares_session_ring_serving(const lares_session *s, uint64_t *mask, int32_t *n_config) {
+    if (s == NULL || s->ring == NULL) {
+        return false;
+    }
+    if (mask != NULL) {
+        *mask = atomic_load(&s->ring->serving);
+    }
+    if (n_config != NULL) {
+        *n_config = s->ring->n_cfg;
+    }
+    return true;
+}
+
+const char *lares_session_ring_device_name(const lares_session *s, int32_t d) {
+    if (s == NULL || s->ring == NULL || d < 0 || d >= s->ring->n_cfg) {
+        return NULL;
+    }
+    return s->ring->rc->dev[d].name; /* ring.json is read once, at open */
 }
 
 bool lares_session_ring_events(const lares_session *s, uint64_t *replans, uint64_t *failovers) {

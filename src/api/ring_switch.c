@@ -200,6 +200,7 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     }
     if (st == LARES_OK) {
         ring_plan_adopt(r); /* the planner's predictions, or none after a fallback */
+        ring_note_serving(r);
     }
     uint64_t moved_bytes = 0;
     for (int32_t l = end, j = 0; l < n_layer && st == LARES_OK && buf != NULL; l++) {
