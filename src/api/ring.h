@@ -34,6 +34,7 @@ typedef struct api_ring {
     uint8_t *batch_start; /* owned, n_ctx: 1 where a batch of the conversation began */
     int32_t rounds;       /* k of the first plan; re-plans keep it */
     uint64_t layer_bytes; /* the largest layer's weights plus its KV cache */
+    uint64_t head_budget_bytes; /* the session's memory budget; 0: none known */
     cluster_monitor mon;
     /* measured: the network's share of a hop, moving estimate (ms) */
     double hop_ms;

@@ -68,6 +68,7 @@ static lares_status device_caps(lares_session *s, api_ring *r, lares_error *err)
         mem_span_free(&sp);
     }
     r->layer_bytes = biggest + s->kv->bytes / (uint64_t)n_layer;
+    r->head_budget_bytes = s->mem_budget_bytes == UINT64_MAX ? 0 : s->mem_budget_bytes;
     return LARES_OK;
 }
 
@@ -82,6 +83,8 @@ void ring_capacity(const api_ring *r, int32_t d, int32_t *cap_layers, bool *can_
         /* the budget the worker reported (its cgroup limit or 80 % of its
          * available memory; 0: unknown): beyond it, its layers stream */
         mem = cluster_head_device(r->head, d)->welcome.mem_available_bytes;
+    } else {
+        mem = r->head_budget_bytes; /* the head's own, the same way */
     }
     *cap_layers = n_layer;
     if (mem != 0 && r->layer_bytes != 0) {

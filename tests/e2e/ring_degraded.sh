@@ -9,7 +9,8 @@
 # - a device down at the start answers mid-generation: it joins at a re-plan
 #   between tokens and the explicit windows come back, the text unchanged;
 # - a worker killed mid-generation and started again: failover over every
-#   live device (not all on one), then the user's windows once it is back;
+#   live device (not all on one, none beyond its "memory"), then the user's
+#   windows once it is back;
 # - a worker dying while it profiles itself for an automatic ring: the start
 #   goes on without it.
 # Loopback only; every wait is bounded.
@@ -88,6 +89,10 @@ ring_run no_room "$TMP/no_room.json"
 [ "$(grep -c 'error:' "$TMP/no_room.err")" = 1 ] \
   && grep -q "error: .*no_room.json: started with 1 of 2 devices (missing a ($AA)): the 1 device left cannot run the model, even from disk: .* more memory needed" "$TMP/no_room.err" \
   && ok || fail "no room: the error: $(cat "$TMP/no_room.err")"
+# the unit of capacity the error names: one layer's weights and KV cache
+LAYER_BYTES=$(sed -n 's/.*layer(s) of \([0-9.]*\) \([KMG]*i*B\)).*/\1 \2/p' "$TMP/no_room.err" \
+  | awk '{m = ($2 == "KiB") ? 1024 : ($2 == "MiB") ? 1048576 : ($2 == "GiB") ? 1073741824 : 1; printf "%d", $1 * m}')
+[ -n "$LAYER_BYTES" ] && [ "$LAYER_BYTES" -gt 0 ] && ok || fail "no room: no layer size in: $(cat "$TMP/no_room.err")"
 
 # ---- a device down at the start joins mid-generation; the explicit windows
 # come back, the text is one device's ----
@@ -128,6 +133,8 @@ ring_worker a || exit 1; AA=$WORKER_ADDR
 ring_worker b || exit 1; BB=$WORKER_ADDR; BPID=$WORKER_PID
 ring_worker c || exit 1; CC=$WORKER_ADDR
 ring_json "$TMP/back.json" "$LIVE" 1 a "$AA" 2 b "$BB" 1 c "$CC" 1
+# a may give one and a half layers: a re-plan never gives it two
+sed -i "s|\"address\": \"$AA\"|\"address\": \"$AA\", \"memory\": $((LAYER_BYTES * 3 / 2))|" "$TMP/back.json"
 : >"$TMP/back.out"
 "$LARES" run -m "$RING_MODEL" -p "$PROMPT" -n 200 --temp 0 -t 1 -v --rebalance off --ring "$TMP/back.json" \
   >"$TMP/back.out" 2>"$TMP/back.err" &
@@ -155,8 +162,9 @@ else
 fi
 cmp -s "$TMP/back.out" "$TMP/long.out" && ok || fail "back: the text differs from one device's"
 # the failover keeps a and c (every live device), the head does not take all
-grep -q "cluster: failover: lost b ($BB); new plan by cluster_plan_balance; plan head 1 | a 2 | b 1 | c 1 (k=1) -> head [0-9]* | a [0-9]* | c [0-9]* (k=1)" "$TMP/back.err" && ok \
-  || fail "back: the failover did not keep every live device: $(grep 'cluster' "$TMP/back.err" | tail -5)"
+# (and a, whose "memory" holds one layer, gets one)
+grep -q "cluster: failover: lost b ($BB); new plan by cluster_plan_balance; plan head 1 | a 2 | b 1 | c 1 (k=1) -> head [0-9]* | a 1 | c [0-9]* (k=1)" "$TMP/back.err" && ok \
+  || fail "back: the failover did not keep every live device within its memory: $(grep 'cluster' "$TMP/back.err" | tail -5)"
 grep -q "cluster: rejoin: b ($BB) answered; new plan by ring.json (explicit windows); .* -> head 1 | a 2 | b 1 | c 1 (k=1)" "$TMP/back.err" && ok \
   || fail "back: the explicit windows did not come back: $(grep 'cluster' "$TMP/back.err" | tail -5)"
 RING_DEV_EXTRA=""
