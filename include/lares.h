@@ -180,6 +180,9 @@ typedef struct lares_session_opts {
     /* The planner's placement for a ring without windows (issue 7): "halda",
      * "memory", "single" or "even"; NULL: ring.json's "placement", else halda. */
     const char *ring_placement;
+    /* Where the head of an automatic ring caches its own profile (per
+     * hardware fingerprint, as lares profile); NULL: measured every time. */
+    const char *ring_profile_cache;
 } lares_session_opts;
 
 LARES_API lares_session_opts lares_session_opts_default(void);

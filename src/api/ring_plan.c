@@ -73,10 +73,15 @@ static lares_status head_profile(lares_session *s, api_ring *r, sched_device *d,
     po.n_threads = s->o.n_threads;
     po.budget_ms =
         (uint32_t)(r->rc->profile_ms > 0 ? r->rc->profile_ms : CLUSTER_DEFAULT_PROFILE_MS);
+    po.cache_dir = s->o.ring_profile_cache;
     sched_profile_info info;
+    const uint64_t t0 = lares_now_ns();
     lares_status st = sched_profile_run(&po, d, &info, err);
     if (st != LARES_OK) {
         lares_error_prefix(err, "the head's profile: ");
+    } else {
+        lares_log(LARES_LOG_INFO, "cluster: the head's profile: %s in %.0f ms",
+                  info.cached ? "cached" : "measured", (double)(lares_now_ns() - t0) / 1e6);
     }
     return st;
 }

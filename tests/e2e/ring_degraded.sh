@@ -212,4 +212,8 @@ wait "$RUN_PID"
   || fail "auto, dying: $(cat "$TMP/auto_die.err")"
 grep -q "missing: b ($BB): connection lost before its answer to hello" "$TMP/auto_die.err" && ok \
   || fail "auto, dying: the start does not say b died: $(grep cluster "$TMP/auto_die.err")"
+# the second automatic run: the head's profile comes from its cache
+grep -q "cluster: the head's profile: measured" "$TMP/auto_down.err" \
+  && grep -q "cluster: the head's profile: cached" "$TMP/auto_die.err" && ok \
+  || fail "the head's profile is not cached: $(grep "head's profile" "$TMP/auto_down.err" "$TMP/auto_die.err")"
 finish
