@@ -116,11 +116,11 @@ void ring_describe(const api_ring *r, const cluster_plan *p, const int32_t *memb
                    size_t cap);
 
 /* The plan over the devices cand[0..n) (cand[0] = 0) by cluster_plan_balance
- * with the monitor's figures and ring_capacity, its members as ring.json
- * indexes. LARES_ERANGE (with the memory still needed) when they cannot run
+ * with the monitor's figures and ring_capacity (base: windows per round they
+ * keep, NULL none), its members as ring.json indexes. LARES_ERANGE (with the memory still needed) when they cannot run
  * the model. */
-lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
-                          int32_t *members, lares_error *err);
+lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, const int32_t *base,
+                          cluster_plan *out, int32_t *members, lares_error *err);
 
 /* A member was lost: re-plans over the others, rebuilds the KV cache of
  * positions [0, keep) and warns. LARES_ERANGE when the others cannot run the

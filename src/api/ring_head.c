@@ -123,7 +123,12 @@ static lares_status start_plan(lares_session *s, api_ring *r, bool planned, clus
     if (planned) {
         st = ring_plan_auto(s, r, cand, n_cand, plan, members, err);
     } else if (n_cand < r->n_cfg) {
-        st = ring_balance(r, cand, n_cand, plan, members, err);
+        /* those present keep ring.json's windows; the missing ones' layers are shared */
+        int32_t base[CLUSTER_MAX_DEVICES];
+        for (int32_t i = 0; i < n_cand; i++) {
+            base[i] = plan->w[cand[i]];
+        }
+        st = ring_balance(r, cand, n_cand, base, plan, members, err);
     }
     if (n_cand < r->n_cfg) {
         lares_log(LARES_LOG_WARN,

@@ -164,7 +164,7 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     for (int32_t l = 0; l < n_layer; l++) {
         if (before[l] != after[l] &&
             (after_loss || before[l] < 0 ||
-             cluster_head_state(h, before[l]) == CLUSTER_DEV_SUSPECT)) {
+             cluster_head_state(h, before[l]) == CLUSTER_DEV_LOST)) {
             end = l + 1;
         }
     }
@@ -258,8 +258,8 @@ static void bytes_text(double n, char *buf, size_t cap) {
     snprintf(buf, cap, u == 0 ? "%.0f %s" : "%.2f %s", n, unit[u]);
 }
 
-lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
-                          int32_t *members, lares_error *err) {
+lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, const int32_t *base,
+                          cluster_plan *out, int32_t *members, lares_error *err) {
     double ms_all[CLUSTER_MAX_DEVICES], ms[CLUSTER_MAX_DEVICES];
     int32_t cap[CLUSTER_MAX_DEVICES], idx[CLUSTER_MAX_DEVICES];
     bool stream[CLUSTER_MAX_DEVICES];
@@ -269,7 +269,8 @@ lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, clu
         ring_capacity(r, cand[i], &cap[i], &stream[i]);
     }
     const int32_t n_layer = cluster_head_plan(r->head)->n_layer;
-    lares_status st = cluster_plan_balance(n_layer, r->rounds, n, ms, cap, stream, out, idx, err);
+    lares_status st =
+        cluster_plan_balance(n_layer, r->rounds, n, ms, cap, stream, base, out, idx, err);
     if (st == LARES_OK) {
         for (int32_t i = 0; i < out->n_dev; i++) {
             members[i] = cand[idx[i]];
@@ -295,8 +296,9 @@ lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, clu
 /* The next plan over cand[0..n): by the planner (sched_replan) when the plan
  * in force came from it, else, or when it fails, by cluster_plan_balance.
  * *by says which, for the log line. */
-static lares_status replan(api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
-                           int32_t *members, char *by, size_t cap, lares_error *err) {
+static lares_status replan(api_ring *r, const int32_t *cand, int32_t n, const int32_t *base,
+                           cluster_plan *out, int32_t *members, char *by, size_t cap,
+                           lares_error *err) {
     if (r->planned) {
         lares_error perr = {0};
         if (ring_plan_replan(r, cand, n, out, members, &perr) == LARES_OK) {
@@ -307,7 +309,7 @@ static lares_status replan(api_ring *r, const int32_t *cand, int32_t n, cluster_
     } else {
         snprintf(by, cap, "cluster_plan_balance");
     }
-    return ring_balance(r, cand, n, out, members, err);
+    return ring_balance(r, cand, n, base, out, members, err);
 }
 
 lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
@@ -319,7 +321,11 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     cand[n_cand++] = 0;
     for (int32_t d = 1; d < r->n_cfg; d++) {
         const cluster_ring_device *rd = cluster_head_ring_device(h, d);
-        if (cluster_head_state(h, d) == CLUSTER_DEV_SUSPECT && n < sizeof lost) {
+        bool member = false;
+        for (int32_t i = 1; i < cluster_head_plan(h)->n_dev; i++) {
+            member = member || cluster_head_member(h, i) == d;
+        }
+        if (member && cluster_head_state(h, d) == CLUSTER_DEV_LOST && n < sizeof lost) {
             const int w = snprintf(lost + n, sizeof lost - n, "%s%s (%s)", n ? ", " : "", rd->name,
                                    rd->address);
             n += w > 0 ? (size_t)w : 0;
@@ -334,7 +340,16 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     int32_t members[CLUSTER_MAX_DEVICES];
     lares_error perr = {0};
     char by[LARES_ERROR_MSG_MAX + 64];
-    lares_status st = replan(r, cand, n_cand, &p, members, by, sizeof by, &perr);
+    /* the survivors keep their windows; only the lost layers move (fewer to
+     * rebuild), shared with the devices left out */
+    int32_t base[CLUSTER_MAX_DEVICES] = {0};
+    const cluster_plan *cur = cluster_head_plan(h);
+    for (int32_t j = 0; j < n_cand; j++) {
+        for (int32_t i = 0; i < cur->n_dev; i++) {
+            base[j] = cluster_head_member(h, i) == cand[j] ? cur->w[i] : base[j];
+        }
+    }
+    lares_status st = replan(r, cand, n_cand, base, &p, members, by, sizeof by, &perr);
     if (st != LARES_OK) {
         return lares_fail(err, st, "ring: lost %s: %s; and %s", lost, cause.msg, perr.msg);
     }
@@ -375,7 +390,7 @@ lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
     double next_ms = now_ms;
     bool same = false;
     char by[LARES_ERROR_MSG_MAX + 64] = "";
-    if (replan(r, cand, n_cand, &p, members, by, sizeof by, &perr) == LARES_OK) {
+    if (replan(r, cand, n_cand, NULL, &p, members, by, sizeof by, &perr) == LARES_OK) {
         next_ms = plan_cost_ms(r, &p, members);
         same = p.n_dev == cur->n_dev;
         for (int32_t i = 0; same && i < p.n_dev; i++) {
@@ -450,7 +465,7 @@ lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
             members[i] = i;
         }
         snprintf(by, sizeof by, "ring.json (%s windows)", r->placement);
-    } else if (replan(r, cand, n_cand, &p, members, by, sizeof by, &perr) != LARES_OK) {
+    } else if (replan(r, cand, n_cand, NULL, &p, members, by, sizeof by, &perr) != LARES_OK) {
         return LARES_OK; /* the plan in force still works */
     }
     bool same = p.n_dev == cur->n_dev;

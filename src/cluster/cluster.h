@@ -135,14 +135,16 @@ lares_status cluster_plan_even(int32_t n_dev, int32_t n_layer, int32_t rounds, c
  * run a layer at all; can_stream[i]: may run more than its capacity from
  * disk, when nothing else fits). Each round's W = ceil(n_layer / rounds)
  * layers are shared in proportion to speed, each candidate up to capacity /
- * rounds, the rest to the fastest that can stream. Candidates left with no
- * layer are not members (the head always is). *members: candidate indexes of
- * plan devices.
+ * rounds, the rest to the fastest that can stream. base (NULL: none): windows
+ * the candidates keep (a failover moves only what was lost; the survivors'
+ * windows of the plan in force), the layers beyond them shared as above.
+ * Candidates left with no layer are not members (the head always is).
+ * *members: candidate indexes of plan devices.
  * LARES_ERANGE when the candidates cannot run the model. */
 lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
                                   const double *ms_per_layer, const int32_t *cap_layers,
-                                  const bool *can_stream, cluster_plan *out, int32_t *members,
-                                  lares_error *err);
+                                  const bool *can_stream, const int32_t *base, cluster_plan *out,
+                                  int32_t *members, lares_error *err);
 /* "head 1 | w1 2 | w2 2 (k=2)" for messages */
 void cluster_plan_describe(const cluster_plan *p, char *buf, size_t cap);
 
@@ -494,9 +496,10 @@ typedef enum cluster_dev_state {
     CLUSTER_DEV_JOINING = 0, /* asked (HELLO) at the start, not welcomed yet */
     CLUSTER_DEV_SERVING,     /* a member of the plan in force */
     CLUSTER_DEV_LEFT_OUT,    /* welcomed and watched (heartbeats), no window in the plan */
-    CLUSTER_DEV_SUSPECT,     /* a member that failed: the plan in force still names it
-                                until the re-plan (failover) takes it out */
-    CLUSTER_DEV_LOST,        /* failed, or never answered; out of the plan */
+    CLUSTER_DEV_SUSPECT,     /* serving or left out, silent for more than half the
+                                timeout: not given up yet (back when heard again) */
+    CLUSTER_DEV_LOST,        /* failed, or never answered; with failover a member that
+                                failed stays in the plan in force until the re-plan */
     CLUSTER_DEV_REJOINING    /* lost or left out, asked (back) with a HELLO, no answer yet */
 } cluster_dev_state;
 

@@ -139,7 +139,7 @@ static lares_status device_failed(cluster_head *h, int32_t dev, uint32_t code, c
     }
     h->failure = e;
     if (h->failover && !h->opening && dev >= 1 && dev < h->n_cfg) {
-        set_state(h, dev, CLUSTER_DEV_SUSPECT, msg);
+        set_state(h, dev, CLUSTER_DEV_LOST, msg); /* in the plan in force until the re-plan */
         h->needs_plan = true;
     } else {
         h->broken = true;
@@ -149,9 +149,7 @@ static lares_status device_failed(cluster_head *h, int32_t dev, uint32_t code, c
 
 /* a device that is not a member is gone: noted, nobody waits for it */
 static void mark_out(cluster_head *h, int32_t d, const char *why) {
-    if (h->state[d] != CLUSTER_DEV_SUSPECT) {
-        set_state(h, d, CLUSTER_DEV_LOST, why);
-    }
+    set_state(h, d, CLUSTER_DEV_LOST, why);
 }
 
 static lares_status pipe_send(cluster_head *h, int32_t dev, size_t len, lares_error *err) {
@@ -280,6 +278,20 @@ static lares_status take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_
             st = device_failed(h, *dev, code, msg, err);
         } else {
             mark_out(h, *dev, msg);
+        }
+        goto done;
+    }
+    if (fr->type == CLUSTER_HEARTBEAT) {
+        /* the network thread's note on a device's silence (head_impl.h) */
+        const cluster_dev_state now = h->state[*dev];
+        if (fr->u.heartbeat > 0 && (now == CLUSTER_DEV_SERVING || now == CLUSTER_DEV_LEFT_OUT)) {
+            char why[96];
+            snprintf(why, sizeof why, "no heartbeat for %" PRIu64 " ms (timeout %u ms)",
+                     fr->u.heartbeat, h->timeout_ms);
+            set_state(h, *dev, CLUSTER_DEV_SUSPECT, why);
+        } else if (fr->u.heartbeat == 0 && now == CLUSTER_DEV_SUSPECT) {
+            set_state(h, *dev, h->pos_of[*dev] >= 1 ? CLUSTER_DEV_SERVING : CLUSTER_DEV_LEFT_OUT,
+                      "heard again");
         }
         goto done;
     }
@@ -539,9 +551,8 @@ lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const
     h->needs_plan = false;
     h->session = new_session_id();
     for (int32_t d = 1; d < h->n_cfg; d++) {
-        if (h->state[d] == CLUSTER_DEV_SUSPECT) {
-            set_state(h, d, CLUSTER_DEV_LOST, NULL); /* the plan no longer names it */
-        } else if (h->pos_of[d] < 0 && h->state[d] == CLUSTER_DEV_SERVING && was[d] >= 1) {
+        if (h->pos_of[d] < 0 && was[d] >= 1 &&
+            (h->state[d] == CLUSTER_DEV_SERVING || h->state[d] == CLUSTER_DEV_SUSPECT)) {
             /* it releases its windows (STOP) and is asked again at once, so
              * it stays welcomed and watched (heartbeats), ready for a later
              * plan: a PLAN sent to it follows the HELLO on the same connection */
@@ -553,7 +564,7 @@ lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const
             } else {
                 set_state(h, d, CLUSTER_DEV_LOST, "left out of the new plan");
             }
-        } else if (h->pos_of[d] >= 1) {
+        } else if (h->pos_of[d] >= 1 && h->state[d] != CLUSTER_DEV_SUSPECT) {
             set_state(h, d, CLUSTER_DEV_SERVING, NULL);
         }
     }

@@ -36,6 +36,10 @@ typedef struct head_io {
     /* the connection (not the device): a handshake succeeded and it has not
      * dropped since; a HELLO queued before that may never have left */
     bool conn_up[CLUSTER_MAX_DEVICES];
+    /* told the session this attached device is silent past half the timeout
+     * (a HEARTBEAT on the pipe, counter = silent ms); the next frame from it
+     * is told too (counter 0) */
+    bool silence_told[CLUSTER_MAX_DEVICES];
     /* a HELLO the socket would not take yet (no connection: a handshake under
      * way, or torn down by a refusal): sent again with each heartbeat tick
      * until it goes out, the hello deadline passes or the refusal is reported */

@@ -35,6 +35,16 @@ static void io_fault(head_io *io, int32_t dev, lares_status code, const char *fm
     io_to_pipe(io, (uint32_t)dev, io->buf, n);
 }
 
+/* a note to the session on a device's silence: a HEARTBEAT (workers' own
+ * heartbeats never reach the session) whose counter is the silent ms, 0 when
+ * the device is heard again */
+static void io_note_silence(head_io *io, int32_t dev, uint64_t silent_ms) {
+    uint8_t f[64];
+    const size_t n = cluster_encode_heartbeat(f, sizeof f, 0, silent_ms);
+    io_to_pipe(io, (uint32_t)dev, f, n);
+    io->silence_told[dev] = silent_ms > 0;
+}
+
 static void io_hello_drop(head_io *io, int32_t dev) {
     if (io->hello_kept[dev]) {
         zmq_msg_close(&io->hello[dev]);
@@ -77,6 +87,7 @@ static bool io_from_pipe(head_io *io, uint64_t now) {
         const uint16_t type = len >= CLUSTER_HEADER_BYTES ? rd_u16le(f + 6) : 0;
         if (type == CLUSTER_HELLO) {
             io->state[dev] = IO_HELLO;
+            io->silence_told[dev] = false;
             io->hello_deadline_ns[dev] = now + (uint64_t)io->hello_ms * 1000000u;
             io_hello_drop(io, (int32_t)dev);
         }
@@ -106,6 +117,9 @@ static void io_from_worker(head_io *io, int32_t dev, uint64_t now) {
             return;
         }
         io->last_rx_ns[dev] = now;
+        if (io->silence_told[dev]) {
+            io_note_silence(io, dev, 0); /* heard again */
+        }
         const uint8_t *f = zmq_msg_data(&m);
         const size_t len = zmq_msg_size(&m);
         /* the session decodes and judges every frame; only heartbeats stop here */
@@ -194,6 +208,10 @@ static void io_timers(head_io *io, uint64_t now) {
     for (int32_t d = 1; d < io->n_dev; d++) {
         if (io->state[d] == IO_ATTACHED) {
             const uint64_t silent_ms = (now - io->last_rx_ns[d]) / 1000000u;
+            if (silent_ms > io->timeout_ms / 2 && silent_ms <= io->timeout_ms &&
+                !io->silence_told[d]) {
+                io_note_silence(io, d, silent_ms); /* suspect, not given up yet */
+            }
             if (silent_ms > io->timeout_ms) {
                 io_fault(io, d, LARES_ENET,
                          "no heartbeat for %" PRIu64 " ms (timeout %u ms): the worker hangs, "

@@ -11,6 +11,7 @@
 # - a worker killed mid-generation and started again: failover over every
 #   live device (not all on one, none beyond its "memory"), then the user's
 #   windows once it is back;
+# - a worker frozen for less than the timeout: suspect, then serving again;
 # - a worker dying while it profiles itself for an automatic ring: the start
 #   goes on without it.
 # Loopback only; every wait is bounded.
@@ -167,6 +168,39 @@ grep -q "cluster: failover: lost b ($BB); new plan by cluster_plan_balance; plan
   || fail "back: the failover did not keep every live device within its memory: $(grep 'cluster' "$TMP/back.err" | tail -5)"
 grep -q "cluster: rejoin: b ($BB) answered; new plan by ring.json (explicit windows); .* -> head 1 | a 2 | b 1 | c 1 (k=1)" "$TMP/back.err" && ok \
   || fail "back: the explicit windows did not come back: $(grep 'cluster' "$TMP/back.err" | tail -5)"
+ring_cleanup
+
+# ---- a worker frozen for less than the timeout: suspect, then serving again;
+# no failover, the text unchanged ----
+ring_worker a || exit 1; AA=$WORKER_ADDR
+ring_worker c || exit 1; CC=$WORKER_ADDR; CPID=$WORKER_PID
+ring_json "$TMP/freeze.json" "$LIVE" 1 a "$AA" 2 c "$CC" 2
+: >"$TMP/freeze.out"
+"$LARES" run -m "$RING_MODEL" -p "$PROMPT" -n 200 --temp 0 -t 1 -v --rebalance off --ring "$TMP/freeze.json" \
+  >"$TMP/freeze.out" 2>"$TMP/freeze.err" &
+HEAD_PID=$!
+for i in $(seq 1 200); do
+  [ "$(wc -c <"$TMP/freeze.out")" -gt 40 ] && break
+  sleep 0.05
+done
+kill -STOP "$CPID"
+sleep 1
+kill -CONT "$CPID"
+for i in $(seq 1 400); do
+  kill -0 "$HEAD_PID" 2>/dev/null || break
+  sleep 0.1
+done
+if kill -0 "$HEAD_PID" 2>/dev/null; then
+  kill -9 "$HEAD_PID"
+  fail "freeze: the head hangs"
+else
+  wait "$HEAD_PID" && ok || fail "freeze: the head failed: $(cat "$TMP/freeze.err")"
+fi
+cmp -s "$TMP/freeze.out" "$TMP/long.out" && ok || fail "freeze: the text differs from one device's"
+grep -q "cluster: c ($CC): serving -> suspect: no heartbeat for [0-9]* ms (timeout 1500 ms)" "$TMP/freeze.err" \
+  && grep -q "cluster: c ($CC): suspect -> serving: heard again" "$TMP/freeze.err" \
+  && ! grep -q "cluster: failover:" "$TMP/freeze.err" && ok \
+  || fail "freeze: not suspect then serving again: $(grep 'cluster' "$TMP/freeze.err" | tail -5)"
 RING_DEV_EXTRA=""
 ring_cleanup
 
@@ -176,7 +210,8 @@ auto_json() { # FILE "TOP-LEVEL EXTRAS" [NAME ADDR]...
   local file=$1 extra=$2
   shift 2
   {
-    printf '{"heartbeat_ms": 100, "timeout_ms": 3000, "connect_timeout_ms": 1500, %s "devices": [\n' "$extra"
+    # a worker's first profile under a sanitizer takes seconds: a longer deadline
+    printf '{"heartbeat_ms": 100, "timeout_ms": 3000, "connect_timeout_ms": 6000, %s "devices": [\n' "$extra"
     printf '  {"name": "head", "key": "%s", "memory": "49MiB"}' "$TMP/head.key"
     while [ $# -ge 2 ]; do
       printf ',\n  {"name": "%s", "address": "%s", "public_key": "%s", "model": "%s", "threads": 1}' \
