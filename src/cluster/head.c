@@ -38,6 +38,7 @@ struct cluster_head {
     char why[CLUSTER_MAX_DEVICES][CLUSTER_MAX_MSG + 1]; /* the last failure or refusal */
     bool has_profile[CLUSTER_MAX_DEVICES];              /* a WELCOME brought its profile */
     int32_t joined; /* devices that became usable since the last cluster_head_probe */
+    uint64_t asked_ns[CLUSTER_MAX_DEVICES]; /* when a lost device was last asked back */
     int32_t member[CLUSTER_MAX_DEVICES]; /* plan index -> ring.json index */
     int32_t pos_of[CLUSTER_MAX_DEVICES]; /* ring.json index -> plan index, -1 none */
     bool opening; /* cluster_head_open: frames of joining devices are answered */
@@ -108,7 +109,12 @@ static void set_state(cluster_head *h, int32_t d, cluster_dev_state to, const ch
     if (to == CLUSTER_DEV_LEFT_OUT && (from == CLUSTER_DEV_JOINING || from == CLUSTER_DEV_REJOINING)) {
         h->joined++;
     }
-    lares_log(LARES_LOG_INFO, "cluster: %s (%s): %s -> %s%s%s", dev_name(h, d), dev_addr(h, d),
+    /* a device that stays away is asked again every hello deadline: that
+     * round trip is not news (debug), its coming back is */
+    const bool retry = (from == CLUSTER_DEV_LOST && to == CLUSTER_DEV_REJOINING) ||
+                       (from == CLUSTER_DEV_REJOINING && to == CLUSTER_DEV_LOST);
+    lares_log(retry ? LARES_LOG_DEBUG : LARES_LOG_INFO, "cluster: %s (%s): %s -> %s%s%s",
+              dev_name(h, d), dev_addr(h, d),
               cluster_dev_state_name(from), cluster_dev_state_name(to),
               why != NULL && why[0] != '\0' ? ": " : "", why != NULL ? why : "");
 }
@@ -1128,7 +1134,11 @@ int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms) {
     for (int32_t d = 1; d < h->n_cfg; d++) {
         /* a device asked before and still silent is given up by the network
          * thread after the hello deadline (an ERROR: lost), then asked again */
-        if (h->state[d] == CLUSTER_DEV_LOST && pipe_send(h, d, encode_hello(h, d), NULL) == LARES_OK) {
+        const uint64_t now = lares_now_ns();
+        if (h->state[d] == CLUSTER_DEV_LOST &&
+            now - h->asked_ns[d] >= (uint64_t)h->io.hello_ms * 1000000u &&
+            pipe_send(h, d, encode_hello(h, d), NULL) == LARES_OK) {
+            h->asked_ns[d] = now; /* a refusing device is not asked every batch */
             set_state(h, d, CLUSTER_DEV_REJOINING, NULL);
         }
         any = any || h->state[d] == CLUSTER_DEV_REJOINING;
