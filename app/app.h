@@ -64,6 +64,7 @@ struct json_t *app_ring_json(const lares_session *s);
 void app_ring_print(const lares_session *s);
 
 int cmd_keygen(int argc, char **argv);
+int cmd_ring(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 
 #endif

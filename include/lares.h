@@ -459,6 +459,24 @@ LARES_API bool lares_session_ring_serving(const lares_session *s, uint64_t *mask
  * there is no such device. Safe from any thread. */
 LARES_API const char *lares_session_ring_device_name(const lares_session *s, int32_t d);
 
+/* One device of ring.json as a survey found it (lares ring status). */
+typedef struct lares_ring_probe {
+    char name[64];
+    char address[256];   /* "" for the head */
+    bool ready;          /* it welcomed this head: reachable, the same model file, idle */
+    char why[256];       /* why not: silent, unreachable, busy with another head, refused */
+    uint32_t n_cpu;      /* what it said of itself (0 unknown) */
+    uint64_t mem_available_bytes; /* its memory budget (0 unknown) */
+} lares_ring_probe;
+
+/* Asks every worker of ring.json (`ring`) whether it would serve model m
+ * now, as a head would (HELLO, within the ring's connect_timeout_ms), and
+ * lets them go. Busy workers keep serving their head (they refuse this one).
+ * out: up to cap devices in ring.json order (the head first), *n of them. */
+LARES_API lares_status lares_ring_survey(lares_model *m, const char *ring, bool insecure,
+                                         lares_ring_probe *out, int32_t cap, int32_t *n,
+                                         lares_error *err);
+
 typedef struct lares_worker lares_worker;
 
 typedef enum lares_worker_event_kind {

@@ -447,6 +447,9 @@ typedef struct cluster_head_opts {
      * for a plan without it; without failover the head stays failed */
     bool failover;
     uint32_t profile_ms; /* > 0: workers measure themselves (cached) and send their profile */
+    /* a survey (lares ring status): every device that does not welcome the
+     * head is lost with its reason, refusals included; no plan follows */
+    bool survey;
 } cluster_head_opts;
 
 /* Per ring.json device, what the head learnt and measured. */

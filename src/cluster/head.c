@@ -50,6 +50,7 @@ struct cluster_head {
     uint8_t act_dtype;
     uint32_t hb_ms, timeout_ms, connect_ms;
     bool failover;
+    bool survey; /* cluster_head_opts.survey */
     uint32_t profile_ms;
     char head_name[CLUSTER_MAX_NAME + 1];
     uint64_t session;
@@ -137,7 +138,7 @@ static lares_status device_failed(cluster_head *h, int32_t dev, uint32_t code, c
     if (err != NULL) {
         *err = e;
     }
-    if (h->opening && st == LARES_ENET && dev >= 1 && dev < h->n_cfg) {
+    if (h->opening && (st == LARES_ENET || h->survey) && dev >= 1 && dev < h->n_cfg) {
         /* silent or gone at the start: the ring starts without it (a device
          * that says no, a key, a model file, busy, is an error) */
         set_state(h, dev, CLUSTER_DEV_LOST, msg);
@@ -483,7 +484,11 @@ static lares_status hello_all(cluster_head *h, lares_error *err) {
         if (!welcome_fits(h, dev, &f->u.welcome, why, sizeof why)) {
             const bool model = f->u.welcome.model.header_hash != h->model.header_hash ||
                                f->u.welcome.model.file_bytes != h->model.file_bytes;
-            return device_failed(h, dev, model ? LARES_EINVAL : LARES_EPROTO, why, err);
+            st = device_failed(h, dev, model ? LARES_EINVAL : LARES_EPROTO, why, err);
+            if (h->broken) {
+                return st;
+            }
+            continue; /* a survey goes on */
         }
         h->stats[dev].welcome = f->u.welcome;
         h->has_profile[dev] = f->u.welcome.profile[0] != '\0';
@@ -735,6 +740,7 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
     h->timeout_ms = (uint32_t)rc->timeout_ms;
     h->connect_ms = (uint32_t)rc->connect_timeout_ms;
     h->failover = o->failover;
+    h->survey = o->survey;
     h->profile_ms = LARES_MIN(o->profile_ms, (uint32_t)CLUSTER_MAX_PROFILE_MS);
     snprintf(h->head_name, sizeof h->head_name, "%s", o->head_name ? o->head_name : "head");
     for (int32_t d = 0; d < CLUSTER_MAX_DEVICES; d++) {

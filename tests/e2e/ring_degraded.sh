@@ -13,7 +13,8 @@
 #   windows once it is back;
 # - a worker frozen for less than the timeout: suspect, then serving again;
 # - a worker dying while it profiles itself for an automatic ring: the start
-#   goes on without it.
+#   goes on without it;
+# - lares ring status: ready, down (silent) and down (refusing) devices.
 # Loopback only; every wait is bounded.
 . "$(dirname "$0")/lib.sh"
 . "$LARES_SRC/tests/cluster/ring_lib.sh"
@@ -251,4 +252,20 @@ grep -q "missing: b ($BB): connection lost before its answer to hello" "$TMP/aut
 grep -q "cluster: the head's profile: measured" "$TMP/auto_down.err" \
   && grep -q "cluster: the head's profile: cached" "$TMP/auto_die.err" && ok \
   || fail "the head's profile is not cached: $(grep "head's profile" "$TMP/auto_down.err" "$TMP/auto_die.err")"
+
+# ---- lares ring status: a ready, b down (killed above), c refusing the head ----
+ring_worker c --allow "$TMP/c.key.pub" || exit 1; CC=$WORKER_ADDR
+ring_json "$TMP/status.json" '"connect_timeout_ms": 1000,' 1 a "$AA" 2 b "$BB" 1 c "$CC" 1
+timeout 30 "$LARES" ring status --ring "$TMP/status.json" -m "$RING_MODEL" >"$TMP/status.out" 2>"$TMP/status.err" \
+  && ok || fail "ring status: $(cat "$TMP/status.err")"
+grep -Eq "^head +\(head\) +ready" "$TMP/status.out" \
+  && grep -Eq "^a +$AA +ready +[0-9]+ " "$TMP/status.out" \
+  && grep -Eq "^b +$BB +down .*no answer to hello" "$TMP/status.out" \
+  && grep -Eq "^c +$CC +down .*does not allow this key" "$TMP/status.out" \
+  && grep -q "^2 of 4 devices ready$" "$TMP/status.out" && ok || fail "ring status: $(cat "$TMP/status.out")"
+# a let go: the next head gets it
+ring_json "$TMP/after.json" "$LIVE" 1 a "$AA" 4
+ring_run after "$TMP/after.json"
+[ "$RC" = 0 ] && [ "$(jq -c .generated_ids "$TMP/after.out" 2>/dev/null)" = "$want" ] && ok \
+  || fail "a head after ring status: $(cat "$TMP/after.err")"
 finish
