@@ -38,6 +38,10 @@ char *app_read_all(const char *path, size_t *len);
 
 /* Sets up logging: quiet (errors only), default (warnings), verbose (info). */
 void app_setup_log(int verbosity);
+/* Where device profiles are cached: $XDG_CACHE_HOME/lares, else ~/.cache/lares;
+ * NULL when neither is set (then nothing is cached). The same for `lares
+ * profile`, `lares worker` and the head of an automatic ring. */
+const char *app_profile_cache_default(void);
 
 /* Human-readable byte size into buf ("12.3 MiB"). */
 const char *app_fmt_bytes(uint64_t n, char *buf, size_t cap);
@@ -61,6 +65,7 @@ struct json_t *app_ring_json(const lares_session *s);
 void app_ring_print(const lares_session *s);
 
 int cmd_keygen(int argc, char **argv);
+int cmd_ring(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 
 #endif

@@ -53,6 +53,7 @@ static int parse_chat(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_predict = -1;
     o->session = lares_session_opts_default();
+    o->session.ring_profile_cache = app_profile_cache_default(); /* an automatic ring's head */
     o->sampler = lares_sampler_opts_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

@@ -19,6 +19,7 @@ static const struct {
     {"synth", cmd_synth, "write a benchmark model with a real shape and synthetic weights"},
     {"keygen", cmd_keygen, "make a key pair for a ring's head or worker"},
     {"worker", cmd_worker, "serve as a worker of a ring (several devices, one model)"},
+    {"ring", cmd_ring, "ring status: which devices of a ring.json would serve now"},
     {"profile", cmd_profile, "measure what this device can do (for plans)"},
     {"plan", cmd_plan, "place a model's layers on devices and predict its speed"},
 };

@@ -135,17 +135,8 @@ int cmd_profile(int argc, char **argv) {
         }
     }
     app_setup_log(0);
-    char dir[1024] = "";
     if (!no_cache) {
-        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-        if (cache_dir != NULL) {
-            snprintf(dir, sizeof dir, "%s", cache_dir);
-        } else if (xdg != NULL && xdg[0] == '/') {
-            snprintf(dir, sizeof dir, "%s/lares", xdg);
-        } else if (home != NULL && home[0] == '/') {
-            snprintf(dir, sizeof dir, "%s/.cache/lares", home);
-        }
-        o.cache_dir = dir[0] ? dir : NULL;
+        o.cache_dir = cache_dir != NULL ? cache_dir : app_profile_cache_default();
     }
     lares_error err = {0};
     char *text = NULL;

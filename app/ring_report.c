@@ -38,6 +38,7 @@ struct json_t *app_ring_json(const lares_session *s) {
         json_object_set_new(o, "address", json_string(dev[d].address));
         json_object_set_new(o, "in_ring", json_boolean(dev[d].in_ring));
         json_object_set_new(o, "alive", json_boolean(dev[d].alive));
+        json_object_set_new(o, "state", json_string(dev[d].state ? dev[d].state : "?"));
         json_object_set_new(o, "w", json_integer(dev[d].w));
         json_object_set_new(o, "n", json_integer(dev[d].n));
         json_object_set_new(o, "layers", json_integer(dev[d].n_layers));
@@ -73,14 +74,13 @@ void app_ring_print(const lares_session *s) {
     fprintf(stderr, "lares: ring of %d devices, %d layers per round, k = %d, placement %s\n",
             rs.n_devices, rs.width, rs.rounds, rs.placement ? rs.placement : "?");
     for (int32_t d = 0; d < rs.n_config && d < REPORT_MAX_DEVICES; d++) {
+        char state_text[32]; /* "(left out)", "(lost)", ... as the head last saw it */
+        snprintf(state_text, sizeof state_text, "(%s)", dev[d].state ? dev[d].state : "?");
         fprintf(stderr,
                 "lares:   %-12s %-22s w %-3d layers %-3d windows %-6" PRIu64
                 " compute %9.1f ms  major faults %" PRIu64 "\n",
                 dev[d].name,
-                d == 0           ? "(head)"
-                : dev[d].in_ring ? dev[d].address
-                : dev[d].alive   ? "(left out)"
-                                 : "(lost)",
+                d == 0 ? "(head)" : dev[d].in_ring ? dev[d].address : state_text,
                 dev[d].w, dev[d].n_layers, dev[d].windows_run, dev[d].compute_ms,
                 dev[d].major_faults);
         if (dev[d].in_ring && (dev[d].predicted_ms >= 0 || dev[d].measured_ms >= 0)) {

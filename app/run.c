@@ -74,6 +74,7 @@ static int parse_run(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_predict = 128;
     o->session = lares_session_opts_default();
+    o->session.ring_profile_cache = app_profile_cache_default(); /* an automatic ring's head */
     o->sampler = lares_sampler_opts_default();
     o->add_bos = true;
     o->echo_prompt = true;

@@ -33,6 +33,7 @@ static void serve_usage(FILE *to) {
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL;
     lares_session_opts so = lares_session_opts_default();
+    so.ring_profile_cache = app_profile_cache_default(); /* an automatic ring's head */
     server_opts o = server_opts_default();
     int verbosity = 0;
     int32_t v32;

@@ -173,3 +173,16 @@ const char *app_fmt_bytes(uint64_t n, char *buf, size_t cap) {
     snprintf(buf, cap, u == 0 ? "%.0f %s" : "%.1f %s", v, unit[u]);
     return buf;
 }
+
+const char *app_profile_cache_default(void) {
+    static char dir[1024]; /* the program's one answer, made once (single-threaded startup) */
+    if (dir[0] == '\0') {
+        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        if (xdg != NULL && xdg[0] == '/') {
+            snprintf(dir, sizeof dir, "%s/lares", xdg);
+        } else if (home != NULL && home[0] == '/') {
+            snprintf(dir, sizeof dir, "%s/.cache/lares", home);
+        }
+    }
+    return dir[0] != '\0' ? dir : NULL;
+}

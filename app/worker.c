@@ -20,7 +20,10 @@ static void worker_usage(FILE *to) {
           "      --no-stream         plain mmap: no read-ahead of the next window, no release\n"
           "                          (the comparison \"prefetch off\")\n"
           "      --profile-cache DIR keep this device's profile there (automatic rings: the\n"
-          "                          head asks for it; default: measured for every head)\n"
+          "                          head asks for it; default: $XDG_CACHE_HOME/lares, else\n"
+          "                          ~/.cache/lares, as lares profile; measured again after\n"
+          "                          7 days, or with another CPU, OS or lares version)\n"
+          "      --no-profile-cache  measure for every head\n"
           "      --insecure          no encryption and no keys: only on a trusted test network\n"
           "  -q, --quiet             only refusals and errors (no per-round lines)\n"
           "  -v, --verbose\n",
@@ -67,6 +70,7 @@ int cmd_worker(int argc, char **argv) {
     o.listen = NULL;
     const char **allow = calloc((size_t)argc, sizeof *allow);
     out_state os = {.verbosity = 0};
+    bool no_profile_cache = false;
     pthread_mutex_init(&os.mu, NULL);
     int rc = APP_USAGE;
     if (allow == NULL) {
@@ -113,6 +117,10 @@ int cmd_worker(int argc, char **argv) {
             if ((o.profile_cache_dir = app_need_value(argc, argv, &i)) == NULL) {
                 goto done;
             }
+            no_profile_cache = false;
+        } else if (strcmp(a, "--no-profile-cache") == 0) {
+            no_profile_cache = true;
+            o.profile_cache_dir = NULL;
         } else if (strcmp(a, "--insecure") == 0) {
             o.insecure = true;
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
@@ -123,6 +131,9 @@ int cmd_worker(int argc, char **argv) {
             app_error("worker: unknown option '%s' (lares worker --help lists them)", a);
             goto done;
         }
+    }
+    if (o.profile_cache_dir == NULL && !no_profile_cache) {
+        o.profile_cache_dir = app_profile_cache_default();
     }
     if (o.listen == NULL) {
         app_error("worker: no --listen HOST:PORT");

@@ -180,6 +180,9 @@ typedef struct lares_session_opts {
     /* The planner's placement for a ring without windows (issue 7): "halda",
      * "memory", "single" or "even"; NULL: ring.json's "placement", else halda. */
     const char *ring_placement;
+    /* Where the head of an automatic ring caches its own profile (per
+     * hardware fingerprint, as lares profile); NULL: measured every time. */
+    const char *ring_profile_cache;
 } lares_session_opts;
 
 LARES_API lares_session_opts lares_session_opts_default(void);
@@ -470,6 +473,8 @@ typedef struct lares_ring_device {
     const char *address;    /* "" for the head */
     bool in_ring;           /* a member of the plan in force */
     bool alive;             /* answering (a member, or idle and reachable) */
+    const char *state;      /* "serving", "left out", "joining", "suspect", "lost",
+                               "rejoining" (docs/ring.md "Device states"); static */
     int32_t w, n;           /* layers per window, of which on a GPU (0: not in the ring) */
     int32_t n_layers;       /* layers held over all rounds */
     uint64_t windows_run;   /* windows computed since the session started */
@@ -516,6 +521,32 @@ LARES_API lares_status lares_session_ring_stats(const lares_session *s, lares_ri
  * while the session generates). false for a session on one device. */
 LARES_API bool lares_session_ring_events(const lares_session *s, uint64_t *replans,
                                          uint64_t *failovers);
+/* The devices of the plan in force (bit d: ring.json device d, the head is
+ * bit 0) and ring.json's device count; safe from any thread (a /health
+ * handler while the session generates). false for a session on one device. */
+LARES_API bool lares_session_ring_serving(const lares_session *s, uint64_t *mask,
+                                          int32_t *n_config);
+/* The ring.json name of device d, valid while the session lives; NULL when
+ * there is no such device. Safe from any thread. */
+LARES_API const char *lares_session_ring_device_name(const lares_session *s, int32_t d);
+
+/* One device of ring.json as a survey found it (lares ring status). */
+typedef struct lares_ring_probe {
+    char name[64];
+    char address[256];   /* "" for the head */
+    bool ready;          /* it welcomed this head: reachable, the same model file, idle */
+    char why[256];       /* why not: silent, unreachable, busy with another head, refused */
+    uint32_t n_cpu;      /* what it said of itself (0 unknown) */
+    uint64_t mem_available_bytes; /* its memory budget (0 unknown) */
+} lares_ring_probe;
+
+/* Asks every worker of ring.json (`ring`) whether it would serve model m
+ * now, as a head would (HELLO, within the ring's connect_timeout_ms), and
+ * lets them go. Busy workers keep serving their head (they refuse this one).
+ * out: up to cap devices in ring.json order (the head first), *n of them. */
+LARES_API lares_status lares_ring_survey(lares_model *m, const char *ring, bool insecure,
+                                         lares_ring_probe *out, int32_t cap, int32_t *n,
+                                         lares_error *err);
 
 typedef struct lares_worker lares_worker;
 

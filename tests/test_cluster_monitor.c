@@ -207,56 +207,107 @@ static void check_balance(void) {
     const bool stream[4] = {true, true, true, true};
 
     /* 4 devices, 22 layers, k = 1; device 2 three times slower; each may hold 8
-     * layers: 8 + 8 to devices 0 and 1 (1 ms), then device 3 (1 ms) takes the
-     * last 6; device 2 (3 ms) gets nothing and is left out */
+     * layers: shares in proportion to speed, 22 x (1, 1, 1/3, 1) / (10/3) =
+     * 6.6, 6.6, 2.2, 6.6: 6, 6, 2, 6 and the two layers left to the largest
+     * remainders, the fastest in ring order first: 7, 7, 2, 6 */
     const double ms[4] = {1, 1, 3, 1};
     const int32_t cap8[4] = {8, 8, 8, 8};
-    CHECK_OK(cluster_plan_balance(22, 1, 4, ms, cap8, stream, &p, members, &err), &err);
-    CHECKF(p.n_dev == 3 && members[0] == 0 && members[1] == 1 && members[2] == 3 && p.w[0] == 8 &&
-               p.w[1] == 8 && p.w[2] == 6,
-           "slowed device: %d devices, w %d %d %d", p.n_dev, p.w[0], p.w[1], p.w[2]);
+    CHECK_OK(cluster_plan_balance(22, 1, 4, ms, cap8, stream, NULL, &p, members, &err), &err);
+    CHECKF(p.n_dev == 4 && members[3] == 3 && p.w[0] == 7 && p.w[1] == 7 && p.w[2] == 2 &&
+               p.w[3] == 6,
+           "slowed device: %d devices, w %d %d %d %d", p.n_dev, p.w[0], p.w[1], p.w[2], p.w[3]);
 
-    /* k = 2 rounds: W = 11 per round, capacities halve per window (8 / 2 = 4):
-     * 4 + 4 + 3 (device 3), device 2 out */
-    CHECK_OK(cluster_plan_balance(22, 2, 4, ms, cap8, stream, &p, members, &err), &err);
-    CHECKF(p.n_dev == 3 && p.w[0] == 4 && p.w[1] == 4 && p.w[2] == 3 && members[2] == 3,
-           "two rounds: w %d %d %d", p.w[0], p.w[1], p.w[2]);
+    /* k = 2 rounds: W = 11 per round (shares 3.3, 3.3, 1.1, 3.3), capacities
+     * halve per window (8 / 2 = 4): 3, 3, 1, 3 and one more to device 0 */
+    CHECK_OK(cluster_plan_balance(22, 2, 4, ms, cap8, stream, NULL, &p, members, &err), &err);
+    CHECKF(p.n_dev == 4 && p.w[0] == 4 && p.w[1] == 3 && p.w[2] == 1 && p.w[3] == 3,
+           "two rounds: w %d %d %d %d", p.w[0], p.w[1], p.w[2], p.w[3]);
+
+    /* a device 100 times slower than the others rounds to no layer and leaves
+     * (22 x 0.01 / 3.01 = 0.07) */
+    const double ms_slow[4] = {1, 100, 1, 1};
+    CHECK_OK(cluster_plan_balance(22, 1, 4, ms_slow, cap8, stream, NULL, &p, members, &err), &err);
+    CHECKF(p.n_dev == 3 && members[1] == 2 && members[2] == 3 && p.w[0] + p.w[1] + p.w[2] == 22,
+           "very slow device: %d devices, w %d %d %d", p.n_dev, p.w[0], p.w[1], p.w[2]);
+
+    /* no memory limits and equal speeds: every device keeps a share, nothing
+     * piles on one (issue 15) */
+    const double ms_eq[4] = {1, 1, 1, 1};
+    const int32_t cap_all[4] = {22, 22, 22, 22};
+    CHECK_OK(cluster_plan_balance(22, 1, 4, ms_eq, cap_all, stream, NULL, &p, members, &err), &err);
+    CHECKF(p.n_dev == 4 && p.w[0] == 6 && p.w[1] == 6 && p.w[2] == 5 && p.w[3] == 5,
+           "equal devices: w %d %d %d %d", p.w[0], p.w[1], p.w[2], p.w[3]);
 
     /* unknown figures count as the mean of the known: device 3 unknown (mean
-     * 5/3 ms) ranks after the 1-ms ones and before device 2 */
+     * 5/3 ms); shares 7.5, 7.5, 2.5, 4.5: devices 0 and 1 are filled to 6,
+     * the 10 left shared by devices 2 and 3 (3.6, 6.4: device 3 filled), 4 to
+     * device 2 */
     const double ms_unknown[4] = {1, 1, 3, -1};
     const int32_t cap6[4] = {6, 6, 6, 6};
-    CHECK_OK(cluster_plan_balance(22, 1, 4, ms_unknown, cap6, stream, &p, members, &err), &err);
+    CHECK_OK(cluster_plan_balance(22, 1, 4, ms_unknown, cap6, stream, NULL, &p, members, &err), &err);
     CHECKF(p.n_dev == 4 && p.w[0] == 6 && p.w[1] == 6 && p.w[2] == 4 && p.w[3] == 6,
            "unknown speed: w %d %d %d %d", p.w[0], p.w[1], p.w[2], p.w[3]);
 
-    /* the head (candidate 0) stays a member with no layers when it is slowest */
+    /* a slow head keeps a share in proportion (22 / 19 = 1.16), the workers
+     * 10.4 each and the one layer left to the faster in ring order */
     const double ms_head_slow[3] = {9, 1, 1};
     const int32_t cap_big[3] = {22, 12, 12};
-    CHECK_OK(cluster_plan_balance(22, 1, 3, ms_head_slow, cap_big, stream, &p, members, &err),
+    CHECK_OK(cluster_plan_balance(22, 1, 3, ms_head_slow, cap_big, stream, NULL, &p, members, &err),
              &err);
-    CHECKF(p.n_dev == 3 && p.w[0] == 0 && p.w[1] == 12 && p.w[2] == 10, "slow head: w %d %d %d",
+    CHECKF(p.n_dev == 3 && p.w[0] == 1 && p.w[1] == 11 && p.w[2] == 10, "slow head: w %d %d %d",
            p.w[0], p.w[1], p.w[2]);
+    /* the head (candidate 0) stays a member with no layers when it is far slower */
+    const double ms_head_slower[3] = {100, 1, 1};
+    CHECK_OK(cluster_plan_balance(22, 1, 3, ms_head_slower, cap_big, stream, NULL, &p, members, &err),
+             &err);
+    CHECKF(p.n_dev == 3 && p.w[0] == 0 && p.w[1] == 11 && p.w[2] == 11,
+           "far slower head: w %d %d %d", p.w[0], p.w[1], p.w[2]);
 
     /* nothing fits in memory: the rest streams from disk on the fastest that can */
     const int32_t cap_small[3] = {4, 4, 4};
     const bool stream_some[3] = {false, true, true};
     const double ms3[3] = {1, 2, 3};
-    CHECK_OK(cluster_plan_balance(22, 1, 3, ms3, cap_small, stream_some, &p, members, &err), &err);
+    CHECK_OK(cluster_plan_balance(22, 1, 3, ms3, cap_small, stream_some, NULL, &p, members, &err), &err);
     CHECKF(p.n_dev == 3 && p.w[0] == 4 && p.w[1] == 14 && p.w[2] == 4, "from disk: w %d %d %d",
            p.w[0], p.w[1], p.w[2]);
+
+    /* a failover keeps the survivors' windows (base) and shares only the lost
+     * layers: head 1 | a 2 | b 1 | c 1 loses b; a may hold 2 (full), the head
+     * is 5x slower than c: b's layer goes to c */
+    const int32_t base3[3] = {1, 2, 1};
+    const int32_t cap_a2[3] = {22, 2, 22};
+    const double ms_fo[3] = {5, 1, 1};
+    CHECK_OK(cluster_plan_balance(5, 1, 3, ms_fo, cap_a2, stream, base3, &p, members, &err),
+             &err);
+    CHECKF(p.n_dev == 3 && p.w[0] == 1 && p.w[1] == 2 && p.w[2] == 2, "failover base: w %d %d %d",
+           p.w[0], p.w[1], p.w[2]);
+    /* a new candidate (base 0), 4x faster, takes a share of the 2 layers the
+     * base leaves (2 x 4/7 = 1.14: one), the other to the head (0.29, the
+     * largest remainder in ring order) */
+    const int32_t base4[4] = {1, 1, 0, 1};
+    const double ms_new[4] = {1, 1, 0.25, 1};
+    CHECK_OK(cluster_plan_balance(5, 1, 4, ms_new, cap_all, stream, base4, &p, members, &err),
+             &err);
+    CHECKF(p.n_dev == 4 && p.w[0] == 2 && p.w[1] == 1 && p.w[2] == 1 && p.w[3] == 1,
+           "base with a newcomer: %d devices, w %d %d %d %d", p.n_dev, p.w[0], p.w[1], p.w[2],
+           p.w[3]);
+    /* a base wider than a round is an error */
+    const int32_t base_bad[1] = {6};
+    const double ms_one[1] = {1};
+    CHECK(cluster_plan_balance(5, 1, 1, ms_one, cap_all, stream, base_bad, &p, members, &err) ==
+          LARES_EINVAL);
 
     /* a lone head that may not hold a layer: unrecoverable, with the figures */
     const int32_t cap_none[1] = {0};
     const bool no_stream[1] = {false};
     const double ms1[1] = {1};
-    CHECK(cluster_plan_balance(22, 1, 1, ms1, cap_none, no_stream, &p, members, &err) ==
+    CHECK(cluster_plan_balance(22, 1, 1, ms1, cap_none, no_stream, NULL, &p, members, &err) ==
               LARES_ERANGE &&
           has(err.msg, "cannot run the model") && has(err.msg, "22 of its 22 layers"));
     /* bad arguments */
-    CHECK(cluster_plan_balance(22, 0, 1, ms1, cap_none, no_stream, &p, members, &err) ==
+    CHECK(cluster_plan_balance(22, 0, 1, ms1, cap_none, no_stream, NULL, &p, members, &err) ==
           LARES_EINVAL);
-    CHECK(cluster_plan_balance(22, 1, 0, ms1, cap_none, no_stream, &p, members, &err) ==
+    CHECK(cluster_plan_balance(22, 1, 0, ms1, cap_none, no_stream, NULL, &p, members, &err) ==
           LARES_EINVAL);
 }
 

@@ -33,16 +33,14 @@ typedef struct api_ring {
     bool rebuild_batched; /* ring.json "rebuild": "batched" */
     uint8_t *batch_start; /* owned, n_ctx: 1 where a batch of the conversation began */
     int32_t rounds;       /* k of the first plan; re-plans keep it */
-    /* capacity of each device in layers (ring.json "memory"; n_layer when not
-     * given), and whether it can run a layer at all (from disk) */
-    int32_t cap_layers[CLUSTER_MAX_DEVICES];
-    bool can_stream[CLUSTER_MAX_DEVICES];
     uint64_t layer_bytes; /* the largest layer's weights plus its KV cache */
+    uint64_t head_budget_bytes; /* the session's memory budget; 0: none known */
     cluster_monitor mon;
     /* measured: the network's share of a hop, moving estimate (ms) */
     double hop_ms;
     /* events (replans and failovers are read by other threads: /metrics) */
     _Atomic uint64_t replans, failovers;
+    _Atomic uint64_t serving; /* bit d: ring.json device d is in the plan in force */
     uint64_t rebuilt_tokens, kv_moved_bytes;
     double switch_ms, last_switch_ms;
     char last_switch[2048];
@@ -54,6 +52,7 @@ typedef struct api_ring {
     char placement[16];     /* what made the plan in force: "explicit", "even", "halda", ... */
     sched_model *sm;        /* owned: the model as the planner sees it */
     sched_device *devs;     /* owned, n_cfg: the profiles, ring.json order, the head first */
+    bool profiled[CLUSTER_MAX_DEVICES]; /* devs[d] is d's own profile (else a stand-in) */
     sched_opts so;          /* the planner's options (exclude points at scratch per call) */
     sched_plan *splan;      /* owned: the planner's plan in force; NULL after a fallback */
     sched_plan *splan_next; /* owned: the plan a re-plan proposes, until it is in force */
@@ -80,17 +79,26 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err);
 lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *err);
 /* The head's ms per layer and each member's from the last pass into the monitor. */
 void ring_monitor_token(api_ring *r);
+/* The plan in force into r->serving (for other threads: /health). */
+void ring_note_serving(api_ring *r);
 /* Layers per device (ring.json index) under the plan in force. */
 void ring_layers_by_device(const api_ring *r, int32_t *layers);
+/* Device d's capacity in layers (ring.json "memory", else the budget a worker
+ * reported, over r->layer_bytes; n_layer when unknown) and whether it may run
+ * layers from disk beyond it. */
+void ring_capacity(const api_ring *r, int32_t d, int32_t *cap_layers, bool *can_stream);
 
 /* ring_plan.c */
 
-/* "auto" windows by the planner: the workers' profiles (from WELCOME), the
+/* "auto" windows by the planner over the devices that answered, cand[0..n)
+ * (ring.json indexes, cand[0] = 0): their profiles (from WELCOME), the
  * head's own, the hops measured by a probe plan; the plan's windows into
  * *plan over members[] (ring.json indexes; devices left out have none).
  * Sets r->planned, r->sm, r->devs, r->splan and the predictions. */
-lares_status ring_plan_auto(lares_session *s, api_ring *r, cluster_plan *plan, int32_t *members,
-                            lares_error *err);
+lares_status ring_plan_auto(lares_session *s, api_ring *r, const int32_t *cand, int32_t n,
+                            cluster_plan *plan, int32_t *members, lares_error *err);
+/* The profiles of devices that answered after the start, for later plans. */
+void ring_plan_profiles(api_ring *r);
 /* A re-plan by the planner (sched_replan) over the candidates cand[0..n)
  * (ring.json indexes, cand[0] = 0; the others are excluded), with what the
  * monitor measured. The sched plan waits in r->splan_next. */
@@ -103,6 +111,17 @@ void ring_plan_free(api_ring *r);
 
 /* ring_switch.c */
 
+/* A plan with ring.json names: "head 0 | b 3 | c 2 (k=1)" */
+void ring_describe(const api_ring *r, const cluster_plan *p, const int32_t *members, char *buf,
+                   size_t cap);
+
+/* The plan over the devices cand[0..n) (cand[0] = 0) by cluster_plan_balance
+ * with the monitor's figures and ring_capacity (base: windows per round they
+ * keep, NULL none), its members as ring.json indexes. LARES_ERANGE (with the memory still needed) when they cannot run
+ * the model. */
+lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, const int32_t *base,
+                          cluster_plan *out, int32_t *members, lares_error *err);
+
 /* A member was lost: re-plans over the others, rebuilds the KV cache of
  * positions [0, keep) and warns. LARES_ERANGE when the others cannot run the
  * model; the error names what was lost. */
@@ -110,9 +129,8 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err);
 /* The monitor says a device drifted: re-plans when a better plan exists
  * (by min_gain), else accepts the figures as the new normal. */
 lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err);
-/* At the start of a request: asks the devices out of the plan (lost, or left
- * out) to come back, at most every RING_PROBE_EVERY_S, and re-plans with
- * those that answer. */
+/* Between two batches, never waiting: asks the lost devices to come back and
+ * re-plans when one answered (a device down at the start joins here). */
 lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err);
 
 #endif /* LARES_API_RING_H */

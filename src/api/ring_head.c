@@ -52,8 +52,7 @@ void ring_layers_by_device(const api_ring *r, int32_t *layers) {
     }
 }
 
-/* The capacity of each device in layers: ring.json's "memory" over the
- * largest layer (its weights and KV cache); without "memory", any number. */
+/* The largest layer's weights plus its KV cache: the unit of capacity. */
 static lares_status device_caps(lares_session *s, api_ring *r, lares_error *err) {
     const model *m = s->lm->m;
     const int32_t n_layer = m->hp.n_layer;
@@ -69,17 +68,81 @@ static lares_status device_caps(lares_session *s, api_ring *r, lares_error *err)
         mem_span_free(&sp);
     }
     r->layer_bytes = biggest + s->kv->bytes / (uint64_t)n_layer;
-    for (int32_t d = 0; d < r->n_cfg; d++) {
-        const uint64_t mem = r->rc->dev[d].memory_bytes;
-        if (mem == 0 || r->layer_bytes == 0) {
-            r->cap_layers[d] = n_layer;
-            r->can_stream[d] = true;
-        } else {
-            r->cap_layers[d] = (int32_t)LARES_MIN(mem / r->layer_bytes, (uint64_t)n_layer);
-            r->can_stream[d] = mem >= r->layer_bytes;
+    r->head_budget_bytes = s->mem_budget_bytes == UINT64_MAX ? 0 : s->mem_budget_bytes;
+    return LARES_OK;
+}
+
+void ring_capacity(const api_ring *r, int32_t d, int32_t *cap_layers, bool *can_stream) {
+    const int32_t n_layer = cluster_head_plan(r->head)->n_layer;
+    uint64_t mem = r->rc->dev[d].memory_bytes;
+    *can_stream = true;
+    if (mem != 0) {
+        /* ring.json "memory": the most it gives, below one layer not even from disk */
+        *can_stream = r->layer_bytes == 0 || mem >= r->layer_bytes;
+    } else if (d > 0) {
+        /* the budget the worker reported (its cgroup limit or 80 % of its
+         * available memory; 0: unknown): beyond it, its layers stream */
+        mem = cluster_head_device(r->head, d)->welcome.mem_available_bytes;
+    } else {
+        mem = r->head_budget_bytes; /* the head's own, the same way */
+    }
+    *cap_layers = n_layer;
+    if (mem != 0 && r->layer_bytes != 0) {
+        *cap_layers = (int32_t)LARES_MIN(mem / r->layer_bytes, (uint64_t)n_layer);
+    }
+}
+
+/* The first plan, over the devices that answered the start's HELLO: the
+ * planner's ("auto" windows), ring.json's windows when every device is
+ * there, else cluster_plan_balance over those present. Missing devices are
+ * named in a warning, or in the error when the others cannot run the model. */
+static lares_status start_plan(lares_session *s, api_ring *r, bool planned, cluster_plan *plan,
+                               int32_t *members, lares_error *err) {
+    int32_t cand[CLUSTER_MAX_DEVICES], n_cand = 0;
+    char missing[512] = "", why[1024] = "";
+    size_t len = 0, why_len = 0;
+    cand[n_cand++] = 0;
+    for (int32_t d = 1; d < r->n_cfg; d++) {
+        if (cluster_head_usable(r->head, d)) {
+            cand[n_cand++] = d;
+        } else if (len < sizeof missing) {
+            const cluster_ring_device *rd = cluster_head_ring_device(r->head, d);
+            const int w = snprintf(missing + len, sizeof missing - len, "%s%s (%s)",
+                                   len ? ", " : "", rd->name, rd->address);
+            /* the reason is in the warning (the error must stay one short line) */
+            if (why_len < sizeof why) {
+                const int k = snprintf(why + why_len, sizeof why - why_len, "%s%s (%s): %s",
+                                       why_len ? "; " : "", rd->name, rd->address,
+                                       cluster_head_why(r->head, d));
+                why_len += k > 0 ? (size_t)k : 0;
+            }
+            len += w > 0 ? (size_t)w : 0;
         }
     }
-    return LARES_OK;
+    lares_status st = LARES_OK;
+    if (planned) {
+        st = ring_plan_auto(s, r, cand, n_cand, plan, members, err);
+    } else if (n_cand < r->n_cfg) {
+        /* those present keep ring.json's windows; the missing ones' layers are shared */
+        int32_t base[CLUSTER_MAX_DEVICES];
+        for (int32_t i = 0; i < n_cand; i++) {
+            base[i] = plan->w[cand[i]];
+        }
+        st = ring_balance(r, cand, n_cand, base, plan, members, err);
+    }
+    if (n_cand < r->n_cfg) {
+        lares_log(LARES_LOG_WARN,
+                  "cluster: starting with %d of %d devices; missing: %s; they join the ring "
+                  "when they answer",
+                  n_cand, r->n_cfg, why);
+    }
+    if (st != LARES_OK && n_cand < r->n_cfg) {
+        lares_error_prefix(err, "%s: started with %d of %d devices (missing %s): ", r->rc->path,
+                           n_cand, r->n_cfg, missing);
+    } else if (st != LARES_OK) {
+        lares_error_prefix(err, "%s: ", r->rc->path);
+    }
+    return st;
 }
 
 static bool choice(int opt, int ring_json) {
@@ -184,8 +247,10 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
             .kv_row_bytes = (uint32_t)(s->kv->row_elems * (s->kv->type == GGUF_TYPE_F32 ? 4 : 2))};
         st = cluster_head_open(&ho, &r->head, err);
     }
-    if (st == LARES_OK && planned) {
-        st = ring_plan_auto(s, r, &plan, members, err);
+    if (st == LARES_OK) {
+        r->rounds = cluster_plan_rounds(&plan);
+        cluster_monitor_init(&r->mon, &r->rc->monitor, r->n_cfg);
+        st = start_plan(s, r, planned, &plan, members, err);
     }
     if (st == LARES_OK) {
         r->rounds = cluster_plan_rounds(&plan);
@@ -196,12 +261,12 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
         api_ring_free(r);
         return st;
     }
-    cluster_monitor_init(&r->mon, &r->rc->monitor, r->n_cfg);
     int32_t layers[CLUSTER_MAX_DEVICES];
     ring_layers_by_device(r, layers);
     cluster_monitor_plan(&r->mon, layers, NULL, false);
+    ring_note_serving(r);
     char desc[256];
-    cluster_plan_describe(&plan, desc, sizeof desc);
+    ring_describe(r, &plan, members, desc, sizeof desc);
     lares_log(LARES_LOG_INFO,
               "cluster: ring of %d devices ready: %s, placement %s (re-balancing %s, failover %s)",
               plan.n_dev, desc, r->placement, r->rebalance ? "on" : "off",
@@ -271,7 +336,6 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
     const int32_t keep = s->pos[0]; /* positions every layer must hold before this batch */
     memcpy(r->x_saved, s->x, n_x * sizeof *s->x);
     memcpy(r->pos_saved, s->pos, (size_t)nb * sizeof *s->pos);
-    const bool new_request = nb > 1 || keep != r->synced;
     lares_status st = LARES_OK;
     if (keep < r->synced && cluster_head_plan(r->head)->n_dev > 1) {
         /* a shorter context than the workers hold (a new prompt, a truncate) */
@@ -282,8 +346,8 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
             return st;
         }
     }
-    if (st == LARES_OK && new_request) {
-        /* the start of a request: devices that came back may rejoin */
+    if (st == LARES_OK && !r->in_switch) {
+        /* between two batches: devices that answered since may join */
         st = ring_rejoin(s, keep, err);
         if (st != LARES_OK && !cluster_head_needs_plan(r->head)) {
             return st;
@@ -374,7 +438,8 @@ lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *
             (lares_ring_device){.name = rd->name,
                                 .address = rd->address,
                                 .in_ring = i >= 0,
-                                .alive = d == 0 || cluster_head_alive(h, d),
+                                .alive = d == 0 || cluster_head_usable(h, d),
+                                .state = cluster_dev_state_name(cluster_head_state(h, d)),
                                 .w = i >= 0 ? p->w[i] : 0,
                                 .n = i >= 0 ? p->n[i] : 0,
                                 .n_layers = i >= 0 ? cluster_plan_layers_of(p, i) : 0,
@@ -388,6 +453,35 @@ lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *
                                 .predicted_token_ms = i >= 0 ? r->predicted_token_ms[d] : -1};
     }
     return LARES_OK;
+}
+
+void ring_note_serving(api_ring *r) {
+    const cluster_plan *p = cluster_head_plan(r->head);
+    uint64_t mask = 0;
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        mask |= (uint64_t)1 << cluster_head_member(r->head, i);
+    }
+    atomic_store(&r->serving, mask);
+}
+
+bool lares_session_ring_serving(const lares_session *s, uint64_t *mask, int32_t *n_config) {
+    if (s == NULL || s->ring == NULL) {
+        return false;
+    }
+    if (mask != NULL) {
+        *mask = atomic_load(&s->ring->serving);
+    }
+    if (n_config != NULL) {
+        *n_config = s->ring->n_cfg;
+    }
+    return true;
+}
+
+const char *lares_session_ring_device_name(const lares_session *s, int32_t d) {
+    if (s == NULL || s->ring == NULL || d < 0 || d >= s->ring->n_cfg) {
+        return NULL;
+    }
+    return s->ring->rc->dev[d].name; /* ring.json is read once, at open */
 }
 
 bool lares_session_ring_events(const lares_session *s, uint64_t *replans, uint64_t *failovers) {

@@ -73,10 +73,15 @@ static lares_status head_profile(lares_session *s, api_ring *r, sched_device *d,
     po.n_threads = s->o.n_threads;
     po.budget_ms =
         (uint32_t)(r->rc->profile_ms > 0 ? r->rc->profile_ms : CLUSTER_DEFAULT_PROFILE_MS);
+    po.cache_dir = s->o.ring_profile_cache;
     sched_profile_info info;
+    const uint64_t t0 = lares_now_ns();
     lares_status st = sched_profile_run(&po, d, &info, err);
     if (st != LARES_OK) {
         lares_error_prefix(err, "the head's profile: ");
+    } else {
+        lares_log(LARES_LOG_INFO, "cluster: the head's profile: %s in %.0f ms",
+                  info.cached ? "cached" : "measured", (double)(lares_now_ns() - t0) / 1e6);
     }
     return st;
 }
@@ -108,8 +113,24 @@ static lares_status worker_profile(api_ring *r, int32_t d, sched_device *out, la
     return st;
 }
 
-lares_status ring_plan_auto(lares_session *s, api_ring *r, cluster_plan *plan, int32_t *members,
-                            lares_error *err) {
+/* defined below: the planner over a subset of the devices */
+static lares_status replan_subset(api_ring *r, const sched_opts *o, const sched_measured *meas,
+                                  const int32_t *cand, int32_t n, lares_error *err);
+
+/* Device d's entry for the planner from its profile: its ring.json name,
+ * "memory" capping its RAM, and (until measured) the hop of `hop`. */
+static void fill_device(api_ring *r, int32_t d, sched_device *dv, sched_hop hop) {
+    snprintf(dv->name, sizeof dv->name, "%s", r->rc->dev[d].name);
+    dv->head = d == 0;
+    const uint64_t cap = r->rc->dev[d].memory_bytes;
+    if (cap > 0 && cap < dv->ram_avail_bytes) {
+        dv->ram_avail_bytes = cap; /* ring.json "memory": the most it gives */
+    }
+    dv->net_out = hop;
+}
+
+lares_status ring_plan_auto(lares_session *s, api_ring *r, const int32_t *cand, int32_t n_cand,
+                            cluster_plan *plan, int32_t *members, lares_error *err) {
     cluster_head *h = r->head;
     const int32_t n = r->n_cfg;
     const char *what = r->rc->placement[0] != '\0' ? r->rc->placement : "halda";
@@ -118,12 +139,12 @@ lares_status ring_plan_auto(lares_session *s, api_ring *r, cluster_plan *plan, i
         return lares_fail(err, LARES_EINVAL, "%s: unknown \"placement\" \"%s\"", r->rc->path, what);
     }
     snprintf(r->placement, sizeof r->placement, "%s", what);
-    /* the probe plan: every device linked to its successor in ring.json
+    /* the probe plan: every candidate linked to its successor in ring.json
      * order, each measuring that hop */
     cluster_plan probe;
-    lares_status st = cluster_plan_even(n, plan->n_layer, 0, &probe, err);
-    if (st == LARES_OK && n > 1) {
-        st = cluster_head_set_plan(h, &probe, NULL, CLUSTER_PLAN_PROBE, err);
+    lares_status st = cluster_plan_even(n_cand, plan->n_layer, 0, &probe, err);
+    if (st == LARES_OK && n_cand > 1) {
+        st = cluster_head_set_plan(h, &probe, cand, CLUSTER_PLAN_PROBE, err);
     }
     r->devs = lares_calloc((size_t)n, sizeof *r->devs);
     if (st == LARES_OK && r->devs == NULL) {
@@ -132,26 +153,22 @@ lares_status ring_plan_auto(lares_session *s, api_ring *r, cluster_plan *plan, i
     if (st == LARES_OK) {
         st = head_profile(s, r, &r->devs[0], err);
     }
-    for (int32_t d = 1; d < n && st == LARES_OK; d++) {
-        st = worker_profile(r, d, &r->devs[d], err);
+    for (int32_t i = 1; i < n_cand && st == LARES_OK; i++) {
+        st = worker_profile(r, cand[i], &r->devs[cand[i]], err);
     }
-    for (int32_t d = 0; d < n && st == LARES_OK; d++) {
-        sched_device *dv = &r->devs[d];
-        snprintf(dv->name, sizeof dv->name, "%s", r->rc->dev[d].name);
-        dv->head = d == 0;
-        const uint64_t cap = r->rc->dev[d].memory_bytes;
-        if (cap > 0 && cap < dv->ram_avail_bytes) {
-            dv->ram_avail_bytes = cap; /* ring.json "memory": the most it gives */
-        }
+    sched_hop first = {.latency_s = 0, .bandwidth_Bps = 1e10};
+    for (int32_t i = 0; i < n_cand && st == LARES_OK; i++) {
+        const int32_t d = cand[i];
         uint32_t rtt = 0, rtt_big = 0;
-        if (n == 1) {
-            dv->net_out = (sched_hop){.latency_s = 0, .bandwidth_Bps = 1e10};
+        if (n_cand == 1) {
+            fill_device(r, d, &r->devs[d], first);
+            r->profiled[d] = true;
             continue;
         }
         if (d == 0) {
-            st = cluster_head_ping(h, 1, 0, 3, &rtt, err);
+            st = cluster_head_ping(h, cand[1], 0, 3, &rtt, err);
             if (st == LARES_OK) {
-                st = cluster_head_ping(h, 1, CLUSTER_PROBE_PING_BYTES, 3, &rtt_big, err);
+                st = cluster_head_ping(h, cand[1], CLUSTER_PROBE_PING_BYTES, 3, &rtt_big, err);
             }
         } else {
             rtt = cluster_head_device(h, d)->hop_rtt_us;
@@ -161,7 +178,18 @@ lares_status ring_plan_auto(lares_session *s, api_ring *r, cluster_plan *plan, i
             st = lares_fail(err, LARES_EPROTO, "%s (%s) did not measure its hop to the next device",
                             r->rc->dev[d].name, r->rc->dev[d].address);
         }
-        dv->net_out = hop_of(rtt, rtt_big, CLUSTER_PROBE_PING_BYTES);
+        const sched_hop hop = hop_of(rtt, rtt_big, CLUSTER_PROBE_PING_BYTES);
+        first = i == 0 ? hop : first;
+        fill_device(r, d, &r->devs[d], hop);
+        r->profiled[d] = true;
+    }
+    /* devices that did not answer: the head's profile stands in (excluded
+     * from every plan until they answer and bring their own) */
+    for (int32_t d = 1; d < n && st == LARES_OK; d++) {
+        if (!r->profiled[d]) {
+            r->devs[d] = r->devs[0];
+            fill_device(r, d, &r->devs[d], first);
+        }
     }
     if (st == LARES_OK) {
         st = sched_model_from_gguf(s->lm->file, &r->sm, err);
@@ -175,16 +203,25 @@ lares_status ring_plan_auto(lares_session *s, api_ring *r, cluster_plan *plan, i
         r->so.kv_elem_bytes = s->o.kv_type == LARES_KV_F16 ? 2 : 4;
         r->so.hidden_elem_bytes = r->rc->act_dtype == CLUSTER_DTYPE_F16 ? 2 : 4;
         r->so.rounds = r->rc->rounds;
-        st = sched_plan_make(r->sm, r->devs, (size_t)n, &r->so, &r->splan, err);
+        if (n_cand == n) {
+            st = sched_plan_make(r->sm, r->devs, (size_t)n, &r->so, &r->splan, err);
+        } else {
+            sched_measured meas[CLUSTER_MAX_DEVICES];
+            for (int32_t d = 0; d < n; d++) {
+                sched_measured_init(&meas[d]);
+            }
+            st = replan_subset(r, &r->so, meas, cand, n_cand, err);
+            r->splan = r->splan_next;
+            r->splan_next = NULL;
+        }
         if (st != LARES_OK) {
-            lares_error_prefix(err, "automatic placement (%s) over %d devices: ", what, n);
+            lares_error_prefix(err, "automatic placement (%s) over %d devices: ", what, n_cand);
         }
     }
     if (st == LARES_OK) {
         st = to_cluster(r->splan, plan, members, err);
     }
     if (st != LARES_OK) {
-        lares_error_prefix(err, "%s: ", r->rc->path);
         return st;
     }
     r->planned = true;
@@ -195,6 +232,27 @@ lares_status ring_plan_auto(lares_session *s, api_ring *r, cluster_plan *plan, i
               what, plan->n_layer, r->splan->n, n, r->splan->k, r->predicted_latency_ms,
               r->splan->solve_s * 1e3);
     return LARES_OK;
+}
+
+void ring_plan_profiles(api_ring *r) {
+    if (!r->planned) {
+        return;
+    }
+    for (int32_t d = 1; d < r->n_cfg; d++) {
+        if (r->profiled[d] || !cluster_head_usable(r->head, d)) {
+            continue;
+        }
+        sched_device dv;
+        lares_error err = {0};
+        if (worker_profile(r, d, &dv, &err) != LARES_OK) {
+            lares_log(LARES_LOG_WARN, "cluster: %s", err.msg);
+            continue;
+        }
+        /* its hop is not measured yet: the head's stands in */
+        fill_device(r, d, &dv, r->devs[0].net_out);
+        r->devs[d] = dv;
+        r->profiled[d] = true;
+    }
 }
 
 /* sched_replan's steps with the excluded devices taken out of the array:

@@ -117,8 +117,8 @@ static double plan_cost_ms(const api_ring *r, const cluster_plan *p, const int32
 }
 
 /* describes a plan with device names: "head 0 | b 3 | c 2 (k=1)" */
-static void describe(const api_ring *r, const cluster_plan *p, const int32_t *members, char *buf,
-                     size_t cap) {
+void ring_describe(const api_ring *r, const cluster_plan *p, const int32_t *members, char *buf,
+                   size_t cap) {
     size_t n = 0;
     buf[0] = '\0';
     for (int32_t i = 0; i < p->n_dev && n < cap; i++) {
@@ -146,8 +146,8 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     for (int32_t i = 0; i < q->n_dev; i++) {
         cur[i] = cluster_head_member(h, i);
     }
-    describe(r, q, cur, old_desc, sizeof old_desc);
-    describe(r, p, members, new_desc, sizeof new_desc);
+    ring_describe(r, q, cur, old_desc, sizeof old_desc);
+    ring_describe(r, p, members, new_desc, sizeof new_desc);
     int32_t *before = lares_alloc_array((size_t)n_layer * 2, sizeof *before);
     if (before == NULL) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
@@ -163,7 +163,8 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     int32_t end = 0, n_move = 0;
     for (int32_t l = 0; l < n_layer; l++) {
         if (before[l] != after[l] &&
-            (after_loss || before[l] < 0 || cluster_head_lost(h, before[l]))) {
+            (after_loss || before[l] < 0 ||
+             cluster_head_state(h, before[l]) == CLUSTER_DEV_LOST)) {
             end = l + 1;
         }
     }
@@ -199,6 +200,7 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     }
     if (st == LARES_OK) {
         ring_plan_adopt(r); /* the planner's predictions, or none after a fallback */
+        ring_note_serving(r);
     }
     uint64_t moved_bytes = 0;
     for (int32_t l = end, j = 0; l < n_layer && st == LARES_OK && buf != NULL; l++) {
@@ -245,25 +247,48 @@ static void estimates(const api_ring *r, double *ms) {
     }
 }
 
-/* The plan over the devices cand[0..n) (cand[0] = 0) and its members as
- * ring.json indexes. */
-static lares_status balance(const api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
-                            int32_t *members, lares_error *err) {
+/* "12.5 KiB", "3.80 GiB" */
+static void bytes_text(double n, char *buf, size_t cap) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (n >= 1024 && u < 4) {
+        n /= 1024;
+        u++;
+    }
+    snprintf(buf, cap, u == 0 ? "%.0f %s" : "%.2f %s", n, unit[u]);
+}
+
+lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, const int32_t *base,
+                          cluster_plan *out, int32_t *members, lares_error *err) {
     double ms_all[CLUSTER_MAX_DEVICES], ms[CLUSTER_MAX_DEVICES];
     int32_t cap[CLUSTER_MAX_DEVICES], idx[CLUSTER_MAX_DEVICES];
     bool stream[CLUSTER_MAX_DEVICES];
     estimates(r, ms_all);
     for (int32_t i = 0; i < n; i++) {
         ms[i] = ms_all[cand[i]];
-        cap[i] = r->cap_layers[cand[i]];
-        stream[i] = r->can_stream[cand[i]];
+        ring_capacity(r, cand[i], &cap[i], &stream[i]);
     }
-    lares_status st = cluster_plan_balance(cluster_head_plan(r->head)->n_layer, r->rounds, n, ms,
-                                           cap, stream, out, idx, err);
+    const int32_t n_layer = cluster_head_plan(r->head)->n_layer;
+    lares_status st =
+        cluster_plan_balance(n_layer, r->rounds, n, ms, cap, stream, base, out, idx, err);
     if (st == LARES_OK) {
         for (int32_t i = 0; i < out->n_dev; i++) {
             members[i] = cand[idx[i]];
         }
+    } else if (st == LARES_ERANGE && r->layer_bytes > 0) {
+        /* what the candidates lack, in the unit the user sets ("memory") */
+        int64_t held = 0;
+        for (int32_t i = 0; i < n; i++) {
+            held += stream[i] && cap[i] > 0 ? n_layer : LARES_MAX(cap[i], 0);
+        }
+        const int64_t short_layers = LARES_MAX((int64_t)n_layer - held, (int64_t)1);
+        char need[32], each[32];
+        bytes_text((double)short_layers * (double)r->layer_bytes, need, sizeof need);
+        bytes_text((double)r->layer_bytes, each, sizeof each);
+        lares_fail(err, st,
+                   "the %d device%s left cannot run the model, even from disk: %s more memory "
+                   "needed (%" PRId64 " layer(s) of %s)",
+                   n, n == 1 ? "" : "s", need, short_layers, each);
     }
     return st;
 }
@@ -271,8 +296,9 @@ static lares_status balance(const api_ring *r, const int32_t *cand, int32_t n, c
 /* The next plan over cand[0..n): by the planner (sched_replan) when the plan
  * in force came from it, else, or when it fails, by cluster_plan_balance.
  * *by says which, for the log line. */
-static lares_status replan(api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
-                           int32_t *members, char *by, size_t cap, lares_error *err) {
+static lares_status replan(api_ring *r, const int32_t *cand, int32_t n, const int32_t *base,
+                           cluster_plan *out, int32_t *members, char *by, size_t cap,
+                           lares_error *err) {
     if (r->planned) {
         lares_error perr = {0};
         if (ring_plan_replan(r, cand, n, out, members, &perr) == LARES_OK) {
@@ -283,7 +309,7 @@ static lares_status replan(api_ring *r, const int32_t *cand, int32_t n, cluster_
     } else {
         snprintf(by, cap, "cluster_plan_balance");
     }
-    return balance(r, cand, n, out, members, err);
+    return ring_balance(r, cand, n, base, out, members, err);
 }
 
 lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
@@ -295,12 +321,16 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     cand[n_cand++] = 0;
     for (int32_t d = 1; d < r->n_cfg; d++) {
         const cluster_ring_device *rd = cluster_head_ring_device(h, d);
-        if (cluster_head_lost(h, d) && n < sizeof lost) {
+        bool member = false;
+        for (int32_t i = 1; i < cluster_head_plan(h)->n_dev; i++) {
+            member = member || cluster_head_member(h, i) == d;
+        }
+        if (member && cluster_head_state(h, d) == CLUSTER_DEV_LOST && n < sizeof lost) {
             const int w = snprintf(lost + n, sizeof lost - n, "%s%s (%s)", n ? ", " : "", rd->name,
                                    rd->address);
             n += w > 0 ? (size_t)w : 0;
-        } else if (cluster_head_alive(h, d)) {
-            cand[n_cand++] = d;
+        } else if (cluster_head_usable(h, d)) {
+            cand[n_cand++] = d; /* members and the devices left out, alive */
         }
     }
     /* the error the head holds names the device and what happened to it */
@@ -310,7 +340,16 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     int32_t members[CLUSTER_MAX_DEVICES];
     lares_error perr = {0};
     char by[LARES_ERROR_MSG_MAX + 64];
-    lares_status st = replan(r, cand, n_cand, &p, members, by, sizeof by, &perr);
+    /* the survivors keep their windows; only the lost layers move (fewer to
+     * rebuild), shared with the devices left out */
+    int32_t base[CLUSTER_MAX_DEVICES] = {0};
+    const cluster_plan *cur = cluster_head_plan(h);
+    for (int32_t j = 0; j < n_cand; j++) {
+        for (int32_t i = 0; i < cur->n_dev; i++) {
+            base[j] = cluster_head_member(h, i) == cand[j] ? cur->w[i] : base[j];
+        }
+    }
+    lares_status st = replan(r, cand, n_cand, base, &p, members, by, sizeof by, &perr);
     if (st != LARES_OK) {
         return lares_fail(err, st, "ring: lost %s: %s; and %s", lost, cause.msg, perr.msg);
     }
@@ -335,7 +374,7 @@ lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
     int32_t cand[CLUSTER_MAX_DEVICES], n_cand = 0;
     cand[n_cand++] = 0;
     for (int32_t d = 1; d < r->n_cfg; d++) {
-        if (cluster_head_alive(h, d)) {
+        if (cluster_head_usable(h, d)) {
             cand[n_cand++] = d;
         }
     }
@@ -351,7 +390,7 @@ lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
     double next_ms = now_ms;
     bool same = false;
     char by[LARES_ERROR_MSG_MAX + 64] = "";
-    if (replan(r, cand, n_cand, &p, members, by, sizeof by, &perr) == LARES_OK) {
+    if (replan(r, cand, n_cand, NULL, &p, members, by, sizeof by, &perr) == LARES_OK) {
         next_ms = plan_cost_ms(r, &p, members);
         same = p.n_dev == cur->n_dev;
         for (int32_t i = 0; same && i < p.n_dev; i++) {
@@ -373,26 +412,19 @@ lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
     return switch_plan(s, &p, members, keep, "re-balance", what, err);
 }
 
-/* asking devices back costs up to PROBE_WAIT_MS of a request's start */
-#define RING_PROBE_EVERY_S 10
-#define PROBE_WAIT_MS      300
-
 lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
     api_ring *r = s->ring;
     cluster_head *h = r->head;
+    if (r->n_cfg < 2 || (!r->failover && !r->rebalance)) {
+        return LARES_OK;
+    }
+    /* never waits: the lost are asked again and the answers that came in
+     * since are taken; a device that answered joins at this re-plan */
+    if (cluster_head_probe(h, 0) == 0) {
+        return LARES_OK;
+    }
+    ring_plan_profiles(r); /* the profiles of devices that joined after the start */
     const cluster_plan *cur = cluster_head_plan(h);
-    if (cur->n_dev >= r->n_cfg || (!r->failover && !r->rebalance)) {
-        return LARES_OK; /* everyone is in */
-    }
-    const uint64_t now = lares_now_ns();
-    if (r->last_probe_ns != 0 &&
-        now - r->last_probe_ns < (uint64_t)RING_PROBE_EVERY_S * 1000000000u) {
-        return LARES_OK;
-    }
-    r->last_probe_ns = now;
-    if (cluster_head_probe(h, PROBE_WAIT_MS) == 0) {
-        return LARES_OK;
-    }
     int32_t cand[CLUSTER_MAX_DEVICES], n_cand = 0, cur_members[CLUSTER_MAX_DEVICES];
     char back[512] = "";
     size_t n = 0;
@@ -401,7 +433,7 @@ lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
     }
     cand[n_cand++] = 0;
     for (int32_t d = 1; d < r->n_cfg; d++) {
-        if (!cluster_head_alive(h, d)) {
+        if (!cluster_head_usable(h, d)) {
             continue;
         }
         cand[n_cand++] = d;
@@ -416,11 +448,24 @@ lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
             n += w > 0 ? (size_t)w : 0;
         }
     }
+    if (n == 0) {
+        return LARES_OK;
+    }
     cluster_plan p;
     int32_t members[CLUSTER_MAX_DEVICES];
     lares_error perr = {0};
     char by[LARES_ERROR_MSG_MAX + 64];
-    if (replan(r, cand, n_cand, &p, members, by, sizeof by, &perr) != LARES_OK) {
+    if (!r->planned && n_cand == r->n_cfg) {
+        /* every device of ring.json is back: the user's windows (or the even
+         * split), as at a start with everyone there */
+        if (cluster_ring_plan(r->rc, cur->n_layer, &p, &perr) != LARES_OK) {
+            return LARES_OK;
+        }
+        for (int32_t i = 0; i < n_cand; i++) {
+            members[i] = i;
+        }
+        snprintf(by, sizeof by, "ring.json (%s windows)", r->placement);
+    } else if (replan(r, cand, n_cand, NULL, &p, members, by, sizeof by, &perr) != LARES_OK) {
         return LARES_OK; /* the plan in force still works */
     }
     bool same = p.n_dev == cur->n_dev;
@@ -428,11 +473,11 @@ lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
         same = members[i] == cur_members[i] && p.w[i] == cur->w[i];
     }
     if (same) {
-        lares_log(LARES_LOG_INFO, "cluster: %s answered again; the plan in force stays", back);
+        lares_log(LARES_LOG_INFO, "cluster: %s answered; the plan in force stays", back);
         return LARES_OK;
     }
     atomic_fetch_add(&r->replans, 1);
     char why[1536];
-    snprintf(why, sizeof why, "%s answered again; new plan by %s", back, by);
+    snprintf(why, sizeof why, "%s answered; new plan by %s", back, by);
     return switch_plan(s, &p, members, keep, "rejoin", why, err);
 }

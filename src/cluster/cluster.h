@@ -133,16 +133,18 @@ lares_status cluster_plan_even(int32_t n_dev, int32_t n_layer, int32_t rounds, c
  * order (0 is the head), each with its measured ms per layer per token (< 0
  * unknown: the mean of the known ones) and its capacity in layers (0: cannot
  * run a layer at all; can_stream[i]: may run more than its capacity from
- * disk, when nothing else fits). In a piped ring a token's time is the sum of
- * every window's time, so each round's W = ceil(n_layer / rounds) layers go
- * to the fastest candidates first, each up to capacity / rounds, the rest to
- * the fastest that can stream. Candidates left with no layer are not members
- * (the head always is). *members: candidate indexes of plan devices.
+ * disk, when nothing else fits). Each round's W = ceil(n_layer / rounds)
+ * layers are shared in proportion to speed, each candidate up to capacity /
+ * rounds, the rest to the fastest that can stream. base (NULL: none): windows
+ * the candidates keep (a failover moves only what was lost; the survivors'
+ * windows of the plan in force), the layers beyond them shared as above.
+ * Candidates left with no layer are not members (the head always is).
+ * *members: candidate indexes of plan devices.
  * LARES_ERANGE when the candidates cannot run the model. */
 lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
                                   const double *ms_per_layer, const int32_t *cap_layers,
-                                  const bool *can_stream, cluster_plan *out, int32_t *members,
-                                  lares_error *err);
+                                  const bool *can_stream, const int32_t *base, cluster_plan *out,
+                                  int32_t *members, lares_error *err);
 /* "head 1 | w1 2 | w2 2 (k=2)" for messages */
 void cluster_plan_describe(const cluster_plan *p, char *buf, size_t cap);
 
@@ -441,10 +443,13 @@ typedef struct cluster_head_opts {
     const cluster_keypair *key; /* the head's pair; NULL only when insecure */
     bool insecure;
     const char *head_name;
-    /* a device that fails is reported (cluster_head_lost) and the head waits
+    /* a device that fails is reported (suspect) and the head waits
      * for a plan without it; without failover the head stays failed */
     bool failover;
     uint32_t profile_ms; /* > 0: workers measure themselves (cached) and send their profile */
+    /* a survey (lares ring status): every device that does not welcome the
+     * head is lost with its reason, refusals included; no plan follows */
+    bool survey;
 } cluster_head_opts;
 
 /* Per ring.json device, what the head learnt and measured. */
@@ -467,7 +472,11 @@ typedef struct cluster_pass {
 } cluster_pass;
 
 /* Connects to every worker and checks version and model identity (HELLO /
- * WELCOME); no plan yet. Errors name the device and its address. */
+ * WELCOME); no plan yet. A worker that does not answer within the hello
+ * deadline (or whose connection drops, or that serves another head) is lost,
+ * not an error: the caller plans over the usable devices and the lost ones
+ * are asked again by cluster_head_probe. A refusal (a key, the model file,
+ * the protocol version) is an error naming the device and its address. */
 lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, lares_error *err);
 /* Sends STOP to the workers and closes everything. */
 void cluster_head_close(cluster_head *h);
@@ -483,11 +492,29 @@ const cluster_plan *cluster_head_plan(const cluster_head *h);
 /* ring.json index of plan device i */
 int32_t cluster_head_member(const cluster_head *h, int32_t i);
 int32_t cluster_head_n_config(const cluster_head *h);
-/* Welcomed and not failed since. */
-bool cluster_head_alive(const cluster_head *h, int32_t dev);
-/* With failover: a member failed since the last plan; calls other than
- * set_plan return its error until a plan without it is set. */
-bool cluster_head_lost(const cluster_head *h, int32_t dev);
+/* What the head knows of a ring.json device: one state, changed in one place
+ * (head.c set_state) and every change logged once (docs/ring.md "Device
+ * states"). The head itself is always serving. */
+typedef enum cluster_dev_state {
+    CLUSTER_DEV_JOINING = 0, /* asked (HELLO) at the start, not welcomed yet */
+    CLUSTER_DEV_SERVING,     /* a member of the plan in force */
+    CLUSTER_DEV_LEFT_OUT,    /* welcomed and watched (heartbeats), no window in the plan */
+    CLUSTER_DEV_SUSPECT,     /* serving or left out, silent for more than half the
+                                timeout: not given up yet (back when heard again) */
+    CLUSTER_DEV_LOST,        /* failed, or never answered; with failover a member that
+                                failed stays in the plan in force until the re-plan */
+    CLUSTER_DEV_REJOINING    /* lost or left out, asked (back) with a HELLO, no answer yet */
+} cluster_dev_state;
+
+/* "joining", "serving", "left out", "suspect", "lost", "rejoining" */
+const char *cluster_dev_state_name(cluster_dev_state s);
+cluster_dev_state cluster_head_state(const cluster_head *h, int32_t dev);
+/* A plan may use it: serving, or left out (welcomed and answering). */
+bool cluster_head_usable(const cluster_head *h, int32_t dev);
+/* Why the device last failed or was refused ("" when it never did). */
+const char *cluster_head_why(const cluster_head *h, int32_t dev);
+/* With failover: a member failed since the last plan (it is suspect); calls
+ * other than set_plan return its error until a plan without it is set. */
 bool cluster_head_needs_plan(const cluster_head *h);
 /* Sends the batch x (n_tok x n_embd) at positions pos to plan device 1,
  * `layer` being the next layer to run; it comes back to the head after the
@@ -516,10 +543,11 @@ lares_status cluster_head_kv_put(cluster_head *h, int32_t dev, int32_t layer, in
  * over the head's own connection. */
 lares_status cluster_head_ping(cluster_head *h, int32_t dev, uint32_t filler_bytes, int tries,
                                uint32_t *rtt_us, lares_error *err);
-/* Asks the devices that are out (failed, or left out of the plan) to come
- * back (HELLO) and waits up to wait_ms for their answers; those that answer
- * are alive again (a later set_plan may take them). Returns how many are alive
- * and not members. */
+/* Asks the lost devices to come back (HELLO; each at most once per hello
+ * deadline) and handles what arrived meanwhile, waiting up to wait_ms (0:
+ * not at all) for answers; those that answer are left out (a later set_plan
+ * may take them). Returns how many devices became usable since the last
+ * call (at the start or later). */
 int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms);
 const cluster_device_stats *cluster_head_device(const cluster_head *h, int32_t dev);
 const cluster_ring_device *cluster_head_ring_device(const cluster_head *h, int32_t dev);

@@ -4,300 +4,23 @@
  * them, and the calls the head's session makes between its own windows
  * (docs/ring.md).
  *
- * The network thread forwards frames between the sockets and an in-process
- * pipe, sends heartbeats, answers PINGs, and turns silence (no frame for
- * timeout_ms), a lost connection or a refused handshake into an ERROR frame
- * from that device, so the session thread, which may be busy computing, never
- * has to watch the clock and never waits forever.
+ * The network thread is head_io.c; this file is the caller's side.
  *
  * The plan in force uses a subset of ring.json's devices (its members, in
- * ring order, the head first); with failover a member that fails is noted
- * (cluster_head_lost) instead of breaking the head, and the session re-plans
- * over the others (issue 9). Devices that are out are asked back by
- * cluster_head_probe.
+ * ring order, the head first). Each device has one state (cluster_dev_state),
+ * changed only by set_state: a worker that does not answer at the start is
+ * lost and the ring starts without it; with failover a member that fails
+ * becomes suspect instead of breaking the head, and the session re-plans over
+ * the others (issue 9); devices the plan leaves out stay welcomed and
+ * watched, so a later plan can take them at once; lost devices are asked
+ * back by cluster_head_probe (issue 15).
  */
-#include "cluster/cluster_impl.h"
+#include "cluster/head_impl.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
-
-#define PIPE_TO_IO 0xffffffffu /* pipe message for the network thread itself: quit */
-
-enum { DEV_IDLE = 0, DEV_HELLO, DEV_ATTACHED, DEV_FAILED };
-
-/* state of the network thread (only it touches this once it runs) */
-typedef struct head_io {
-    void *pipe;
-    int32_t n_dev;
-    void *dealer[CLUSTER_MAX_DEVICES];
-    void *mon[CLUSTER_MAX_DEVICES];
-    int state[CLUSTER_MAX_DEVICES];
-    uint64_t last_rx_ns[CLUSTER_MAX_DEVICES];
-    uint64_t hello_deadline_ns[CLUSTER_MAX_DEVICES];
-    char last_event[CLUSTER_MAX_DEVICES][200];
-    int handshake_fails[CLUSTER_MAX_DEVICES]; /* handshakes the worker closed on us */
-    /* a HELLO the socket would not take yet (no connection: a handshake under
-     * way, or torn down by a refusal): sent again with each heartbeat tick
-     * until it goes out, the hello deadline passes or the refusal is reported */
-    zmq_msg_t hello[CLUSTER_MAX_DEVICES];
-    bool hello_kept[CLUSTER_MAX_DEVICES];
-    uint32_t hb_ms, timeout_ms, connect_ms, delay_ms;
-    uint32_t hello_ms; /* answer time for HELLO: connect_ms, plus the profile's when asked */
-    uint64_t hb_counter;
-    net_outbox out;
-    uint8_t buf[512];
-} head_io;
-
-
-/* ---- the network thread ---- */
-
-static void io_to_pipe(head_io *io, uint32_t dev, const void *frame, size_t len) {
-    uint8_t d[4];
-    wr_u32le(d, dev);
-    net_pipe_send(io->pipe, d, 4, ZMQ_SNDMORE);
-    net_pipe_send(io->pipe, frame, len, 0);
-}
-
-/* reports a device as failed to the session: an ERROR frame from it */
-static void io_fault(head_io *io, int32_t dev, lares_status code, const char *fmt, ...)
-    LARES_PRINTF(4, 5);
-static void io_fault(head_io *io, int32_t dev, lares_status code, const char *fmt, ...) {
-    if (io->state[dev] == DEV_FAILED) {
-        return;
-    }
-    io->state[dev] = DEV_FAILED;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    const size_t n = cluster_encode_error(io->buf, sizeof io->buf, 0, (uint32_t)code, msg);
-    io_to_pipe(io, (uint32_t)dev, io->buf, n);
-}
-
-static void io_hello_drop(head_io *io, int32_t dev) {
-    if (io->hello_kept[dev]) {
-        zmq_msg_close(&io->hello[dev]);
-        io->hello_kept[dev] = false;
-    }
-}
-
-/* keeps a copy of a HELLO to send again; false when it cannot */
-static bool io_hello_keep(head_io *io, int32_t dev, const uint8_t *f, size_t len) {
-    io_hello_drop(io, dev);
-    if (zmq_msg_init_size(&io->hello[dev], len) != 0) {
-        return false;
-    }
-    memcpy(zmq_msg_data(&io->hello[dev]), f, len);
-    io->hello_kept[dev] = true;
-    return true;
-}
-
-/* frames from the session: [u32 device][frame]; false when told to quit */
-static bool io_from_pipe(head_io *io, uint64_t now) {
-    for (;;) {
-        zmq_msg_t dst, frame;
-        zmq_msg_init(&dst);
-        bool more = false;
-        if (!net_recv_part(io->pipe, &dst, &more)) {
-            zmq_msg_close(&dst);
-            return true;
-        }
-        zmq_msg_init(&frame);
-        const bool ok =
-            more && zmq_msg_size(&dst) == 4 && net_pipe_msg_recv(&frame, io->pipe, 0) >= 0;
-        const uint32_t dev = ok ? rd_u32le(zmq_msg_data(&dst)) : PIPE_TO_IO;
-        zmq_msg_close(&dst);
-        if (dev == PIPE_TO_IO || dev == 0 || dev >= (uint32_t)io->n_dev) {
-            zmq_msg_close(&frame);
-            return false;
-        }
-        const uint8_t *f = zmq_msg_data(&frame);
-        const size_t len = zmq_msg_size(&frame);
-        const uint16_t type = len >= CLUSTER_HEADER_BYTES ? rd_u16le(f + 6) : 0;
-        if (type == CLUSTER_HELLO) {
-            io->state[dev] = DEV_HELLO;
-            io->hello_deadline_ns[dev] = now + (uint64_t)io->hello_ms * 1000000u;
-        }
-        if (type == CLUSTER_HELLO) {
-            io_hello_drop(io, (int32_t)dev);
-        }
-        if (io->state[dev] != DEV_FAILED &&
-            net_outbox_send(&io->out, io->delay_ms, io->dealer[dev], NULL, 0, f, len) != 0) {
-            const int e = zmq_errno();
-            if (!(type == CLUSTER_HELLO && e == EAGAIN && io_hello_keep(io, (int32_t)dev, f, len))) {
-                io_fault(io, (int32_t)dev, LARES_ENET, "cannot send a %s frame: %s",
-                         cluster_frame_type_name(type), zmq_strerror(e));
-            }
-        }
-        if (type == CLUSTER_STOP && io->state[dev] != DEV_FAILED) {
-            io->state[dev] = DEV_IDLE; /* no heartbeats to a device that left */
-        }
-        zmq_msg_close(&frame);
-    }
-}
-
-static void io_from_worker(head_io *io, int32_t dev, uint64_t now) {
-    for (;;) {
-        zmq_msg_t m;
-        zmq_msg_init(&m);
-        if (!net_recv_part(io->dealer[dev], &m, NULL)) {
-            zmq_msg_close(&m);
-            return;
-        }
-        io->last_rx_ns[dev] = now;
-        const uint8_t *f = zmq_msg_data(&m);
-        const size_t len = zmq_msg_size(&m);
-        /* the session decodes and judges every frame; only heartbeats stop here */
-        const uint16_t type = len >= CLUSTER_HEADER_BYTES ? rd_u16le(f + 6) : 0;
-        if (type == CLUSTER_HEARTBEAT && len >= CLUSTER_HEADER_BYTES &&
-            rd_u32le(f) == CLUSTER_MAGIC) {
-            zmq_msg_close(&m);
-            continue;
-        }
-        if (type == CLUSTER_PING && len >= CLUSTER_HEADER_BYTES + 8 &&
-            rd_u32le(f) == CLUSTER_MAGIC && io->state[dev] == DEV_ATTACHED) {
-            /* the last worker measures its hop to the head: echo at once */
-            const size_t n = cluster_encode_ping(io->buf, sizeof io->buf, rd_u64le(f + 8),
-                                                 CLUSTER_PONG, rd_u64le(f + CLUSTER_HEADER_BYTES),
-                                                 0);
-            net_outbox_send(&io->out, io->delay_ms, io->dealer[dev], NULL, 0, io->buf, n);
-            zmq_msg_close(&m);
-            continue;
-        }
-        if (type == CLUSTER_WELCOME && io->state[dev] == DEV_HELLO) {
-            io->state[dev] = DEV_ATTACHED;
-        }
-        if (io->state[dev] != DEV_FAILED) {
-            uint8_t d[4];
-            wr_u32le(d, (uint32_t)dev);
-            net_pipe_send(io->pipe, d, 4, ZMQ_SNDMORE);
-            net_pipe_msg_send(&m, io->pipe, 0);
-        }
-        zmq_msg_close(&m);
-    }
-}
-
-static void io_events(head_io *io, int32_t dev) {
-    uint16_t ev;
-    uint32_t value;
-    char addr[128];
-    while (net_read_event(io->mon[dev], &ev, &value, addr, sizeof addr)) {
-        if (ev == ZMQ_EVENT_CONNECT_DELAYED || ev == ZMQ_EVENT_MONITOR_STOPPED) {
-            continue;
-        }
-        net_event_text(ev, value, io->last_event[dev], sizeof io->last_event[dev]);
-        lares_log(LARES_LOG_DEBUG, "cluster: device %d (%s): %s", dev, addr, io->last_event[dev]);
-        if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
-            io->handshake_fails[dev] = 0;
-        } else if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
-            io->handshake_fails[dev]++;
-        }
-        /* a worker that closes every handshake holds another key than ring.json
-         * says (or runs --insecure): three in a row is no network hiccup */
-        if (io->state[dev] == DEV_HELLO &&
-            (net_event_fatal(ev, value) || io->handshake_fails[dev] >= 3)) {
-            io_fault(io, dev, ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ? LARES_EAUTH : LARES_ENET,
-                     "%s", io->last_event[dev]);
-        } else if (io->state[dev] == DEV_ATTACHED && ev == ZMQ_EVENT_DISCONNECTED) {
-            io_fault(io, dev, LARES_ENET,
-                     "connection lost (the worker died or the network "
-                     "dropped it)");
-        }
-    }
-}
-
-static void io_timers(head_io *io, uint64_t now) {
-    const size_t n = cluster_encode_heartbeat(io->buf, sizeof io->buf, 0, ++io->hb_counter);
-    for (int32_t d = 1; d < io->n_dev; d++) {
-        if (io->state[d] == DEV_ATTACHED) {
-            const uint64_t silent_ms = (now - io->last_rx_ns[d]) / 1000000u;
-            if (silent_ms > io->timeout_ms) {
-                io_fault(io, d, LARES_ENET,
-                         "no heartbeat for %" PRIu64 " ms (timeout %u ms): the worker hangs, "
-                         "died or is unreachable",
-                         silent_ms, io->timeout_ms);
-            } else if (net_outbox_send(&io->out, io->delay_ms, io->dealer[d], NULL, 0, io->buf,
-                                       n) != 0) {
-                io_fault(io, d, LARES_ENET, "cannot send a heartbeat: %s",
-                         zmq_strerror(zmq_errno()));
-            }
-        } else if (io->state[d] == DEV_HELLO && now <= io->hello_deadline_ns[d]) {
-            /* a worker measuring itself before its WELCOME must not take the
-             * head for silent; a send that fails here (not connected yet) is
-             * left to the hello deadline, as is a HELLO still kept */
-            if (io->hello_kept[d]) {
-                if (net_outbox_send(&io->out, io->delay_ms, io->dealer[d], NULL, 0,
-                                    zmq_msg_data(&io->hello[d]), zmq_msg_size(&io->hello[d])) == 0) {
-                    io_hello_drop(io, d);
-                }
-            } else {
-                (void)net_outbox_send(&io->out, io->delay_ms, io->dealer[d], NULL, 0, io->buf, n);
-            }
-        } else if (io->state[d] == DEV_HELLO) {
-            io_fault(io, d, LARES_ENET,
-                     "no answer to hello within %u ms (last connection event: "
-                     "%s)",
-                     io->hello_ms, io->last_event[d][0] ? io->last_event[d] : "none");
-        }
-    }
-}
-
-static void *io_main(void *arg) {
-    head_io *io = arg;
-    zmq_pollitem_t items[1 + 2 * CLUSTER_MAX_DEVICES];
-    uint64_t next_hb = lares_now_ns() + (uint64_t)io->hb_ms * 1000000u;
-    for (;;) {
-        int n = 0;
-        items[n++] = (zmq_pollitem_t){.socket = io->pipe, .events = ZMQ_POLLIN};
-        for (int32_t d = 1; d < io->n_dev; d++) {
-            items[n++] = (zmq_pollitem_t){.socket = io->dealer[d], .events = ZMQ_POLLIN};
-            items[n++] = (zmq_pollitem_t){.socket = io->mon[d], .events = ZMQ_POLLIN};
-        }
-        uint64_t now = lares_now_ns();
-        long wait = next_hb > now ? (long)((next_hb - now) / 1000000u) + 1 : 0;
-        const long ow = net_outbox_wait_ms(&io->out, now);
-        if (ow >= 0 && ow < wait) {
-            wait = ow;
-        }
-        if (zmq_poll(items, n, wait) < 0 && zmq_errno() != EINTR) {
-            break; /* the context is going away */
-        }
-        now = lares_now_ns();
-        if ((items[0].revents & ZMQ_POLLIN) && !io_from_pipe(io, now)) {
-            break;
-        }
-        for (int32_t d = 1; d < io->n_dev; d++) {
-            if (items[2 * d - 1].revents & ZMQ_POLLIN) {
-                io_from_worker(io, d, now);
-            }
-            if (items[2 * d].revents & ZMQ_POLLIN) {
-                io_events(io, d);
-            }
-        }
-        if (now >= next_hb) {
-            io_timers(io, now);
-            next_hb = now + (uint64_t)io->hb_ms * 1000000u;
-        }
-        net_outbox_flush(&io->out, now);
-    }
-    /* let what is queued (STOP frames) go out */
-    net_outbox_flush(&io->out, UINT64_MAX);
-    const int linger = 200;
-    for (int32_t d = 1; d < io->n_dev; d++) {
-        io_hello_drop(io, d);
-        zmq_setsockopt(io->dealer[d], ZMQ_LINGER, &linger, sizeof linger);
-        zmq_socket_monitor(io->dealer[d], NULL, 0);
-        zmq_close(io->dealer[d]);
-        zmq_close(io->mon[d]);
-        io->dealer[d] = io->mon[d] = NULL;
-    }
-    zmq_close(io->pipe);
-    io->pipe = NULL;
-    return NULL;
-}
 
 /* ---- the session's side ---- */
 
@@ -311,12 +34,14 @@ struct cluster_head {
     cluster_ring_device dev[CLUSTER_MAX_DEVICES]; /* copied from the ring description */
     cluster_device_stats stats[CLUSTER_MAX_DEVICES];
     cluster_pass pass[CLUSTER_MAX_DEVICES];
-    bool alive[CLUSTER_MAX_DEVICES];   /* welcomed and serving this head */
-    bool lost[CLUSTER_MAX_DEVICES];    /* members that failed under the plan in force */
-    bool probing[CLUSTER_MAX_DEVICES]; /* asked back (HELLO), no answer yet */
+    cluster_dev_state state[CLUSTER_MAX_DEVICES];
+    char why[CLUSTER_MAX_DEVICES][CLUSTER_MAX_MSG + 1]; /* the last failure or refusal */
+    bool has_profile[CLUSTER_MAX_DEVICES];              /* a WELCOME brought its profile */
+    int32_t joined; /* devices that became usable since the last cluster_head_probe */
+    uint64_t asked_ns[CLUSTER_MAX_DEVICES]; /* when a lost device was last asked back */
     int32_t member[CLUSTER_MAX_DEVICES]; /* plan index -> ring.json index */
     int32_t pos_of[CLUSTER_MAX_DEVICES]; /* ring.json index -> plan index, -1 none */
-    bool opening;                        /* every device must answer (cluster_head_open) */
+    bool opening; /* cluster_head_open: frames of joining devices are answered */
     cluster_plan plan;
     cluster_model_id model;
     int32_t n_layer, n_ctx, n_batch, n_embd;
@@ -325,6 +50,7 @@ struct cluster_head {
     uint8_t act_dtype;
     uint32_t hb_ms, timeout_ms, connect_ms;
     bool failover;
+    bool survey; /* cluster_head_opts.survey */
     uint32_t profile_ms;
     char head_name[CLUSTER_MAX_NAME + 1];
     uint64_t session;
@@ -364,9 +90,41 @@ static lares_status usable(cluster_head *h, lares_error *err) {
     return LARES_OK;
 }
 
-/* frames from this device must be answered: a member, or anyone while opening */
+static const char *const state_names[] = {"joining", "serving", "left out",
+                                          "suspect", "lost",    "rejoining"};
+
+const char *cluster_dev_state_name(cluster_dev_state s) {
+    return (unsigned)s < sizeof state_names / sizeof *state_names ? state_names[s] : "?";
+}
+
+/* The one place a device's state changes; each change is logged once. */
+static void set_state(cluster_head *h, int32_t d, cluster_dev_state to, const char *why) {
+    if (d < 1 || d >= h->n_cfg || h->state[d] == to) {
+        return;
+    }
+    const cluster_dev_state from = h->state[d];
+    h->state[d] = to;
+    if (why != NULL && why[0] != '\0') {
+        snprintf(h->why[d], sizeof h->why[d], "%s", why);
+    }
+    if (to == CLUSTER_DEV_LEFT_OUT && (from == CLUSTER_DEV_JOINING || from == CLUSTER_DEV_REJOINING)) {
+        h->joined++;
+    }
+    /* a device that stays away is asked again every hello deadline: that
+     * round trip is not news (debug), its coming back is */
+    const bool retry = (from == CLUSTER_DEV_LOST && to == CLUSTER_DEV_REJOINING) ||
+                       (from == CLUSTER_DEV_REJOINING && to == CLUSTER_DEV_LOST);
+    lares_log(retry ? LARES_LOG_DEBUG : LARES_LOG_INFO, "cluster: %s (%s): %s -> %s%s%s",
+              dev_name(h, d), dev_addr(h, d),
+              cluster_dev_state_name(from), cluster_dev_state_name(to),
+              why != NULL && why[0] != '\0' ? ": " : "", why != NULL ? why : "");
+}
+
+/* frames from this device must be answered: a member, or a joining device
+ * while opening */
 static bool critical(const cluster_head *h, int32_t d) {
-    return d >= 1 && d < h->n_cfg && (h->opening || h->pos_of[d] >= 1);
+    return d >= 1 && d < h->n_cfg &&
+           ((h->opening && h->state[d] == CLUSTER_DEV_JOINING) || h->pos_of[d] >= 1);
 }
 
 /* A device that must work failed: without failover the head stays failed;
@@ -375,28 +133,30 @@ static lares_status device_failed(cluster_head *h, int32_t dev, uint32_t code, c
                                   lares_error *err) {
     const lares_status st =
         code > 0 && code < LARES_STATUS_COUNT ? (lares_status)code : LARES_EPROTO;
-    lares_fail(&h->failure, st, "%s (%s): %s", dev_name(h, dev), dev_addr(h, dev), msg);
+    lares_error e;
+    lares_fail(&e, st, "%s (%s): %s", dev_name(h, dev), dev_addr(h, dev), msg);
+    if (err != NULL) {
+        *err = e;
+    }
+    if (h->opening && (st == LARES_ENET || h->survey) && dev >= 1 && dev < h->n_cfg) {
+        /* silent or gone at the start: the ring starts without it (a device
+         * that says no, a key, a model file, busy, is an error) */
+        set_state(h, dev, CLUSTER_DEV_LOST, msg);
+        return st;
+    }
+    h->failure = e;
     if (h->failover && !h->opening && dev >= 1 && dev < h->n_cfg) {
-        h->lost[dev] = true;
-        h->alive[dev] = false;
+        set_state(h, dev, CLUSTER_DEV_LOST, msg); /* in the plan in force until the re-plan */
         h->needs_plan = true;
     } else {
         h->broken = true;
-    }
-    if (err != NULL) {
-        *err = h->failure;
     }
     return st;
 }
 
 /* a device that is not a member is gone: noted, nobody waits for it */
 static void mark_out(cluster_head *h, int32_t d, const char *why) {
-    if (h->alive[d] || h->probing[d]) {
-        lares_log(LARES_LOG_DEBUG, "cluster: %s (%s) is out: %s", dev_name(h, d), dev_addr(h, d),
-                  why);
-    }
-    h->alive[d] = false;
-    h->probing[d] = false;
+    set_state(h, d, CLUSTER_DEV_LOST, why);
 }
 
 static lares_status pipe_send(cluster_head *h, int32_t dev, size_t len, lares_error *err) {
@@ -432,6 +192,23 @@ static bool welcome_fits(cluster_head *h, int32_t d, const cluster_welcome *w, c
     }
     (void)d;
     return true;
+}
+
+/* A WELCOME from a device asked (back): usable when its model is the head's.
+ * A re-hello of a device left out carries no profile; the first one's stays. */
+static void welcomed(cluster_head *h, int32_t d, const cluster_welcome *w) {
+    char why[512];
+    if (!welcome_fits(h, d, w, why, sizeof why)) {
+        lares_log(LARES_LOG_WARN, "cluster: %s (%s) answered but %s", dev_name(h, d),
+                  dev_addr(h, d), why);
+        set_state(h, d, CLUSTER_DEV_LOST, why);
+        return;
+    }
+    if (w->profile[0] != '\0' || !h->has_profile[d]) {
+        h->stats[d].welcome = *w;
+        h->has_profile[d] = w->profile[0] != '\0';
+    }
+    set_state(h, d, CLUSTER_DEV_LEFT_OUT, NULL);
 }
 
 /* Waits up to wait_ms (< 0: as long as it takes) for a message on the pipe;
@@ -511,6 +288,20 @@ static lares_status take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_
         }
         goto done;
     }
+    if (fr->type == CLUSTER_HEARTBEAT) {
+        /* the network thread's note on a device's silence (head_impl.h) */
+        const cluster_dev_state now = h->state[*dev];
+        if (fr->u.heartbeat > 0 && (now == CLUSTER_DEV_SERVING || now == CLUSTER_DEV_LEFT_OUT)) {
+            char why[96];
+            snprintf(why, sizeof why, "no heartbeat for %" PRIu64 " ms (timeout %u ms)",
+                     fr->u.heartbeat, h->timeout_ms);
+            set_state(h, *dev, CLUSTER_DEV_SUSPECT, why);
+        } else if (fr->u.heartbeat == 0 && now == CLUSTER_DEV_SUSPECT) {
+            set_state(h, *dev, h->pos_of[*dev] >= 1 ? CLUSTER_DEV_SERVING : CLUSTER_DEV_LEFT_OUT,
+                      "heard again");
+        }
+        goto done;
+    }
     if (fr->type == CLUSTER_PEER_LOST) {
         if (must && fr->session == h->session) {
             /* the neighbour it names is the one that failed (the head's own
@@ -525,19 +316,10 @@ static lares_status take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_
         goto done;
     }
     if (!must) {
-        if (fr->type == CLUSTER_WELCOME && h->probing[*dev]) {
-            char why[512];
-            h->probing[*dev] = false;
-            if (welcome_fits(h, *dev, &fr->u.welcome, why, sizeof why)) {
-                h->alive[*dev] = true;
-                h->lost[*dev] = false;
-                h->stats[*dev].welcome = fr->u.welcome;
-                lares_log(LARES_LOG_INFO, "cluster: %s (%s) is back and may rejoin the ring",
-                          dev_name(h, *dev), dev_addr(h, *dev));
-            } else {
-                lares_log(LARES_LOG_WARN, "cluster: %s (%s) came back but %s", dev_name(h, *dev),
-                          dev_addr(h, *dev), why);
-            }
+        if (fr->type == CLUSTER_WELCOME && (h->state[*dev] == CLUSTER_DEV_REJOINING ||
+                                            h->state[*dev] == CLUSTER_DEV_JOINING ||
+                                            h->state[*dev] == CLUSTER_DEV_LEFT_OUT)) {
+            welcomed(h, *dev, &fr->u.welcome);
         }
         goto done;
     }
@@ -635,38 +417,83 @@ static size_t encode_hello(cluster_head *h, int32_t d) {
                            .n_devices = (uint32_t)h->n_cfg,
                            .heartbeat_ms = h->hb_ms,
                            .timeout_ms = h->timeout_ms,
-                           .flags = h->profile_ms > 0 ? CLUSTER_HELLO_PROFILE : 0,
+                           /* a profile once: a device left out and asked again keeps it */
+                           .flags = h->profile_ms > 0 && !h->has_profile[d]
+                                        ? CLUSTER_HELLO_PROFILE
+                                        : 0,
                            .profile_ms = h->profile_ms};
     snprintf(hello.model_path, sizeof hello.model_path, "%s", h->dev[d].model_path);
     snprintf(hello.head_name, sizeof hello.head_name, "%s", h->head_name);
     return cluster_encode_hello(h->buf, h->buf_cap, &hello);
 }
 
+/* The start: HELLO to every worker, then their WELCOMEs until each has
+ * answered or failed, within the hello deadline. Silent, vanished or busy
+ * workers are lost (the ring starts without them); a refusal or another
+ * model file is an error. */
 static lares_status hello_all(cluster_head *h, lares_error *err) {
-    bool need[CLUSTER_MAX_DEVICES] = {false};
     for (int32_t d = 1; d < h->n_cfg; d++) {
         lares_status st = pipe_send(h, d, encode_hello(h, d), err);
         if (st != LARES_OK) {
             return st;
         }
-        need[d] = true;
     }
-    /* a worker measuring itself for the first time takes its profile time */
-    lares_status st = collect(h, CLUSTER_WELCOME, need,
-                              (int64_t)h->connect_ms + 2000 + 2 * (int64_t)h->profile_ms, err);
-    if (st != LARES_OK) {
-        return st;
-    }
-    for (int32_t d = 1; d < h->n_cfg; d++) {
-        char why[512];
-        if (!welcome_fits(h, d, &h->stats[d].welcome, why, sizeof why)) {
-            const bool model = h->stats[d].welcome.model.header_hash != h->model.header_hash ||
-                               h->stats[d].welcome.model.file_bytes != h->model.file_bytes;
-            return device_failed(h, d, model ? LARES_EINVAL : LARES_EPROTO, why, err);
+    /* the network thread gives each HELLO up after io.hello_ms; this wait
+     * only guards against a thread that could not say so */
+    const int64_t wait_ms = (int64_t)h->io.hello_ms + 2000;
+    const uint64_t t0 = lares_now_ns();
+    for (;;) {
+        bool waiting = false;
+        for (int32_t d = 1; d < h->n_cfg; d++) {
+            waiting = waiting || h->state[d] == CLUSTER_DEV_JOINING;
         }
-        h->alive[d] = true;
+        if (!waiting) {
+            return LARES_OK;
+        }
+        bool timed_out = false;
+        lares_status st = pipe_wait(h, wait_ms, t0, NULL, &timed_out, err);
+        if (st != LARES_OK) {
+            return st;
+        }
+        if (timed_out) {
+            for (int32_t d = 1; d < h->n_cfg; d++) {
+                if (h->state[d] == CLUSTER_DEV_JOINING) {
+                    set_state(h, d, CLUSTER_DEV_LOST, "no answer to hello");
+                }
+            }
+            return LARES_OK;
+        }
+        int32_t dev = 0;
+        bool mine = false;
+        lares_error ferr = {0};
+        st = take_frame(h, &dev, &mine, &ferr);
+        if (st != LARES_OK) {
+            if (h->broken) {
+                if (err != NULL) {
+                    *err = ferr;
+                }
+                return st;
+            }
+            continue; /* that device is lost; the others may still answer */
+        }
+        const cluster_frame *f = h->frame;
+        if (!mine || f->type != CLUSTER_WELCOME || h->state[dev] != CLUSTER_DEV_JOINING) {
+            continue;
+        }
+        char why[512];
+        if (!welcome_fits(h, dev, &f->u.welcome, why, sizeof why)) {
+            const bool model = f->u.welcome.model.header_hash != h->model.header_hash ||
+                               f->u.welcome.model.file_bytes != h->model.file_bytes;
+            st = device_failed(h, dev, model ? LARES_EINVAL : LARES_EPROTO, why, err);
+            if (h->broken) {
+                return st;
+            }
+            continue; /* a survey goes on */
+        }
+        h->stats[dev].welcome = f->u.welcome;
+        h->has_profile[dev] = f->u.welcome.profile[0] != '\0';
+        set_state(h, dev, CLUSTER_DEV_LEFT_OUT, NULL);
     }
-    return LARES_OK;
 }
 
 static lares_status check_members(const cluster_head *h, const cluster_plan *p,
@@ -683,7 +510,7 @@ static lares_status check_members(const cluster_head *h, const cluster_plan *p,
                               i, d, h->n_cfg);
         }
         seen[d] = true;
-        if (i > 0 && !h->alive[d]) {
+        if (i > 0 && !cluster_head_usable(h, d)) {
             return lares_fail(err, LARES_EINVAL, "plan: %s (%s) is not in the ring now",
                               dev_name(h, d), dev_addr(h, d));
         }
@@ -722,9 +549,10 @@ lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const
         return st;
     }
     /* devices left out go first: they free their memory before others take more */
+    int32_t was[CLUSTER_MAX_DEVICES];
     for (int32_t d = 0; d < h->n_cfg; d++) {
+        was[d] = h->pos_of[d];
         h->pos_of[d] = -1;
-        h->lost[d] = false;
     }
     for (int32_t i = 0; i < p->n_dev; i++) {
         h->member[i] = members[i];
@@ -734,11 +562,21 @@ lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const
     h->needs_plan = false;
     h->session = new_session_id();
     for (int32_t d = 1; d < h->n_cfg; d++) {
-        if (h->pos_of[d] < 0 && h->alive[d]) {
+        if (h->pos_of[d] < 0 && was[d] >= 1 &&
+            (h->state[d] == CLUSTER_DEV_SERVING || h->state[d] == CLUSTER_DEV_SUSPECT)) {
+            /* it releases its windows (STOP) and is asked again at once, so
+             * it stays welcomed and watched (heartbeats), ready for a later
+             * plan: a PLAN sent to it follows the HELLO on the same connection */
             pipe_send(h, d,
                       cluster_encode_stop(h->buf, h->buf_cap, h->session, CLUSTER_STOP_LEFT_OUT),
                       NULL);
-            h->alive[d] = false; /* out until asked back */
+            if (pipe_send(h, d, encode_hello(h, d), NULL) == LARES_OK) {
+                set_state(h, d, CLUSTER_DEV_LEFT_OUT, NULL);
+            } else {
+                set_state(h, d, CLUSTER_DEV_LOST, "left out of the new plan");
+            }
+        } else if (h->pos_of[d] >= 1 && h->state[d] != CLUSTER_DEV_SUSPECT) {
+            set_state(h, d, CLUSTER_DEV_SERVING, NULL);
         }
     }
     cluster_plan_msg *msg = lares_calloc(1, sizeof *msg);
@@ -784,7 +622,7 @@ void cluster_head_close(cluster_head *h) {
     }
     if (h->thread_started) {
         for (int32_t d = 1; d < h->n_cfg; d++) {
-            if (h->alive[d] || h->probing[d]) {
+            if (h->state[d] != CLUSTER_DEV_LOST) {
                 pipe_send(h, d,
                           cluster_encode_stop(h->buf, h->buf_cap, h->session, CLUSTER_STOP_END),
                           NULL);
@@ -902,6 +740,7 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
     h->timeout_ms = (uint32_t)rc->timeout_ms;
     h->connect_ms = (uint32_t)rc->connect_timeout_ms;
     h->failover = o->failover;
+    h->survey = o->survey;
     h->profile_ms = LARES_MIN(o->profile_ms, (uint32_t)CLUSTER_MAX_PROFILE_MS);
     snprintf(h->head_name, sizeof h->head_name, "%s", o->head_name ? o->head_name : "head");
     for (int32_t d = 0; d < CLUSTER_MAX_DEVICES; d++) {
@@ -911,7 +750,7 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
     }
     h->member[0] = 0;
     h->pos_of[0] = 0;
-    h->alive[0] = true;
+    h->state[0] = CLUSTER_DEV_SERVING;
     h->plan = (cluster_plan){.n_layer = o->n_layer, .n_dev = 1, .w = {o->n_layer}};
     if (o->key != NULL && !o->insecure) {
         memcpy(h->head_key, o->key->public_key, CLUSTER_KEY_BYTES);
@@ -952,7 +791,7 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
         h->io.hello_ms = h->profile_ms > 0 ? h->connect_ms + 2000 + 2 * h->profile_ms
                                            : h->connect_ms;
         h->io.delay_ms = (uint32_t)rc->dev[0].link_delay_ms;
-        if (net_thread_start(&h->thread, io_main, &h->io) != 0) {
+        if (net_thread_start(&h->thread, head_io_main, &h->io) != 0) {
             st = lares_fail(err, LARES_ENOMEM, "cannot start the head's network thread");
         } else {
             h->thread_started = true;
@@ -962,6 +801,7 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
         h->opening = true;
         st = hello_all(h, err);
         h->opening = false;
+        h->joined = 0;
     }
     if (st != LARES_OK) {
         cluster_head_close(h);
@@ -983,12 +823,17 @@ int32_t cluster_head_n_config(const cluster_head *h) {
     return h->n_cfg;
 }
 
-bool cluster_head_alive(const cluster_head *h, int32_t dev) {
-    return dev >= 0 && dev < h->n_cfg && h->alive[dev];
+cluster_dev_state cluster_head_state(const cluster_head *h, int32_t dev) {
+    return dev >= 0 && dev < h->n_cfg ? h->state[dev] : CLUSTER_DEV_LOST;
 }
 
-bool cluster_head_lost(const cluster_head *h, int32_t dev) {
-    return dev >= 0 && dev < h->n_cfg && h->lost[dev];
+bool cluster_head_usable(const cluster_head *h, int32_t dev) {
+    const cluster_dev_state st = cluster_head_state(h, dev);
+    return st == CLUSTER_DEV_SERVING || st == CLUSTER_DEV_LEFT_OUT;
+}
+
+const char *cluster_head_why(const cluster_head *h, int32_t dev) {
+    return dev >= 0 && dev < h->n_cfg ? h->why[dev] : "";
 }
 
 bool cluster_head_needs_plan(const cluster_head *h) {
@@ -1257,7 +1102,7 @@ lares_status cluster_head_ping(cluster_head *h, int32_t dev, uint32_t filler_byt
     if (st != LARES_OK) {
         return st;
     }
-    if (dev < 1 || dev >= h->n_cfg || !h->alive[dev] ||
+    if (dev < 1 || dev >= h->n_cfg || !cluster_head_usable(h, dev) ||
         filler_bytes + (size_t)64 > h->buf_cap) {
         return lares_fail(err, LARES_EINVAL, "ping: device %d, %u bytes", dev, filler_bytes);
     }
@@ -1293,17 +1138,22 @@ int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms) {
     }
     bool any = false;
     for (int32_t d = 1; d < h->n_cfg; d++) {
-        if (!h->alive[d] && !h->probing[d] && h->pos_of[d] < 0) {
-            if (pipe_send(h, d, encode_hello(h, d), NULL) == LARES_OK) {
-                h->probing[d] = true;
-            }
+        /* a device asked before and still silent is given up by the network
+         * thread after the hello deadline (an ERROR: lost), then asked again */
+        const uint64_t now = lares_now_ns();
+        if (h->state[d] == CLUSTER_DEV_LOST &&
+            now - h->asked_ns[d] >= (uint64_t)h->io.hello_ms * 1000000u &&
+            pipe_send(h, d, encode_hello(h, d), NULL) == LARES_OK) {
+            h->asked_ns[d] = now; /* a refusing device is not asked every batch */
+            set_state(h, d, CLUSTER_DEV_REJOINING, NULL);
         }
-        any = any || h->probing[d];
+        any = any || h->state[d] == CLUSTER_DEV_REJOINING;
     }
+    /* what arrived meanwhile (WELCOMEs, errors of devices out of the plan) */
     const uint64_t t0 = lares_now_ns();
-    while (any) {
+    for (;;) {
         bool timed_out = false;
-        if (pipe_wait(h, wait_ms, t0, NULL, &timed_out, NULL) != LARES_OK || timed_out) {
+        if (pipe_wait(h, any ? wait_ms : 0, t0, NULL, &timed_out, NULL) != LARES_OK || timed_out) {
             break;
         }
         int32_t dev = 0;
@@ -1313,13 +1163,11 @@ int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms) {
         }
         any = false;
         for (int32_t d = 1; d < h->n_cfg; d++) {
-            any = any || h->probing[d];
+            any = any || h->state[d] == CLUSTER_DEV_REJOINING;
         }
     }
-    int32_t n = 0;
-    for (int32_t d = 1; d < h->n_cfg; d++) {
-        n += h->alive[d] && h->pos_of[d] < 0;
-    }
+    const int32_t n = h->joined;
+    h->joined = 0;
     return n;
 }
 

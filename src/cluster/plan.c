@@ -152,8 +152,8 @@ void cluster_plan_describe(const cluster_plan *p, char *buf, size_t cap) {
 
 lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
                                   const double *ms_per_layer, const int32_t *cap_layers,
-                                  const bool *can_stream, cluster_plan *out, int32_t *members,
-                                  lares_error *err) {
+                                  const bool *can_stream, const int32_t *base, cluster_plan *out,
+                                  int32_t *members, lares_error *err) {
     if (n < 1 || n > CLUSTER_MAX_DEVICES || n_layer < 1 || n_layer > CLUSTER_MAX_LAYERS ||
         rounds < 1 || rounds > n_layer) {
         return lares_fail(err, LARES_EINVAL, "balance: %d devices, %d layers, %d rounds", n,
@@ -171,6 +171,7 @@ lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
     }
     for (int32_t i = 0; i < n; i++) {
         t[i] = ms_per_layer[i] >= 0 ? ms_per_layer[i] : n_known > 0 ? known / n_known : 1.0;
+        t[i] = t[i] > 0 ? t[i] : 1e-9;
     }
     /* candidates fastest first; ties keep ring order (a stable insertion sort) */
     int32_t order[CLUSTER_MAX_DEVICES];
@@ -182,14 +183,82 @@ lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
         }
         order[j] = i;
     }
+    /* Each round's W layers (beyond the base windows, which stay) shared in
+     * proportion to speed (1 / ms per layer), each device up to its capacity
+     * per round (water-filling: a device whose share exceeds its room is
+     * filled and the rest shared again). The sum of the windows' times would
+     * be least with everything on the fastest, but a measured figure holds
+     * only near the load it was measured at, and one device holding every
+     * layer is one device's memory and one loss from a stall (issue 15):
+     * every live device gets a share, and one far slower than the others
+     * rounds to none. */
     int32_t w[CLUSTER_MAX_DEVICES] = {0};
+    int32_t room[CLUSTER_MAX_DEVICES];
+    bool open[CLUSTER_MAX_DEVICES];
     int32_t left = width;
-    for (int32_t k = 0; k < n && left > 0; k++) {
-        const int32_t i = order[k];
+    for (int32_t i = 0; i < n; i++) {
         const int32_t cap = LARES_MAX(cap_layers[i], 0) / rounds;
-        const int32_t take = LARES_MIN(cap, left);
-        w[i] += take;
-        left -= take;
+        /* a base is a preference, the capacity a limit */
+        w[i] = base != NULL ? LARES_MIN(LARES_MAX(base[i], 0), cap) : 0;
+        if (base != NULL && base[i] > width) {
+            return lares_fail(err, LARES_EINVAL, "balance: a base window of %d layers, %d a round",
+                              w[i], width);
+        }
+        left -= w[i];
+        room[i] = LARES_MAX(cap - w[i], 0);
+        open[i] = room[i] > 0;
+    }
+    if (left < 0) {
+        return lares_fail(err, LARES_EINVAL, "balance: base windows of %d layers, %d a round",
+                          width - left, width);
+    }
+    for (bool capped = true; capped && left > 0;) {
+        capped = false;
+        double sum = 0;
+        for (int32_t i = 0; i < n; i++) {
+            sum += open[i] ? 1.0 / t[i] : 0;
+        }
+        for (int32_t i = 0; i < n && sum > 0; i++) {
+            if (open[i] && left * (1.0 / t[i]) / sum >= room[i]) {
+                w[i] += room[i];
+                left -= room[i];
+                room[i] = 0;
+                open[i] = false;
+                capped = true;
+            }
+        }
+        if (capped) {
+            continue;
+        }
+        if (sum <= 0) {
+            break;
+        }
+        /* no share reaches its room: whole layers by the largest remainder,
+         * ties to the faster (then to ring order) */
+        double rest[CLUSTER_MAX_DEVICES];
+        int32_t given = 0;
+        for (int32_t i = 0; i < n; i++) {
+            const double share = open[i] ? left * (1.0 / t[i]) / sum : 0;
+            w[i] += open[i] ? (int32_t)share : 0;
+            given += open[i] ? (int32_t)share : 0;
+            rest[i] = open[i] ? share - (int32_t)share : -1;
+        }
+        for (int32_t extra = left - given; extra > 0; extra--) {
+            int32_t best = -1;
+            for (int32_t k = 0; k < n; k++) {
+                const int32_t i = order[k];
+                if (rest[i] >= 0 && (best < 0 || rest[i] > rest[best])) {
+                    best = i;
+                }
+            }
+            if (best < 0) {
+                break;
+            }
+            w[best]++;
+            given++;
+            rest[best] = -1;
+        }
+        left -= given;
     }
     /* what does not fit in memory runs from disk on the fastest that can stream */
     for (int32_t k = 0; k < n && left > 0; k++) {

@@ -17,12 +17,14 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 sched_profile_opts sched_profile_opts_default(void) {
     sched_profile_opts o;
     memset(&o, 0, sizeof o);
     o.budget_ms = 2000;
+    o.max_age_s = 7u * 24 * 3600;
     return o;
 }
 
@@ -30,8 +32,17 @@ static void cache_path(const sched_profile_opts *o, uint64_t fp, char *out, size
     snprintf(out, cap, "%s/profile-%016" PRIx64 ".json", o->cache_dir, fp);
 }
 
-/* The slow figures from the cache, when it holds this fingerprint. */
-static bool load_cached(const char *path, sched_device *cached) {
+/* The slow figures from the cache, when it holds this fingerprint and is
+ * younger than max_age_s (0: any age). */
+static bool load_cached(const char *path, uint32_t max_age_s, sched_device *cached) {
+    struct stat sb;
+    const time_t now = time(NULL);
+    if (max_age_s > 0 && stat(path, &sb) == 0 && now > sb.st_mtime &&
+        (uint64_t)(now - sb.st_mtime) > max_age_s) {
+        lares_log(LARES_LOG_INFO, "sched: %s is %.1f days old (limit %.1f): measuring again", path,
+                  (double)(now - sb.st_mtime) / 86400.0, max_age_s / 86400.0);
+        return false;
+    }
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         return false;
@@ -122,7 +133,7 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
     bool have_cache = false;
     if (o->cache_dir != NULL && o->cache_dir[0] != '\0') {
         cache_path(o, info->fingerprint, cpath, sizeof cpath);
-        have_cache = !o->refresh && load_cached(cpath, &cached);
+        have_cache = !o->refresh && load_cached(cpath, o->max_age_s, &cached);
     }
     const char *disk_file = o->disk_path;
     char disk_dir[1024];

@@ -439,6 +439,8 @@ typedef struct sched_profile_opts {
     const char *cache_dir; /* where profile-<fingerprint>.json lives; NULL: no cache */
     const char *name;      /* device name; NULL: the host name */
     bool refresh;          /* measure even when a cached profile matches */
+    uint32_t max_age_s;    /* a cached profile older than this is measured again (default
+                              7 days: a device's load and firmware drift; 0: no limit) */
     int32_t n_threads;     /* 0: every core */
     uint32_t budget_ms;    /* total measuring time (0: 2000); each part gets a share */
     const char *sys_root;  /* prefix for /proc and /sys (tests); NULL: "/" */

@@ -416,6 +416,21 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         pthread_mutex_unlock(&sv->mu);
         json_t *o = json_object();
         json_object_set_new(o, "status", json_string(stopping ? "stopping" : "ok"));
+        uint64_t mask = 0;
+        int32_t n_config = 0;
+        if (lares_session_ring_serving(sv->s, &mask, &n_config)) {
+            /* the head of a ring: which of ring.json's devices serve now */
+            json_t *ring = json_object(), *serving = json_array(), *out = json_array();
+            for (int32_t d = 0; d < n_config && d < 64; d++) {
+                const char *name = lares_session_ring_device_name(sv->s, d);
+                json_array_append_new((mask >> d) & 1u ? serving : out,
+                                      json_string(name != NULL ? name : "?"));
+            }
+            json_object_set_new(ring, "devices", json_integer(n_config));
+            json_object_set_new(ring, "serving", serving);
+            json_object_set_new(ring, "not_serving", out);
+            json_object_set_new(o, "ring", ring);
+        }
         return send_json(sv, c, stopping ? 503 : 200, o);
     }
     case R_METRICS:

@@ -10,6 +10,9 @@ MODELS=$LARES_MODELS_DIR
 TEST_NAME=$(basename "$0" .sh)
 mkdir -p "${LARES_TEST_TMP:-/tmp}"
 TMP=$(mktemp -d "${LARES_TEST_TMP:-/tmp}/$TEST_NAME.XXXXXX")
+# profiles are cached under $XDG_CACHE_HOME (lares profile, workers, ring
+# heads): a test never writes into the user's home
+export XDG_CACHE_HOME="$TMP/xdg"
 trap 'rm -rf "$TMP"' EXIT
 FAILURES=0
 CHECKS=0

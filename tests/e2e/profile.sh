@@ -25,6 +25,10 @@ jq -e '.cached == true' "$TMP/p2.json" >/dev/null && ok || fail "second call not
   || fail "cached figures differ"
 "$LARES" profile --json --time 250 -m "$M" --refresh >"$TMP/p3.json" \
   && jq -e '.cached == false' "$TMP/p3.json" >/dev/null && ok || fail "--refresh"
+# a cached profile older than 7 days is measured again (issue 15)
+touch -d "8 days ago" "$XDG_CACHE_HOME/lares/profile-$fp.json"
+"$LARES" profile --json --time 250 -m "$M" >"$TMP/p5.json" \
+  && jq -e '.cached == false' "$TMP/p5.json" >/dev/null && ok || fail "a cache 8 days old was used"
 "$LARES" profile --json --time 250 --no-cache --name box >"$TMP/p4.json" \
   && jq -e '.cached == false and .name == "box" and .disk.free > 0' "$TMP/p4.json" >/dev/null \
   && ok || fail "--no-cache"

@@ -2,7 +2,8 @@
 # Refusals at the command line, with a clear message on both sides: a head
 # key the worker does not allow, a wrong public key in ring.json, another
 # model file on the worker, plain text against CURVE (and --insecure warning
-# on both sides), a worker started without keys, a broken ring.json.
+# on both sides), a worker started without keys, a broken ring.json; a flood
+# of refused heads logged with a rate limit.
 . "$(dirname "$0")/lib.sh"
 . "$LARES_SRC/tests/cluster/ring_lib.sh"
 ring_trap
@@ -31,6 +32,16 @@ run_ring "$TMP/r1.json"
 [ "$RC" -ne 0 ] && ok || fail "a head the worker does not allow was served"
 expect "head key not allowed (head)" "$TMP/run.err" "picky \($WORKER_ADDR\).*refused.*--allow"
 expect "head key not allowed (worker)" "$TMP/picky.log" "worker refused: .*not in the allow-list"
+# a flood of heads it does not allow: refusals are logged with a rate limit,
+# the first few one by one, then counted (issue 15)
+for i in $(seq 1 10); do
+  run_ring "$TMP/r1.json"
+done
+sleep 0.5
+n=$(grep -c "worker refused:" "$TMP/picky.log")
+[ "$n" -le 5 ] && ok || fail "11 refused heads, $n refusal lines (at most 5 a minute): $(cat "$TMP/picky.log")"
+grep -q "worker refused: .*(more refusals this minute are counted, not shown)" "$TMP/picky.log" && ok \
+  || fail "the last refusal shown does not say the rest are counted: $(cat "$TMP/picky.log")"
 
 # ring.json holding another key than the worker's
 ring_worker good || exit 1

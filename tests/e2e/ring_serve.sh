@@ -3,6 +3,8 @@
 # ring give the text of the same request on one device; a worker killed while
 # a request generates does not fail it (failover: the same text, HTTP 200), and
 # /metrics counts the failover; the next request works over the survivors.
+# With every worker down the server starts with the head alone, /health says
+# who serves, and a worker started later joins during a request.
 . "$(dirname "$0")/lib.sh"
 . "$LARES_SRC/tests/cluster/ring_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
@@ -49,4 +51,30 @@ grep -q "warning: cluster: lost b ($BB)" "$TMP/ring.log" && ok || fail "no warni
 [ "$(post "$URL_ring" /v1/completions "$BODY")" = 200 ] && ok || fail "after the failover: $(cat "$TMP/body")"
 jq -r '.choices[0].text' "$TMP/body" | cmp -s - "$TMP/local.txt" && ok || fail "the text after the failover differs"
 stop_server ring
+ring_cleanup
+
+# every worker down (issue 15): the server starts and serves with the head
+# alone, /health says who serves; a worker started later joins during the
+# next request, whose text stays one device's
+for w in a b c; do
+  ring_worker "$w" || exit 1
+  kill -KILL "$WORKER_PID"; wait "$WORKER_PID" 2>/dev/null
+  printf -v "DOWN_$w" '%s' "$WORKER_ADDR"
+done
+ring_json "$TMP/down.json" '"heartbeat_ms": 100, "timeout_ms": 1500, "connect_timeout_ms": 1000,' \
+  1 a "$DOWN_a" 2 b "$DOWN_b" 1 c "$DOWN_c" 1
+start_server down -m "$RING_MODEL" -t 1 -c 512 -v --ring "$TMP/down.json" --rebalance off
+curl -sS "$URL_down/health" >"$TMP/h0"
+jq -e '.status == "ok" and .ring.devices == 4 and .ring.serving == ["head"] and .ring.not_serving == ["a", "b", "c"]' \
+  "$TMP/h0" >/dev/null && ok || fail "/health with every worker down: $(cat "$TMP/h0")"
+[ "$(post "$URL_down" /v1/completions "$BODY")" = 200 ] && ok || fail "head alone: $(cat "$TMP/body")"
+jq -r '.choices[0].text' "$TMP/body" | cmp -s - "$TMP/local.txt" && ok || fail "head alone: the text differs"
+RING_LISTEN=$DOWN_a ring_worker a || exit 1
+sleep 1
+[ "$(post "$URL_down" /v1/completions "$BODY")" = 200 ] && ok || fail "a joining: $(cat "$TMP/body")"
+jq -r '.choices[0].text' "$TMP/body" | cmp -s - "$TMP/local.txt" && ok || fail "a joining: the text differs"
+curl -sS "$URL_down/health" >"$TMP/h1"
+jq -e '.ring.serving == ["head", "a"]' "$TMP/h1" >/dev/null && ok \
+  || fail "/health after a joined: $(cat "$TMP/h1"); $(grep cluster "$TMP/down.log" | tail -5)"
+stop_server down
 finish

@@ -1,0 +1,62 @@
+/*
+ * lares ring status (issue 15): which devices of ring.json would serve a head
+ * now. A survey is the start of a ring without its plan: HELLO to every
+ * worker, the answers until the hello deadline, then STOP to those that
+ * welcomed it. Refusals are answers here, not errors (cluster_head_opts
+ * survey); a worker busy with another head refuses and keeps serving it.
+ */
+#include "api/ring.h"
+
+lares_status lares_ring_survey(lares_model *m, const char *ring, bool insecure,
+                               lares_ring_probe *out, int32_t cap, int32_t *n, lares_error *err) {
+    if (m == NULL || m->m == NULL || ring == NULL || out == NULL || n == NULL || cap < 1) {
+        return lares_fail(err, LARES_EINVAL, "ring survey: a model, ring.json and room for "
+                                             "the devices are needed");
+    }
+    cluster_ring_config *rc = lares_calloc(1, sizeof *rc);
+    if (rc == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    cluster_keypair key;
+    lares_status st = cluster_ring_load(ring, rc, err);
+    if (st == LARES_OK && !insecure && rc->head_key_path[0] == '\0') {
+        st = lares_fail(err, LARES_EAUTH, "%s: the head (device 0) needs \"key\" (or --insecure)",
+                        ring);
+    } else if (st == LARES_OK && !insecure) {
+        st = cluster_key_read(rc->head_key_path, &key, err);
+    }
+    cluster_head *h = NULL;
+    if (st == LARES_OK) {
+        const cluster_head_opts ho = {
+            .ring = rc,
+            .model = {gguf_file_bytes(m->file), gguf_header_hash(m->file)},
+            .n_layer = m->m->hp.n_layer,
+            .n_ctx = 1,
+            .n_batch = 1,
+            .n_embd = (int32_t)m->m->hp.n_embd,
+            .key = insecure ? NULL : &key,
+            .insecure = insecure,
+            .head_name = "lares ring status",
+            .survey = true};
+        st = cluster_head_open(&ho, &h, err);
+    }
+    if (st == LARES_OK) {
+        *n = LARES_MIN(rc->n_dev, cap);
+        for (int32_t d = 0; d < *n; d++) {
+            lares_ring_probe *p = &out[d];
+            memset(p, 0, sizeof *p);
+            snprintf(p->name, sizeof p->name, "%s", rc->dev[d].name);
+            snprintf(p->address, sizeof p->address, "%s", d == 0 ? "" : rc->dev[d].address);
+            p->ready = d == 0 || cluster_head_usable(h, d);
+            snprintf(p->why, sizeof p->why, "%s", p->ready ? "" : cluster_head_why(h, d));
+            const cluster_device_stats *ds = cluster_head_device(h, d);
+            if (d > 0 && p->ready) {
+                p->n_cpu = ds->welcome.n_cpu;
+                p->mem_available_bytes = ds->welcome.mem_available_bytes;
+            }
+        }
+    }
+    cluster_head_close(h); /* STOP to those that welcomed it */
+    lares_free(rc);
+    return st;
+}
