@@ -9,10 +9,9 @@
  * not read a connection whose handler is busy.
  */
 #include "core/core.h"
-#include "server/server_impl.h"
+#include "server/conns.h"
 
 #include <errno.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -51,6 +50,7 @@ static enum MHD_Result send_bytes(server *sv, struct MHD_Connection *c, int stat
     if (status == 401) {
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
+    server_conns_phase(sv, c, SERVER_CONN_BUSY);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     server_count_response(sv, status);
@@ -356,6 +356,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             return MHD_NO;
         }
         *con_cls = rc;
+        server_conns_phase(sv, c, SERVER_CONN_BODY); /* the head is in; the body's deadline runs */
         const bool is_post = strcmp(method, "POST") == 0;
         if (r == R_NONE) {
             server_fail(&e, 404, "invalid_request_error", "unknown_url", NULL,
@@ -365,6 +366,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (is_post != want_post || (!is_post && strcmp(method, "GET") != 0)) {
             server_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
                         "%.200s takes %s, not %.8s", url, want_post ? "POST" : "GET", method);
+            return send_error(sv, c, &e);
+        }
+        if (r != R_HEALTH && r != R_METRICS && server_conns_over_limit(sv)) {
+            server_fail(&e, 503, "server_error", "too_many_connections", NULL,
+                        "more than %d connections are open; retry later", sv->o.max_connections);
             return send_error(sv, c, &e);
         }
         if (r != R_HEALTH && !key_ok(sv, c)) {
@@ -409,6 +415,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                     "the body is larger than the limit of %zu bytes", sv->o.max_body_bytes);
         return send_error(sv, c, &e);
     }
+    server_conns_phase(sv, c, SERVER_CONN_BUSY);
     switch (r) {
     case R_HEALTH: {
         pthread_mutex_lock(&sv->mu);
@@ -436,9 +443,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
     (void)toe;
+    server_conns_phase(cls, c, SERVER_CONN_HEADERS); /* kept alive: the next head's deadline */
     req_ctx *rc = *con_cls;
     if (rc != NULL) {
         free(rc->body);
@@ -466,6 +472,10 @@ server_opts server_opts_default(void) {
                      .max_body_bytes = 1u << 20,
                      .queue_capacity = 8,
                      .max_connections = 64,
+                     .max_per_ip = 0,
+                     .header_timeout_s = 10,
+                     .body_timeout_s = 30,
+                     .idle_timeout_s = 30,
                      .retry_after_s = 1};
     return o;
 }
@@ -500,6 +510,24 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
     }
     if (o.max_connections < 2 || o.max_connections > 4096) {
         return lares_fail(err, LARES_EINVAL, "connection limit %d: 2 to 4096", o.max_connections);
+    }
+    if (o.max_per_ip == 0) {
+        o.max_per_ip = LARES_MAX(1, o.max_connections / 2);
+    }
+    if (o.max_per_ip < 1 || o.max_per_ip > o.max_connections) {
+        return lares_fail(err, LARES_EINVAL, "connections per address %d: 1 to %d (the limit)",
+                          o.max_per_ip, o.max_connections);
+    }
+    const struct {
+        const char *what;
+        int32_t s;
+    } timeouts[] = {
+        {"header", o.header_timeout_s}, {"body", o.body_timeout_s}, {"idle", o.idle_timeout_s}};
+    for (size_t i = 0; i < LARES_ARRAY_LEN(timeouts); i++) {
+        if (timeouts[i].s < 1 || timeouts[i].s > 3600) {
+            return lares_fail(err, LARES_EINVAL, "%s timeout %d s: 1 to 3600", timeouts[i].what,
+                              timeouts[i].s);
+        }
     }
     if (o.max_body_bytes < 1024) {
         return lares_fail(err, LARES_EINVAL, "body limit %zu bytes: at least 1024",
@@ -551,16 +579,22 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
         st = lares_fail(err, LARES_EINVAL, "'%s' is not a numeric IPv4 or IPv6 address", o.host);
     }
     if (st == LARES_OK) {
+        st = server_conns_start(sv, err);
+    }
+    if (st == LARES_OK) {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                          MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
         if (ai->ai_family == AF_INET6) {
             flags |= MHD_USE_IPv6;
         }
-        sv->d = MHD_start_daemon(flags, o.port, NULL, NULL, handle, sv, MHD_OPTION_NOTIFY_COMPLETED,
-                                 completed, sv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, sv, MHD_OPTION_END);
+        /* the logger first: libmicrohttpd logs options given before it with its own */
+        sv->d = MHD_start_daemon(
+            flags, o.port, NULL, NULL, handle, sv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, sv,
+            MHD_OPTION_NOTIFY_COMPLETED, completed, sv, MHD_OPTION_NOTIFY_CONNECTION,
+            server_conns_notify, sv, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)(o.max_connections + SERVER_CONN_RESERVE), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+            (unsigned)o.max_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.idle_timeout_s,
+            MHD_OPTION_END);
         if (sv->d == NULL) {
             st = lares_fail(err, LARES_EIO,
                             "cannot listen on %s port %u (in use, or not an "
@@ -634,6 +668,7 @@ void server_stop(server *sv) {
     if (sv->d != NULL) {
         MHD_stop_daemon(sv->d); /* waits for the connections' threads */
     }
+    server_conns_stop(sv);
     pthread_cond_destroy(&sv->cv);
     pthread_mutex_destroy(&sv->mu);
     lares_free(sv->queue);

@@ -114,6 +114,21 @@ char *server_metrics_text(server *sv) {
     add(&b, "lares_kv_cache_tokens %d\n", mx.kv_tokens);
     metric(&b, "lares_context_tokens", "gauge", "context length of the session");
     add(&b, "lares_context_tokens %d\n", lares_session_n_ctx(sv->s));
+    server_conn_figures cf;
+    server_conns_figures(sv, &cf);
+    metric(&b, "lares_connections_open", "gauge", "HTTP connections open now");
+    add(&b, "lares_connections_open %zu\n", cf.open);
+    metric(&b, "lares_connections_limit", "gauge",
+           "connections served normally (a reserve beyond it answers /health and /metrics)");
+    add(&b, "lares_connections_limit %d\n", sv->o.max_connections);
+    metric(&b, "lares_connections_closed_total", "counter",
+           "connections closed by the server: request head or body not in by its deadline, or "
+           "a waiting connection evicted to make room for a new one");
+    add(&b, "lares_connections_closed_total{reason=\"header_timeout\"} %" PRIu64 "\n",
+        cf.timed_out_headers);
+    add(&b, "lares_connections_closed_total{reason=\"body_timeout\"} %" PRIu64 "\n",
+        cf.timed_out_body);
+    add(&b, "lares_connections_closed_total{reason=\"evicted\"} %" PRIu64 "\n", cf.evicted);
     metric(&b, "lares_resident_memory_bytes", "gauge", "resident set of the process");
     add(&b, "lares_resident_memory_bytes %" PRIu64 "\n", ms.rss_bytes);
     metric(&b, "lares_peak_resident_memory_bytes", "gauge", "high-water mark of the resident set");

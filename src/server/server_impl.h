@@ -108,6 +108,40 @@ typedef struct server_job {
     atomic_bool cancel; /* the client left, or the server stops */
 } server_job;
 
+/* ---- connections (conns.c): deadlines, eviction, the reserve ---- */
+
+#define SERVER_CONN_RESERVE 4 /* admitted beyond --max-connections, for /health and /metrics */
+
+typedef enum server_conn_phase {
+    SERVER_CONN_HEADERS = 0, /* waiting for a request head (new, or kept alive) */
+    SERVER_CONN_BODY,        /* head in, reading the body */
+    SERVER_CONN_BUSY,        /* the request is being answered */
+} server_conn_phase;
+
+typedef struct server_conn {
+    struct MHD_Connection *c; /* borrowed from the daemon; NULL: the slot is free */
+    int fd;                   /* the daemon's descriptor (shut down, never closed, here) */
+    server_conn_phase phase;
+    int64_t since_ms; /* monotonic: when the phase began */
+    bool closing;     /* shut down here; the daemon has yet to close it */
+} server_conn;
+
+typedef struct server_conns {
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t cv;  /* wakes the reaper to stop */
+    server_conn *slots; /* owned: max_connections + SERVER_CONN_RESERVE */
+    size_t n_slots;
+    size_t open; /* connections in slots and not closing */
+    uint64_t timed_out_headers, timed_out_body, evicted;
+    pthread_t reaper;
+    bool initialised, reaper_started, stop;
+} server_conns;
+
+typedef struct server_conn_figures {
+    size_t open;
+    uint64_t timed_out_headers, timed_out_body, evicted;
+} server_conn_figures;
+
 struct server {
     lares_model *m;   /* borrowed */
     lares_session *s; /* borrowed: only the worker uses it */
@@ -130,6 +164,7 @@ struct server {
     pthread_t worker;
     bool worker_started;
     server_metrics mx;
+    server_conns conns;
 };
 
 server_job *server_job_create(void);
@@ -153,6 +188,15 @@ void server_count_response(server *sv, int status);
 /* Prepares a job from a parsed request: model name, tokens, context length.
  * False with e (400/404) when the request cannot run. */
 bool server_prepare(server *sv, server_job *j, server_error *e);
+
+/* The guard (conns.c): started before the daemon, stopped after it. */
+lares_status server_conns_start(server *sv, lares_error *err);
+void server_conns_stop(server *sv);
+/* The connection's request moved to a phase (the deadline counts from now). */
+void server_conns_phase(server *sv, struct MHD_Connection *c, server_conn_phase phase);
+/* More than --max-connections are open: only /health and /metrics are served. */
+bool server_conns_over_limit(server *sv);
+void server_conns_figures(server *sv, server_conn_figures *out);
 
 /* JSON pieces of the replies (respond.c) */
 json_t *server_usage_json(size_t prompt, size_t cached, size_t completion);

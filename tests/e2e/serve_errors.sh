@@ -99,6 +99,11 @@ stop_server p TERM
 [ $? -eq 2 ] && grep -q "no model given" "$TMP/err" && ok || fail "no model: $(cat "$TMP/err")"
 "$LARES" serve -m "$M" --port 70000 2>"$TMP/err"
 [ $? -eq 2 ] && ok || fail "port 70000 accepted"
+"$LARES" serve -m "$M" --port 0 --header-timeout 0 2>"$TMP/err"
+[ $? -eq 2 ] && grep -q "header-timeout" "$TMP/err" && ok || fail "header timeout 0: $(cat "$TMP/err")"
+"$LARES" serve -m "$M" --port 0 --max-connections 8 --max-connections-per-ip 9 2>"$TMP/err"
+[ $? -eq 1 ] && grep -q "connections per address 9: 1 to 8" "$TMP/err" && ok ||
+  fail "per-address limit over the limit: $(cat "$TMP/err")"
 "$LARES" serve -m "$M" --template nope --port 0 2>"$TMP/err"
 [ $? -eq 1 ] && grep -q "unknown chat template 'nope'" "$TMP/err" && ok || fail "bad template: $(cat "$TMP/err")"
 finish
