@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -321,16 +322,21 @@ static route route_of(const char *url, bool *is_post) {
     return R_NONE;
 }
 
-/* constant time in the key's length */
+/* "Authorization: Bearer KEY": the scheme is case-insensitive and followed
+ * by one or more spaces (RFC 7235 section 2.1, RFC 6750 section 2.1); the
+ * comparison takes time independent of where the keys differ */
 static bool key_ok(const server *sv, struct MHD_Connection *c) {
     if (sv->api_key == NULL) {
         return true;
     }
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (h == NULL || strncmp(h, "Bearer ", 7) != 0) {
+    if (h == NULL || strncasecmp(h, "Bearer", 6) != 0 || h[6] != ' ') {
         return false;
     }
-    h += 7;
+    h += 6;
+    while (*h == ' ') {
+        h++;
+    }
     const size_t n = strlen(sv->api_key);
     if (strlen(h) != n) {
         return false;
