@@ -27,7 +27,9 @@ static void serve_usage(FILE *to) {
           "      --max-connections-per-ip N  from one client address (default: half the limit)\n"
           "      --header-timeout S  seconds a client has to send a request head (default 10)\n"
           "      --body-timeout S    seconds it then has to send the body (default 30)\n"
-          "      --idle-timeout S    seconds without a byte moved before closing (default 30)\n",
+          "      --idle-timeout S    seconds without a byte moved before closing (default 30)\n"
+          "      --cors ORIGINS      let browser pages from these origins call the API\n"
+          "                          (comma-separated, e.g. http://localhost:3000; '*': any)\n",
           to);
     app_session_usage(to);
     fputs("  -v, --verbose / -q, --quiet\n"
@@ -110,6 +112,9 @@ int cmd_serve(int argc, char **argv) {
             if (!app_parse_i32(a, v, 1, 3600, &o.idle_timeout_s)) {
                 return APP_USAGE;
             }
+        } else if (strcmp(a, "--cors") == 0) {
+            VALUE();
+            o.cors = v;
         } else if (strcmp(a, "--max-body") == 0) {
             VALUE();
             if (!app_parse_size(a, v, &v64)) {

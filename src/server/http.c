@@ -10,6 +10,7 @@
  */
 #include "core/core.h"
 #include "server/conns.h"
+#include "server/cors.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -51,6 +52,7 @@ static enum MHD_Result send_bytes(server *sv, struct MHD_Connection *c, int stat
     if (status == 401) {
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
+    server_cors_headers(sv, c, r);
     server_conns_phase(sv, c, SERVER_CONN_BUSY);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -239,6 +241,7 @@ static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, server
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    server_cors_headers(sv, c, r);
     *streaming = true; /* from here on stream_free ends the reply */
     enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r); /* stream_free runs when the daemon lets go of it */
@@ -368,6 +371,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             server_fail(&e, 404, "invalid_request_error", "unknown_url", NULL,
                         "unknown endpoint %.8s %.200s", method, url);
             return send_error(sv, c, &e);
+        }
+        if (sv->cors != NULL && strcmp(method, "OPTIONS") == 0) {
+            return server_cors_preflight(sv, c, url);
         }
         if (is_post != want_post || (!is_post && strcmp(method, "GET") != 0)) {
             server_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
@@ -542,6 +548,12 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
     if (o.api_key != NULL && o.api_key[0] == '\0') {
         return lares_fail(err, LARES_EINVAL, "the API key is empty");
     }
+    if (o.cors != NULL) {
+        lares_status cst = server_cors_check(o.cors, err);
+        if (cst != LARES_OK) {
+            return cst;
+        }
+    }
     server *sv = lares_calloc(1, sizeof *sv);
     if (sv == NULL) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
@@ -572,9 +584,9 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
         st = LARES_OK;
     }
     sv->queue = lares_calloc((size_t)o.queue_capacity, sizeof *sv->queue);
-    if (st == LARES_OK &&
-        (sv->queue == NULL ||
-         (o.api_key != NULL && (sv->api_key = lares_strdup(o.api_key)) == NULL))) {
+    if (st == LARES_OK && (sv->queue == NULL ||
+                           (o.api_key != NULL && (sv->api_key = lares_strdup(o.api_key)) == NULL) ||
+                           (o.cors != NULL && (sv->cors = lares_strdup(o.cors)) == NULL))) {
         st = lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
@@ -679,5 +691,6 @@ void server_stop(server *sv) {
     pthread_mutex_destroy(&sv->mu);
     lares_free(sv->queue);
     lares_free(sv->api_key);
+    lares_free(sv->cors);
     lares_free(sv);
 }

@@ -10,15 +10,16 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
-static const int slot_status[8] = {200, 400, 401, 404, 405, 413, 500, 503};
+static const int slot_status[SERVER_STATUS_SLOTS] = {200, 204, 400, 401, 403, 404,
+                                                     405, 413, 500, 503};
 
 static int status_slot(int status) {
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < SERVER_STATUS_SLOTS; i++) {
         if (slot_status[i] == status) {
             return i;
         }
     }
-    return status >= 500 ? 6 : 1; /* other errors count with 500 or 400 */
+    return status >= 500 ? 8 : 2; /* other errors count with 500 or 400 */
 }
 
 void server_count_response(server *sv, int status) {
@@ -76,7 +77,7 @@ char *server_metrics_text(server *sv) {
     mem_sample_now(&ms);
     sbuf b = {0};
     metric(&b, "lares_http_responses_total", "counter", "HTTP responses by status code");
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < SERVER_STATUS_SLOTS; i++) {
         add(&b, "lares_http_responses_total{code=\"%d\"} %" PRIu64 "\n", slot_status[i],
             mx.responses[i]);
     }

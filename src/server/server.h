@@ -41,6 +41,7 @@ typedef struct server_opts {
     int32_t body_timeout_s;    /* and its body within this after the head; default 30 */
     int32_t idle_timeout_s;    /* no byte moved for this long closes it; default 30 */
     int32_t retry_after_s;     /* Retry-After of a 503; default 1 */
+    const char *cors;          /* origins browsers may call from ("a,b" or "*"); NULL: none */
 } server_opts;
 
 server_opts server_opts_default(void);

@@ -77,8 +77,10 @@ bool server_stop_find(char *const *stop, const size_t *stop_len, size_t n_stop, 
 
 /* ---- counters (/metrics) ---- */
 
+#define SERVER_STATUS_SLOTS 10 /* statuses counted apart in /metrics (metrics.c) */
+
 typedef struct server_metrics {
-    uint64_t responses[8]; /* by status: see metrics.c, status_slot */
+    uint64_t responses[SERVER_STATUS_SLOTS]; /* by status: see metrics.c, status_slot */
     uint64_t requests_chat, requests_completion;
     uint64_t canceled;      /* generations stopped because the client left */
     uint64_t rejected_busy; /* 503: the queue was full */
@@ -150,6 +152,7 @@ struct server {
     const char *tmpl; /* the chat family's name (constant) */
     int32_t n_vocab;
     char *api_key; /* owned copy */
+    char *cors;    /* owned copy of --cors; NULL: no cross-origin calls */
     struct MHD_Daemon *d;
     int64_t started_at;
     atomic_uint_fast64_t next_id;
