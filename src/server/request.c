@@ -4,8 +4,9 @@
  * OpenAI API reference (Chat Completions, Completions); lares's additions
  * (top_k, min_p, repeat_penalty) are named as in other local servers. Every
  * problem is a 400 naming the field. Unknown fields are ignored, as clients
- * send many; known fields lares cannot honour (n > 1, tools, logit_bias,
- * echo, suffix, response formats other than text) are refused, not dropped.
+ * send many; known fields lares cannot honour (tools, logit_bias, echo,
+ * suffix, best_of > 1, response formats other than text) are refused, not
+ * dropped.
  */
 #include "core/core.h"
 #include "server/server_impl.h"
@@ -350,16 +351,6 @@ static bool parse_prompt(const json_t *root, server_request *r, server_error *e)
 
 /* fields lares knows and cannot honour are refused */
 static bool refuse_unsupported(const json_t *root, server_kind kind, server_error *e) {
-    json_int_t n = 1;
-    if (!get_int(root, "n", 1, 128, &n, NULL, e)) {
-        return false;
-    }
-    if (n != 1) {
-        return bad(e, "n",
-                   "n is %" JSON_INTEGER_FORMAT "; lares generates one choice per "
-                   "request",
-                   n);
-    }
     const json_t *tools = json_object_get(root, "tools");
     if (tools != NULL && !json_is_null(tools) && json_array_size(tools) > 0) {
         return bad(e, "tools", "tools are not supported");
@@ -417,7 +408,7 @@ static bool parse_fields(const json_t *root, server_kind kind, server_request *r
     s->top_k = 0;
     s->min_p = 0.0f;
     json_int_t top_k = 0, seed = 0, max_tokens = kind == SERVER_CHAT ? -1 : 16;
-    json_int_t top_lp = 0, lp_n = -1;
+    json_int_t top_lp = 0, lp_n = -1, n = 1;
     bool lp = false;
     if (!get_number(root, "temperature", 0, 2, &s->temperature, e) ||
         !get_number(root, "top_p", 0, 1, &s->top_p, e) ||
@@ -429,12 +420,14 @@ static bool parse_fields(const json_t *root, server_kind kind, server_request *r
         !get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &r->seed_given, e) ||
         !get_int(root, "max_tokens", 0, INT32_MAX, &max_tokens, NULL, e) ||
         !get_int(root, "max_completion_tokens", 0, INT32_MAX, &max_tokens, NULL, e) ||
+        !get_int(root, "n", 1, SERVER_MAX_CHOICES, &n, NULL, e) ||
         !get_bool(root, "stream", &r->stream, e) || !parse_stop(root, r, e)) {
         return false;
     }
     s->top_k = (int32_t)top_k;
     s->seed = (uint64_t)seed;
     r->max_tokens = (int32_t)max_tokens;
+    r->n_choices = (int32_t)n;
     const json_t *so = json_object_get(root, "stream_options");
     if (so != NULL && !json_is_null(so)) {
         if (!json_is_object(so)) {

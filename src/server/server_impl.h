@@ -37,6 +37,7 @@ typedef enum server_kind { SERVER_CHAT = 0, SERVER_COMPLETION = 1 } server_kind;
 #define SERVER_MAX_STOP_BYTES 256 /* bytes of one stop string */
 #define SERVER_MAX_MESSAGES   4096
 #define SERVER_MAX_LOGPROBS   20
+#define SERVER_MAX_CHOICES    16 /* n: generated one after the other */
 
 typedef struct server_request {
     server_kind kind;
@@ -48,6 +49,7 @@ typedef struct server_request {
     int32_t *prompt_ids; /* owned; completions: a prompt given as token ids */
     size_t n_prompt_ids;
     int32_t max_tokens; /* -1: until the end of the turn or a full context */
+    int32_t n_choices;  /* n: answers to generate, 1..SERVER_MAX_CHOICES */
     lares_sampler_opts sampler;
     bool seed_given;
     char *stop[SERVER_MAX_STOP]; /* owned */

@@ -19,6 +19,7 @@ typedef struct gen {
     server *sv;
     server_job *j;
     const server_request *r;
+    int32_t index; /* the choice being generated (n > 1: one after the other) */
     /* held back: text and its tokens */
     char *text;
     size_t len, cap;
@@ -58,7 +59,7 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
 static json_t *choice(const gen *g, json_t *text, json_t *logprobs, const char *finish,
                       bool chunk) {
     json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(0));
+    json_object_set_new(c, "index", json_integer(g->index));
     if (g->r->kind == SERVER_CHAT) {
         json_t *msg = json_object();
         if (!chunk) {
@@ -200,26 +201,41 @@ static void write_error(server_job *j, const char *msg, int status) {
     }
 }
 
-static void run(server *sv, server_job *j) {
+/* What the choices of one request add up to. */
+typedef struct run_totals {
+    size_t cached;    /* prompt tokens reused from the cache for the first choice */
+    size_t generated; /* tokens sampled, all choices */
+    double prompt_s, gen_s;
+    lares_stats last; /* the last choice's figures */
+} run_totals;
+
+/* Generates choice g->index: streamed, or appended to reply's choices.
+ * False when it failed (the error is written) or the client left. */
+static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_totals *tot) {
     const server_request *r = &j->req;
-    gen g = {.sv = sv, .j = j, .r = r};
     if (!r->stream && r->logprobs) {
-        g.lp = r->kind == SERVER_CHAT ? json_array() : server_completion_logprobs_new();
+        g->lp = r->kind == SERVER_CHAT ? json_array() : server_completion_logprobs_new();
     }
     const size_t kept = lares_session_reuse_prefix(sv->s, j->ids, j->n_ids);
+    if (g->index == 0) {
+        tot->cached = kept;
+    }
     lares_generate_opts go = lares_generate_opts_default();
     go.n_predict = r->max_tokens;
     go.sampler = r->sampler;
+    /* choice i of a seeded request samples with seed + i: the first choice is
+     * the answer the same request with n = 1 gets */
+    go.sampler.seed += (uint64_t)g->index;
     if (!r->seed_given) {
         go.sampler.seed =
             (uint64_t)time(NULL) * 6364136223846793005u + atomic_fetch_add(&sv->next_id, 1);
     }
     go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
     go.on_token = on_token;
-    go.user = &g;
+    go.user = g;
     if (r->stream && r->kind == SERVER_CHAT) {
         json_t *o = server_reply_base(j, sv->model_id, true);
-        json_t *c = choice(&g, json_string(""), NULL, NULL, true);
+        json_t *c = choice(g, json_string(""), NULL, NULL, true);
         json_object_set_new(json_object_get(c, "delta"), "role", json_string("assistant"));
         json_array_append_new(json_object_get(o, "choices"), c);
         if (r->include_usage) {
@@ -231,49 +247,83 @@ static void run(server *sv, server_job *j) {
     lares_error err = {0};
     lares_status rc =
         lares_generate(sv->s, j->ids + kept, j->n_ids - kept, &go, NULL, 0, NULL, &st, &err);
-    if (!g.stop_string) {
-        release(&g, g.n_toks, g.len); /* the held tail: no stop string came */
+    if (!g->stop_string) {
+        release(g, g->n_toks, g->len); /* the held tail: no stop string came */
     }
+    tot->generated += (size_t)st.n_generated;
+    tot->prompt_s += st.prompt_ms / 1e3;
+    tot->gen_s += st.gen_ms / 1e3;
+    tot->last = st;
     const char *finish = st.stop == LARES_STOP_LENGTH ? "length" : "stop";
-    if (rc != LARES_OK || g.oom) {
+    if (rc != LARES_OK || g->oom) {
         write_error(j, rc != LARES_OK ? err.msg : "out of memory while generating", 500);
         server_job_finish(j, 500);
-    } else if (r->stream) {
+        return false;
+    }
+    if (r->stream) {
         json_t *o = server_reply_base(j, sv->model_id, true);
         json_array_append_new(
             json_object_get(o, "choices"),
-            choice(&g, r->kind == SERVER_CHAT ? NULL : json_string(""), NULL, finish, true));
+            choice(g, r->kind == SERVER_CHAT ? NULL : json_string(""), NULL, finish, true));
         if (r->include_usage) {
             json_object_set_new(o, "usage", json_null());
         }
         server_write_event(j, o);
-        if (r->include_usage) {
-            o = server_reply_base(j, sv->model_id, true);
-            json_object_set_new(o, "usage",
-                                server_usage_json(j->n_ids, kept, (size_t)st.n_generated));
-            server_write_event(j, o);
-        }
-        server_job_write(j, "data: [DONE]\n\n", 14);
-        server_job_finish(j, 200);
     } else {
-        json_t *o = server_reply_base(j, sv->model_id, false);
-        json_t *lp = g.lp;
-        g.lp = NULL;
+        json_t *lp = g->lp;
+        g->lp = NULL;
         json_array_append_new(
-            json_object_get(o, "choices"),
-            choice(&g, server_lossy_string(g.all ? g.all : "", g.all_len), lp, finish, false));
-        json_object_set_new(o, "usage", server_usage_json(j->n_ids, kept, (size_t)st.n_generated));
-        char *s = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        if (s != NULL) {
-            server_job_write(j, s, strlen(s));
-            free(s);
+            json_object_get(reply, "choices"),
+            choice(g, server_lossy_string(g->all ? g->all : "", g->all_len), lp, finish, false));
+    }
+    return !atomic_load(&j->cancel);
+}
+
+static void run(server *sv, server_job *j) {
+    const server_request *r = &j->req;
+    run_totals tot = {0};
+    json_t *reply = r->stream ? NULL : server_reply_base(j, sv->model_id, false);
+    bool ok = true, failed = false;
+    for (int32_t i = 0; i < r->n_choices && ok; i++) {
+        gen g = {.sv = sv, .j = j, .r = r, .index = i};
+        ok = run_choice(sv, j, &g, reply, &tot);
+        json_decref(g.lp);
+        lares_free(g.text);
+        lares_free(g.toks);
+        lares_free(g.all);
+        pthread_mutex_lock(&j->mu);
+        failed = j->done; /* run_choice finished it with an error */
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (failed) {
+        json_decref(reply);
+    } else {
+        json_t *usage = server_usage_json(j->n_ids, tot.cached, tot.generated);
+        if (r->stream) {
+            if (r->include_usage) {
+                json_t *o = server_reply_base(j, sv->model_id, true);
+                json_object_set_new(o, "usage", usage);
+                server_write_event(j, o);
+            } else {
+                json_decref(usage);
+            }
+            server_job_write(j, "data: [DONE]\n\n", 14);
             server_job_finish(j, 200);
         } else {
-            write_error(j, "out of memory writing the reply", 500);
-            server_job_finish(j, 500);
+            json_object_set_new(reply, "usage", usage);
+            char *s = json_dumps(reply, JSON_COMPACT);
+            json_decref(reply);
+            if (s != NULL) {
+                server_job_write(j, s, strlen(s));
+                free(s);
+                server_job_finish(j, 200);
+            } else {
+                write_error(j, "out of memory writing the reply", 500);
+                server_job_finish(j, 500);
+            }
         }
     }
+    const lares_stats st = tot.last;
     int32_t n_past = 0;
     lares_session_tokens(sv->s, &n_past);
     mem_sample ms;
@@ -281,10 +331,10 @@ static void run(server *sv, server_job *j) {
     pthread_mutex_lock(&sv->mu);
     server_metrics *mx = &sv->mx;
     mx->prompt_tokens += j->n_ids;
-    mx->cached_tokens += kept;
-    mx->completion_tokens += (uint64_t)st.n_generated;
-    mx->prompt_seconds += st.prompt_ms / 1e3;
-    mx->gen_seconds += st.gen_ms / 1e3;
+    mx->cached_tokens += tot.cached;
+    mx->completion_tokens += (uint64_t)tot.generated;
+    mx->prompt_seconds += tot.prompt_s;
+    mx->gen_seconds += tot.gen_s;
     if (st.n_prompt > 0) {
         mx->last_prompt_tok_s = st.prompt_tok_s;
     }
@@ -297,10 +347,6 @@ static void run(server *sv, server_job *j) {
         mx->canceled++;
     }
     pthread_mutex_unlock(&sv->mu);
-    json_decref(g.lp);
-    lares_free(g.text);
-    lares_free(g.toks);
-    lares_free(g.all);
 }
 
 void *server_worker_main(void *arg) {

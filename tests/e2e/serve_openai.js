@@ -76,6 +76,31 @@ async function main() {
   check(a.choices[0].message.content === b.choices[0].message.content, 'same seed, same text');
   check(a.choices[0].message.content !== d.choices[0].message.content, 'other seed, other text');
 
+  // n > 1: choices one after the other, choice i seeded with seed + i
+  const many = await client.chat.completions.create({ ...seeded, max_tokens: 10, seed: 11, n: 3 });
+  check(many.choices.length === 3 && many.choices.every((ch, i) => ch.index === i &&
+        ['length', 'stop'].includes(ch.finish_reason) && typeof ch.message.content === 'string'),
+    'n = 3: three choices', many.choices);
+  const one = await client.chat.completions.create({ ...seeded, max_tokens: 10, seed: 11 });
+  check(many.choices[0].message.content === one.choices[0].message.content, 'n = 3: choice 0 is the n = 1 answer',
+    [many.choices[0].message.content, one.choices[0].message.content]);
+  check(new Set(many.choices.map((ch) => ch.message.content)).size > 1, 'n = 3: the choices differ');
+  check(many.usage.completion_tokens >= 3 && many.usage.completion_tokens <= 30 &&
+        many.usage.prompt_tokens === one.usage.prompt_tokens, 'n = 3: usage', many.usage);
+  const parts = ['', ''];
+  const finished = [null, null];
+  const nstream = await client.completions.create({ model: 'lares', prompt: 'Once upon a time', max_tokens: 12, temperature: 1, seed: 3, n: 2, stream: true });
+  for await (const ch of nstream) {
+    for (const c of ch.choices) {
+      parts[c.index] += c.text;
+      if (c.finish_reason) finished[c.index] = c.finish_reason;
+    }
+  }
+  const nplain = await client.completions.create({ model: 'lares', prompt: 'Once upon a time', max_tokens: 12, temperature: 1, seed: 3, n: 2 });
+  check(nplain.choices.length === 2 && parts[0] === nplain.choices[0].text && parts[1] === nplain.choices[1].text &&
+        finished.every((f) => f === 'length' || f === 'stop'), 'n = 2 streamed by index', [parts, nplain.choices]);
+  await expectError('n = 17', () => client.chat.completions.create({ ...chat, n: 17 }), 400);
+
   const lp = await client.chat.completions.create({ ...chat, max_tokens: 8, logprobs: true, top_logprobs: 3 });
   const content = lp.choices[0].logprobs.content;
   check(content.length === 8 && content.every((x) => x.logprob <= 0 && x.top_logprobs.length === 3),
