@@ -13,11 +13,11 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    for (int k = 0; k < 2; k++) {
+    static const server_kind kinds[] = {SERVER_CHAT, SERVER_COMPLETION, SERVER_EMBEDDING};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         server_request r;
         server_error e;
-        if (server_request_parse(k == 0 ? SERVER_CHAT : SERVER_COMPLETION, (const char *)data, size,
-                                 &r, &e)) {
+        if (server_request_parse(kinds[k], (const char *)data, size, &r, &e)) {
             if (r.n_stop > 0) {
                 size_t cut = 0, safe = 0;
                 if (server_stop_find(r.stop, r.stop_len, r.n_stop, (const char *)data, size, &cut,

@@ -298,6 +298,7 @@ typedef enum route {
     R_MODEL,
     R_CHAT,
     R_COMPLETIONS,
+    R_EMBEDDINGS,
 } route;
 
 static route route_of(const char *url, bool *is_post) {
@@ -311,6 +312,7 @@ static route route_of(const char *url, bool *is_post) {
         {"/v1/models", R_MODELS, false},
         {"/v1/chat/completions", R_CHAT, true},
         {"/v1/completions", R_COMPLETIONS, true},
+        {"/v1/embeddings", R_EMBEDDINGS, true},
     };
     for (size_t i = 0; i < LARES_ARRAY_LEN(table); i++) {
         if (strcmp(url, table[i].path) == 0) {
@@ -447,6 +449,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return generate(sv, c, SERVER_CHAT, rc);
     case R_COMPLETIONS:
         return generate(sv, c, SERVER_COMPLETION, rc);
+    case R_EMBEDDINGS:
+        return generate(sv, c, SERVER_EMBEDDING, rc);
     case R_NONE:
         break;
     }

@@ -10,8 +10,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
-static const int slot_status[SERVER_STATUS_SLOTS] = {200, 204, 400, 401, 403, 404,
-                                                     405, 413, 500, 503};
+static const int slot_status[SERVER_STATUS_SLOTS] = {200, 204, 400, 401, 403,
+                                                     404, 405, 413, 500, 503};
 
 static int status_slot(int status) {
     for (int i = 0; i < SERVER_STATUS_SLOTS; i++) {
@@ -84,6 +84,7 @@ char *server_metrics_text(server *sv) {
     metric(&b, "lares_requests_total", "counter", "generation requests accepted, by endpoint");
     add(&b, "lares_requests_total{endpoint=\"chat\"} %" PRIu64 "\n", mx.requests_chat);
     add(&b, "lares_requests_total{endpoint=\"completions\"} %" PRIu64 "\n", mx.requests_completion);
+    add(&b, "lares_requests_total{endpoint=\"embeddings\"} %" PRIu64 "\n", mx.requests_embedding);
     metric(&b, "lares_requests_rejected_total", "counter", "requests refused with 503, queue full");
     add(&b, "lares_requests_rejected_total %" PRIu64 "\n", mx.rejected_busy);
     metric(&b, "lares_requests_canceled_total", "counter",

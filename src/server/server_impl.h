@@ -31,13 +31,27 @@ json_t *server_error_json(const server_error *e);
 
 /* ---- requests ---- */
 
-typedef enum server_kind { SERVER_CHAT = 0, SERVER_COMPLETION = 1 } server_kind;
+typedef enum server_kind {
+    SERVER_CHAT = 0,
+    SERVER_COMPLETION = 1,
+    SERVER_EMBEDDING = 2,
+} server_kind;
 
 #define SERVER_MAX_STOP       4   /* stop strings per request (as OpenAI) */
 #define SERVER_MAX_STOP_BYTES 256 /* bytes of one stop string */
 #define SERVER_MAX_MESSAGES   4096
 #define SERVER_MAX_LOGPROBS   20
-#define SERVER_MAX_CHOICES    16 /* n: generated one after the other */
+#define SERVER_MAX_CHOICES    16  /* n: generated one after the other */
+#define SERVER_MAX_INPUTS     256 /* texts in one embeddings request */
+
+/* one text of an embeddings request: given as text (tokenized by
+ * server_prepare) or as token ids */
+typedef struct server_input {
+    char *text; /* owned; NULL when given as ids */
+    size_t len;
+    int32_t *ids; /* owned */
+    size_t n_ids;
+} server_input;
 
 typedef struct server_request {
     server_kind kind;
@@ -59,6 +73,11 @@ typedef struct server_request {
     bool include_usage;
     bool logprobs;        /* log-probabilities of the chosen tokens */
     int32_t top_logprobs; /* alternatives per token, 0..20 */
+    /* embeddings */
+    server_input *inputs; /* owned */
+    size_t n_inputs;
+    bool base64;        /* encoding_format "base64": little-endian float32 bytes */
+    int32_t dimensions; /* 0: not given; else must equal the model's width */
 } server_request;
 
 /* Parses and validates a request body. On failure e says what (400, naming
@@ -83,7 +102,7 @@ bool server_stop_find(char *const *stop, const size_t *stop_len, size_t n_stop, 
 
 typedef struct server_metrics {
     uint64_t responses[SERVER_STATUS_SLOTS]; /* by status: see metrics.c, status_slot */
-    uint64_t requests_chat, requests_completion;
+    uint64_t requests_chat, requests_completion, requests_embedding;
     uint64_t canceled;      /* generations stopped because the client left */
     uint64_t rejected_busy; /* 503: the queue was full */
     uint64_t prompt_tokens, cached_tokens, completion_tokens;
@@ -185,6 +204,8 @@ bool server_enqueue(server *sv, server_job *j, server_error *e);
 /* The client went away: stops the job where it is. */
 void server_cancel_job(server *sv, server_job *j);
 void *server_worker_main(void *arg);
+/* The worker's side of /v1/embeddings (embed.c): answers and finishes j. */
+void server_run_embedding(server *sv, server_job *j);
 
 /* The Prometheus text of /metrics (malloc'd). */
 char *server_metrics_text(server *sv);

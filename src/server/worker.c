@@ -372,6 +372,8 @@ void *server_worker_main(void *arg) {
         pthread_mutex_unlock(&j->mu);
         if (atomic_load(&j->cancel)) {
             server_job_finish(j, 499); /* the client left while it waited */
+        } else if (j->req.kind == SERVER_EMBEDDING) {
+            server_run_embedding(sv, j);
         } else {
             run(sv, j);
         }
