@@ -11,6 +11,8 @@
 #include "core/core.h"
 #include "server/conns.h"
 #include "server/cors.h"
+#include "server/ollama.h"
+#include "server/respond.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -71,8 +73,10 @@ static enum MHD_Result send_json(server *sv, struct MHD_Connection *c, int statu
     return ok;
 }
 
-static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const server_error *e) {
-    json_t *o = server_error_json(e);
+/* an error in the shape of the API the request came through */
+static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const server_error *e,
+                                  server_dialect dl) {
+    json_t *o = dl == SERVER_OLLAMA ? server_ollama_error_json(e) : server_error_json(e);
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (s == NULL) {
@@ -175,38 +179,65 @@ static int connection_fd(struct MHD_Connection *c) {
     return ci != NULL ? ci->connect_fd : -1;
 }
 
-static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, server_kind kind,
+typedef enum route {
+    R_NONE,
+    R_HEALTH,
+    R_METRICS,
+    R_MODELS,
+    R_MODEL,
+    R_CHAT,
+    R_COMPLETIONS,
+    R_EMBEDDINGS,
+    R_OLLAMA_TAGS,
+    R_OLLAMA_SHOW,
+    R_OLLAMA_VERSION,
+    R_OLLAMA_GENERATE,
+    R_OLLAMA_CHAT,
+} route;
+
+static server_dialect dialect_of(route r) {
+    return r >= R_OLLAMA_TAGS ? SERVER_OLLAMA : SERVER_OPENAI;
+}
+
+static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, route rt,
                                     const req_ctx *rc, bool *streaming);
 
 /* counts the reply as active until it is sent (a stream: until the daemon frees it) */
-static enum MHD_Result generate(server *sv, struct MHD_Connection *c, server_kind kind,
-                                const req_ctx *rc) {
+static enum MHD_Result generate(server *sv, struct MHD_Connection *c, route rt, const req_ctx *rc) {
     bool streaming = false;
     active_add(sv, 1);
-    enum MHD_Result ok = generate_job(sv, c, kind, rc, &streaming);
+    enum MHD_Result ok = generate_job(sv, c, rt, rc, &streaming);
     if (!streaming) {
         active_add(sv, -1);
     }
     return ok;
 }
 
-static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, server_kind kind,
+static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, route rt,
                                     const req_ctx *rc, bool *streaming) {
+    const server_dialect dl = dialect_of(rt);
     server_job *j = server_job_create();
     server_error e;
     if (j == NULL) {
         server_fail(&e, 500, "server_error", NULL, NULL, "out of memory for a request");
-        return send_error(sv, c, &e);
+        return send_error(sv, c, &e, dl);
     }
-    if (!server_request_parse(kind, rc->body ? rc->body : "", rc->len, &j->req, &e) ||
-        !server_prepare(sv, j, &e)) {
+    const char *body = rc->body ? rc->body : "";
+    const bool parsed =
+        dl == SERVER_OLLAMA
+            ? server_ollama_parse(rt == R_OLLAMA_GENERATE, body, rc->len, &j->req, &e)
+            : server_request_parse(rt == R_CHAT          ? SERVER_CHAT
+                                   : rt == R_COMPLETIONS ? SERVER_COMPLETION
+                                                         : SERVER_EMBEDDING,
+                                   body, rc->len, &j->req, &e);
+    if (!parsed || !server_prepare(sv, j, &e)) {
         server_job_release(j);
-        return send_error(sv, c, &e);
+        return send_error(sv, c, &e, dl);
     }
     j->fd = connection_fd(c);
     if (!server_enqueue(sv, j, &e)) {
         server_job_release(j);
-        return send_error(sv, c, &e);
+        return send_error(sv, c, &e, dl);
     }
     if (!wait_job(j, j->req.stream)) {
         server_cancel_job(sv, j); /* left while waiting: nothing to answer */
@@ -239,7 +270,8 @@ static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, server
         server_job_release(j);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            dl == SERVER_OLLAMA ? "application/x-ndjson" : "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     server_cors_headers(sv, c, r);
     *streaming = true; /* from here on stream_free ends the reply */
@@ -261,12 +293,13 @@ static json_t *model_json(const server *sv) {
 }
 
 static enum MHD_Result models(server *sv, struct MHD_Connection *c, const char *id) {
+    const server_dialect dl = SERVER_OPENAI;
     if (id != NULL) {
         if (strcmp(id, sv->model_id) != 0 && strcmp(id, "lares") != 0) {
             server_error e;
             server_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
                         "the model '%.64s' does not exist; this server has '%s'", id, sv->model_id);
-            return send_error(sv, c, &e);
+            return send_error(sv, c, &e, dl);
         }
         return send_json(sv, c, 200, model_json(sv));
     }
@@ -288,18 +321,28 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
     return ok;
 }
 
-/* ---- routing ---- */
+/* POST /api/show: the model's card, for the one model this server has */
+static enum MHD_Result ollama_show(server *sv, struct MHD_Connection *c, const req_ctx *rc) {
+    const server_dialect dl = SERVER_OLLAMA;
+    server_error e;
+    json_error_t je;
+    json_t *root = json_loadb(rc->body ? rc->body : "", rc->len, 0, &je);
+    const json_t *m = json_object_get(root, "model");
+    m = m != NULL ? m : json_object_get(root, "name");
+    char name[300];
+    snprintf(name, sizeof name, "%s", json_is_string(m) ? json_string_value(m) : "");
+    json_decref(root);
+    const size_t idn = strlen(sv->model_id);
+    if (strcmp(name, sv->model_id) != 0 && strcmp(name, "lares") != 0 &&
+        !(strncmp(name, sv->model_id, idn) == 0 && strcmp(name + idn, ":latest") == 0)) {
+        server_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                    "model '%.64s' not found; this server has '%s'", name, sv->model_id);
+        return send_error(sv, c, &e, dl);
+    }
+    return send_json(sv, c, 200, server_ollama_show(sv));
+}
 
-typedef enum route {
-    R_NONE,
-    R_HEALTH,
-    R_METRICS,
-    R_MODELS,
-    R_MODEL,
-    R_CHAT,
-    R_COMPLETIONS,
-    R_EMBEDDINGS,
-} route;
+/* ---- routing ---- */
 
 static route route_of(const char *url, bool *is_post) {
     static const struct {
@@ -313,6 +356,11 @@ static route route_of(const char *url, bool *is_post) {
         {"/v1/chat/completions", R_CHAT, true},
         {"/v1/completions", R_COMPLETIONS, true},
         {"/v1/embeddings", R_EMBEDDINGS, true},
+        {"/api/tags", R_OLLAMA_TAGS, false},
+        {"/api/show", R_OLLAMA_SHOW, true},
+        {"/api/version", R_OLLAMA_VERSION, false},
+        {"/api/generate", R_OLLAMA_GENERATE, true},
+        {"/api/chat", R_OLLAMA_CHAT, true},
     };
     for (size_t i = 0; i < LARES_ARRAY_LEN(table); i++) {
         if (strcmp(url, table[i].path) == 0) {
@@ -361,6 +409,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     server_error e;
     bool want_post = false;
     const route r = route_of(url, &want_post);
+    const server_dialect dl = dialect_of(r);
     req_ctx *rc = *con_cls;
     if (rc == NULL) { /* headers are in; the body (if any) follows */
         if ((rc = calloc(1, sizeof *rc)) == NULL) {
@@ -372,7 +421,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (r == R_NONE) {
             server_fail(&e, 404, "invalid_request_error", "unknown_url", NULL,
                         "unknown endpoint %.8s %.200s", method, url);
-            return send_error(sv, c, &e);
+            return send_error(sv, c, &e, dl);
         }
         if (sv->cors != NULL && strcmp(method, "OPTIONS") == 0) {
             return server_cors_preflight(sv, c, url);
@@ -380,24 +429,24 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         if (is_post != want_post || (!is_post && strcmp(method, "GET") != 0)) {
             server_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
                         "%.200s takes %s, not %.8s", url, want_post ? "POST" : "GET", method);
-            return send_error(sv, c, &e);
+            return send_error(sv, c, &e, dl);
         }
         if (r != R_HEALTH && r != R_METRICS && server_conns_over_limit(sv)) {
             server_fail(&e, 503, "server_error", "too_many_connections", NULL,
                         "more than %d connections are open; retry later", sv->o.max_connections);
-            return send_error(sv, c, &e);
+            return send_error(sv, c, &e, dl);
         }
         if (r != R_HEALTH && !key_ok(sv, c)) {
             server_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
                         "incorrect or missing API key: send 'Authorization: Bearer KEY'");
-            return send_error(sv, c, &e);
+            return send_error(sv, c, &e, dl);
         }
         const char *cl =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl != NULL && strtoull(cl, NULL, 10) > sv->o.max_body_bytes) {
             server_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
                         "the body has %.20s bytes; the limit is %zu", cl, sv->o.max_body_bytes);
-            return send_error(sv, c, &e);
+            return send_error(sv, c, &e, dl);
         }
         return MHD_YES;
     }
@@ -427,7 +476,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (rc->too_big) {
         server_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
                     "the body is larger than the limit of %zu bytes", sv->o.max_body_bytes);
-        return send_error(sv, c, &e);
+        return send_error(sv, c, &e, dl);
     }
     server_conns_phase(sv, c, SERVER_CONN_BUSY);
     switch (r) {
@@ -446,11 +495,20 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     case R_MODEL:
         return models(sv, c, url + 11);
     case R_CHAT:
-        return generate(sv, c, SERVER_CHAT, rc);
     case R_COMPLETIONS:
-        return generate(sv, c, SERVER_COMPLETION, rc);
     case R_EMBEDDINGS:
-        return generate(sv, c, SERVER_EMBEDDING, rc);
+    case R_OLLAMA_GENERATE:
+    case R_OLLAMA_CHAT:
+        return generate(sv, c, r, rc);
+    case R_OLLAMA_TAGS:
+        return send_json(sv, c, 200, server_ollama_tags(sv));
+    case R_OLLAMA_SHOW:
+        return ollama_show(sv, c, rc);
+    case R_OLLAMA_VERSION: {
+        json_t *o = json_object();
+        json_object_set_new(o, "version", json_string(LARES_SERVER_VERSION)); /* lares's */
+        return send_json(sv, c, 200, o);
+    }
     case R_NONE:
         break;
     }

@@ -64,7 +64,11 @@ static bool prepare_inputs(server *sv, server_job *j, server_error *e) {
 
 bool server_prepare(server *sv, server_job *j, server_error *e) {
     server_request *r = &j->req;
-    if (strcmp(r->model, sv->model_id) != 0 && strcmp(r->model, "lares") != 0) {
+    /* Ollama's clients name models "name:tag"; /api/tags lists this one as ":latest" */
+    const size_t idn = strlen(sv->model_id);
+    const bool tagged =
+        strncmp(r->model, sv->model_id, idn) == 0 && strcmp(r->model + idn, ":latest") == 0;
+    if (strcmp(r->model, sv->model_id) != 0 && strcmp(r->model, "lares") != 0 && !tagged) {
         return server_fail(e, 404, "invalid_request_error", "model_not_found", "model",
                            "the model '%.64s' does not exist; this server has '%s'", r->model,
                            sv->model_id);

@@ -44,6 +44,12 @@ typedef enum server_kind {
 #define SERVER_MAX_CHOICES    16  /* n: generated one after the other */
 #define SERVER_MAX_INPUTS     256 /* texts in one embeddings request */
 
+/* which API a request came through: how its reply is written */
+typedef enum server_dialect {
+    SERVER_OPENAI = 0, /* server-sent events, OpenAI's objects */
+    SERVER_OLLAMA = 1, /* newline-delimited JSON, Ollama's objects (ollama.c) */
+} server_dialect;
+
 /* one text of an embeddings request: given as text (tokenized by
  * server_prepare) or as token ids */
 typedef struct server_input {
@@ -55,6 +61,8 @@ typedef struct server_input {
 
 typedef struct server_request {
     server_kind kind;
+    server_dialect dialect;
+    bool ollama_generate; /* /api/generate: the text goes in "response", not "message" */
     char *model;          /* owned */
     lares_chat_msg *msgs; /* owned; chat: roles are constant strings, contents owned */
     size_t n_msgs;

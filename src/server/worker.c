@@ -11,6 +11,7 @@
  */
 #include "core/core.h"
 #include "mem/mem.h"
+#include "server/ollama.h"
 #include "server/respond.h"
 
 #include <time.h>
@@ -106,7 +107,11 @@ static void release(gen *g, size_t n_tok, size_t n_bytes) {
             start = t->end;
         }
     }
-    if (r->stream) {
+    if (r->stream && r->dialect == SERVER_OLLAMA) {
+        if (n_bytes > 0) {
+            server_ollama_chunk(g->j, server_lossy_string(g->text, n_bytes));
+        }
+    } else if (r->stream) {
         json_t *o = server_reply_base(g->j, g->sv->model_id, true);
         json_array_append_new(json_object_get(o, "choices"),
                               choice(g, server_lossy_string(g->text, n_bytes), lps, NULL, true));
@@ -187,6 +192,17 @@ static bool on_token(const lares_token_info *t, void *user) {
 static void write_error(server_job *j, const char *msg, int status) {
     server_error e;
     server_fail(&e, status, "server_error", NULL, NULL, "%s", msg);
+    if (j->req.dialect == SERVER_OLLAMA) { /* a line of its own, streamed or not */
+        json_t *o = server_ollama_error_json(&e);
+        char *s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (s != NULL) {
+            server_job_write(j, s, strlen(s));
+            server_job_write(j, "\n", 1);
+            free(s);
+        }
+        return;
+    }
     json_t *o = server_error_json(&e);
     if (j->req.stream) {
         server_write_event(j, o);
@@ -233,7 +249,7 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
     go.on_token = on_token;
     go.user = g;
-    if (r->stream && r->kind == SERVER_CHAT) {
+    if (r->stream && r->kind == SERVER_CHAT && r->dialect == SERVER_OPENAI) {
         json_t *o = server_reply_base(j, sv->model_id, true);
         json_t *c = choice(g, json_string(""), NULL, NULL, true);
         json_object_set_new(json_object_get(c, "delta"), "role", json_string("assistant"));
@@ -260,7 +276,16 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
         server_job_finish(j, 500);
         return false;
     }
-    if (r->stream) {
+    if (r->dialect == SERVER_OLLAMA) {
+        const server_ollama_counts c = {.prompt_tokens = j->n_ids - kept,
+                                        .generated = (size_t)st.n_generated,
+                                        .total_s = (st.prompt_ms + st.gen_ms) / 1e3,
+                                        .prompt_s = st.prompt_ms / 1e3,
+                                        .gen_s = st.gen_ms / 1e3};
+        server_ollama_final(
+            j, r->stream ? json_string("") : server_lossy_string(g->all ? g->all : "", g->all_len),
+            finish, &c);
+    } else if (r->stream) {
         json_t *o = server_reply_base(j, sv->model_id, true);
         json_array_append_new(
             json_object_get(o, "choices"),
@@ -282,7 +307,8 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
 static void run(server *sv, server_job *j) {
     const server_request *r = &j->req;
     run_totals tot = {0};
-    json_t *reply = r->stream ? NULL : server_reply_base(j, sv->model_id, false);
+    json_t *reply =
+        r->stream || r->dialect == SERVER_OLLAMA ? NULL : server_reply_base(j, sv->model_id, false);
     bool ok = true, failed = false;
     for (int32_t i = 0; i < r->n_choices && ok; i++) {
         gen g = {.sv = sv, .j = j, .r = r, .index = i};
@@ -297,6 +323,8 @@ static void run(server *sv, server_job *j) {
     }
     if (failed) {
         json_decref(reply);
+    } else if (r->dialect == SERVER_OLLAMA) {
+        server_job_finish(j, 200); /* the last line went with the choice */
     } else {
         json_t *usage = server_usage_json(j->n_ids, tot.cached, tot.generated);
         if (r->stream) {
