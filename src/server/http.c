@@ -9,6 +9,7 @@
  * not read a connection whose handler is busy.
  */
 #include "core/core.h"
+#include "server/anthropic.h"
 #include "server/conns.h"
 #include "server/cors.h"
 #include "server/ollama.h"
@@ -76,7 +77,9 @@ static enum MHD_Result send_json(server *sv, struct MHD_Connection *c, int statu
 /* an error in the shape of the API the request came through */
 static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const server_error *e,
                                   server_dialect dl) {
-    json_t *o = dl == SERVER_OLLAMA ? server_ollama_error_json(e) : server_error_json(e);
+    json_t *o = dl == SERVER_OLLAMA      ? server_ollama_error_json(e)
+                : dl == SERVER_ANTHROPIC ? server_anthropic_error_json(e)
+                                         : server_error_json(e);
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (s == NULL) {
@@ -188,6 +191,7 @@ typedef enum route {
     R_CHAT,
     R_COMPLETIONS,
     R_EMBEDDINGS,
+    R_ANTHROPIC_MESSAGES,
     R_OLLAMA_TAGS,
     R_OLLAMA_SHOW,
     R_OLLAMA_VERSION,
@@ -196,7 +200,9 @@ typedef enum route {
 } route;
 
 static server_dialect dialect_of(route r) {
-    return r >= R_OLLAMA_TAGS ? SERVER_OLLAMA : SERVER_OPENAI;
+    return r >= R_OLLAMA_TAGS          ? SERVER_OLLAMA
+           : r == R_ANTHROPIC_MESSAGES ? SERVER_ANTHROPIC
+                                       : SERVER_OPENAI;
 }
 
 static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, route rt,
@@ -223,13 +229,17 @@ static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, route 
         return send_error(sv, c, &e, dl);
     }
     const char *body = rc->body ? rc->body : "";
-    const bool parsed =
-        dl == SERVER_OLLAMA
-            ? server_ollama_parse(rt == R_OLLAMA_GENERATE, body, rc->len, &j->req, &e)
-            : server_request_parse(rt == R_CHAT          ? SERVER_CHAT
-                                   : rt == R_COMPLETIONS ? SERVER_COMPLETION
-                                                         : SERVER_EMBEDDING,
-                                   body, rc->len, &j->req, &e);
+    bool parsed = false;
+    if (dl == SERVER_OLLAMA) {
+        parsed = server_ollama_parse(rt == R_OLLAMA_GENERATE, body, rc->len, &j->req, &e);
+    } else if (dl == SERVER_ANTHROPIC) {
+        parsed = server_anthropic_parse(body, rc->len, &j->req, &e);
+    } else {
+        const server_kind kind = rt == R_CHAT          ? SERVER_CHAT
+                                 : rt == R_COMPLETIONS ? SERVER_COMPLETION
+                                                       : SERVER_EMBEDDING;
+        parsed = server_request_parse(kind, body, rc->len, &j->req, &e);
+    }
     if (!parsed || !server_prepare(sv, j, &e)) {
         server_job_release(j);
         return send_error(sv, c, &e, dl);
@@ -356,6 +366,7 @@ static route route_of(const char *url, bool *is_post) {
         {"/v1/chat/completions", R_CHAT, true},
         {"/v1/completions", R_COMPLETIONS, true},
         {"/v1/embeddings", R_EMBEDDINGS, true},
+        {"/v1/messages", R_ANTHROPIC_MESSAGES, true},
         {"/api/tags", R_OLLAMA_TAGS, false},
         {"/api/show", R_OLLAMA_SHOW, true},
         {"/api/version", R_OLLAMA_VERSION, false},
@@ -376,19 +387,28 @@ static route route_of(const char *url, bool *is_post) {
 }
 
 /* "Authorization: Bearer KEY": the scheme is case-insensitive and followed
- * by one or more spaces (RFC 7235 section 2.1, RFC 6750 section 2.1); the
- * comparison takes time independent of where the keys differ */
+ * by one or more spaces (RFC 7235 section 2.1, RFC 6750 section 2.1); or,
+ * without Authorization, "x-api-key: KEY". The comparison takes time
+ * independent of where the keys differ. */
 static bool key_ok(const server *sv, struct MHD_Connection *c) {
     if (sv->api_key == NULL) {
         return true;
     }
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (h == NULL || strncasecmp(h, "Bearer", 6) != 0 || h[6] != ' ') {
-        return false;
-    }
-    h += 6;
-    while (*h == ' ') {
-        h++;
+    if (h == NULL) {
+        /* Anthropic's clients send the key as it is in x-api-key */
+        h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+        if (h == NULL) {
+            return false;
+        }
+    } else {
+        if (strncasecmp(h, "Bearer", 6) != 0 || h[6] != ' ') {
+            return false;
+        }
+        h += 6;
+        while (*h == ' ') {
+            h++;
+        }
     }
     const size_t n = strlen(sv->api_key);
     if (strlen(h) != n) {
@@ -438,7 +458,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         }
         if (r != R_HEALTH && !key_ok(sv, c)) {
             server_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
-                        "incorrect or missing API key: send 'Authorization: Bearer KEY'");
+                        "incorrect or missing API key: send 'Authorization: Bearer KEY' (or "
+                        "'x-api-key: KEY')");
             return send_error(sv, c, &e, dl);
         }
         const char *cl =
@@ -497,6 +518,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     case R_CHAT:
     case R_COMPLETIONS:
     case R_EMBEDDINGS:
+    case R_ANTHROPIC_MESSAGES:
     case R_OLLAMA_GENERATE:
     case R_OLLAMA_CHAT:
         return generate(sv, c, r, rc);

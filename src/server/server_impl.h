@@ -46,8 +46,9 @@ typedef enum server_kind {
 
 /* which API a request came through: how its reply is written */
 typedef enum server_dialect {
-    SERVER_OPENAI = 0, /* server-sent events, OpenAI's objects */
-    SERVER_OLLAMA = 1, /* newline-delimited JSON, Ollama's objects (ollama.c) */
+    SERVER_OPENAI = 0,    /* server-sent events, OpenAI's objects */
+    SERVER_OLLAMA = 1,    /* newline-delimited JSON, Ollama's objects (ollama.c) */
+    SERVER_ANTHROPIC = 2, /* named server-sent events, Anthropic's objects (anthropic.c) */
 } server_dialect;
 
 /* one text of an embeddings request: given as text (tokenized by

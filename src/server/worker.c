@@ -11,6 +11,7 @@
  */
 #include "core/core.h"
 #include "mem/mem.h"
+#include "server/anthropic.h"
 #include "server/ollama.h"
 #include "server/respond.h"
 
@@ -32,6 +33,7 @@ typedef struct gen {
     size_t sent_bytes; /* completions' text_offset */
     json_t *lp;        /* non-streamed: chat content list or completion logprobs */
     bool stop_string;  /* a stop string ended the answer */
+    size_t stop_index; /* which one */
     bool oom;
 } gen;
 
@@ -111,6 +113,10 @@ static void release(gen *g, size_t n_tok, size_t n_bytes) {
         if (n_bytes > 0) {
             server_ollama_chunk(g->j, server_lossy_string(g->text, n_bytes));
         }
+    } else if (r->stream && r->dialect == SERVER_ANTHROPIC) {
+        if (n_bytes > 0) {
+            server_anthropic_delta(g->j, server_lossy_string(g->text, n_bytes));
+        }
     } else if (r->stream) {
         json_t *o = server_reply_base(g->j, g->sv->model_id, true);
         json_array_append_new(json_object_get(o, "choices"),
@@ -176,6 +182,13 @@ static bool on_token(const lares_token_info *t, void *user) {
         while (n < g->n_toks && start < cut) {
             start = g->toks[n++].end;
         }
+        for (size_t s = 0; s < r->n_stop; s++) { /* the one that starts at cut */
+            if (g->len - cut >= r->stop_len[s] &&
+                memcmp(g->text + cut, r->stop[s], r->stop_len[s]) == 0) {
+                g->stop_index = s;
+                break;
+            }
+        }
         g->len = cut;
         release(g, n, cut);
         g->stop_string = true;
@@ -192,6 +205,20 @@ static bool on_token(const lares_token_info *t, void *user) {
 static void write_error(server_job *j, const char *msg, int status) {
     server_error e;
     server_fail(&e, status, "server_error", NULL, NULL, "%s", msg);
+    if (j->req.dialect == SERVER_ANTHROPIC && j->req.stream) {
+        server_anthropic_error_event(j, &e);
+        return;
+    }
+    if (j->req.dialect == SERVER_ANTHROPIC) {
+        json_t *o = server_anthropic_error_json(&e);
+        char *s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (s != NULL) {
+            server_job_write(j, s, strlen(s));
+            free(s);
+        }
+        return;
+    }
     if (j->req.dialect == SERVER_OLLAMA) { /* a line of its own, streamed or not */
         json_t *o = server_ollama_error_json(&e);
         char *s = json_dumps(o, JSON_COMPACT);
@@ -249,6 +276,9 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
     go.on_token = on_token;
     go.user = g;
+    if (r->stream && r->dialect == SERVER_ANTHROPIC) {
+        server_anthropic_start(j);
+    }
     if (r->stream && r->kind == SERVER_CHAT && r->dialect == SERVER_OPENAI) {
         json_t *o = server_reply_base(j, sv->model_id, true);
         json_t *c = choice(g, json_string(""), NULL, NULL, true);
@@ -276,7 +306,14 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
         server_job_finish(j, 500);
         return false;
     }
-    if (r->dialect == SERVER_OLLAMA) {
+    if (r->dialect == SERVER_ANTHROPIC) {
+        const char *reason = g->stop_string                 ? "stop_sequence"
+                             : st.stop == LARES_STOP_LENGTH ? "max_tokens"
+                                                            : "end_turn";
+        server_anthropic_end(j, server_lossy_string(g->all ? g->all : "", g->all_len), reason,
+                             g->stop_string ? r->stop[g->stop_index] : NULL,
+                             (size_t)st.n_generated);
+    } else if (r->dialect == SERVER_OLLAMA) {
         const server_ollama_counts c = {.prompt_tokens = j->n_ids - kept,
                                         .generated = (size_t)st.n_generated,
                                         .total_s = (st.prompt_ms + st.gen_ms) / 1e3,
@@ -308,7 +345,7 @@ static void run(server *sv, server_job *j) {
     const server_request *r = &j->req;
     run_totals tot = {0};
     json_t *reply =
-        r->stream || r->dialect == SERVER_OLLAMA ? NULL : server_reply_base(j, sv->model_id, false);
+        r->stream || r->dialect != SERVER_OPENAI ? NULL : server_reply_base(j, sv->model_id, false);
     bool ok = true, failed = false;
     for (int32_t i = 0; i < r->n_choices && ok; i++) {
         gen g = {.sv = sv, .j = j, .r = r, .index = i};
@@ -323,8 +360,8 @@ static void run(server *sv, server_job *j) {
     }
     if (failed) {
         json_decref(reply);
-    } else if (r->dialect == SERVER_OLLAMA) {
-        server_job_finish(j, 200); /* the last line went with the choice */
+    } else if (r->dialect != SERVER_OPENAI) {
+        server_job_finish(j, 200); /* the dialect's end went with the choice */
     } else {
         json_t *usage = server_usage_json(j->n_ids, tot.cached, tot.generated);
         if (r->stream) {
