@@ -86,6 +86,12 @@ static json_t *translate(server_kind *kind, const json_t *in, bool generate,
     if (!generate) {
         *kind = SERVER_CHAT;
         json_t *msgs = json_object_get(in, "messages");
+        for (size_t i = 0; i < json_array_size(msgs); i++) {
+            if (!refuse_nonempty(json_array_get(msgs, i), "images", "", e)) {
+                json_decref(out);
+                return NULL;
+            }
+        }
         if (msgs != NULL) {
             json_object_set(out, "messages", msgs);
         }

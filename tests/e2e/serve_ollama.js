@@ -89,6 +89,7 @@ async function main() {
   await expectError('unknown model', () => ollama.chat({ model: 'llama3.2', messages: [{ role: 'user', content: 'Hi' }] }), 404, 'llama3.2');
   await expectError('show unknown model', () => ollama.show({ model: 'llama3.2' }), 404, 'llama3.2');
   await expectError('format', () => ollama.chat({ ...seeded, format: 'json' }), 400, 'format');
+  await expectError('images', () => ollama.chat({ model: 'lares', messages: [{ role: 'user', content: 'What is it?', images: ['aGVsbG8='] }] }), 400, 'images');
   await expectError('bad option', () => ollama.generate({ model: 'lares', prompt: 'x', options: { temperature: 'hot' } }), 400, 'temperature');
 
   // aborting a stream cancels the generation
