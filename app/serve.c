@@ -16,13 +16,21 @@ static void serve_usage(FILE *to) {
           "  -m, --model PATH        GGUF model file\n"
           "      --host ADDR         address to listen on (default 127.0.0.1; 0.0.0.0: all)\n"
           "      --port P            TCP port (default 8080; 0: any free port)\n"
-          "      --api-key KEY       require 'Authorization: Bearer KEY' (or set LARES_API_KEY)\n"
+          "      --api-key KEY       require 'Authorization: Bearer KEY' or 'x-api-key: KEY'\n"
+          "                          (or set LARES_API_KEY)\n"
           "      --model-name NAME   the model id clients use (default: the file name)\n"
           "      --template NAME     chat format instead of the model's template (chatml, llama3,\n"
           "                          llama2, mistral, mistral-v7, gemma, phi3, zephyr, plain)\n"
           "      --queue N           requests that may wait behind the running one (default 8)\n"
           "      --max-body SIZE     largest request body (default 1M)\n"
-          "      --max-connections N (default 64)\n",
+          "      --max-connections N connections served at once (default 64; 4 more are kept\n"
+          "                          for /health and /metrics)\n"
+          "      --max-connections-per-ip N  from one client address (default: half the limit)\n"
+          "      --header-timeout S  seconds a client has to send a request head (default 10)\n"
+          "      --body-timeout S    seconds it then has to send the body (default 30)\n"
+          "      --idle-timeout S    seconds without a byte moved before closing (default 30)\n"
+          "      --cors ORIGINS      let browser pages from these origins call the API\n"
+          "                          (comma-separated, e.g. http://localhost:3000; '*': any)\n",
           to);
     app_session_usage(to);
     fputs("  -v, --verbose / -q, --quiet\n"
@@ -86,6 +94,29 @@ int cmd_serve(int argc, char **argv) {
             if (!app_parse_i32(a, v, 2, 4096, &o.max_connections)) {
                 return APP_USAGE;
             }
+        } else if (strcmp(a, "--max-connections-per-ip") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, 4096, &o.max_per_ip)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--header-timeout") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, 3600, &o.header_timeout_s)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--body-timeout") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, 3600, &o.body_timeout_s)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--idle-timeout") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, 3600, &o.idle_timeout_s)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--cors") == 0) {
+            VALUE();
+            o.cors = v;
         } else if (strcmp(a, "--max-body") == 0) {
             VALUE();
             if (!app_parse_size(a, v, &v64)) {

@@ -361,6 +361,15 @@ LARES_API lares_status lares_score(lares_session *s, const int32_t *tokens, size
 LARES_API lares_status lares_score_base_info(const char *path, int32_t *n_vocab, int32_t *n_ctx,
                                              int32_t *n_chunks, lares_error *err);
 
+/* The embedding of a text given as tokens (tokenize it with BOS as for a
+ * prompt): every token's final hidden state after the output norm, averaged
+ * over the tokens (mean pooling) and scaled to unit length (L2), written to
+ * out[0, n_embd) (out_len must be lares_model_info.n_embd). The context is
+ * cleared first (a token's state depends on all before it) and holds these
+ * tokens afterwards. LARES_ERANGE when they do not fit the context. */
+LARES_API lares_status lares_embed(lares_session *s, const int32_t *tokens, size_t n, float *out,
+                                   size_t out_len, lares_error *err);
+
 /* ---- chat --------------------------------------------------------------- */
 
 typedef struct lares_chat_msg {

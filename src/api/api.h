@@ -46,6 +46,14 @@ struct lares_session {
     struct gpu_session *gpu; /* owned: weights offloaded to a GPU (gpu/gpu.h); NULL: none */
 };
 
+/* generate.c: runs tokens [0, n) at positions n_past.. through all layers in
+ * batches; after each batch rows (when not NULL) sees its final hidden states
+ * (nb x n_embd, before the output norm); when want_logits the logits of the
+ * last token are left in s->logits. LARES_ECANCELED when cancelled. */
+typedef void (*api_rows_fn)(void *user, const float *x, int32_t nb);
+lares_status api_evaluate(lares_session *s, const int32_t *tokens, size_t n, bool want_logits,
+                          api_rows_fn rows, void *user, lares_error *err);
+
 /* budget.c: the executor's options from the session's memory budget (after
  * the KV cache and buffers exist); LARES_ERANGE when the budget cannot work. */
 lares_status api_exec_opts(const lares_session *s, exec_opts *out, uint64_t *budget_out,

@@ -27,10 +27,8 @@ lares_generate_opts lares_generate_opts_default(void) {
     return o;
 }
 
-/* Runs tokens [0, n) at positions n_past.. through all layers; when want_logits
- * the logits of the last one are left in s->logits. */
-static lares_status evaluate(lares_session *s, const int32_t *tokens, size_t n, bool want_logits,
-                             lares_error *err) {
+lares_status api_evaluate(lares_session *s, const int32_t *tokens, size_t n, bool want_logits,
+                          api_rows_fn rows, void *user, lares_error *err) {
     const model *m = s->lm->m;
     size_t done = 0;
     while (done < n) {
@@ -51,6 +49,9 @@ static lares_status evaluate(lares_session *s, const int32_t *tokens, size_t n, 
         }
         if (st != LARES_OK) {
             return st;
+        }
+        if (rows != NULL) {
+            rows(user, s->x, nb);
         }
         memcpy(s->history + s->n_past, tokens + done, (size_t)nb * sizeof *tokens);
         s->n_past += nb;
@@ -199,7 +200,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     const uint64_t t_start = lares_now_ns();
     fig->stop = LARES_STOP_NONE;
 
-    rc = evaluate(s, prompt, n_prompt, true, err);
+    rc = api_evaluate(s, prompt, n_prompt, true, NULL, NULL, err);
     const uint64_t t_prompt = lares_now_ns();
     exec_local_counters(s->exec, &c_prompt);
     if (rc == LARES_ECANCELED) {
@@ -267,7 +268,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
             fig->stop = LARES_STOP_LENGTH; /* the last token needs no forward pass */
             break;
         }
-        rc = evaluate(s, &tok, 1, true, err);
+        rc = api_evaluate(s, &tok, 1, true, NULL, NULL, err);
         if (rc == LARES_ECANCELED) {
             rc = LARES_OK;
             fig->stop = LARES_STOP_CANCELED;

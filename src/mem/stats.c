@@ -63,6 +63,19 @@ void mem_sample_now(mem_sample *out) {
             out->rss_bytes = (uint64_t)pages_res * (uint64_t)sysconf(_SC_PAGESIZE);
         }
     }
+    /* The kernel updates its high-water mark (ru_maxrss, VmHWM) lazily, when
+     * the resident set shrinks, and counts pages per CPU; read right after
+     * growth it can be below the resident set measured a moment later. The
+     * peak is at least every figure seen, so take the largest. */
+    if (read_small_file("/proc/self/status", buf, sizeof buf) > 0) {
+        const int64_t hwm = meminfo_field(buf, "\nVmHWM");
+        if (hwm > 0 && (uint64_t)hwm > out->peak_rss_bytes) {
+            out->peak_rss_bytes = (uint64_t)hwm;
+        }
+    }
+    if (out->rss_bytes > out->peak_rss_bytes) {
+        out->peak_rss_bytes = out->rss_bytes;
+    }
     if (read_small_file("/proc/meminfo", buf, sizeof buf) > 0) {
         out->mem_total_bytes = meminfo_field(buf, "MemTotal");
         out->mem_available_bytes = meminfo_field(buf, "MemAvailable");

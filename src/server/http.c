@@ -9,12 +9,16 @@
  * not read a connection whose handler is busy.
  */
 #include "core/core.h"
-#include "server/server_impl.h"
+#include "server/anthropic.h"
+#include "server/conns.h"
+#include "server/cors.h"
+#include "server/ollama.h"
+#include "server/respond.h"
 
 #include <errno.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,6 +55,8 @@ static enum MHD_Result send_bytes(server *sv, struct MHD_Connection *c, int stat
     if (status == 401) {
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     }
+    server_cors_headers(sv, c, r);
+    server_conns_phase(sv, c, SERVER_CONN_BUSY);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     server_count_response(sv, status);
@@ -68,8 +74,12 @@ static enum MHD_Result send_json(server *sv, struct MHD_Connection *c, int statu
     return ok;
 }
 
-static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const server_error *e) {
-    json_t *o = server_error_json(e);
+/* an error in the shape of the API the request came through */
+static enum MHD_Result send_error(server *sv, struct MHD_Connection *c, const server_error *e,
+                                  server_dialect dl) {
+    json_t *o = dl == SERVER_OLLAMA      ? server_ollama_error_json(e)
+                : dl == SERVER_ANTHROPIC ? server_anthropic_error_json(e)
+                                         : server_error_json(e);
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (s == NULL) {
@@ -172,38 +182,72 @@ static int connection_fd(struct MHD_Connection *c) {
     return ci != NULL ? ci->connect_fd : -1;
 }
 
-static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, server_kind kind,
+typedef enum route {
+    R_NONE,
+    R_HEALTH,
+    R_METRICS,
+    R_MODELS,
+    R_MODEL,
+    R_CHAT,
+    R_COMPLETIONS,
+    R_EMBEDDINGS,
+    R_ANTHROPIC_MESSAGES,
+    R_OLLAMA_TAGS,
+    R_OLLAMA_SHOW,
+    R_OLLAMA_VERSION,
+    R_OLLAMA_GENERATE,
+    R_OLLAMA_CHAT,
+} route;
+
+static server_dialect dialect_of(route r) {
+    return r >= R_OLLAMA_TAGS          ? SERVER_OLLAMA
+           : r == R_ANTHROPIC_MESSAGES ? SERVER_ANTHROPIC
+                                       : SERVER_OPENAI;
+}
+
+static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, route rt,
                                     const req_ctx *rc, bool *streaming);
 
 /* counts the reply as active until it is sent (a stream: until the daemon frees it) */
-static enum MHD_Result generate(server *sv, struct MHD_Connection *c, server_kind kind,
-                                const req_ctx *rc) {
+static enum MHD_Result generate(server *sv, struct MHD_Connection *c, route rt, const req_ctx *rc) {
     bool streaming = false;
     active_add(sv, 1);
-    enum MHD_Result ok = generate_job(sv, c, kind, rc, &streaming);
+    enum MHD_Result ok = generate_job(sv, c, rt, rc, &streaming);
     if (!streaming) {
         active_add(sv, -1);
     }
     return ok;
 }
 
-static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, server_kind kind,
+static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, route rt,
                                     const req_ctx *rc, bool *streaming) {
+    const server_dialect dl = dialect_of(rt);
     server_job *j = server_job_create();
     server_error e;
     if (j == NULL) {
         server_fail(&e, 500, "server_error", NULL, NULL, "out of memory for a request");
-        return send_error(sv, c, &e);
+        return send_error(sv, c, &e, dl);
     }
-    if (!server_request_parse(kind, rc->body ? rc->body : "", rc->len, &j->req, &e) ||
-        !server_prepare(sv, j, &e)) {
+    const char *body = rc->body ? rc->body : "";
+    bool parsed = false;
+    if (dl == SERVER_OLLAMA) {
+        parsed = server_ollama_parse(rt == R_OLLAMA_GENERATE, body, rc->len, &j->req, &e);
+    } else if (dl == SERVER_ANTHROPIC) {
+        parsed = server_anthropic_parse(body, rc->len, &j->req, &e);
+    } else {
+        const server_kind kind = rt == R_CHAT          ? SERVER_CHAT
+                                 : rt == R_COMPLETIONS ? SERVER_COMPLETION
+                                                       : SERVER_EMBEDDING;
+        parsed = server_request_parse(kind, body, rc->len, &j->req, &e);
+    }
+    if (!parsed || !server_prepare(sv, j, &e)) {
         server_job_release(j);
-        return send_error(sv, c, &e);
+        return send_error(sv, c, &e, dl);
     }
     j->fd = connection_fd(c);
     if (!server_enqueue(sv, j, &e)) {
         server_job_release(j);
-        return send_error(sv, c, &e);
+        return send_error(sv, c, &e, dl);
     }
     if (!wait_job(j, j->req.stream)) {
         server_cancel_job(sv, j); /* left while waiting: nothing to answer */
@@ -236,8 +280,10 @@ static enum MHD_Result generate_job(server *sv, struct MHD_Connection *c, server
         server_job_release(j);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            dl == SERVER_OLLAMA ? "application/x-ndjson" : "text/event-stream");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    server_cors_headers(sv, c, r);
     *streaming = true; /* from here on stream_free ends the reply */
     enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r); /* stream_free runs when the daemon lets go of it */
@@ -257,12 +303,13 @@ static json_t *model_json(const server *sv) {
 }
 
 static enum MHD_Result models(server *sv, struct MHD_Connection *c, const char *id) {
+    const server_dialect dl = SERVER_OPENAI;
     if (id != NULL) {
         if (strcmp(id, sv->model_id) != 0 && strcmp(id, "lares") != 0) {
             server_error e;
             server_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
                         "the model '%.64s' does not exist; this server has '%s'", id, sv->model_id);
-            return send_error(sv, c, &e);
+            return send_error(sv, c, &e, dl);
         }
         return send_json(sv, c, 200, model_json(sv));
     }
@@ -284,17 +331,28 @@ static enum MHD_Result metrics(server *sv, struct MHD_Connection *c) {
     return ok;
 }
 
-/* ---- routing ---- */
+/* POST /api/show: the model's card, for the one model this server has */
+static enum MHD_Result ollama_show(server *sv, struct MHD_Connection *c, const req_ctx *rc) {
+    const server_dialect dl = SERVER_OLLAMA;
+    server_error e;
+    json_error_t je;
+    json_t *root = json_loadb(rc->body ? rc->body : "", rc->len, 0, &je);
+    const json_t *m = json_object_get(root, "model");
+    m = m != NULL ? m : json_object_get(root, "name");
+    char name[300];
+    snprintf(name, sizeof name, "%s", json_is_string(m) ? json_string_value(m) : "");
+    json_decref(root);
+    const size_t idn = strlen(sv->model_id);
+    if (strcmp(name, sv->model_id) != 0 && strcmp(name, "lares") != 0 &&
+        !(strncmp(name, sv->model_id, idn) == 0 && strcmp(name + idn, ":latest") == 0)) {
+        server_fail(&e, 404, "invalid_request_error", "model_not_found", "model",
+                    "model '%.64s' not found; this server has '%s'", name, sv->model_id);
+        return send_error(sv, c, &e, dl);
+    }
+    return send_json(sv, c, 200, server_ollama_show(sv));
+}
 
-typedef enum route {
-    R_NONE,
-    R_HEALTH,
-    R_METRICS,
-    R_MODELS,
-    R_MODEL,
-    R_CHAT,
-    R_COMPLETIONS,
-} route;
+/* ---- routing ---- */
 
 static route route_of(const char *url, bool *is_post) {
     static const struct {
@@ -307,6 +365,13 @@ static route route_of(const char *url, bool *is_post) {
         {"/v1/models", R_MODELS, false},
         {"/v1/chat/completions", R_CHAT, true},
         {"/v1/completions", R_COMPLETIONS, true},
+        {"/v1/embeddings", R_EMBEDDINGS, true},
+        {"/v1/messages", R_ANTHROPIC_MESSAGES, true},
+        {"/api/tags", R_OLLAMA_TAGS, false},
+        {"/api/show", R_OLLAMA_SHOW, true},
+        {"/api/version", R_OLLAMA_VERSION, false},
+        {"/api/generate", R_OLLAMA_GENERATE, true},
+        {"/api/chat", R_OLLAMA_CHAT, true},
     };
     for (size_t i = 0; i < LARES_ARRAY_LEN(table); i++) {
         if (strcmp(url, table[i].path) == 0) {
@@ -321,16 +386,30 @@ static route route_of(const char *url, bool *is_post) {
     return R_NONE;
 }
 
-/* constant time in the key's length */
+/* "Authorization: Bearer KEY": the scheme is case-insensitive and followed
+ * by one or more spaces (RFC 7235 section 2.1, RFC 6750 section 2.1); or,
+ * without Authorization, "x-api-key: KEY". The comparison takes time
+ * independent of where the keys differ. */
 static bool key_ok(const server *sv, struct MHD_Connection *c) {
     if (sv->api_key == NULL) {
         return true;
     }
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (h == NULL || strncmp(h, "Bearer ", 7) != 0) {
-        return false;
+    if (h == NULL) {
+        /* Anthropic's clients send the key as it is in x-api-key */
+        h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+        if (h == NULL) {
+            return false;
+        }
+    } else {
+        if (strncasecmp(h, "Bearer", 6) != 0 || h[6] != ' ') {
+            return false;
+        }
+        h += 6;
+        while (*h == ' ') {
+            h++;
+        }
     }
-    h += 7;
     const size_t n = strlen(sv->api_key);
     if (strlen(h) != n) {
         return false;
@@ -350,34 +429,45 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     server_error e;
     bool want_post = false;
     const route r = route_of(url, &want_post);
+    const server_dialect dl = dialect_of(r);
     req_ctx *rc = *con_cls;
     if (rc == NULL) { /* headers are in; the body (if any) follows */
         if ((rc = calloc(1, sizeof *rc)) == NULL) {
             return MHD_NO;
         }
         *con_cls = rc;
+        server_conns_phase(sv, c, SERVER_CONN_BODY); /* the head is in; the body's deadline runs */
         const bool is_post = strcmp(method, "POST") == 0;
         if (r == R_NONE) {
             server_fail(&e, 404, "invalid_request_error", "unknown_url", NULL,
                         "unknown endpoint %.8s %.200s", method, url);
-            return send_error(sv, c, &e);
+            return send_error(sv, c, &e, dl);
+        }
+        if (sv->cors != NULL && strcmp(method, "OPTIONS") == 0) {
+            return server_cors_preflight(sv, c, url);
         }
         if (is_post != want_post || (!is_post && strcmp(method, "GET") != 0)) {
             server_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL,
                         "%.200s takes %s, not %.8s", url, want_post ? "POST" : "GET", method);
-            return send_error(sv, c, &e);
+            return send_error(sv, c, &e, dl);
+        }
+        if (r != R_HEALTH && r != R_METRICS && server_conns_over_limit(sv)) {
+            server_fail(&e, 503, "server_error", "too_many_connections", NULL,
+                        "more than %d connections are open; retry later", sv->o.max_connections);
+            return send_error(sv, c, &e, dl);
         }
         if (r != R_HEALTH && !key_ok(sv, c)) {
             server_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
-                        "incorrect or missing API key: send 'Authorization: Bearer KEY'");
-            return send_error(sv, c, &e);
+                        "incorrect or missing API key: send 'Authorization: Bearer KEY' (or "
+                        "'x-api-key: KEY')");
+            return send_error(sv, c, &e, dl);
         }
         const char *cl =
             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl != NULL && strtoull(cl, NULL, 10) > sv->o.max_body_bytes) {
             server_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
                         "the body has %.20s bytes; the limit is %zu", cl, sv->o.max_body_bytes);
-            return send_error(sv, c, &e);
+            return send_error(sv, c, &e, dl);
         }
         return MHD_YES;
     }
@@ -407,8 +497,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (rc->too_big) {
         server_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
                     "the body is larger than the limit of %zu bytes", sv->o.max_body_bytes);
-        return send_error(sv, c, &e);
+        return send_error(sv, c, &e, dl);
     }
+    server_conns_phase(sv, c, SERVER_CONN_BUSY);
     switch (r) {
     case R_HEALTH: {
         pthread_mutex_lock(&sv->mu);
@@ -440,9 +531,21 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     case R_MODEL:
         return models(sv, c, url + 11);
     case R_CHAT:
-        return generate(sv, c, SERVER_CHAT, rc);
     case R_COMPLETIONS:
-        return generate(sv, c, SERVER_COMPLETION, rc);
+    case R_EMBEDDINGS:
+    case R_ANTHROPIC_MESSAGES:
+    case R_OLLAMA_GENERATE:
+    case R_OLLAMA_CHAT:
+        return generate(sv, c, r, rc);
+    case R_OLLAMA_TAGS:
+        return send_json(sv, c, 200, server_ollama_tags(sv));
+    case R_OLLAMA_SHOW:
+        return ollama_show(sv, c, rc);
+    case R_OLLAMA_VERSION: {
+        json_t *o = json_object();
+        json_object_set_new(o, "version", json_string(LARES_SERVER_VERSION)); /* lares's */
+        return send_json(sv, c, 200, o);
+    }
     case R_NONE:
         break;
     }
@@ -451,9 +554,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
     (void)toe;
+    server_conns_phase(cls, c, SERVER_CONN_HEADERS); /* kept alive: the next head's deadline */
     req_ctx *rc = *con_cls;
     if (rc != NULL) {
         free(rc->body);
@@ -481,6 +583,10 @@ server_opts server_opts_default(void) {
                      .max_body_bytes = 1u << 20,
                      .queue_capacity = 8,
                      .max_connections = 64,
+                     .max_per_ip = 0,
+                     .header_timeout_s = 10,
+                     .body_timeout_s = 30,
+                     .idle_timeout_s = 30,
                      .retry_after_s = 1};
     return o;
 }
@@ -516,12 +622,36 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
     if (o.max_connections < 2 || o.max_connections > 4096) {
         return lares_fail(err, LARES_EINVAL, "connection limit %d: 2 to 4096", o.max_connections);
     }
+    if (o.max_per_ip == 0) {
+        o.max_per_ip = LARES_MAX(1, o.max_connections / 2);
+    }
+    if (o.max_per_ip < 1 || o.max_per_ip > o.max_connections) {
+        return lares_fail(err, LARES_EINVAL, "connections per address %d: 1 to %d (the limit)",
+                          o.max_per_ip, o.max_connections);
+    }
+    const struct {
+        const char *what;
+        int32_t s;
+    } timeouts[] = {
+        {"header", o.header_timeout_s}, {"body", o.body_timeout_s}, {"idle", o.idle_timeout_s}};
+    for (size_t i = 0; i < LARES_ARRAY_LEN(timeouts); i++) {
+        if (timeouts[i].s < 1 || timeouts[i].s > 3600) {
+            return lares_fail(err, LARES_EINVAL, "%s timeout %d s: 1 to 3600", timeouts[i].what,
+                              timeouts[i].s);
+        }
+    }
     if (o.max_body_bytes < 1024) {
         return lares_fail(err, LARES_EINVAL, "body limit %zu bytes: at least 1024",
                           o.max_body_bytes);
     }
     if (o.api_key != NULL && o.api_key[0] == '\0') {
         return lares_fail(err, LARES_EINVAL, "the API key is empty");
+    }
+    if (o.cors != NULL) {
+        lares_status cst = server_cors_check(o.cors, err);
+        if (cst != LARES_OK) {
+            return cst;
+        }
     }
     server *sv = lares_calloc(1, sizeof *sv);
     if (sv == NULL) {
@@ -553,9 +683,9 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
         st = LARES_OK;
     }
     sv->queue = lares_calloc((size_t)o.queue_capacity, sizeof *sv->queue);
-    if (st == LARES_OK &&
-        (sv->queue == NULL ||
-         (o.api_key != NULL && (sv->api_key = lares_strdup(o.api_key)) == NULL))) {
+    if (st == LARES_OK && (sv->queue == NULL ||
+                           (o.api_key != NULL && (sv->api_key = lares_strdup(o.api_key)) == NULL) ||
+                           (o.cors != NULL && (sv->cors = lares_strdup(o.cors)) == NULL))) {
         st = lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_PASSIVE, .ai_socktype = SOCK_STREAM};
@@ -566,16 +696,22 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
         st = lares_fail(err, LARES_EINVAL, "'%s' is not a numeric IPv4 or IPv6 address", o.host);
     }
     if (st == LARES_OK) {
+        st = server_conns_start(sv, err);
+    }
+    if (st == LARES_OK) {
         unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                          MHD_USE_POLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
         if (ai->ai_family == AF_INET6) {
             flags |= MHD_USE_IPv6;
         }
-        sv->d = MHD_start_daemon(flags, o.port, NULL, NULL, handle, sv, MHD_OPTION_NOTIFY_COMPLETED,
-                                 completed, sv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.max_connections,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, sv, MHD_OPTION_END);
+        /* the logger first: libmicrohttpd logs options given before it with its own */
+        sv->d = MHD_start_daemon(
+            flags, o.port, NULL, NULL, handle, sv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, sv,
+            MHD_OPTION_NOTIFY_COMPLETED, completed, sv, MHD_OPTION_NOTIFY_CONNECTION,
+            server_conns_notify, sv, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+            (unsigned)(o.max_connections + SERVER_CONN_RESERVE), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+            (unsigned)o.max_per_ip, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.idle_timeout_s,
+            MHD_OPTION_END);
         if (sv->d == NULL) {
             st = lares_fail(err, LARES_EIO,
                             "cannot listen on %s port %u (in use, or not an "
@@ -649,9 +785,11 @@ void server_stop(server *sv) {
     if (sv->d != NULL) {
         MHD_stop_daemon(sv->d); /* waits for the connections' threads */
     }
+    server_conns_stop(sv);
     pthread_cond_destroy(&sv->cv);
     pthread_mutex_destroy(&sv->mu);
     lares_free(sv->queue);
     lares_free(sv->api_key);
+    lares_free(sv->cors);
     lares_free(sv);
 }

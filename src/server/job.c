@@ -105,8 +105,10 @@ bool server_enqueue(server *sv, server_job *j, server_error *e) {
     sv->q_len++;
     if (j->req.kind == SERVER_CHAT) {
         sv->mx.requests_chat++;
-    } else {
+    } else if (j->req.kind == SERVER_COMPLETION) {
         sv->mx.requests_completion++;
+    } else {
+        sv->mx.requests_embedding++;
     }
     pthread_cond_signal(&sv->cv);
     pthread_mutex_unlock(&sv->mu);

@@ -10,15 +10,16 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
-static const int slot_status[8] = {200, 400, 401, 404, 405, 413, 500, 503};
+static const int slot_status[SERVER_STATUS_SLOTS] = {200, 204, 400, 401, 403,
+                                                     404, 405, 413, 500, 503};
 
 static int status_slot(int status) {
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < SERVER_STATUS_SLOTS; i++) {
         if (slot_status[i] == status) {
             return i;
         }
     }
-    return status >= 500 ? 6 : 1; /* other errors count with 500 or 400 */
+    return status >= 500 ? 8 : 2; /* other errors count with 500 or 400 */
 }
 
 void server_count_response(server *sv, int status) {
@@ -76,13 +77,14 @@ char *server_metrics_text(server *sv) {
     mem_sample_now(&ms);
     sbuf b = {0};
     metric(&b, "lares_http_responses_total", "counter", "HTTP responses by status code");
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < SERVER_STATUS_SLOTS; i++) {
         add(&b, "lares_http_responses_total{code=\"%d\"} %" PRIu64 "\n", slot_status[i],
             mx.responses[i]);
     }
     metric(&b, "lares_requests_total", "counter", "generation requests accepted, by endpoint");
     add(&b, "lares_requests_total{endpoint=\"chat\"} %" PRIu64 "\n", mx.requests_chat);
     add(&b, "lares_requests_total{endpoint=\"completions\"} %" PRIu64 "\n", mx.requests_completion);
+    add(&b, "lares_requests_total{endpoint=\"embeddings\"} %" PRIu64 "\n", mx.requests_embedding);
     metric(&b, "lares_requests_rejected_total", "counter", "requests refused with 503, queue full");
     add(&b, "lares_requests_rejected_total %" PRIu64 "\n", mx.rejected_busy);
     metric(&b, "lares_requests_canceled_total", "counter",
@@ -114,6 +116,21 @@ char *server_metrics_text(server *sv) {
     add(&b, "lares_kv_cache_tokens %d\n", mx.kv_tokens);
     metric(&b, "lares_context_tokens", "gauge", "context length of the session");
     add(&b, "lares_context_tokens %d\n", lares_session_n_ctx(sv->s));
+    server_conn_figures cf;
+    server_conns_figures(sv, &cf);
+    metric(&b, "lares_connections_open", "gauge", "HTTP connections open now");
+    add(&b, "lares_connections_open %zu\n", cf.open);
+    metric(&b, "lares_connections_limit", "gauge",
+           "connections served normally (a reserve beyond it answers /health and /metrics)");
+    add(&b, "lares_connections_limit %d\n", sv->o.max_connections);
+    metric(&b, "lares_connections_closed_total", "counter",
+           "connections closed by the server: request head or body not in by its deadline, or "
+           "a waiting connection evicted to make room for a new one");
+    add(&b, "lares_connections_closed_total{reason=\"header_timeout\"} %" PRIu64 "\n",
+        cf.timed_out_headers);
+    add(&b, "lares_connections_closed_total{reason=\"body_timeout\"} %" PRIu64 "\n",
+        cf.timed_out_body);
+    add(&b, "lares_connections_closed_total{reason=\"evicted\"} %" PRIu64 "\n", cf.evicted);
     metric(&b, "lares_resident_memory_bytes", "gauge", "resident set of the process");
     add(&b, "lares_resident_memory_bytes %" PRIu64 "\n", ms.rss_bytes);
     metric(&b, "lares_peak_resident_memory_bytes", "gauge", "high-water mark of the resident set");

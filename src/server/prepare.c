@@ -16,12 +16,65 @@ static bool fail_from(server_error *e, const lares_error *err, const char *param
                        param, "%s", err->msg);
 }
 
+/* embeddings: every input as tokens (text with BOS, as a prompt), each
+ * within the vocabulary and the context */
+static bool prepare_inputs(server *sv, server_job *j, server_error *e) {
+    server_request *r = &j->req;
+    lares_model_info info;
+    lares_model_get_info(sv->m, &info);
+    if (r->dimensions != 0 && r->dimensions != info.n_embd) {
+        return server_fail(e, 400, "invalid_request_error", NULL, "dimensions",
+                           "dimensions is %d; this model's embeddings have %d", r->dimensions,
+                           info.n_embd);
+    }
+    const int32_t n_ctx = lares_session_n_ctx(sv->s);
+    lares_error err = {0};
+    j->n_ids = 0;
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        server_input *in = &r->inputs[i];
+        if (in->text != NULL) {
+            lares_tokenize_opts to = {.add_bos = true, .parse_special = false};
+            if (lares_tokenize(sv->m, in->text, in->len, &to, &in->ids, &in->n_ids, &err) !=
+                LARES_OK) {
+                return fail_from(e, &err, "input");
+            }
+        }
+        for (size_t k = 0; k < in->n_ids; k++) {
+            if (in->ids[k] >= sv->n_vocab) {
+                return server_fail(e, 400, "invalid_request_error", NULL, "input",
+                                   "input %zu: token %d at %zu is outside the vocabulary of %d", i,
+                                   in->ids[k], k, sv->n_vocab);
+            }
+        }
+        if (in->n_ids == 0) {
+            return server_fail(e, 400, "invalid_request_error", NULL, "input",
+                               "input %zu gives no tokens", i);
+        }
+        if (in->n_ids > (size_t)n_ctx) {
+            return server_fail(e, 400, "invalid_request_error", "context_length_exceeded", "input",
+                               "this model's maximum context length is %d tokens; input %zu has "
+                               "%zu",
+                               n_ctx, i, in->n_ids);
+        }
+        j->n_ids += in->n_ids;
+    }
+    j->created = (int64_t)time(NULL);
+    return true;
+}
+
 bool server_prepare(server *sv, server_job *j, server_error *e) {
     server_request *r = &j->req;
-    if (strcmp(r->model, sv->model_id) != 0 && strcmp(r->model, "lares") != 0) {
+    /* Ollama's clients name models "name:tag"; /api/tags lists this one as ":latest" */
+    const size_t idn = strlen(sv->model_id);
+    const bool tagged =
+        strncmp(r->model, sv->model_id, idn) == 0 && strcmp(r->model + idn, ":latest") == 0;
+    if (strcmp(r->model, sv->model_id) != 0 && strcmp(r->model, "lares") != 0 && !tagged) {
         return server_fail(e, 404, "invalid_request_error", "model_not_found", "model",
                            "the model '%.64s' does not exist; this server has '%s'", r->model,
                            sv->model_id);
+    }
+    if (r->kind == SERVER_EMBEDDING) {
+        return prepare_inputs(sv, j, e);
     }
     lares_error err = {0};
     if (r->kind == SERVER_CHAT) {

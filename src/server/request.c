@@ -4,8 +4,9 @@
  * OpenAI API reference (Chat Completions, Completions); lares's additions
  * (top_k, min_p, repeat_penalty) are named as in other local servers. Every
  * problem is a 400 naming the field. Unknown fields are ignored, as clients
- * send many; known fields lares cannot honour (n > 1, tools, logit_bias,
- * echo, suffix, response formats other than text) are refused, not dropped.
+ * send many; known fields lares cannot honour (tools, logit_bias, echo,
+ * suffix, best_of > 1, response formats other than text) are refused, not
+ * dropped.
  */
 #include "core/core.h"
 #include "server/server_impl.h"
@@ -53,6 +54,11 @@ void server_request_free(server_request *r) {
     for (size_t i = 0; i < r->n_stop; i++) {
         lares_free(r->stop[i]);
     }
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        lares_free(r->inputs[i].text);
+        lares_free(r->inputs[i].ids);
+    }
+    lares_free(r->inputs);
     memset(r, 0, sizeof *r);
 }
 
@@ -350,16 +356,6 @@ static bool parse_prompt(const json_t *root, server_request *r, server_error *e)
 
 /* fields lares knows and cannot honour are refused */
 static bool refuse_unsupported(const json_t *root, server_kind kind, server_error *e) {
-    json_int_t n = 1;
-    if (!get_int(root, "n", 1, 128, &n, NULL, e)) {
-        return false;
-    }
-    if (n != 1) {
-        return bad(e, "n",
-                   "n is %" JSON_INTEGER_FORMAT "; lares generates one choice per "
-                   "request",
-                   n);
-    }
     const json_t *tools = json_object_get(root, "tools");
     if (tools != NULL && !json_is_null(tools) && json_array_size(tools) > 0) {
         return bad(e, "tools", "tools are not supported");
@@ -417,7 +413,7 @@ static bool parse_fields(const json_t *root, server_kind kind, server_request *r
     s->top_k = 0;
     s->min_p = 0.0f;
     json_int_t top_k = 0, seed = 0, max_tokens = kind == SERVER_CHAT ? -1 : 16;
-    json_int_t top_lp = 0, lp_n = -1;
+    json_int_t top_lp = 0, lp_n = -1, n = 1;
     bool lp = false;
     if (!get_number(root, "temperature", 0, 2, &s->temperature, e) ||
         !get_number(root, "top_p", 0, 1, &s->top_p, e) ||
@@ -429,12 +425,14 @@ static bool parse_fields(const json_t *root, server_kind kind, server_request *r
         !get_int(root, "seed", INT64_MIN, INT64_MAX, &seed, &r->seed_given, e) ||
         !get_int(root, "max_tokens", 0, INT32_MAX, &max_tokens, NULL, e) ||
         !get_int(root, "max_completion_tokens", 0, INT32_MAX, &max_tokens, NULL, e) ||
+        !get_int(root, "n", 1, SERVER_MAX_CHOICES, &n, NULL, e) ||
         !get_bool(root, "stream", &r->stream, e) || !parse_stop(root, r, e)) {
         return false;
     }
     s->top_k = (int32_t)top_k;
     s->seed = (uint64_t)seed;
     r->max_tokens = (int32_t)max_tokens;
+    r->n_choices = (int32_t)n;
     const json_t *so = json_object_get(root, "stream_options");
     if (so != NULL && !json_is_null(so)) {
         if (!json_is_object(so)) {
@@ -466,6 +464,102 @@ static bool parse_fields(const json_t *root, server_kind kind, server_request *r
     return true;
 }
 
+/* token ids: a non-empty list of integers */
+static bool parse_ids(const json_t *v, const char *param, int32_t **out, size_t *n_out,
+                      server_error *e) {
+    const size_t n = json_array_size(v);
+    if (n == 0) {
+        return bad(e, "input", "%s is an empty list", param);
+    }
+    if ((*out = lares_alloc_array(n, sizeof **out)) == NULL) {
+        return server_fail(e, 500, "server_error", NULL, "input", "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(v, i);
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) {
+            return bad(e, "input", "%s[%zu] is not a token id", param, i);
+        }
+        (*out)[i] = (int32_t)json_integer_value(t);
+    }
+    *n_out = n;
+    return true;
+}
+
+/* embeddings: "input" is a string, a list of strings, a list of token ids,
+ * or a list of lists of token ids (OpenAI's Embeddings API) */
+static bool parse_inputs(const json_t *root, server_request *r, server_error *e) {
+    const json_t *v = json_object_get(root, "input");
+    if (v == NULL || json_is_null(v)) {
+        return bad(e, "input", "input is required");
+    }
+    const bool one = json_is_string(v) || (json_is_array(v) && json_array_size(v) > 0 &&
+                                           json_is_integer(json_array_get(v, 0)));
+    if (!one && !json_is_array(v)) {
+        return bad(e, "input", "input must be a string or a list, not %s", type_name(v));
+    }
+    const size_t n = one ? 1 : json_array_size(v);
+    if (n == 0) {
+        return bad(e, "input", "input is an empty list");
+    }
+    if (n > SERVER_MAX_INPUTS) {
+        return bad(e, "input", "input has %zu entries; at most %d are allowed", n,
+                   SERVER_MAX_INPUTS);
+    }
+    if ((r->inputs = lares_calloc(n, sizeof *r->inputs)) == NULL) {
+        return server_fail(e, 500, "server_error", NULL, "input", "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = one ? v : json_array_get(v, i);
+        server_input *in = &r->inputs[i];
+        char param[32];
+        snprintf(param, sizeof param, one ? "input" : "input[%zu]", i);
+        r->n_inputs = i + 1;
+        if (json_is_string(x)) {
+            if (json_string_length(x) == 0) {
+                return bad(e, "input", "%s is an empty string", param);
+            }
+            if (!dup_string(x, "input", &in->text, &in->len, e)) {
+                return false;
+            }
+        } else if (json_is_array(x)) {
+            if (!parse_ids(x, param, &in->ids, &in->n_ids, e)) {
+                return false;
+            }
+        } else {
+            return bad(e, "input", "%s must be a string or a list of token ids, not %s", param,
+                       type_name(x));
+        }
+    }
+    return true;
+}
+
+static bool parse_embedding(const json_t *root, server_request *r, server_error *e) {
+    const json_t *model = json_object_get(root, "model");
+    if (model == NULL || json_is_null(model)) {
+        return bad(e, "model", "model is required (GET /v1/models lists it)");
+    }
+    if (!json_is_string(model)) {
+        return bad(e, "model", "model must be a string, not %s", type_name(model));
+    }
+    if (!dup_string(model, "model", &r->model, NULL, e) || !parse_inputs(root, r, e)) {
+        return false;
+    }
+    const json_t *fmt = json_object_get(root, "encoding_format");
+    if (fmt != NULL && !json_is_null(fmt)) {
+        const char *f = json_string_value(fmt);
+        if (f == NULL || (strcmp(f, "float") != 0 && strcmp(f, "base64") != 0)) {
+            return bad(e, "encoding_format", "encoding_format must be \"float\" or \"base64\"");
+        }
+        r->base64 = strcmp(f, "base64") == 0;
+    }
+    json_int_t dims = 0;
+    if (!get_int(root, "dimensions", 1, INT32_MAX, &dims, NULL, e)) {
+        return false;
+    }
+    r->dimensions = (int32_t)dims;
+    return true;
+}
+
 bool server_request_parse(server_kind kind, const char *body, size_t len, server_request *out,
                           server_error *e) {
     memset(out, 0, sizeof *out);
@@ -476,9 +570,10 @@ bool server_request_parse(server_kind kind, const char *body, size_t len, server
         return bad(e, NULL, "the body is not valid JSON: %s at line %d column %d", je.text, je.line,
                    je.column);
     }
-    bool ok = json_is_object(root)
-                  ? parse_fields(root, kind, out, e)
-                  : bad(e, NULL, "the body must be a JSON object, not %s", type_name(root));
+    bool ok = !json_is_object(root)
+                  ? bad(e, NULL, "the body must be a JSON object, not %s", type_name(root))
+              : kind == SERVER_EMBEDDING ? parse_embedding(root, out, e)
+                                         : parse_fields(root, kind, out, e);
     json_decref(root);
     if (!ok) {
         server_request_free(out);

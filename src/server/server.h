@@ -35,8 +35,13 @@ typedef struct server_opts {
     const char *template_name; /* chat format; NULL: the model's (plain when it has none) */
     size_t max_body_bytes;     /* larger request bodies get 413; default 1 MiB */
     int32_t queue_capacity;    /* requests waiting behind the running one; default 8 */
-    int32_t max_connections;   /* default 64 */
+    int32_t max_connections;   /* default 64 (plus a reserve of 4 for /health, /metrics) */
+    int32_t max_per_ip;        /* connections from one address; 0: max_connections / 2 */
+    int32_t header_timeout_s;  /* a request head must be in within this; default 10 */
+    int32_t body_timeout_s;    /* and its body within this after the head; default 30 */
+    int32_t idle_timeout_s;    /* no byte moved for this long closes it; default 30 */
     int32_t retry_after_s;     /* Retry-After of a 503; default 1 */
+    const char *cors;          /* origins browsers may call from ("a,b" or "*"); NULL: none */
 } server_opts;
 
 server_opts server_opts_default(void);

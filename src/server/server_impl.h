@@ -31,15 +31,39 @@ json_t *server_error_json(const server_error *e);
 
 /* ---- requests ---- */
 
-typedef enum server_kind { SERVER_CHAT = 0, SERVER_COMPLETION = 1 } server_kind;
+typedef enum server_kind {
+    SERVER_CHAT = 0,
+    SERVER_COMPLETION = 1,
+    SERVER_EMBEDDING = 2,
+} server_kind;
 
 #define SERVER_MAX_STOP       4   /* stop strings per request (as OpenAI) */
 #define SERVER_MAX_STOP_BYTES 256 /* bytes of one stop string */
 #define SERVER_MAX_MESSAGES   4096
 #define SERVER_MAX_LOGPROBS   20
+#define SERVER_MAX_CHOICES    16  /* n: generated one after the other */
+#define SERVER_MAX_INPUTS     256 /* texts in one embeddings request */
+
+/* which API a request came through: how its reply is written */
+typedef enum server_dialect {
+    SERVER_OPENAI = 0,    /* server-sent events, OpenAI's objects */
+    SERVER_OLLAMA = 1,    /* newline-delimited JSON, Ollama's objects (ollama.c) */
+    SERVER_ANTHROPIC = 2, /* named server-sent events, Anthropic's objects (anthropic.c) */
+} server_dialect;
+
+/* one text of an embeddings request: given as text (tokenized by
+ * server_prepare) or as token ids */
+typedef struct server_input {
+    char *text; /* owned; NULL when given as ids */
+    size_t len;
+    int32_t *ids; /* owned */
+    size_t n_ids;
+} server_input;
 
 typedef struct server_request {
     server_kind kind;
+    server_dialect dialect;
+    bool ollama_generate; /* /api/generate: the text goes in "response", not "message" */
     char *model;          /* owned */
     lares_chat_msg *msgs; /* owned; chat: roles are constant strings, contents owned */
     size_t n_msgs;
@@ -48,6 +72,7 @@ typedef struct server_request {
     int32_t *prompt_ids; /* owned; completions: a prompt given as token ids */
     size_t n_prompt_ids;
     int32_t max_tokens; /* -1: until the end of the turn or a full context */
+    int32_t n_choices;  /* n: answers to generate, 1..SERVER_MAX_CHOICES */
     lares_sampler_opts sampler;
     bool seed_given;
     char *stop[SERVER_MAX_STOP]; /* owned */
@@ -57,6 +82,11 @@ typedef struct server_request {
     bool include_usage;
     bool logprobs;        /* log-probabilities of the chosen tokens */
     int32_t top_logprobs; /* alternatives per token, 0..20 */
+    /* embeddings */
+    server_input *inputs; /* owned */
+    size_t n_inputs;
+    bool base64;        /* encoding_format "base64": little-endian float32 bytes */
+    int32_t dimensions; /* 0: not given; else must equal the model's width */
 } server_request;
 
 /* Parses and validates a request body. On failure e says what (400, naming
@@ -77,9 +107,11 @@ bool server_stop_find(char *const *stop, const size_t *stop_len, size_t n_stop, 
 
 /* ---- counters (/metrics) ---- */
 
+#define SERVER_STATUS_SLOTS 10 /* statuses counted apart in /metrics (metrics.c) */
+
 typedef struct server_metrics {
-    uint64_t responses[8]; /* by status: see metrics.c, status_slot */
-    uint64_t requests_chat, requests_completion;
+    uint64_t responses[SERVER_STATUS_SLOTS]; /* by status: see metrics.c, status_slot */
+    uint64_t requests_chat, requests_completion, requests_embedding;
     uint64_t canceled;      /* generations stopped because the client left */
     uint64_t rejected_busy; /* 503: the queue was full */
     uint64_t prompt_tokens, cached_tokens, completion_tokens;
@@ -108,6 +140,40 @@ typedef struct server_job {
     atomic_bool cancel; /* the client left, or the server stops */
 } server_job;
 
+/* ---- connections (conns.c): deadlines, eviction, the reserve ---- */
+
+#define SERVER_CONN_RESERVE 4 /* admitted beyond --max-connections, for /health and /metrics */
+
+typedef enum server_conn_phase {
+    SERVER_CONN_HEADERS = 0, /* waiting for a request head (new, or kept alive) */
+    SERVER_CONN_BODY,        /* head in, reading the body */
+    SERVER_CONN_BUSY,        /* the request is being answered */
+} server_conn_phase;
+
+typedef struct server_conn {
+    struct MHD_Connection *c; /* borrowed from the daemon; NULL: the slot is free */
+    int fd;                   /* the daemon's descriptor (shut down, never closed, here) */
+    server_conn_phase phase;
+    int64_t since_ms; /* monotonic: when the phase began */
+    bool closing;     /* shut down here; the daemon has yet to close it */
+} server_conn;
+
+typedef struct server_conns {
+    pthread_mutex_t mu; /* guards everything below */
+    pthread_cond_t cv;  /* wakes the reaper to stop */
+    server_conn *slots; /* owned: max_connections + SERVER_CONN_RESERVE */
+    size_t n_slots;
+    size_t open; /* connections in slots and not closing */
+    uint64_t timed_out_headers, timed_out_body, evicted;
+    pthread_t reaper;
+    bool initialised, reaper_started, stop;
+} server_conns;
+
+typedef struct server_conn_figures {
+    size_t open;
+    uint64_t timed_out_headers, timed_out_body, evicted;
+} server_conn_figures;
+
 struct server {
     lares_model *m;   /* borrowed */
     lares_session *s; /* borrowed: only the worker uses it */
@@ -116,6 +182,7 @@ struct server {
     const char *tmpl; /* the chat family's name (constant) */
     int32_t n_vocab;
     char *api_key; /* owned copy */
+    char *cors;    /* owned copy of --cors; NULL: no cross-origin calls */
     struct MHD_Daemon *d;
     int64_t started_at;
     atomic_uint_fast64_t next_id;
@@ -130,6 +197,7 @@ struct server {
     pthread_t worker;
     bool worker_started;
     server_metrics mx;
+    server_conns conns;
 };
 
 server_job *server_job_create(void);
@@ -145,6 +213,8 @@ bool server_enqueue(server *sv, server_job *j, server_error *e);
 /* The client went away: stops the job where it is. */
 void server_cancel_job(server *sv, server_job *j);
 void *server_worker_main(void *arg);
+/* The worker's side of /v1/embeddings (embed.c): answers and finishes j. */
+void server_run_embedding(server *sv, server_job *j);
 
 /* The Prometheus text of /metrics (malloc'd). */
 char *server_metrics_text(server *sv);
@@ -153,6 +223,15 @@ void server_count_response(server *sv, int status);
 /* Prepares a job from a parsed request: model name, tokens, context length.
  * False with e (400/404) when the request cannot run. */
 bool server_prepare(server *sv, server_job *j, server_error *e);
+
+/* The guard (conns.c): started before the daemon, stopped after it. */
+lares_status server_conns_start(server *sv, lares_error *err);
+void server_conns_stop(server *sv);
+/* The connection's request moved to a phase (the deadline counts from now). */
+void server_conns_phase(server *sv, struct MHD_Connection *c, server_conn_phase phase);
+/* More than --max-connections are open: only /health and /metrics are served. */
+bool server_conns_over_limit(server *sv);
+void server_conns_figures(server *sv, server_conn_figures *out);
 
 /* JSON pieces of the replies (respond.c) */
 json_t *server_usage_json(size_t prompt, size_t cached, size_t completion);

@@ -11,6 +11,8 @@
  */
 #include "core/core.h"
 #include "mem/mem.h"
+#include "server/anthropic.h"
+#include "server/ollama.h"
 #include "server/respond.h"
 
 #include <time.h>
@@ -19,6 +21,7 @@ typedef struct gen {
     server *sv;
     server_job *j;
     const server_request *r;
+    int32_t index; /* the choice being generated (n > 1: one after the other) */
     /* held back: text and its tokens */
     char *text;
     size_t len, cap;
@@ -30,6 +33,7 @@ typedef struct gen {
     size_t sent_bytes; /* completions' text_offset */
     json_t *lp;        /* non-streamed: chat content list or completion logprobs */
     bool stop_string;  /* a stop string ended the answer */
+    size_t stop_index; /* which one */
     bool oom;
 } gen;
 
@@ -58,7 +62,7 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
 static json_t *choice(const gen *g, json_t *text, json_t *logprobs, const char *finish,
                       bool chunk) {
     json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(0));
+    json_object_set_new(c, "index", json_integer(g->index));
     if (g->r->kind == SERVER_CHAT) {
         json_t *msg = json_object();
         if (!chunk) {
@@ -105,7 +109,15 @@ static void release(gen *g, size_t n_tok, size_t n_bytes) {
             start = t->end;
         }
     }
-    if (r->stream) {
+    if (r->stream && r->dialect == SERVER_OLLAMA) {
+        if (n_bytes > 0) {
+            server_ollama_chunk(g->j, server_lossy_string(g->text, n_bytes));
+        }
+    } else if (r->stream && r->dialect == SERVER_ANTHROPIC) {
+        if (n_bytes > 0) {
+            server_anthropic_delta(g->j, server_lossy_string(g->text, n_bytes));
+        }
+    } else if (r->stream) {
         json_t *o = server_reply_base(g->j, g->sv->model_id, true);
         json_array_append_new(json_object_get(o, "choices"),
                               choice(g, server_lossy_string(g->text, n_bytes), lps, NULL, true));
@@ -170,6 +182,13 @@ static bool on_token(const lares_token_info *t, void *user) {
         while (n < g->n_toks && start < cut) {
             start = g->toks[n++].end;
         }
+        for (size_t s = 0; s < r->n_stop; s++) { /* the one that starts at cut */
+            if (g->len - cut >= r->stop_len[s] &&
+                memcmp(g->text + cut, r->stop[s], r->stop_len[s]) == 0) {
+                g->stop_index = s;
+                break;
+            }
+        }
         g->len = cut;
         release(g, n, cut);
         g->stop_string = true;
@@ -186,6 +205,31 @@ static bool on_token(const lares_token_info *t, void *user) {
 static void write_error(server_job *j, const char *msg, int status) {
     server_error e;
     server_fail(&e, status, "server_error", NULL, NULL, "%s", msg);
+    if (j->req.dialect == SERVER_ANTHROPIC && j->req.stream) {
+        server_anthropic_error_event(j, &e);
+        return;
+    }
+    if (j->req.dialect == SERVER_ANTHROPIC) {
+        json_t *o = server_anthropic_error_json(&e);
+        char *s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (s != NULL) {
+            server_job_write(j, s, strlen(s));
+            free(s);
+        }
+        return;
+    }
+    if (j->req.dialect == SERVER_OLLAMA) { /* a line of its own, streamed or not */
+        json_t *o = server_ollama_error_json(&e);
+        char *s = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        if (s != NULL) {
+            server_job_write(j, s, strlen(s));
+            server_job_write(j, "\n", 1);
+            free(s);
+        }
+        return;
+    }
     json_t *o = server_error_json(&e);
     if (j->req.stream) {
         server_write_event(j, o);
@@ -200,26 +244,44 @@ static void write_error(server_job *j, const char *msg, int status) {
     }
 }
 
-static void run(server *sv, server_job *j) {
+/* What the choices of one request add up to. */
+typedef struct run_totals {
+    size_t cached;    /* prompt tokens reused from the cache for the first choice */
+    size_t generated; /* tokens sampled, all choices */
+    double prompt_s, gen_s;
+    lares_stats last; /* the last choice's figures */
+} run_totals;
+
+/* Generates choice g->index: streamed, or appended to reply's choices.
+ * False when it failed (the error is written) or the client left. */
+static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_totals *tot) {
     const server_request *r = &j->req;
-    gen g = {.sv = sv, .j = j, .r = r};
     if (!r->stream && r->logprobs) {
-        g.lp = r->kind == SERVER_CHAT ? json_array() : server_completion_logprobs_new();
+        g->lp = r->kind == SERVER_CHAT ? json_array() : server_completion_logprobs_new();
     }
     const size_t kept = lares_session_reuse_prefix(sv->s, j->ids, j->n_ids);
+    if (g->index == 0) {
+        tot->cached = kept;
+    }
     lares_generate_opts go = lares_generate_opts_default();
     go.n_predict = r->max_tokens;
     go.sampler = r->sampler;
+    /* choice i of a seeded request samples with seed + i: the first choice is
+     * the answer the same request with n = 1 gets */
+    go.sampler.seed += (uint64_t)g->index;
     if (!r->seed_given) {
         go.sampler.seed =
             (uint64_t)time(NULL) * 6364136223846793005u + atomic_fetch_add(&sv->next_id, 1);
     }
     go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
     go.on_token = on_token;
-    go.user = &g;
-    if (r->stream && r->kind == SERVER_CHAT) {
+    go.user = g;
+    if (r->stream && r->dialect == SERVER_ANTHROPIC) {
+        server_anthropic_start(j);
+    }
+    if (r->stream && r->kind == SERVER_CHAT && r->dialect == SERVER_OPENAI) {
         json_t *o = server_reply_base(j, sv->model_id, true);
-        json_t *c = choice(&g, json_string(""), NULL, NULL, true);
+        json_t *c = choice(g, json_string(""), NULL, NULL, true);
         json_object_set_new(json_object_get(c, "delta"), "role", json_string("assistant"));
         json_array_append_new(json_object_get(o, "choices"), c);
         if (r->include_usage) {
@@ -231,49 +293,102 @@ static void run(server *sv, server_job *j) {
     lares_error err = {0};
     lares_status rc =
         lares_generate(sv->s, j->ids + kept, j->n_ids - kept, &go, NULL, 0, NULL, &st, &err);
-    if (!g.stop_string) {
-        release(&g, g.n_toks, g.len); /* the held tail: no stop string came */
+    if (!g->stop_string) {
+        release(g, g->n_toks, g->len); /* the held tail: no stop string came */
     }
+    tot->generated += (size_t)st.n_generated;
+    tot->prompt_s += st.prompt_ms / 1e3;
+    tot->gen_s += st.gen_ms / 1e3;
+    tot->last = st;
     const char *finish = st.stop == LARES_STOP_LENGTH ? "length" : "stop";
-    if (rc != LARES_OK || g.oom) {
+    if (rc != LARES_OK || g->oom) {
         write_error(j, rc != LARES_OK ? err.msg : "out of memory while generating", 500);
         server_job_finish(j, 500);
+        return false;
+    }
+    if (r->dialect == SERVER_ANTHROPIC) {
+        const char *reason = g->stop_string                 ? "stop_sequence"
+                             : st.stop == LARES_STOP_LENGTH ? "max_tokens"
+                                                            : "end_turn";
+        server_anthropic_end(j, server_lossy_string(g->all ? g->all : "", g->all_len), reason,
+                             g->stop_string ? r->stop[g->stop_index] : NULL,
+                             (size_t)st.n_generated);
+    } else if (r->dialect == SERVER_OLLAMA) {
+        const server_ollama_counts c = {.prompt_tokens = j->n_ids - kept,
+                                        .generated = (size_t)st.n_generated,
+                                        .total_s = (st.prompt_ms + st.gen_ms) / 1e3,
+                                        .prompt_s = st.prompt_ms / 1e3,
+                                        .gen_s = st.gen_ms / 1e3};
+        server_ollama_final(
+            j, r->stream ? json_string("") : server_lossy_string(g->all ? g->all : "", g->all_len),
+            finish, &c);
     } else if (r->stream) {
         json_t *o = server_reply_base(j, sv->model_id, true);
         json_array_append_new(
             json_object_get(o, "choices"),
-            choice(&g, r->kind == SERVER_CHAT ? NULL : json_string(""), NULL, finish, true));
+            choice(g, r->kind == SERVER_CHAT ? NULL : json_string(""), NULL, finish, true));
         if (r->include_usage) {
             json_object_set_new(o, "usage", json_null());
         }
         server_write_event(j, o);
-        if (r->include_usage) {
-            o = server_reply_base(j, sv->model_id, true);
-            json_object_set_new(o, "usage",
-                                server_usage_json(j->n_ids, kept, (size_t)st.n_generated));
-            server_write_event(j, o);
-        }
-        server_job_write(j, "data: [DONE]\n\n", 14);
-        server_job_finish(j, 200);
     } else {
-        json_t *o = server_reply_base(j, sv->model_id, false);
-        json_t *lp = g.lp;
-        g.lp = NULL;
+        json_t *lp = g->lp;
+        g->lp = NULL;
         json_array_append_new(
-            json_object_get(o, "choices"),
-            choice(&g, server_lossy_string(g.all ? g.all : "", g.all_len), lp, finish, false));
-        json_object_set_new(o, "usage", server_usage_json(j->n_ids, kept, (size_t)st.n_generated));
-        char *s = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        if (s != NULL) {
-            server_job_write(j, s, strlen(s));
-            free(s);
+            json_object_get(reply, "choices"),
+            choice(g, server_lossy_string(g->all ? g->all : "", g->all_len), lp, finish, false));
+    }
+    return !atomic_load(&j->cancel);
+}
+
+static void run(server *sv, server_job *j) {
+    const server_request *r = &j->req;
+    run_totals tot = {0};
+    json_t *reply =
+        r->stream || r->dialect != SERVER_OPENAI ? NULL : server_reply_base(j, sv->model_id, false);
+    bool ok = true, failed = false;
+    for (int32_t i = 0; i < r->n_choices && ok; i++) {
+        gen g = {.sv = sv, .j = j, .r = r, .index = i};
+        ok = run_choice(sv, j, &g, reply, &tot);
+        json_decref(g.lp);
+        lares_free(g.text);
+        lares_free(g.toks);
+        lares_free(g.all);
+        pthread_mutex_lock(&j->mu);
+        failed = j->done; /* run_choice finished it with an error */
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (failed) {
+        json_decref(reply);
+    } else if (r->dialect != SERVER_OPENAI) {
+        server_job_finish(j, 200); /* the dialect's end went with the choice */
+    } else {
+        json_t *usage = server_usage_json(j->n_ids, tot.cached, tot.generated);
+        if (r->stream) {
+            if (r->include_usage) {
+                json_t *o = server_reply_base(j, sv->model_id, true);
+                json_object_set_new(o, "usage", usage);
+                server_write_event(j, o);
+            } else {
+                json_decref(usage);
+            }
+            server_job_write(j, "data: [DONE]\n\n", 14);
             server_job_finish(j, 200);
         } else {
-            write_error(j, "out of memory writing the reply", 500);
-            server_job_finish(j, 500);
+            json_object_set_new(reply, "usage", usage);
+            char *s = json_dumps(reply, JSON_COMPACT);
+            json_decref(reply);
+            if (s != NULL) {
+                server_job_write(j, s, strlen(s));
+                free(s);
+                server_job_finish(j, 200);
+            } else {
+                write_error(j, "out of memory writing the reply", 500);
+                server_job_finish(j, 500);
+            }
         }
     }
+    const lares_stats st = tot.last;
     int32_t n_past = 0;
     lares_session_tokens(sv->s, &n_past);
     mem_sample ms;
@@ -281,10 +396,10 @@ static void run(server *sv, server_job *j) {
     pthread_mutex_lock(&sv->mu);
     server_metrics *mx = &sv->mx;
     mx->prompt_tokens += j->n_ids;
-    mx->cached_tokens += kept;
-    mx->completion_tokens += (uint64_t)st.n_generated;
-    mx->prompt_seconds += st.prompt_ms / 1e3;
-    mx->gen_seconds += st.gen_ms / 1e3;
+    mx->cached_tokens += tot.cached;
+    mx->completion_tokens += (uint64_t)tot.generated;
+    mx->prompt_seconds += tot.prompt_s;
+    mx->gen_seconds += tot.gen_s;
     if (st.n_prompt > 0) {
         mx->last_prompt_tok_s = st.prompt_tok_s;
     }
@@ -297,10 +412,6 @@ static void run(server *sv, server_job *j) {
         mx->canceled++;
     }
     pthread_mutex_unlock(&sv->mu);
-    json_decref(g.lp);
-    lares_free(g.text);
-    lares_free(g.toks);
-    lares_free(g.all);
 }
 
 void *server_worker_main(void *arg) {
@@ -326,6 +437,8 @@ void *server_worker_main(void *arg) {
         pthread_mutex_unlock(&j->mu);
         if (atomic_load(&j->cancel)) {
             server_job_finish(j, 499); /* the client left while it waited */
+        } else if (j->req.kind == SERVER_EMBEDDING) {
+            server_run_embedding(sv, j);
         } else {
             run(sv, j);
         }

@@ -5,6 +5,8 @@
 # /metrics counts the failover; the next request works over the survivors.
 # With every worker down the server starts with the head alone, /health says
 # who serves, and a worker started later joins during a request.
+# An embedding through the ring equals one device's (cosine >= 0.999: the
+# hidden states cross the ring in F16).
 . "$(dirname "$0")/lib.sh"
 . "$LARES_SRC/tests/cluster/ring_lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
@@ -18,6 +20,9 @@ BODY='{"model":"lares","prompt":"Once upon a time","max_tokens":200,"temperature
 start_server local -m "$RING_MODEL" -t 1 -c 512
 [ "$(post "$URL_local" /v1/completions "$BODY")" = 200 ] && ok || fail "local completion: $(cat "$TMP/body")"
 jq -r '.choices[0].text' "$TMP/body" >"$TMP/local.txt"
+EMB='{"model":"lares","input":"Once upon a time there was a dog"}'
+[ "$(post "$URL_local" /v1/embeddings "$EMB")" = 200 ] && ok || fail "local embedding: $(cat "$TMP/body")"
+jq '.data[0].embedding' "$TMP/body" >"$TMP/local_emb.json"
 stop_server local
 
 ring_worker a || exit 1; AA=$WORKER_ADDR
@@ -28,6 +33,12 @@ start_server ring -m "$RING_MODEL" -t 1 -c 512 --ring "$TMP/ring.json" --rebalan
 [ "$(post "$URL_ring" /v1/completions "$BODY")" = 200 ] && ok || fail "ring completion: $(cat "$TMP/body")"
 jq -r '.choices[0].text' "$TMP/body" | cmp -s - "$TMP/local.txt" && ok \
   || fail "the ring's text differs from one device's"
+[ "$(post "$URL_ring" /v1/embeddings "$EMB")" = 200 ] && ok || fail "ring embedding: $(cat "$TMP/body")"
+jq '.data[0].embedding' "$TMP/body" >"$TMP/ring_emb.json"
+jq -s '[transpose[] | .[0] * .[1]] | add | "ring_serve: embedding cosine ring vs one device: \(.)"' -r "$TMP/local_emb.json" "$TMP/ring_emb.json"
+jq -s -e '(.[0] | length) > 0 and ([transpose[] | .[0] * .[1]] | add) >= 0.999' "$TMP/local_emb.json" \
+  "$TMP/ring_emb.json" >/dev/null && ok || fail "the ring's embedding differs from one device's: \
+$(jq -s '[transpose[] | .[0] * .[1]] | add' "$TMP/local_emb.json" "$TMP/ring_emb.json")"
 curl -sS "$URL_ring/metrics" >"$TMP/m0"
 grep -q '^lares_ring_failovers_total 0$' "$TMP/m0" && grep -q '^lares_ring_replans_total 0$' "$TMP/m0" && ok \
   || fail "metrics before the fault: $(grep lares_ring "$TMP/m0")"

@@ -8,7 +8,7 @@
 . "$(dirname "$0")/serve_lib.sh"
 M=$(model stories260K.gguf)
 EXP=$(model expected/greedy_once_upon_a_time.json)
-start_server a -m "$M" -t 1 -c 2048
+start_server a -m "$M" -t 1 -c 2048 -v
 A=$URL_a
 
 # ---- health, models ----
@@ -123,7 +123,12 @@ for name in lares_http_responses_total lares_queue_length lares_prompt_tokens_pe
   lares_prompt_tokens_cached_total; do
   grep -q "^# TYPE $name " "$TMP/metrics" && ok || fail "metric $name missing"
 done
+awk '$1 == "lares_resident_memory_bytes" { r = $2 } $1 == "lares_peak_resident_memory_bytes" { p = $2 }
+     END { exit !(r > 0 && p >= r) }' "$TMP/metrics" && ok ||
+  fail "peak below resident: $(grep resident_memory_bytes "$TMP/metrics")"
 stop_server a INT
+# the verbose log has no libmicrohttpd notice (it warned about the order of its options)
+grep -q 'libmicrohttpd' "$TMP/a.log" && fail "libmicrohttpd in the log: $(grep libmicrohttpd "$TMP/a.log")" || ok
 
 # ---- a full queue answers 503 with Retry-After; everything else completes ----
 start_server q -m "$M" -t 1 -c 2048 --queue 1

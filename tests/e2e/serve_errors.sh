@@ -67,6 +67,15 @@ s=$(post "$E" /v1/chat/completions "$GOOD" -H "Authorization: Bearer ${KEY}x")
 expect 401 invalid_api_key "" "API key" "$s" "API key with a suffix"
 s=$(curl -sS -o "$TMP/body" -w '%{http_code}' "$E/v1/models")
 expect 401 invalid_api_key "" "API key" "$s" "models without a key"
+# the scheme is case-insensitive, then one or more spaces (RFC 7235)
+for scheme in bearer BEARER 'Bearer  '; do
+  s=$(curl -sS -o "$TMP/body" -w '%{http_code}' -H "Authorization: $scheme $KEY" "$E/v1/models")
+  [ "$s" = 200 ] && ok || fail "scheme '$scheme': $s $(cat "$TMP/body")"
+done
+for h in "Bearer$KEY" "Basic $KEY" "$KEY" "Bearer"; do
+  s=$(curl -sS -o "$TMP/body" -w '%{http_code}' -H "Authorization: $h" "$E/v1/models")
+  expect 401 invalid_api_key "" "API key" "$s" "Authorization: $h"
+done
 grep -qi '^www-authenticate: Bearer' <(curl -sS -D - -o /dev/null "$E/metrics") && ok || fail "401 without WWW-Authenticate"
 [ "$(curl -sS "$E/health" | jq -r .status)" = ok ] && ok || fail "health needs no key"
 s=$(curl -sS -o "$TMP/body" -w '%{http_code}' "${AUTH[@]}" "$E/v2/anything")
@@ -99,6 +108,11 @@ stop_server p TERM
 [ $? -eq 2 ] && grep -q "no model given" "$TMP/err" && ok || fail "no model: $(cat "$TMP/err")"
 "$LARES" serve -m "$M" --port 70000 2>"$TMP/err"
 [ $? -eq 2 ] && ok || fail "port 70000 accepted"
+"$LARES" serve -m "$M" --port 0 --header-timeout 0 2>"$TMP/err"
+[ $? -eq 2 ] && grep -q "header-timeout" "$TMP/err" && ok || fail "header timeout 0: $(cat "$TMP/err")"
+"$LARES" serve -m "$M" --port 0 --max-connections 8 --max-connections-per-ip 9 2>"$TMP/err"
+[ $? -eq 1 ] && grep -q "connections per address 9: 1 to 8" "$TMP/err" && ok ||
+  fail "per-address limit over the limit: $(cat "$TMP/err")"
 "$LARES" serve -m "$M" --template nope --port 0 2>"$TMP/err"
 [ $? -eq 1 ] && grep -q "unknown chat template 'nope'" "$TMP/err" && ok || fail "bad template: $(cat "$TMP/err")"
 finish

@@ -76,6 +76,62 @@ async function main() {
   check(a.choices[0].message.content === b.choices[0].message.content, 'same seed, same text');
   check(a.choices[0].message.content !== d.choices[0].message.content, 'other seed, other text');
 
+  // n > 1: choices one after the other, choice i seeded with seed + i
+  const many = await client.chat.completions.create({ ...seeded, max_tokens: 10, seed: 11, n: 3 });
+  check(many.choices.length === 3 && many.choices.every((ch, i) => ch.index === i &&
+        ['length', 'stop'].includes(ch.finish_reason) && typeof ch.message.content === 'string'),
+    'n = 3: three choices', many.choices);
+  const one = await client.chat.completions.create({ ...seeded, max_tokens: 10, seed: 11 });
+  check(many.choices[0].message.content === one.choices[0].message.content, 'n = 3: choice 0 is the n = 1 answer',
+    [many.choices[0].message.content, one.choices[0].message.content]);
+  check(new Set(many.choices.map((ch) => ch.message.content)).size > 1, 'n = 3: the choices differ');
+  check(many.usage.completion_tokens >= 3 && many.usage.completion_tokens <= 30 &&
+        many.usage.prompt_tokens === one.usage.prompt_tokens, 'n = 3: usage', many.usage);
+  const parts = ['', ''];
+  const finished = [null, null];
+  const nstream = await client.completions.create({ model: 'lares', prompt: 'Once upon a time', max_tokens: 12, temperature: 1, seed: 3, n: 2, stream: true });
+  for await (const ch of nstream) {
+    for (const c of ch.choices) {
+      parts[c.index] += c.text;
+      if (c.finish_reason) finished[c.index] = c.finish_reason;
+    }
+  }
+  const nplain = await client.completions.create({ model: 'lares', prompt: 'Once upon a time', max_tokens: 12, temperature: 1, seed: 3, n: 2 });
+  check(nplain.choices.length === 2 && parts[0] === nplain.choices[0].text && parts[1] === nplain.choices[1].text &&
+        finished.every((f) => f === 'length' || f === 'stop'), 'n = 2 streamed by index', [parts, nplain.choices]);
+  await expectError('n = 17', () => client.chat.completions.create({ ...chat, n: 17 }), 400);
+
+  // embeddings: the client asks for base64 by default and decodes it; float gives the same numbers
+  const texts = ['Once upon a time', 'Once upon a time', 'The dog ran to the park.'];
+  const emb = await client.embeddings.create({ model: 'lares', input: texts });
+  const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+  const dot = (a, b) => a.reduce((s, x, i) => s + x * b[i], 0);
+  check(emb.object === 'list' && emb.data.length === 3 && emb.data.every((d, i) => d.index === i &&
+        d.object === 'embedding' && d.embedding.length === Number(process.env.N_EMBD)),
+    'embeddings: shape', emb.data.map((d) => [d.index, d.embedding.length]));
+  check(emb.data.every((d) => Math.abs(norm(d.embedding) - 1) < 1e-5), 'embeddings: unit length',
+    emb.data.map((d) => norm(d.embedding)));
+  check(emb.data[0].embedding.every((x, i) => x === emb.data[1].embedding[i]), 'embeddings: same text, same vector');
+  check(dot(emb.data[0].embedding, emb.data[2].embedding) < 0.9999, 'embeddings: other text, other vector');
+  check(emb.usage.prompt_tokens === Number(process.env.EMBED_TOKENS) && emb.usage.total_tokens === emb.usage.prompt_tokens,
+    'embeddings: usage', emb.usage);
+  const flt = await client.embeddings.create({ model: 'lares', input: texts[2], encoding_format: 'float' });
+  // 9 significant digits in JSON name one float32 exactly: Math.fround gives it back
+  check(flt.data.length === 1 && flt.data[0].embedding.every((x, i) => Math.fround(x) === emb.data[2].embedding[i]),
+    'embeddings: float equals base64');
+  const ids = JSON.parse(process.env.STORY_IDS);
+  const byIds = await client.embeddings.create({ model: 'lares', input: [ids], encoding_format: 'float' });
+  check(byIds.data[0].embedding.every((x, i) => Math.fround(x) === emb.data[0].embedding[i]), 'embeddings: token ids equal the text');
+  // a generation after embeddings is unchanged (the context was re-evaluated)
+  const again = await client.completions.create({ model: 'lares', prompt: 'Once upon a time', max_tokens: 48, temperature: 0 });
+  check(again.choices[0].text === wantCompletion, 'completion after embeddings', again.choices[0].text);
+  await expectError('embeddings: empty', () => client.embeddings.create({ model: 'lares', input: '' }), 400);
+  await expectError('embeddings: dimensions', () => client.embeddings.create({ model: 'lares', input: 'x', dimensions: 5 }), 400);
+  await expectError('embeddings: too long', () => client.embeddings.create({ model: 'lares', input: [new Array(3000).fill(1)] }),
+    400, 'context_length_exceeded');
+  await expectError('embeddings: model', () => client.embeddings.create({ model: 'text-embedding-3-small', input: 'x' }),
+    404, 'model_not_found');
+
   const lp = await client.chat.completions.create({ ...chat, max_tokens: 8, logprobs: true, top_logprobs: 3 });
   const content = lp.choices[0].logprobs.content;
   check(content.length === 8 && content.every((x) => x.logprob <= 0 && x.top_logprobs.length === 3),
