@@ -121,10 +121,7 @@ FORCE_INLINE void apply16_dotprod(int8x16_t w, int h, float sw, const uint8_t *a
     }
 }
 
-#define KB_ARGS                                                                                    \
-    const uint8_t *restrict w, int64_t g0, int ng, const uint8_t *restrict act, size_t pstride,    \
-        float *restrict tile
-typedef void (*kb_fn)(KB_ARGS);
+#include "quant/gemm_drive.h"
 
 #define KB_LOAD_TILE()                                                                             \
     float32x4_t facc[GEMM_NP];                                                                     \
@@ -292,44 +289,6 @@ FORCE_INLINE void kb_dotprod_q6_K(KB_ARGS, int np) {
         }
     }
     KB_STORE_TILE();
-}
-
-/* ---- the drive (as gemm_x86.h) ---- */
-
-static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t n_w,
-                       const uint8_t *restrict panels, int64_t n_c, float *restrict y, size_t ldy,
-                       const kb_fn *kb) {
-    const int64_t ng = k / QUANT_PANEL_GROUP;
-    const size_t pstride = (size_t)ng * GROUP_BYTES;
-    const int64_t n_p = (n_c + LANES - 1) / LANES;
-    const size_t kb_bytes = (size_t)(KB_GROUPS * (int64_t)bx / ng) + 1;
-    float tile[ROW_BLOCK][GEMM_NP * LANES];
-    for (int64_t r0 = 0; r0 < n_w; r0 += ROW_BLOCK) {
-        const int nr = (int)(n_w - r0 < ROW_BLOCK ? n_w - r0 : ROW_BLOCK);
-        for (int64_t p0 = 0; p0 < n_p; p0 += GEMM_NP) {
-            const int np = (int)(n_p - p0 < GEMM_NP ? n_p - p0 : GEMM_NP);
-            memset(tile, 0, sizeof tile);
-            for (int64_t g0 = 0; g0 < ng; g0 += KB_GROUPS) {
-                const int kg = (int)(ng - g0 < KB_GROUPS ? ng - g0 : KB_GROUPS);
-                const uint8_t *a = panels + (size_t)p0 * pstride + (size_t)g0 * GROUP_BYTES;
-                const size_t ahead = (size_t)((g0 + 2 * KB_GROUPS) * (int64_t)bx / ng);
-                for (int r = 0; r < nr; r++) {
-                    const uint8_t *wr = x + (size_t)(r0 + r) * bx;
-                    for (size_t o = 0; o < kb_bytes; o += 64) {
-                        __builtin_prefetch(wr + ahead + o);
-                    }
-                    kb[np](wr, g0, kg, a, pstride, tile[r]);
-                }
-            }
-            const int nc = (int)(n_c - p0 * LANES < np * LANES ? n_c - p0 * LANES : np * LANES);
-            for (int i = 0; i < nc; i++) {
-                float *yr = y + (size_t)(p0 * LANES + i) * ldy + (size_t)r0;
-                for (int r = 0; r < nr; r++) {
-                    yr[r] = tile[r][i];
-                }
-            }
-        }
-    }
 }
 
 #define KB_VARIANT(T, n)                                                                           \

@@ -174,13 +174,7 @@ FORCE_INLINE void apply16(const uint8_t *u, int h, float sw, float mw, const uin
     }
 }
 
-/* K-block kernels: weight row `w` (its first byte), groups g0 .. g0 + ng - 1
- * (ng <= KB_GROUPS, g0 a multiple of KB_GROUPS), activation panels from `act`
- * (panel 0 at group g0), running sums in tile[p * LANES ...]. */
-#define KB_ARGS                                                                                    \
-    const uint8_t *restrict w, int64_t g0, int ng, const uint8_t *restrict act, size_t pstride,    \
-        float *restrict tile
-typedef void (*kb_fn)(KB_ARGS);
+#include "quant/gemm_drive.h"
 
 #define KB_LOAD_TILE()                                                                             \
     vf facc[GEMM_NP];                                                                              \
@@ -394,50 +388,6 @@ FORCE_INLINE void kb_q6_K(KB_ARGS, int np) {
         apply16(u + 16, 1, sw1, 32.0f * sw1, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
-}
-
-/* ---- the drive: tiles of weight rows x panels, blocked over k ---- */
-
-static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t n_w,
-                       const uint8_t *restrict panels, int64_t n_c, float *restrict y, size_t ldy,
-                       const kb_fn *kb) {
-    const int64_t ng = k / QUANT_PANEL_GROUP;
-    const size_t pstride = (size_t)ng * GROUP_BYTES;
-    const int64_t n_p = (n_c + LANES - 1) / LANES;
-    const size_t kb_bytes = (size_t)(KB_GROUPS * (int64_t)bx / ng) + 1; /* one K block of a row */
-    _Alignas(64) float tile[ROW_BLOCK][GEMM_NP * LANES];
-    for (int64_t r0 = 0; r0 < n_w; r0 += ROW_BLOCK) {
-        const int nr = (int)(n_w - r0 < ROW_BLOCK ? n_w - r0 : ROW_BLOCK);
-        for (int64_t p0 = 0; p0 < n_p; p0 += GEMM_NP) {
-            const int np = (int)(n_p - p0 < GEMM_NP ? n_p - p0 : GEMM_NP);
-            memset(tile, 0, sizeof tile);
-            for (int64_t g0 = 0; g0 < ng; g0 += KB_GROUPS) {
-                const int kg = (int)(ng - g0 < KB_GROUPS ? ng - g0 : KB_GROUPS);
-                const uint8_t *a = panels + (size_t)p0 * pstride + (size_t)g0 * GROUP_BYTES;
-                /* the rows' bytes two K blocks ahead: 16 rows read a K block each
-                 * in turn are 16 short streams the hardware prefetchers do not
-                 * follow (a third of the kernel's time waited on them) */
-                const size_t ahead = (size_t)((g0 + 2 * KB_GROUPS) * (int64_t)bx / ng);
-                for (int r = 0; r < nr; r++) {
-                    const uint8_t *wr = x + (size_t)(r0 + r) * bx;
-                    for (size_t o = 0; o < kb_bytes; o += 64) {
-                        _mm_prefetch((const char *)wr + ahead + o, _MM_HINT_T0);
-                    }
-                    kb[np](wr, g0, kg, a, pstride, tile[r]);
-                }
-            }
-            /* out by activation row: each y row gets its nr sums as one run
-             * (by weight row, the stores would stride n_out floats apart and
-             * fight over the same L1 sets: 19 % of a prompt's time) */
-            const int nc = (int)(n_c - p0 * LANES < np * LANES ? n_c - p0 * LANES : np * LANES);
-            for (int i = 0; i < nc; i++) {
-                float *yr = y + (size_t)(p0 * LANES + i) * ldy + (size_t)r0;
-                for (int r = 0; r < nr; r++) {
-                    yr[r] = tile[r][i];
-                }
-            }
-        }
-    }
 }
 
 /* one K-block function per panel count, and the type's gemm */
