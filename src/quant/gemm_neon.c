@@ -29,7 +29,7 @@ static void panel_from_float(const float *restrict x, size_t ldx, int n_rows, in
     uint8_t *pb = panel;
     const int64_t ng = k / QUANT_PANEL_GROUP;
     for (int i = 0; i < LANES; i++) {
-        const float *xr = x + (size_t)i * ldx;
+        const float *xr = i < n_rows ? x + (size_t)i * ldx : x; /* no row past the last */
         for (int64_t g = 0; g < ng; g++) {
             uint8_t *grp = pb + (size_t)g * GROUP_BYTES;
             float *f = (float *)(void *)(grp + 32 * LANES);

@@ -6,10 +6,10 @@
  * each defining GEMM_LANES (16 or 8) and GEMM_NAME(x) (a suffix for the
  * file's symbols) before including it.
  *
- * Shape of the work (docs/kernels.md): a weight row is decoded 4 quants at a
- * time into unsigned bytes u in a general register and broadcast; VPDPBUSD
- * multiplies it with the same 4-quant run of every activation row in a panel
- * and adds to one int32 lane per activation row. After each group of 32 (or
+ * Shape of the work (docs/kernels.md): a weight row is decoded a group of 32
+ * quants at a time into unsigned bytes u on the stack, and each 4-quant run is
+ * broadcast from there; VPDPBUSD multiplies it with the same 4-quant run of
+ * every activation row in a panel and adds to one int32 lane per row. After each group of 32 (or
  * 16) elements the int32 sums become floats:
  *   acc += sw * (d_a * isum) - mw * (d_a * sum(q_a))
  * where the weight's value is sw * u - mw. Work is blocked so that the
@@ -70,7 +70,7 @@ static void panel_from_float(const float *restrict x, size_t ldx, int n_rows, in
     uint8_t *pb = panel;
     const int64_t ng = k / QUANT_PANEL_GROUP;
     for (int i = 0; i < LANES; i++) {
-        const float *xr = x + (size_t)i * ldx;
+        const float *xr = i < n_rows ? x + (size_t)i * ldx : x; /* no row past the last */
         for (int64_t g = 0; g < ng; g++) {
             uint8_t *grp = pb + (size_t)g * GROUP_BYTES;
             float *f = (float *)(void *)(grp + 32 * LANES);
