@@ -688,6 +688,91 @@ static void check_exact(const quant_traits *r, const quant_traits *t, const char
     }
 }
 
+/* The attention kernel of each KV cache type against the reference: groups
+ * of 1 to 11 heads (more than the eight a kernel keeps in registers), head
+ * widths that take the vector path and ones that fall back, key counts around
+ * the vector width, rows interleaved with other heads' values as in a cache,
+ * and scales large enough that most probabilities underflow. */
+static void check_attend(quant_isa isa, const char *fam) {
+    static const int64_t nqs[] = {1, 3, 4, 8, 11};
+    static const int64_t hds[] = {64, 128, 48, 40, 20};
+    static const int64_t ns[] = {1, 7, 8, 16, 17, 33, 100, 1030};
+    static const float scales[] = {0.125f, 4.0f};
+    const uint32_t types[] = {GGUF_TYPE_F32, GGUF_TYPE_F16};
+    const int64_t n_max = 1030, hd_max = 128, nq_max = 11, row_elems = 3 * hd_max;
+    float *q = malloc(sizeof(float) * (size_t)(nq_max * hd_max));
+    float *kf = malloc(sizeof(float) * (size_t)(n_max * row_elems));
+    float *vf = malloc(sizeof(float) * (size_t)(n_max * row_elems));
+    uint8_t *k = malloc(4 * (size_t)(n_max * row_elems));
+    uint8_t *v = malloc(4 * (size_t)(n_max * row_elems));
+    float *s = malloc(sizeof(float) * (size_t)(nq_max * n_max));
+    float *tmp = malloc(sizeof(float) * (size_t)hd_max);
+    float *out = malloc(sizeof(float) * (size_t)(nq_max * hd_max));
+    float *want = malloc(sizeof(float) * (size_t)(nq_max * hd_max));
+    if (!q || !kf || !vf || !k || !v || !s || !tmp || !out || !want) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < nq_max * hd_max; i++) {
+        q[i] = rng_unit();
+    }
+    for (int64_t i = 0; i < n_max * row_elems; i++) {
+        kf[i] = rng_unit();
+        vf[i] = 4.0f * rng_unit();
+    }
+    int cases = 0;
+    for (size_t ti = 0; ti < LARES_ARRAY_LEN(types); ti++) {
+        const quant_traits *r = quant_traits_ref(types[ti]);
+        const quant_traits *t = quant_traits_isa(types[ti], isa);
+        CHECKF(r->kv_attend != NULL && t->kv_attend != NULL, "%s/%s: no attention kernel", fam,
+               r->name);
+        if (r->kv_attend == NULL || t->kv_attend == NULL) {
+            continue;
+        }
+        r->from_float_ref(kf, k, n_max * row_elems);
+        r->from_float_ref(vf, v, n_max * row_elems);
+        const size_t row_bytes = (size_t)row_elems * r->blck_bytes;
+        for (size_t a = 0; a < LARES_ARRAY_LEN(nqs); a++) {
+            for (size_t b = 0; b < LARES_ARRAY_LEN(hds); b++) {
+                for (size_t c = 0; c < LARES_ARRAY_LEN(ns); c++) {
+                    for (size_t d = 0; d < LARES_ARRAY_LEN(scales); d++) {
+                        const int64_t nq = nqs[a], hd = hds[b], n = ns[c];
+                        /* this head's columns start one head width into the row */
+                        const uint8_t *kh = k + (size_t)hd * r->blck_bytes;
+                        const uint8_t *vh = v + (size_t)hd * r->blck_bytes;
+                        r->kv_attend(q, nq, hd, kh, vh, row_bytes, n, scales[d], s, tmp, want);
+                        memset(out, 0xff, sizeof(float) * (size_t)(nq * hd)); /* NaN */
+                        t->kv_attend(q, nq, hd, kh, vh, row_bytes, n, scales[d], s, tmp, out);
+                        float worst = 0;
+                        for (int64_t i = 0; i < nq * hd; i++) {
+                            const float e = fabsf(out[i] - want[i]);
+                            worst = e > worst || e != e ? e : worst;
+                        }
+                        /* values are within 4, and a score's float rounding (relative
+                         * 2^-24 per product of hd, summed in another order) moves the
+                         * probabilities by up to about scale * hd * 2^-22 */
+                        const float tol = 2e-5f + 4.0f * scales[d] * (float)hd * 2.4e-7f;
+                        CHECKF(worst <= tol, "%s/%s attention nq %" PRId64 " hd %" PRId64
+                               " n %" PRId64 " scale %g: off by %g",
+                               fam, r->name, nq, hd, n, (double)scales[d], (double)worst);
+                        cases++;
+                    }
+                }
+            }
+        }
+    }
+    printf("  %s: %d attention cases\n", fam, cases);
+    free(q);
+    free(kf);
+    free(vf);
+    free(k);
+    free(v);
+    free(s);
+    free(tmp);
+    free(out);
+    free(want);
+}
+
 static void test_family(quant_isa isa) {
     const char *fam = family_label(isa);
     bufs b;
@@ -730,6 +815,7 @@ static void test_family(quant_isa isa) {
         }
     }
     printf("  %s: %d types with tile kernels\n", fam, tiles);
+    check_attend(isa, fam);
     free(b.xf);
     free(b.yf);
     free(b.out);

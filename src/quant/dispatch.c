@@ -211,6 +211,11 @@ static void install(quant_traits *t, quant_isa isa) {
     if (isa == QUANT_ISA_AVX2 || isa == QUANT_ISA_AVXVNNI || isa == QUANT_ISA_AVX512) {
         quant_install_avx2(t);
     }
+    if (isa == QUANT_ISA_AVX2 || isa == QUANT_ISA_AVXVNNI) {
+        quant_install_avx2_attend(t);
+    } else if (isa == QUANT_ISA_AVX512) {
+        quant_install_avx512_attend(t);
+    }
     /* the packed-activation GEMM of the VNNI families over the AVX2 table (with
      * AVX2 alone, VPDPBUSD emulated by two instructions, it measured no faster
      * than the row tiles: docs/kernels.md) */

@@ -51,6 +51,17 @@ void dot_iq4_nl_q8_0_ref(int64_t n, float *restrict s, const void *restrict x,
 void dot_iq4_xs_q8_K_ref(int64_t n, float *restrict s, const void *restrict x,
                          const void *restrict y);
 
+/* attention over a KV cache, reference (attend.c) */
+void attend_f32_ref(const float *restrict q, int64_t nq, int64_t hd, const void *k, const void *v,
+                    size_t row_bytes, int64_t n, float scale, float *restrict s,
+                    float *restrict tmp, float *restrict out);
+void attend_f16_ref(const float *restrict q, int64_t nq, int64_t hd, const void *k, const void *v,
+                    size_t row_bytes, int64_t n, float scale, float *restrict s,
+                    float *restrict tmp, float *restrict out);
+/* the AVX2 and AVX-512 families' (attend_avx2.c, attend_avx512.c) */
+void quant_install_avx2_attend(quant_traits *t);
+void quant_install_avx512_attend(quant_traits *t);
+
 /* the reference table (traits.c) */
 extern const quant_traits quant_ref_table[GGUF_TYPE_COUNT];
 

@@ -37,6 +37,16 @@ typedef void (*quant_vec_dot_tile_fn)(int64_t n, float *restrict s, size_t ldc,
                                       const void *restrict x, size_t bx, const void *restrict y,
                                       size_t by, int nr, int nc);
 
+/* Attention of nq query heads sharing one KV head over n rows of a KV cache
+ * of this type (F32, F16): for each head i < nq,
+ *   out_i = sum_j softmax_j(scale * q_i . K_j) V_j   over j < n,
+ * q and out holding nq rows of hd floats, K and V rows row_bytes apart. s has
+ * room for nq * n scores (head i's at s + i * n), tmp for hd floats. */
+typedef void (*quant_kv_attend_fn)(const float *restrict q, int64_t nq, int64_t hd,
+                                   const void *k, const void *v, size_t row_bytes, int64_t n,
+                                   float scale, float *restrict s, float *restrict tmp,
+                                   float *restrict out);
+
 /* ---- packed-activation GEMM (prompt processing) ----
  * With several activation rows, the activations are quantized once into
  * panels of `lanes` rows. For each group of 32 elements a panel holds 8 quads
@@ -81,6 +91,7 @@ typedef struct quant_traits {
     quant_vec_dot_tile_fn vec_dot_tile; /* NULL: callers loop over vec_dot */
     quant_gemm_fn gemm;                 /* NULL: no packed-activation GEMM for this type */
     const quant_panel_fmt *panel;       /* the panels gemm reads (with gemm) */
+    quant_kv_attend_fn kv_attend;       /* NULL: this type cannot hold a KV cache */
 } quant_traits;
 
 /* The dispatched traits (fastest kernels for this CPU), or NULL when lares
