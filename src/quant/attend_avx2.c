@@ -1,6 +1,6 @@
 /*
  * Attention over a KV cache with AVX2/FMA/F16C (8 floats a vector): the
- * kernels of attend_x86.h at this width. Reference: attend.c.
+ * kernels of attend_simd.h at this width. Reference: attend.c.
  */
 #include "quant/half.h"
 #include "quant/kernels.h"
@@ -50,9 +50,9 @@ static inline vf reduce_keys(const vf a[8]) {
                          _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
-#include "quant/attend_x86.h"
+#include "quant/attend_simd.h"
 
 void quant_install_avx2_attend(quant_traits *t) {
-    t[GGUF_TYPE_F32].kv_attend = attend_f32_x86;
-    t[GGUF_TYPE_F16].kv_attend = attend_f16_x86;
+    t[GGUF_TYPE_F32].kv_attend = attend_f32_simd;
+    t[GGUF_TYPE_F16].kv_attend = attend_f16_simd;
 }

@@ -1,6 +1,6 @@
 /*
  * Attention over a KV cache with AVX-512 F (16 floats a vector): the kernels
- * of attend_x86.h at this width. Reference: attend.c.
+ * of attend_simd.h at this width. Reference: attend.c.
  */
 #include "quant/half.h"
 #include "quant/kernels.h"
@@ -47,9 +47,9 @@ static inline vf reduce_keys(const vf a[16]) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
 }
 
-#include "quant/attend_x86.h"
+#include "quant/attend_simd.h"
 
 void quant_install_avx512_attend(quant_traits *t) {
-    t[GGUF_TYPE_F32].kv_attend = attend_f32_x86;
-    t[GGUF_TYPE_F16].kv_attend = attend_f16_x86;
+    t[GGUF_TYPE_F32].kv_attend = attend_f32_simd;
+    t[GGUF_TYPE_F16].kv_attend = attend_f16_simd;
 }

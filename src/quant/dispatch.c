@@ -236,6 +236,9 @@ static void install(quant_traits *t, quant_isa isa) {
     } else if (isa == QUANT_ISA_NEON_NODOT) {
         quant_install_neon(t, false);
     }
+    if (isa == QUANT_ISA_NEON || isa == QUANT_ISA_NEON_NODOT) {
+        quant_install_neon_attend(t);
+    }
 #endif
     (void)isa;
 }

@@ -58,9 +58,10 @@ void attend_f32_ref(const float *restrict q, int64_t nq, int64_t hd, const void 
 void attend_f16_ref(const float *restrict q, int64_t nq, int64_t hd, const void *k, const void *v,
                     size_t row_bytes, int64_t n, float scale, float *restrict s,
                     float *restrict tmp, float *restrict out);
-/* the AVX2 and AVX-512 families' (attend_avx2.c, attend_avx512.c) */
+/* the AVX2, AVX-512 and NEON families' (attend_avx2.c, attend_avx512.c, attend_neon.c) */
 void quant_install_avx2_attend(quant_traits *t);
 void quant_install_avx512_attend(quant_traits *t);
+void quant_install_neon_attend(quant_traits *t);
 
 /* the reference table (traits.c) */
 extern const quant_traits quant_ref_table[GGUF_TYPE_COUNT];

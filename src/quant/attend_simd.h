@@ -1,7 +1,8 @@
 /*
- * Attention over a KV cache for x86 vector widths, included by attend_avx2.c
- * (ATT_LANES 8, __m256) and attend_avx512.c (ATT_LANES 16, __m512) after they
- * define the vector operations below. Reference: attend.c.
+ * Attention over a KV cache at one vector width, included by attend_avx2.c
+ * (ATT_LANES 8, __m256), attend_avx512.c (ATT_LANES 16, __m512) and
+ * attend_neon.c (ATT_LANES 4, float32x4_t) after they define the vector
+ * operations below. Reference: attend.c.
  *
  * Scores go ATT_LANES keys at a time: one accumulator per key, so the inner
  * loop is independent fused multiply-adds, and a transposing reduction turns
@@ -193,7 +194,7 @@ static void mix_heads(int ni, const float *restrict p, int64_t n, const uint8_t 
 
 /* the kernel: the reference's contract (quant_kv_attend_fn), head widths that
  * are a multiple of ATT_LANES up to ATT_MAX_HD; others go to the reference */
-static void attend_x86(int is_f16, const float *restrict q, int64_t nq, int64_t hd, const void *k,
+static void attend_simd(int is_f16, const float *restrict q, int64_t nq, int64_t hd, const void *k,
                        const void *v, size_t row_bytes, int64_t n, float scale,
                        float *restrict s, float *restrict tmp, float *restrict out) {
     if (hd % ATT_LANES != 0 || hd > ATT_MAX_HD) {
@@ -215,14 +216,14 @@ static void attend_x86(int is_f16, const float *restrict q, int64_t nq, int64_t 
     }
 }
 
-static void attend_f32_x86(const float *restrict q, int64_t nq, int64_t hd, const void *k,
+static void attend_f32_simd(const float *restrict q, int64_t nq, int64_t hd, const void *k,
                            const void *v, size_t row_bytes, int64_t n, float scale,
                            float *restrict s, float *restrict tmp, float *restrict out) {
-    attend_x86(0, q, nq, hd, k, v, row_bytes, n, scale, s, tmp, out);
+    attend_simd(0, q, nq, hd, k, v, row_bytes, n, scale, s, tmp, out);
 }
 
-static void attend_f16_x86(const float *restrict q, int64_t nq, int64_t hd, const void *k,
+static void attend_f16_simd(const float *restrict q, int64_t nq, int64_t hd, const void *k,
                            const void *v, size_t row_bytes, int64_t n, float scale,
                            float *restrict s, float *restrict tmp, float *restrict out) {
-    attend_x86(1, q, nq, hd, k, v, row_bytes, n, scale, s, tmp, out);
+    attend_simd(1, q, nq, hd, k, v, row_bytes, n, scale, s, tmp, out);
 }
