@@ -48,7 +48,7 @@ static void run_usage(FILE *to) {
           "      --no-echo           do not print the prompt before the generated text\n"
           "      --json              print one JSON object at the end instead of streaming\n"
           "      --isa NAME          force kernels: scalar, avx2, avxvnni, avx512, neon,\n"
-          "                          neon-nodot (default: the best this CPU has)\n"
+          "                          neon-nodot, neon-i8mm (default: the best this CPU has)\n"
           "      --mem-budget SIZE   memory for the whole run, e.g. 2G, 512M (default: the\n"
           "                          cgroup limit or 80%% of available memory); weights that do\n"
           "                          not fit stream from disk, read ahead layer by layer\n"

@@ -169,7 +169,8 @@ int main(int argc, char **argv) {
     } fams[] = {{"avx2", QUANT_ISA_AVX2},
                 {"avxvnni", QUANT_ISA_AVXVNNI},
                 {"avx512vnni", QUANT_ISA_AVX512},
-                {"neon", QUANT_ISA_NEON}};
+                {"neon", QUANT_ISA_NEON},
+                {"neon-i8mm", QUANT_ISA_NEON_I8MM}};
     const double macs = (double)k * (double)n * (double)c;
     for (size_t f = 0; f < LARES_ARRAY_LEN(fams); f++) {
         const quant_traits *t = quant_traits_isa(type, fams[f].isa);

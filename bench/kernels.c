@@ -237,7 +237,8 @@ static quant_isa parse_isa(const char *s) {
     } names[] = {{"scalar", QUANT_ISA_SCALAR},
                  {"avx2", QUANT_ISA_AVX2},
                  {"neon", QUANT_ISA_NEON},
-                 {"neon-nodot", QUANT_ISA_NEON_NODOT}};
+                 {"neon-nodot", QUANT_ISA_NEON_NODOT},
+                 {"neon-i8mm", QUANT_ISA_NEON_I8MM}};
     for (size_t i = 0; i < LARES_ARRAY_LEN(names); i++) {
         if (strcmp(s, names[i].name) == 0) {
             return names[i].isa;

@@ -64,7 +64,8 @@ static double panel_value(const quant_panel_fmt *f, const uint8_t *panels, int64
     const int lane = (int)(c % L);
     const uint8_t *g = p + (size_t)(i / 32) * 48 * (size_t)L;
     const int e = (int)(i % 32);
-    const int8_t q = (int8_t)g[(size_t)((e / 4) * L + lane) * 4 + (size_t)(e % 4)];
+    const int R = f->run;
+    const int8_t q = (int8_t)g[(size_t)((e / R) * L + lane) * (size_t)R + (size_t)(e % R)];
     float d;
     memcpy(&d, g + 32 * L + 4 * lane, 4);
     return (double)d * q;
@@ -74,7 +75,8 @@ static const struct {
     const char *name;
     quant_isa isa;
 } families[] = {
-    {"avxvnni", QUANT_ISA_AVXVNNI}, {"avx512", QUANT_ISA_AVX512}, {"neon", QUANT_ISA_NEON}};
+    {"avxvnni", QUANT_ISA_AVXVNNI}, {"avx512", QUANT_ISA_AVX512}, {"neon", QUANT_ISA_NEON},
+    {"neon-i8mm", QUANT_ISA_NEON_I8MM}};
 
 static const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0,
                                  GGUF_TYPE_Q5_1,   GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K,

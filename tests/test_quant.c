@@ -10,7 +10,7 @@
  * Every type with a trait row is covered through the table, so a new row is
  * tested without touching this file.
  *
- * Usage: test_quant [--isa scalar|avx2|neon|neon-nodot]
+ * Usage: test_quant [--isa scalar|avx2|avxvnni|avx512|neon|neon-nodot|neon-i8mm]
  * Without --isa every family available here is tested; a named family that
  * is absent is a failure (a forced ISA never silently falls back).
  */
@@ -148,6 +148,7 @@ static const struct {
     {"avx512", QUANT_ISA_AVX512},
     {"neon", QUANT_ISA_NEON},
     {"neon-nodot", QUANT_ISA_NEON_NODOT},
+    {"neon-i8mm", QUANT_ISA_NEON_I8MM},
 };
 
 static const char *family_label(quant_isa isa) {
@@ -405,8 +406,12 @@ static void test_dispatch(void) {
 #elif defined(LARES_HAVE_ARM64)
     CHECK(quant_traits_isa(GGUF_TYPE_Q4_0, QUANT_ISA_AVX2) == NULL);
     CHECK(quant_traits_isa(GGUF_TYPE_Q4_0, QUANT_ISA_NEON_NODOT) != NULL);
-    CHECK(strcmp(quant_isa_name(), c->dotprod ? "neon+dotprod" : "neon") == 0);
+    CHECK(strcmp(quant_isa_name(), c->dotprod && c->i8mm ? "neon+i8mm"
+                                   : c->dotprod          ? "neon+dotprod"
+                                                         : "neon") == 0);
     CHECK(strcmp(quant_isa_family_name(QUANT_ISA_NEON_NODOT), "neon") == 0);
+    CHECK((quant_traits_isa(GGUF_TYPE_Q4_0, QUANT_ISA_NEON_I8MM) != NULL) ==
+          (c->dotprod && c->i8mm));
 #endif
     (void)avx2;
     printf("  dispatch: %s\n", quant_isa_name());
@@ -833,7 +838,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--isa") == 0) {
         only = argv[2];
     } else if (argc != 1) {
-        fprintf(stderr, "usage: %s [--isa scalar|avx2|neon|neon-nodot]\n", argv[0]);
+        fprintf(stderr, "usage: %s [--isa scalar|avx2|avxvnni|avx512|neon|neon-nodot|neon-i8mm]\n", argv[0]);
         return 2;
     }
     for (size_t i = 0; i < LARES_ARRAY_LEN(families); i++) {

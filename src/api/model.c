@@ -110,14 +110,15 @@ lares_status lares_force_isa(const char *name, lares_error *err) {
                 {"avxvnni", QUANT_ISA_AVXVNNI},
                 {"avx512", QUANT_ISA_AVX512},
                 {"neon", QUANT_ISA_NEON},
-                {"neon-nodot", QUANT_ISA_NEON_NODOT}};
+                {"neon-nodot", QUANT_ISA_NEON_NODOT},
+                {"neon-i8mm", QUANT_ISA_NEON_I8MM}};
     for (size_t i = 0; i < LARES_ARRAY_LEN(isas); i++) {
         if (strcmp(name, isas[i].name) == 0) {
             return quant_force_isa(isas[i].isa, err);
         }
     }
     return lares_fail(err, LARES_EINVAL, "unknown instruction set '%s' (auto, scalar, avx2, avxvnni, avx512, "
-                      "neon, neon-nodot)",
+                      "neon, neon-nodot, neon-i8mm)",
                       name);
 }
 

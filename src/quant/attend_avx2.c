@@ -10,17 +10,17 @@
 
 #define ATT_LANES 8
 typedef __m256 vf;
-#define V_LOAD(p) _mm256_loadu_ps(p)
-#define V_STORE(p, x) _mm256_storeu_ps(p, x)
-#define V_ZERO() _mm256_setzero_ps()
-#define V_SET1(f) _mm256_set1_ps(f)
-#define V_ADD(a, b) _mm256_add_ps(a, b)
-#define V_MUL(a, b) _mm256_mul_ps(a, b)
-#define V_MAX(a, b) _mm256_max_ps(a, b)
-#define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define V_LOAD(p)       _mm256_loadu_ps(p)
+#define V_STORE(p, x)   _mm256_storeu_ps(p, x)
+#define V_ZERO()        _mm256_setzero_ps()
+#define V_SET1(f)       _mm256_set1_ps(f)
+#define V_ADD(a, b)     _mm256_add_ps(a, b)
+#define V_MUL(a, b)     _mm256_mul_ps(a, b)
+#define V_MAX(a, b)     _mm256_max_ps(a, b)
+#define V_FMA(a, b, c)  _mm256_fmadd_ps(a, b, c)
 #define V_FNMA(a, b, c) _mm256_fnmadd_ps(a, b, c)
-#define V_ROUND(x) _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
-#define V_LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define V_ROUND(x)      _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define V_LOAD_F16(p)   _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 
 static inline vf V_POW2I(vf n) {
     const __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));

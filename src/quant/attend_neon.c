@@ -11,19 +11,20 @@
 
 #define ATT_LANES 4
 typedef float32x4_t vf;
-#define V_LOAD(p) vld1q_f32(p)
-#define V_STORE(p, x) vst1q_f32(p, x)
-#define V_ZERO() vdupq_n_f32(0.0f)
-#define V_SET1(f) vdupq_n_f32(f)
-#define V_ADD(a, b) vaddq_f32(a, b)
-#define V_MUL(a, b) vmulq_f32(a, b)
-#define V_MAX(a, b) vmaxq_f32(a, b)
-#define V_FMA(a, b, c) vfmaq_f32(c, a, b)
+#define V_LOAD(p)       vld1q_f32(p)
+#define V_STORE(p, x)   vst1q_f32(p, x)
+#define V_ZERO()        vdupq_n_f32(0.0f)
+#define V_SET1(f)       vdupq_n_f32(f)
+#define V_ADD(a, b)     vaddq_f32(a, b)
+#define V_MUL(a, b)     vmulq_f32(a, b)
+#define V_MAX(a, b)     vmaxq_f32(a, b)
+#define V_FMA(a, b, c)  vfmaq_f32(c, a, b)
 #define V_FNMA(a, b, c) vfmsq_f32(c, a, b)
-#define V_ROUND(x) vrndnq_f32(x)
-#define V_HSUM(x) vaddvq_f32(x)
-#define V_HMAX(x) vmaxvq_f32(x)
-#define V_LOAD_F16(p) vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)(p))))
+#define V_ROUND(x)      vrndnq_f32(x)
+#define V_HSUM(x)       vaddvq_f32(x)
+#define V_HMAX(x)       vmaxvq_f32(x)
+#define V_LOAD_F16(p)                                                                              \
+    vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)(p))))
 
 static inline vf V_POW2I(vf n) {
     const int32x4_t e = vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127));

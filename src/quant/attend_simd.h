@@ -148,7 +148,8 @@ mix_columns(int NI, const float *restrict p, int64_t n, const uint8_t *v, size_t
     }
     if (is_f16) {
         for (int64_t j = 0; j < n; j++) {
-            const vf x = V_LOAD_F16((const lares_f16 *)(const void *)(v + (size_t)j * row_bytes) + c);
+            const vf x =
+                V_LOAD_F16((const lares_f16 *)(const void *)(v + (size_t)j * row_bytes) + c);
 #pragma GCC unroll 8
             for (int i = 0; i < NI; i++) {
                 acc[i] = V_FMA(V_SET1(p[i * n + j]), x, acc[i]);
@@ -195,8 +196,8 @@ static void mix_heads(int ni, const float *restrict p, int64_t n, const uint8_t 
 /* the kernel: the reference's contract (quant_kv_attend_fn), head widths that
  * are a multiple of ATT_LANES up to ATT_MAX_HD; others go to the reference */
 static void attend_simd(int is_f16, const float *restrict q, int64_t nq, int64_t hd, const void *k,
-                       const void *v, size_t row_bytes, int64_t n, float scale,
-                       float *restrict s, float *restrict tmp, float *restrict out) {
+                        const void *v, size_t row_bytes, int64_t n, float scale, float *restrict s,
+                        float *restrict tmp, float *restrict out) {
     if (hd % ATT_LANES != 0 || hd > ATT_MAX_HD) {
         (is_f16 ? attend_f16_ref : attend_f32_ref)(q, nq, hd, k, v, row_bytes, n, scale, s, tmp,
                                                    out);
@@ -217,13 +218,13 @@ static void attend_simd(int is_f16, const float *restrict q, int64_t nq, int64_t
 }
 
 static void attend_f32_simd(const float *restrict q, int64_t nq, int64_t hd, const void *k,
-                           const void *v, size_t row_bytes, int64_t n, float scale,
-                           float *restrict s, float *restrict tmp, float *restrict out) {
+                            const void *v, size_t row_bytes, int64_t n, float scale,
+                            float *restrict s, float *restrict tmp, float *restrict out) {
     attend_simd(0, q, nq, hd, k, v, row_bytes, n, scale, s, tmp, out);
 }
 
 static void attend_f16_simd(const float *restrict q, int64_t nq, int64_t hd, const void *k,
-                           const void *v, size_t row_bytes, int64_t n, float scale,
-                           float *restrict s, float *restrict tmp, float *restrict out) {
+                            const void *v, size_t row_bytes, int64_t n, float scale,
+                            float *restrict s, float *restrict tmp, float *restrict out) {
     attend_simd(1, q, nq, hd, k, v, row_bytes, n, scale, s, tmp, out);
 }

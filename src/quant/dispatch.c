@@ -165,6 +165,12 @@ static bool isa_available(quant_isa isa) {
 #else
         return false;
 #endif
+    case QUANT_ISA_NEON_I8MM:
+#if defined(LARES_HAVE_ARM64)
+        return c->neon && c->dotprod && c->i8mm;
+#else
+        return false;
+#endif
     case QUANT_ISA_COUNT:
         break;
     }
@@ -177,8 +183,8 @@ static bool isa_available(quant_isa isa) {
 static quant_traits tables[QUANT_ISA_COUNT][GGUF_TYPE_COUNT];
 static pthread_once_t tables_once[QUANT_ISA_COUNT] = {
     PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT,
-    PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
-static_assert(QUANT_ISA_COUNT == 7, "one PTHREAD_ONCE_INIT per kernel family");
+    PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT, PTHREAD_ONCE_INIT};
+static_assert(QUANT_ISA_COUNT == 8, "one PTHREAD_ONCE_INIT per kernel family");
 
 const char *quant_isa_family_name(quant_isa isa) {
     if (isa == QUANT_ISA_AUTO) {
@@ -198,6 +204,8 @@ const char *quant_isa_family_name(quant_isa isa) {
         return quant_cpu_features()->dotprod ? "neon+dotprod" : "neon";
     case QUANT_ISA_NEON_NODOT:
         return "neon";
+    case QUANT_ISA_NEON_I8MM:
+        return "neon+i8mm";
     default:
         return "scalar";
     }
@@ -233,10 +241,13 @@ static void install(quant_traits *t, quant_isa isa) {
         if (quant_cpu_features()->dotprod) {
             quant_install_gemm_neon_dotprod(t);
         }
+    } else if (isa == QUANT_ISA_NEON_I8MM) {
+        quant_install_neon(t, true);
+        quant_install_gemm_neon_i8mm(t);
     } else if (isa == QUANT_ISA_NEON_NODOT) {
         quant_install_neon(t, false);
     }
-    if (isa == QUANT_ISA_NEON || isa == QUANT_ISA_NEON_NODOT) {
+    if (isa == QUANT_ISA_NEON || isa == QUANT_ISA_NEON_NODOT || isa == QUANT_ISA_NEON_I8MM) {
         quant_install_neon_attend(t);
     }
 #endif
@@ -261,6 +272,9 @@ static void fill_neon(void) {
 static void fill_neon_nodot(void) {
     install(tables[QUANT_ISA_NEON_NODOT], QUANT_ISA_NEON_NODOT);
 }
+static void fill_neon_i8mm(void) {
+    install(tables[QUANT_ISA_NEON_I8MM], QUANT_ISA_NEON_I8MM);
+}
 
 /* the filled table of an available family other than AUTO */
 static const quant_traits *family_table(quant_isa isa) {
@@ -271,6 +285,7 @@ static const quant_traits *family_table(quant_isa isa) {
         [QUANT_ISA_AVX512] = fill_avx512,
         [QUANT_ISA_NEON] = fill_neon,
         [QUANT_ISA_NEON_NODOT] = fill_neon_nodot,
+        [QUANT_ISA_NEON_I8MM] = fill_neon_i8mm,
     };
     pthread_once(&tables_once[isa], fillers[isa]);
     return tables[isa];
@@ -287,6 +302,7 @@ static void fill(void) {
         want = isa_available(QUANT_ISA_AVX512)    ? QUANT_ISA_AVX512
                : isa_available(QUANT_ISA_AVXVNNI) ? QUANT_ISA_AVXVNNI
                : isa_available(QUANT_ISA_AVX2)    ? QUANT_ISA_AVX2
+               : isa_available(QUANT_ISA_NEON_I8MM) ? QUANT_ISA_NEON_I8MM
                : isa_available(QUANT_ISA_NEON)    ? QUANT_ISA_NEON
                                                   : QUANT_ISA_SCALAR;
     }

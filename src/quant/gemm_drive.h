@@ -1,10 +1,12 @@
 /*
- * The drive of the packed-activation GEMM, shared by gemm_x86.h and
- * gemm_neon.c: tiles of ROW_BLOCK weight rows x GEMM_NP panels, K walked in
- * blocks of KB_GROUPS groups so the panels' slice in use stays in L1 while the
- * rows pass over it, each (row, panel) sum kept in a tile on the stack. The
- * includer defines LANES, GROUP_BYTES, KB_GROUPS, ROW_BLOCK and GEMM_NP and
- * then writes its K-block kernels against KB_ARGS.
+ * The drive of the packed-activation GEMM, shared by gemm_x86.h, gemm_neon.c
+ * and gemm_neon_i8mm.c: tiles of ROW_BLOCK weight rows x GEMM_NP panels, K
+ * walked in blocks of KB_GROUPS groups so the panels' slice in use stays in L1
+ * while the rows pass over it, each (row, panel) sum kept in a tile on the
+ * stack. The includer defines LANES, GROUP_BYTES, KB_GROUPS, ROW_BLOCK and
+ * GEMM_NP, and GEMM_ROW_PAIRS where its kernels take two weight rows at once
+ * (SMMLA multiplies a 2 x 8 block of weights), then writes its K-block
+ * kernels against KB_ARGS.
  */
 #ifndef LARES_QUANT_GEMM_DRIVE_H
 #define LARES_QUANT_GEMM_DRIVE_H
@@ -14,10 +16,20 @@
 
 /* K-block kernels: weight row `w` (its first byte), groups g0 .. g0 + ng - 1
  * (ng <= KB_GROUPS, g0 a multiple of KB_GROUPS), activation panels from `act`
- * (panel 0 at group g0), running sums in tile[p * LANES ...]. */
+ * (panel 0 at group g0), running sums in tile[p * LANES ...]; with
+ * GEMM_ROW_PAIRS also the next row `w1` and its sums `tile1` (the last row of
+ * an odd count is paired with itself, its second sums dropped). */
+#if defined(GEMM_ROW_PAIRS)
+#define KB_ARGS                                                                                    \
+    const uint8_t *restrict w, const uint8_t *restrict w1, int64_t g0, int ng,                     \
+        const uint8_t *restrict act, size_t pstride, float *restrict tile, float *restrict tile1
+#define GEMM_ROW_STEP 2
+#else
 #define KB_ARGS                                                                                    \
     const uint8_t *restrict w, int64_t g0, int ng, const uint8_t *restrict act, size_t pstride,    \
         float *restrict tile
+#define GEMM_ROW_STEP 1
+#endif
 typedef void (*kb_fn)(KB_ARGS);
 
 static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t n_w,
@@ -27,7 +39,7 @@ static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t 
     const size_t pstride = (size_t)ng * GROUP_BYTES;
     const int64_t n_p = (n_c + LANES - 1) / LANES;
     const size_t kb_bytes = (size_t)(KB_GROUPS * (int64_t)bx / ng) + 1; /* one K block of a row */
-    _Alignas(64) float tile[ROW_BLOCK][GEMM_NP * LANES];
+    _Alignas(64) float tile[ROW_BLOCK + GEMM_ROW_STEP - 1][GEMM_NP * LANES];
     for (int64_t r0 = 0; r0 < n_w; r0 += ROW_BLOCK) {
         const int nr = (int)(n_w - r0 < ROW_BLOCK ? n_w - r0 : ROW_BLOCK);
         for (int64_t p0 = 0; p0 < n_p; p0 += GEMM_NP) {
@@ -40,12 +52,21 @@ static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t 
                  * in turn are 16 short streams the hardware prefetchers do not
                  * follow (a third of the kernel's time waited on them) */
                 const size_t ahead = (size_t)((g0 + 2 * KB_GROUPS) * (int64_t)bx / ng);
-                for (int r = 0; r < nr; r++) {
+                for (int r = 0; r < nr; r += GEMM_ROW_STEP) {
                     const uint8_t *wr = x + (size_t)(r0 + r) * bx;
+#if defined(GEMM_ROW_PAIRS)
+                    const uint8_t *wr1 = r + 1 < nr ? wr + bx : wr;
+                    for (size_t o = 0; o < kb_bytes; o += 64) {
+                        __builtin_prefetch(wr + ahead + o, 0, 3);
+                        __builtin_prefetch(wr1 + ahead + o, 0, 3);
+                    }
+                    kb[np](wr, wr1, g0, kg, a, pstride, tile[r], tile[r + 1]);
+#else
                     for (size_t o = 0; o < kb_bytes; o += 64) {
                         __builtin_prefetch(wr + ahead + o, 0, 3);
                     }
                     kb[np](wr, g0, kg, a, pstride, tile[r]);
+#endif
                 }
             }
             /* out by activation row: each y row gets its nr sums as one run

@@ -11,9 +11,7 @@
  * instead of the unsigned bytes of the x86 kernels. Functions that carry SDOT
  * are named *dotprod* (tests/cross/run_aarch64.sh checks the objects).
  */
-#include "quant/kquant_impl.h"
-
-#include <arm_neon.h>
+#include "quant/gemm_neon_decode.h"
 
 #define LANES       4
 #define GROUP_BYTES (48 * LANES)
@@ -73,7 +71,8 @@ static void panel_from_float(const float *restrict x, size_t ldx, int n_rows, in
     }
 }
 
-static const quant_panel_fmt panel_fmt_neon = {.lanes = LANES, .from_float = panel_from_float};
+static const quant_panel_fmt panel_fmt_neon = {
+    .lanes = LANES, .run = 4, .from_float = panel_from_float};
 
 /* ---- the inner step ---- */
 
@@ -129,102 +128,42 @@ FORCE_INLINE void apply16_dotprod(int8x16_t w, int h, float sw, const uint8_t *a
 #define KB_STORE_TILE()                                                                            \
     _Pragma("GCC unroll 8") for (int p = 0; p < np; p++) vst1q_f32(tile + p * LANES, facc[p])
 
-static inline float h2f(const uint8_t *p) {
-    return f16_to_f32(rd_u16le(p));
-}
-
-/* bit i of qh (i < 16 for the low register, 16..31 the high one) as 0x10 in byte i */
-static inline uint8x16_t bits_to_16(uint32_t qh, int half) {
-    static const uint8_t sel[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
-                                       {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3}};
-    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    const uint8x16_t rep = vqtbl1q_u8(vreinterpretq_u8_u32(vdupq_n_u32(qh)), vld1q_u8(sel[half]));
-    return vandq_u8(vtstq_u8(rep, vld1q_u8(bit)), vdupq_n_u8(0x10));
-}
-
-static const int8_t iq4_s8[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                  1,    13,   25,  38,  53,  69,  89,  113};
-
-/* Q4_0 / Q4_1 / Q5_0 / Q5_1 / IQ4_NL: one 32-element block a group */
-#define KB_LEGACY(T, BODY)                                                                         \
+/* Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL: one 32-element block a group */
+#define KB_LEGACY(T)                                                                               \
     FORCE_INLINE void kb_dotprod_##T(KB_ARGS, int np) {                                            \
         KB_LOAD_TILE();                                                                            \
         for (int g = 0; g < ng; g++) {                                                             \
-            const uint8_t *b = w + (size_t)(g0 + g) * sizeof(block_##T);                           \
             int8x16_t w0, w1;                                                                      \
             float sw, mw;                                                                          \
-            BODY;                                                                                  \
+            dec_##T(w + (size_t)(g0 + g) * sizeof(block_##T), &w0, &w1, &sw, &mw);                 \
             apply32_dotprod(w0, w1, sw, mw, act + (size_t)g * GROUP_BYTES, pstride, np, facc);     \
         }                                                                                          \
         KB_STORE_TILE();                                                                           \
     }
 
-KB_LEGACY(q4_0, {
-    const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_q4_0, qs));
-    w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0f))), vdupq_n_s8(8));
-    w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), vdupq_n_s8(8));
-    sw = h2f(KQ_FIELD(b, block_q4_0, d));
-    mw = 0;
-})
-KB_LEGACY(q4_1, {
-    const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_q4_1, qs));
-    w0 = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0x0f)));
-    w1 = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
-    sw = h2f(KQ_FIELD(b, block_q4_1, d));
-    mw = -h2f(KQ_FIELD(b, block_q4_1, m));
-})
-KB_LEGACY(q5_0, {
-    const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_q5_0, qs));
-    const uint32_t qh = rd_u32le(KQ_FIELD(b, block_q5_0, qh));
-    w0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0f)), bits_to_16(qh, 0))),
-                  vdupq_n_s8(16));
-    w1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(raw, 4), bits_to_16(qh, 1))),
-                  vdupq_n_s8(16));
-    sw = h2f(KQ_FIELD(b, block_q5_0, d));
-    mw = 0;
-})
-KB_LEGACY(q5_1, {
-    const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_q5_1, qs));
-    const uint32_t qh = rd_u32le(KQ_FIELD(b, block_q5_1, qh));
-    w0 = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(raw, vdupq_n_u8(0x0f)), bits_to_16(qh, 0)));
-    w1 = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(raw, 4), bits_to_16(qh, 1)));
-    sw = h2f(KQ_FIELD(b, block_q5_1, d));
-    mw = -h2f(KQ_FIELD(b, block_q5_1, m));
-})
-KB_LEGACY(q8_0, {
-    w0 = vld1q_s8((const int8_t *)KQ_FIELD(b, block_q8_0, qs));
-    w1 = vld1q_s8((const int8_t *)KQ_FIELD(b, block_q8_0, qs) + 16);
-    sw = h2f(KQ_FIELD(b, block_q8_0, d));
-    mw = 0;
-})
-KB_LEGACY(iq4_nl, {
-    const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_iq4_nl, qs));
-    const int8x16_t tbl = vld1q_s8(iq4_s8);
-    w0 = vqtbl1q_s8(tbl, vandq_u8(raw, vdupq_n_u8(0x0f)));
-    w1 = vqtbl1q_s8(tbl, vshrq_n_u8(raw, 4));
-    sw = h2f(KQ_FIELD(b, block_iq4_nl, d));
-    mw = 0;
-})
+KB_LEGACY(q4_0)
+KB_LEGACY(q4_1)
+KB_LEGACY(q5_0)
+KB_LEGACY(q5_1)
+KB_LEGACY(q8_0)
+KB_LEGACY(iq4_nl)
 
 /* IQ4_XS: half a super-block, sub-block j like IQ4_NL with scale d (s_j - 32) */
 FORCE_INLINE void kb_dotprod_iq4_xs(KB_ARGS, int np) {
     const uint8_t *b = w + (size_t)(g0 / 8) * sizeof(block_iq4_xs);
     const int j0 = (int)(g0 % 8);
     const float d = h2f(KQ_FIELD(b, block_iq4_xs, d));
-    const int8x16_t tbl = vld1q_s8(iq4_s8);
     KB_LOAD_TILE();
     for (int g = 0; g < ng; g++) {
-        const int j = j0 + g;
-        const uint8x16_t raw = vld1q_u8(KQ_FIELD(b, block_iq4_xs, qs) + 16 * j);
-        apply32_dotprod(vqtbl1q_s8(tbl, vandq_u8(raw, vdupq_n_u8(0x0f))),
-                        vqtbl1q_s8(tbl, vshrq_n_u8(raw, 4)), d * (float)kq_iq4xs_scale(b, j), 0,
+        int8x16_t w0, w1;
+        dec_iq4_xs_sub(b, j0 + g, &w0, &w1);
+        apply32_dotprod(w0, w1, d * (float)kq_iq4xs_scale(b, j0 + g), 0,
                         act + (size_t)g * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
 
-/* Q4_K / Q5_K: half a super-block; sub-block j: the low (j even) or high
- * nibbles of qs[32 (j / 2) ...], Q5_K's bit j of qh[e] as bit 4 */
+/* Q4_K / Q5_K: half a super-block */
 FORCE_INLINE void kb_dotprod_q45_K(KB_ARGS, int np, bool five) {
     const size_t bsz = five ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const uint8_t *b = w + (size_t)(g0 / 8) * bsz;
@@ -233,27 +172,13 @@ FORCE_INLINE void kb_dotprod_q45_K(KB_ARGS, int np, bool five) {
     const float dmin = h2f(b + offsetof(block_q4_K, dmin));
     uint8_t sc[8], mn[8];
     kq_scale_min_k4(b + offsetof(block_q4_K, scales), sc, mn);
-    const uint8_t *qs = five ? KQ_FIELD(b, block_q5_K, qs) : KQ_FIELD(b, block_q4_K, qs);
     KB_LOAD_TILE();
     for (int g = 0; g < ng; g++) {
         const int j = j0 + g;
-        uint8x16_t lo = vld1q_u8(qs + 32 * (j / 2)), hi = vld1q_u8(qs + 32 * (j / 2) + 16);
-        if (j % 2) {
-            lo = vshrq_n_u8(lo, 4);
-            hi = vshrq_n_u8(hi, 4);
-        } else {
-            lo = vandq_u8(lo, vdupq_n_u8(0x0f));
-            hi = vandq_u8(hi, vdupq_n_u8(0x0f));
-        }
-        if (five) {
-            const uint8_t *qh = KQ_FIELD(b, block_q5_K, qh);
-            const int8x16_t sh = vdupq_n_s8((int8_t)(4 - j)); /* bit j to bit 4 */
-            const uint8x16_t m = vdupq_n_u8(0x10);
-            lo = vorrq_u8(lo, vandq_u8(vshlq_u8(vld1q_u8(qh), sh), m));
-            hi = vorrq_u8(hi, vandq_u8(vshlq_u8(vld1q_u8(qh + 16), sh), m));
-        }
-        apply32_dotprod(vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi), d * sc[j], dmin * mn[j],
-                        act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+        int8x16_t w0, w1;
+        dec_q45_K_sub(b, j, five, &w0, &w1);
+        apply32_dotprod(w0, w1, d * sc[j], dmin * mn[j], act + (size_t)g * GROUP_BYTES, pstride, np,
+                        facc);
     }
     KB_STORE_TILE();
 }
@@ -266,26 +191,17 @@ FORCE_INLINE void kb_dotprod_q5_K(KB_ARGS, int np) {
     kb_dotprod_q45_K(w, g0, ng, act, pstride, tile, np, true);
 }
 
-/* Q6_K: half h of a super-block, parts p = 0..3 of 32, two sub-blocks of 16
- * each; v = 6 bits - 32 */
+/* Q6_K: half h of a super-block, parts p = 0..3 of 32, two sub-blocks of 16 each */
 FORCE_INLINE void kb_dotprod_q6_K(KB_ARGS, int np) {
     const uint8_t *b = w + (size_t)(g0 / 8) * sizeof(block_q6_K);
     const int h = (int)(g0 % 8) / 4;
     const float d = h2f(KQ_FIELD(b, block_q6_K, d));
     const int8_t *scales = (const int8_t *)KQ_FIELD(b, block_q6_K, scales) + 8 * h;
-    const uint8_t *ql = KQ_FIELD(b, block_q6_K, ql) + 64 * h;
-    const uint8_t *qh = KQ_FIELD(b, block_q6_K, qh) + 32 * h;
     KB_LOAD_TILE();
     for (int p = 0; p < ng; p++) {
-        const int8x16_t sh = vdupq_n_s8((int8_t)(4 - 2 * p)); /* bits 2p, 2p + 1 to 4, 5 */
         for (int half = 0; half < 2; half++) {
-            uint8x16_t lo = vld1q_u8(ql + 32 * (p % 2) + 16 * half);
-            lo = p / 2 ? vshrq_n_u8(lo, 4) : vandq_u8(lo, vdupq_n_u8(0x0f));
-            const uint8x16_t hb =
-                vandq_u8(vshlq_u8(vld1q_u8(qh + 16 * half), sh), vdupq_n_u8(0x30));
-            const int8x16_t v = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hb)), vdupq_n_s8(32));
-            apply16_dotprod(v, half, d * (float)scales[2 * p + half], act + (size_t)p * GROUP_BYTES,
-                            pstride, np, facc);
+            apply16_dotprod(dec_q6_K_16(b, h, p, half), half, d * (float)scales[2 * p + half],
+                            act + (size_t)p * GROUP_BYTES, pstride, np, facc);
         }
     }
     KB_STORE_TILE();

@@ -106,7 +106,7 @@ static void panel_from_float(const float *restrict x, size_t ldx, int n_rows, in
     }
 }
 
-static const quant_panel_fmt GEMM_NAME(panel_fmt) = {.lanes = LANES,
+static const quant_panel_fmt GEMM_NAME(panel_fmt) = {.lanes = LANES, .run = 4,
                                                      .from_float = panel_from_float};
 
 /* ---- the inner step: one group of weights against np panels ---- */

@@ -84,6 +84,7 @@ void quant_install_avx512_kquants(quant_traits *t);
 void quant_install_gemm_avxvnni(quant_traits *t);
 /* ... and 4 lanes of NEON by-lane SDOT (gemm_neon.c), where the CPU has dotprod */
 void quant_install_gemm_neon_dotprod(quant_traits *t);
+void quant_install_gemm_neon_i8mm(quant_traits *t); /* gemm_neon_i8mm.c */
 void quant_install_gemm_avx512(quant_traits *t);
 void quant_install_neon_kquants(quant_traits *t, bool dotprod);
 

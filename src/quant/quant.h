@@ -49,9 +49,10 @@ typedef void (*quant_kv_attend_fn)(const float *restrict q, int64_t nq, int64_t 
 
 /* ---- packed-activation GEMM (prompt processing) ----
  * With several activation rows, the activations are quantized once into
- * panels of `lanes` rows. For each group of 32 elements a panel holds 8 quads
- * of 4 int8 per lane (quad q of lane i at byte 4 * (q * lanes + i)), then four
- * floats per lane: d (the scale), s = d * sum of the 32 quants, and s0, s1 =
+ * panels of `lanes` rows. For each group of 32 elements a panel holds 32 /
+ * run runs of `run` int8 per lane (run q of lane i at byte run * (q * lanes +
+ * i): quads for the x86 VPDPBUSD and AArch64 SDOT kernels, runs of 8 for
+ * SMMLA's 2 x 8 blocks), then four floats per lane: d (the scale), s = d * sum of the 32 quants, and s0, s1 =
  * d * sum of each half. A weight row is read straight from the file mapping:
  * each 4-byte run of its quants is decoded to unsigned bytes u (value =
  * sw * u - mw, sw and mw per group of 16 or 32) and broadcast against a quad
@@ -60,6 +61,7 @@ typedef void (*quant_kv_attend_fn)(const float *restrict q, int64_t nq, int64_t 
 #define QUANT_PANEL_GROUP 32
 typedef struct quant_panel_fmt {
     int lanes; /* activation rows per panel */
+    int run;   /* consecutive codes of one row (4 or 8) */
     /* Quantizes rows x, x + ldx, ... (n_rows <= lanes; the other lanes are
      * zero) of k elements (a multiple of QUANT_PANEL_GROUP) into one panel. */
     void (*from_float)(const float *restrict x, size_t ldx, int n_rows, int64_t k,
@@ -115,6 +117,7 @@ typedef enum quant_isa {
     QUANT_ISA_AVX512,  /* AVX-512 F/BW/VL + VNNI (AMD Zen 4/5, Intel server parts) */
     QUANT_ISA_NEON,       /* with the dot-product extension where the CPU has it */
     QUANT_ISA_NEON_NODOT, /* plain NEON even where dotprod exists (tests, comparisons) */
+    QUANT_ISA_NEON_I8MM,  /* NEON with dotprod, and SMMLA for the prompt GEMM (ARMv8.6 i8mm) */
     QUANT_ISA_COUNT
 } quant_isa;
 

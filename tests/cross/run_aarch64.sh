@@ -4,10 +4,12 @@
 # for the target) and runs test_quant under qemu-user:
 #   1. qemu's "max" CPU (has dotprod), --isa neon: NEON kernels with SDOT;
 #   2. the same CPU, --isa neon-nodot: the plain NEON kernels;
-#   3. a Cortex-A72 (no dotprod), every family: dispatch must pick plain NEON, and a stray SDOT in
-#      the plain kernels would stop the run with SIGILL.
+#   3. the same CPU, --isa neon-i8mm: the family whose prompt GEMM uses SMMLA (i8mm);
+#   4. a Cortex-A72 (no dotprod, no i8mm), every family: dispatch must pick plain NEON, and a stray
+#      SDOT or SMMLA in the plain kernels would stop the run with SIGILL.
+# test_gemm runs on "max" for every family with a packed GEMM (dotprod and i8mm).
 # It also checks the objects: SDOT/UDOT may appear only in functions named *dotprod*, since every
-# *_neon.c file is compiled with +dotprod.
+# *_neon.c file is compiled with +dotprod, and SMMLA only in functions named *i8mm*.
 #
 # Usage: tests/cross/run_aarch64.sh [build-dir]   (default: build-aarch64 in the source tree)
 # Exit status 77 (skip) when the cross compiler, its libc or qemu-aarch64 is missing.
@@ -44,6 +46,19 @@ if command -v aarch64-linux-gnu-objdump >/dev/null; then
       status=1
     fi
   done
+  for o in "$objdir"/*.c.o; do
+    stray=$(aarch64-linux-gnu-objdump -d "$o" |
+      awk '/^[0-9a-f]+ <.*>:$/ { fn = $2 } /\t(smmla|ummla|usmmla)\t/ && fn !~ /i8mm/ { print fn }' | sort -u)
+    if [ -n "$stray" ]; then
+      echo "quant_aarch64: SMMLA outside an i8mm kernel in $(basename "$o"): $stray"
+      status=1
+    fi
+  done
+  n_mmla=$(aarch64-linux-gnu-objdump -d "$objdir/gemm_neon_i8mm.c.o" | grep -c $'\tsmmla\t' || true)
+  if [ "$n_mmla" -eq 0 ]; then
+    echo "quant_aarch64: no SMMLA in gemm_neon_i8mm.c.o"
+    status=1
+  fi
 fi
 
 run() { # cpu args...
@@ -57,6 +72,7 @@ run() { # cpu args...
 }
 run max --isa neon
 run max --isa neon-nodot
+run max --isa neon-i8mm
 run cortex-a72
 # the packed GEMM: by-lane SDOT on "max"; none on the Cortex-A72 (no dotprod: skip, 77)
 for cpu in max cortex-a72; do

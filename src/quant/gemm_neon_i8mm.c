@@ -1,0 +1,300 @@
+/*
+ * The packed-activation GEMM (quant.h: quant_panel_fmt; docs/kernels.md) for
+ * AArch64 with the int8 matrix-multiply extension (ARMv8.6 i8mm, FEAT_I8MM):
+ * SMMLA multiplies a 2 x 8 block of signed bytes by the transpose of another
+ * and adds the 2 x 2 int32 result, 32 products per instruction against by-lane
+ * SDOT's 16. Two weight rows are decoded per group (gemm_neon_decode.h) and
+ * zipped into 2 x 8 blocks; a panel holds 4 activation rows as two 2 x 8
+ * blocks per 8 elements, so one group of 32 costs 8 SMMLA per panel for two
+ * weight rows.
+ *
+ * Panel group layout (48 * 4 bytes, as gemm_neon.c's, with runs of 8: quant.h):
+ * for 8-element chunk c (0..3) and row pair q (0..1) 16 bytes at 16 (2 c + q),
+ * row 2q's 8 codes then row 2q + 1's, a 2 x 8 block as SMMLA reads it; then
+ * the 4 x 4 floats d, d * sum, d * sum of each half.
+ * Functions that carry SMMLA are named *i8mm* (tests/cross/run_aarch64.sh).
+ */
+#include "quant/gemm_neon_decode.h"
+
+#define LANES       4
+#define GROUP_BYTES (48 * LANES)
+#define KB_GROUPS   4
+#define ROW_BLOCK   16
+#define GEMM_NP     8 /* panels per pass: 32 activation rows */
+#define GEMM_ROW_PAIRS
+
+/* ---- activations into panels: the Q8_0 reference's codes and fp16 scale ---- */
+
+static void panel_from_float_i8mm(const float *restrict x, size_t ldx, int n_rows, int64_t k,
+                                  void *restrict panel) {
+    uint8_t *pb = panel;
+    const int64_t ng = k / QUANT_PANEL_GROUP;
+    for (int i = 0; i < LANES; i++) {
+        const float *xr = i < n_rows ? x + (size_t)i * ldx : x; /* no row past the last */
+        for (int64_t g = 0; g < ng; g++) {
+            uint8_t *grp = pb + (size_t)g * GROUP_BYTES;
+            float *f = (float *)(void *)(grp + 32 * LANES);
+            int8_t q[32] = {0};
+            float d = 0;
+            int32_t s0 = 0, s1 = 0;
+            if (i < n_rows) {
+                const float *xs = xr + g * QUANT_PANEL_GROUP;
+                float32x4_t v[8];
+                float32x4_t amax = vdupq_n_f32(0);
+                for (int j = 0; j < 8; j++) {
+                    v[j] = vld1q_f32(xs + 4 * j);
+                    amax = vmaxq_f32(amax, vabsq_f32(v[j]));
+                }
+                const float dd = vmaxvq_f32(amax) / 127;
+                const float id = dd != 0 ? 1.0f / dd : 0.0f;
+                d = f16_to_f32(f32_to_f16(dd));
+                for (int j = 0; j < 8; j++) {
+                    /* round half away from zero, as roundf */
+                    const int32x4_t qi = vcvtaq_s32_f32(vmulq_n_f32(v[j], id));
+                    const int16x4_t q16 = vqmovn_s32(qi);
+                    vst1_lane_s32((int32_t *)(void *)(q + 4 * j),
+                                  vreinterpret_s32_s8(vqmovn_s16(vcombine_s16(q16, q16))), 0);
+                    const int32_t s = vaddvq_s32(qi);
+                    if (j < 4) {
+                        s0 += s;
+                    } else {
+                        s1 += s;
+                    }
+                }
+            }
+            for (int c = 0; c < 4; c++) {
+                memcpy(grp + 16 * (2 * c + i / 2) + 8 * (i % 2), q + 8 * c, 8);
+            }
+            f[i] = d;
+            f[LANES + i] = d * (float)(s0 + s1);
+            f[2 * LANES + i] = d * (float)s0;
+            f[3 * LANES + i] = d * (float)s1;
+        }
+    }
+}
+
+static const quant_panel_fmt panel_fmt_i8mm = {
+    .lanes = LANES, .run = 8, .from_float = panel_from_float_i8mm};
+
+/* ---- the inner step ---- */
+
+#define FORCE_INLINE static inline __attribute__((always_inline))
+
+/* 2 x 8 blocks of rows a and b: elements 0..7 (lo) and 8..15 (hi) of each */
+FORCE_INLINE int8x16_t zip_lo(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+FORCE_INLINE int8x16_t zip_hi(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+
+/* the 2 x 4 products of chunks c0 .. c0 + nc - 1 (weights in blk[]) with a
+ * panel, as row 0's and row 1's four lanes */
+FORCE_INLINE void mmla_chunks_i8mm(const int8x16_t *blk, int c0, int nc, const int8_t *a,
+                                   int32x4_t *r0, int32x4_t *r1) {
+    int32x4_t s01 = vdupq_n_s32(0), s23 = vdupq_n_s32(0);
+    for (int c = 0; c < nc; c++) {
+        s01 = vmmlaq_s32(s01, blk[c], vld1q_s8(a + 16 * (2 * (c0 + c))));
+        s23 = vmmlaq_s32(s23, blk[c], vld1q_s8(a + 16 * (2 * (c0 + c) + 1)));
+    }
+    /* s01 = [w0.a0, w0.a1, w1.a0, w1.a1], s23 the same for lanes 2, 3 */
+    *r0 = vreinterpretq_s32_s64(vzip1q_s64(vreinterpretq_s64_s32(s01), vreinterpretq_s64_s32(s23)));
+    *r1 = vreinterpretq_s32_s64(vzip2q_s64(vreinterpretq_s64_s32(s01), vreinterpretq_s64_s32(s23)));
+}
+
+/* a group of 32 of two rows: a0, a1 row 0's elements 0..15, 16..31; b0, b1 row 1's */
+FORCE_INLINE void apply32_i8mm(int8x16_t a0, int8x16_t a1, int8x16_t b0, int8x16_t b1, float sw0,
+                               float mw0, float sw1, float mw1, const uint8_t *act, size_t pstride,
+                               int np, float32x4_t *facc0, float32x4_t *facc1) {
+    const int8x16_t blk[4] = {zip_lo(a0, b0), zip_hi(a0, b0), zip_lo(a1, b1), zip_hi(a1, b1)};
+#pragma GCC unroll 8
+    for (int p = 0; p < np; p++) {
+        const uint8_t *ap = act + (size_t)p * pstride;
+        int32x4_t r0, r1;
+        mmla_chunks_i8mm(blk, 0, 4, (const int8_t *)ap, &r0, &r1);
+        const float *f = (const float *)(const void *)(ap + 32 * LANES);
+        const float32x4_t d = vld1q_f32(f), sum = vld1q_f32(f + LANES);
+        facc0[p] =
+            vfmsq_n_f32(vfmaq_n_f32(facc0[p], vmulq_f32(vcvtq_f32_s32(r0), d), sw0), sum, mw0);
+        facc1[p] =
+            vfmsq_n_f32(vfmaq_n_f32(facc1[p], vmulq_f32(vcvtq_f32_s32(r1), d), sw1), sum, mw1);
+    }
+}
+
+/* half h of a group of two rows: a row 0's 16 weights, b row 1's */
+FORCE_INLINE void apply16_i8mm(int8x16_t a, int8x16_t b, int h, float sw0, float sw1,
+                               const uint8_t *act, size_t pstride, int np, float32x4_t *facc0,
+                               float32x4_t *facc1) {
+    const int8x16_t blk[2] = {zip_lo(a, b), zip_hi(a, b)};
+#pragma GCC unroll 8
+    for (int p = 0; p < np; p++) {
+        const uint8_t *ap = act + (size_t)p * pstride;
+        int32x4_t r0, r1;
+        mmla_chunks_i8mm(blk, 2 * h, 2, (const int8_t *)ap, &r0, &r1);
+        const float32x4_t d = vld1q_f32((const float *)(const void *)(ap + 32 * LANES));
+        facc0[p] = vfmaq_n_f32(facc0[p], vmulq_f32(vcvtq_f32_s32(r0), d), sw0);
+        facc1[p] = vfmaq_n_f32(facc1[p], vmulq_f32(vcvtq_f32_s32(r1), d), sw1);
+    }
+}
+
+#include "quant/gemm_drive.h"
+
+#define KB_LOAD_TILE()                                                                             \
+    float32x4_t facc0[GEMM_NP], facc1[GEMM_NP];                                                    \
+    _Pragma("GCC unroll 8") for (int p = 0; p < np; p++) {                                         \
+        facc0[p] = vld1q_f32(tile + p * LANES);                                                    \
+        facc1[p] = vld1q_f32(tile1 + p * LANES);                                                   \
+    }
+#define KB_STORE_TILE()                                                                            \
+    _Pragma("GCC unroll 8") for (int p = 0; p < np; p++) {                                         \
+        vst1q_f32(tile + p * LANES, facc0[p]);                                                     \
+        vst1q_f32(tile1 + p * LANES, facc1[p]);                                                    \
+    }
+
+/* Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL: one 32-element block a group */
+#define KB_LEGACY(T)                                                                               \
+    FORCE_INLINE void kb_i8mm_##T(KB_ARGS, int np) {                                               \
+        KB_LOAD_TILE();                                                                            \
+        for (int g = 0; g < ng; g++) {                                                             \
+            const size_t off = (size_t)(g0 + g) * sizeof(block_##T);                               \
+            int8x16_t a0, a1, b0, b1;                                                              \
+            float sw0, mw0, sw1, mw1;                                                              \
+            dec_##T(w + off, &a0, &a1, &sw0, &mw0);                                                \
+            dec_##T(w1 + off, &b0, &b1, &sw1, &mw1);                                               \
+            apply32_i8mm(a0, a1, b0, b1, sw0, mw0, sw1, mw1, act + (size_t)g * GROUP_BYTES,        \
+                         pstride, np, facc0, facc1);                                               \
+        }                                                                                          \
+        KB_STORE_TILE();                                                                           \
+    }
+
+KB_LEGACY(q4_0)
+KB_LEGACY(q4_1)
+KB_LEGACY(q5_0)
+KB_LEGACY(q5_1)
+KB_LEGACY(q8_0)
+KB_LEGACY(iq4_nl)
+
+/* IQ4_XS: half a super-block of each row */
+FORCE_INLINE void kb_i8mm_iq4_xs(KB_ARGS, int np) {
+    const size_t off = (size_t)(g0 / 8) * sizeof(block_iq4_xs);
+    const uint8_t *b0 = w + off, *b1 = w1 + off;
+    const int j0 = (int)(g0 % 8);
+    const float d0 = h2f(KQ_FIELD(b0, block_iq4_xs, d)), d1 = h2f(KQ_FIELD(b1, block_iq4_xs, d));
+    KB_LOAD_TILE();
+    for (int g = 0; g < ng; g++) {
+        const int j = j0 + g;
+        int8x16_t a0, a1, c0, c1;
+        dec_iq4_xs_sub(b0, j, &a0, &a1);
+        dec_iq4_xs_sub(b1, j, &c0, &c1);
+        apply32_i8mm(a0, a1, c0, c1, d0 * (float)kq_iq4xs_scale(b0, j), 0,
+                     d1 * (float)kq_iq4xs_scale(b1, j), 0, act + (size_t)g * GROUP_BYTES, pstride,
+                     np, facc0, facc1);
+    }
+    KB_STORE_TILE();
+}
+
+/* Q4_K / Q5_K: half a super-block of each row */
+FORCE_INLINE void kb_i8mm_q45_K(KB_ARGS, int np, bool five) {
+    const size_t off = (size_t)(g0 / 8) * (five ? sizeof(block_q5_K) : sizeof(block_q4_K));
+    const uint8_t *b0 = w + off, *b1 = w1 + off;
+    const int j0 = (int)(g0 % 8);
+    const float d0 = h2f(b0 + offsetof(block_q4_K, d)), d1 = h2f(b1 + offsetof(block_q4_K, d));
+    const float m0 = h2f(b0 + offsetof(block_q4_K, dmin)),
+                m1 = h2f(b1 + offsetof(block_q4_K, dmin));
+    uint8_t sc0[8], mn0[8], sc1[8], mn1[8];
+    kq_scale_min_k4(b0 + offsetof(block_q4_K, scales), sc0, mn0);
+    kq_scale_min_k4(b1 + offsetof(block_q4_K, scales), sc1, mn1);
+    KB_LOAD_TILE();
+    for (int g = 0; g < ng; g++) {
+        const int j = j0 + g;
+        int8x16_t a0, a1, c0, c1;
+        dec_q45_K_sub(b0, j, five, &a0, &a1);
+        dec_q45_K_sub(b1, j, five, &c0, &c1);
+        apply32_i8mm(a0, a1, c0, c1, d0 * sc0[j], m0 * mn0[j], d1 * sc1[j], m1 * mn1[j],
+                     act + (size_t)g * GROUP_BYTES, pstride, np, facc0, facc1);
+    }
+    KB_STORE_TILE();
+}
+
+FORCE_INLINE void kb_i8mm_q4_K(KB_ARGS, int np) {
+    kb_i8mm_q45_K(w, w1, g0, ng, act, pstride, tile, tile1, np, false);
+}
+
+FORCE_INLINE void kb_i8mm_q5_K(KB_ARGS, int np) {
+    kb_i8mm_q45_K(w, w1, g0, ng, act, pstride, tile, tile1, np, true);
+}
+
+/* Q6_K: half h of a super-block of each row, parts of 32, sub-blocks of 16 */
+FORCE_INLINE void kb_i8mm_q6_K(KB_ARGS, int np) {
+    const size_t off = (size_t)(g0 / 8) * sizeof(block_q6_K);
+    const uint8_t *b0 = w + off, *b1 = w1 + off;
+    const int h = (int)(g0 % 8) / 4;
+    const float d0 = h2f(KQ_FIELD(b0, block_q6_K, d)), d1 = h2f(KQ_FIELD(b1, block_q6_K, d));
+    const int8_t *sc0 = (const int8_t *)KQ_FIELD(b0, block_q6_K, scales) + 8 * h;
+    const int8_t *sc1 = (const int8_t *)KQ_FIELD(b1, block_q6_K, scales) + 8 * h;
+    KB_LOAD_TILE();
+    for (int p = 0; p < ng; p++) {
+        for (int half = 0; half < 2; half++) {
+            apply16_i8mm(dec_q6_K_16(b0, h, p, half), dec_q6_K_16(b1, h, p, half), half,
+                         d0 * (float)sc0[2 * p + half], d1 * (float)sc1[2 * p + half],
+                         act + (size_t)p * GROUP_BYTES, pstride, np, facc0, facc1);
+        }
+    }
+    KB_STORE_TILE();
+}
+
+#define KB_VARIANT(T, n)                                                                           \
+    static void kb_i8mm_##T##_##n(KB_ARGS) {                                                       \
+        kb_i8mm_##T(w, w1, g0, ng, act, pstride, tile, tile1, n);                                  \
+    }
+#define GEMM_TYPE(T)                                                                               \
+    KB_VARIANT(T, 1)                                                                               \
+    KB_VARIANT(T, 2)                                                                               \
+    KB_VARIANT(T, 3)                                                                               \
+    KB_VARIANT(T, 4)                                                                               \
+    KB_VARIANT(T, 5)                                                                               \
+    KB_VARIANT(T, 6)                                                                               \
+    KB_VARIANT(T, 7)                                                                               \
+    KB_VARIANT(T, 8)                                                                               \
+    static const kb_fn kb_##T##_np[GEMM_NP + 1] = {NULL,                                           \
+                                                   kb_i8mm_##T##_1,                                \
+                                                   kb_i8mm_##T##_2,                                \
+                                                   kb_i8mm_##T##_3,                                \
+                                                   kb_i8mm_##T##_4,                                \
+                                                   kb_i8mm_##T##_5,                                \
+                                                   kb_i8mm_##T##_6,                                \
+                                                   kb_i8mm_##T##_7,                                \
+                                                   kb_i8mm_##T##_8};                               \
+    static void gemm_i8mm_##T(int64_t k, const void *restrict x, size_t bx, int64_t n_w,           \
+                              const void *restrict panels, int64_t n_c, float *restrict y,         \
+                              size_t ldy) {                                                        \
+        gemm_drive(k, x, bx, n_w, panels, n_c, y, ldy, kb_##T##_np);                               \
+    }
+
+GEMM_TYPE(q4_0)
+GEMM_TYPE(q4_1)
+GEMM_TYPE(q5_0)
+GEMM_TYPE(q5_1)
+GEMM_TYPE(q8_0)
+GEMM_TYPE(iq4_nl)
+GEMM_TYPE(iq4_xs)
+GEMM_TYPE(q4_K)
+GEMM_TYPE(q5_K)
+GEMM_TYPE(q6_K)
+
+void quant_install_gemm_neon_i8mm(quant_traits *t) {
+#define SET(id, T)                                                                                 \
+    t[id].gemm = gemm_i8mm_##T;                                                                    \
+    t[id].panel = &panel_fmt_i8mm
+    SET(GGUF_TYPE_Q4_0, q4_0);
+    SET(GGUF_TYPE_Q4_1, q4_1);
+    SET(GGUF_TYPE_Q5_0, q5_0);
+    SET(GGUF_TYPE_Q5_1, q5_1);
+    SET(GGUF_TYPE_Q8_0, q8_0);
+    SET(GGUF_TYPE_IQ4_NL, iq4_nl);
+    SET(GGUF_TYPE_IQ4_XS, iq4_xs);
+    SET(GGUF_TYPE_Q4_K, q4_K);
+    SET(GGUF_TYPE_Q5_K, q5_K);
+    SET(GGUF_TYPE_Q6_K, q6_K);
+#undef SET
+}
