@@ -105,8 +105,8 @@ FORCE_INLINE void apply32_dotprod(int8x16_t w0, int8x16_t w1, float sw, float mw
 }
 
 /* half h of a group: its 16 weights, runs 0..3 in w */
-FORCE_INLINE void apply16_dotprod(int8x16_t w, int h, float sw, const uint8_t *act, size_t pstride,
-                                  int np, float32x4_t *facc) {
+FORCE_INLINE void apply16_dotprod(int8x16_t w, int h, float sw, float mw, const uint8_t *act,
+                                  size_t pstride, int np, float32x4_t *facc) {
 #pragma GCC unroll 8
     for (int p = 0; p < np; p++) {
         const int8_t *a = (const int8_t *)(act + (size_t)p * pstride) + 4 * h * QUAD_BYTES;
@@ -116,7 +116,8 @@ FORCE_INLINE void apply16_dotprod(int8x16_t w, int h, float sw, const uint8_t *a
         s = vdotq_laneq_s32(s, vld1q_s8(a + 2 * QUAD_BYTES), w, 2);
         s = vdotq_laneq_s32(s, vld1q_s8(a + 3 * QUAD_BYTES), w, 3);
         const float *f = (const float *)(const void *)(act + (size_t)p * pstride + 32 * LANES);
-        facc[p] = vfmaq_n_f32(facc[p], vmulq_f32(vcvtq_f32_s32(s), vld1q_f32(f)), sw);
+        facc[p] = vfmsq_n_f32(vfmaq_n_f32(facc[p], vmulq_f32(vcvtq_f32_s32(s), vld1q_f32(f)), sw),
+                              vld1q_f32(f + (2 + h) * LANES), mw);
     }
 }
 
@@ -200,7 +201,44 @@ FORCE_INLINE void kb_dotprod_q6_K(KB_ARGS, int np) {
     KB_LOAD_TILE();
     for (int p = 0; p < ng; p++) {
         for (int half = 0; half < 2; half++) {
-            apply16_dotprod(dec_q6_K_16(b, h, p, half), half, d * (float)scales[2 * p + half],
+            apply16_dotprod(dec_q6_K_16(b, h, p, half), half, d * (float)scales[2 * p + half], 0,
+                            act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+        }
+    }
+    KB_STORE_TILE();
+}
+
+/* Q2_K: half h of a super-block, parts of 32, sub-blocks of 16 with a scale
+ * and a min multiplier each */
+FORCE_INLINE void kb_dotprod_q2_K(KB_ARGS, int np) {
+    const uint8_t *b = w + (size_t)(g0 / 8) * sizeof(block_q2_K);
+    const int h = (int)(g0 % 8) / 4;
+    const float d = h2f(KQ_FIELD(b, block_q2_K, d)), dmin = h2f(KQ_FIELD(b, block_q2_K, dmin));
+    const uint8_t *sc = KQ_FIELD(b, block_q2_K, scales) + 8 * h;
+    KB_LOAD_TILE();
+    for (int p = 0; p < ng; p++) {
+        for (int half = 0; half < 2; half++) {
+            const uint8_t s = sc[2 * p + half];
+            apply16_dotprod(dec_q2_K_16(b, h, p, half), half, d * (float)(s & 0xf),
+                            dmin * (float)(s >> 4), act + (size_t)p * GROUP_BYTES, pstride, np,
+                            facc);
+        }
+    }
+    KB_STORE_TILE();
+}
+
+/* Q3_K: half h of a super-block, parts of 32, sub-blocks of 16 */
+FORCE_INLINE void kb_dotprod_q3_K(KB_ARGS, int np) {
+    const uint8_t *b = w + (size_t)(g0 / 8) * sizeof(block_q3_K);
+    const int h = (int)(g0 % 8) / 4;
+    const float d = h2f(KQ_FIELD(b, block_q3_K, d));
+    int scale[16];
+    kq_scales_q3(KQ_FIELD(b, block_q3_K, scales), scale);
+    KB_LOAD_TILE();
+    for (int p = 0; p < ng; p++) {
+        for (int half = 0; half < 2; half++) {
+            apply16_dotprod(dec_q3_K_16(b, h, p, half), half,
+                            d * (float)scale[8 * h + 2 * p + half], 0,
                             act + (size_t)p * GROUP_BYTES, pstride, np, facc);
         }
     }
@@ -242,6 +280,8 @@ GEMM_TYPE(q5_1)
 GEMM_TYPE(q8_0)
 GEMM_TYPE(iq4_nl)
 GEMM_TYPE(iq4_xs)
+GEMM_TYPE(q2_K)
+GEMM_TYPE(q3_K)
 GEMM_TYPE(q4_K)
 GEMM_TYPE(q5_K)
 GEMM_TYPE(q6_K)
@@ -257,6 +297,8 @@ void quant_install_gemm_neon_dotprod(quant_traits *t) {
     SET(GGUF_TYPE_Q8_0, q8_0);
     SET(GGUF_TYPE_IQ4_NL, iq4_nl);
     SET(GGUF_TYPE_IQ4_XS, iq4_xs);
+    SET(GGUF_TYPE_Q2_K, q2_K);
+    SET(GGUF_TYPE_Q3_K, q3_K);
     SET(GGUF_TYPE_Q4_K, q4_K);
     SET(GGUF_TYPE_Q5_K, q5_K);
     SET(GGUF_TYPE_Q6_K, q6_K);

@@ -128,4 +128,23 @@ DECODE_INLINE int8x16_t dec_q6_K_16(const uint8_t *b, int h, int p, int half) {
     return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hb)), vdupq_n_s8(32));
 }
 
+/* Q2_K: in half h of super-block b, part p (0..3) of 32, its half `half` of
+ * 16: bits 2p, 2p + 1 of qs[32 h + 16 half + l], levels 0..3 (scale byte
+ * scales[8 h + 2 p + half]: scale low nibble, min multiplier high) */
+DECODE_INLINE int8x16_t dec_q2_K_16(const uint8_t *b, int h, int p, int half) {
+    const uint8x16_t q = vld1q_u8(KQ_FIELD(b, block_q2_K, qs) + 32 * h + 16 * half);
+    return vreinterpretq_s8_u8(vandq_u8(vshlq_u8(q, vdupq_n_s8((int8_t)(-2 * p))), vdupq_n_u8(3)));
+}
+
+/* Q3_K: the same levels plus bit 4 h + p of hmask[16 half + l] as bit 2,
+ * minus 4: -4..3 (scale: the signed 6-bit scale 8 h + 2 p + half) */
+DECODE_INLINE int8x16_t dec_q3_K_16(const uint8_t *b, int h, int p, int half) {
+    const uint8x16_t q = vld1q_u8(KQ_FIELD(b, block_q3_K, qs) + 32 * h + 16 * half);
+    const uint8x16_t hm = vld1q_u8(KQ_FIELD(b, block_q3_K, hmask) + 16 * half);
+    const uint8x16_t lo = vandq_u8(vshlq_u8(q, vdupq_n_s8((int8_t)(-2 * p))), vdupq_n_u8(3));
+    const uint8x16_t hi =
+        vandq_u8(vshlq_u8(hm, vdupq_n_s8((int8_t)(2 - (4 * h + p)))), vdupq_n_u8(4));
+    return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(lo, hi)), vdupq_n_s8(4));
+}
+
 #endif /* LARES_QUANT_GEMM_NEON_DECODE_H */

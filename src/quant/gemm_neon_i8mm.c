@@ -122,18 +122,21 @@ FORCE_INLINE void apply32_i8mm(int8x16_t a0, int8x16_t a1, int8x16_t b0, int8x16
 }
 
 /* half h of a group of two rows: a row 0's 16 weights, b row 1's */
-FORCE_INLINE void apply16_i8mm(int8x16_t a, int8x16_t b, int h, float sw0, float sw1,
-                               const uint8_t *act, size_t pstride, int np, float32x4_t *facc0,
-                               float32x4_t *facc1) {
+FORCE_INLINE void apply16_i8mm(int8x16_t a, int8x16_t b, int h, float sw0, float mw0, float sw1,
+                               float mw1, const uint8_t *act, size_t pstride, int np,
+                               float32x4_t *facc0, float32x4_t *facc1) {
     const int8x16_t blk[2] = {zip_lo(a, b), zip_hi(a, b)};
 #pragma GCC unroll 8
     for (int p = 0; p < np; p++) {
         const uint8_t *ap = act + (size_t)p * pstride;
         int32x4_t r0, r1;
         mmla_chunks_i8mm(blk, 2 * h, 2, (const int8_t *)ap, &r0, &r1);
-        const float32x4_t d = vld1q_f32((const float *)(const void *)(ap + 32 * LANES));
-        facc0[p] = vfmaq_n_f32(facc0[p], vmulq_f32(vcvtq_f32_s32(r0), d), sw0);
-        facc1[p] = vfmaq_n_f32(facc1[p], vmulq_f32(vcvtq_f32_s32(r1), d), sw1);
+        const float *f = (const float *)(const void *)(ap + 32 * LANES);
+        const float32x4_t d = vld1q_f32(f), sum = vld1q_f32(f + (2 + h) * LANES);
+        facc0[p] =
+            vfmsq_n_f32(vfmaq_n_f32(facc0[p], vmulq_f32(vcvtq_f32_s32(r0), d), sw0), sum, mw0);
+        facc1[p] =
+            vfmsq_n_f32(vfmaq_n_f32(facc1[p], vmulq_f32(vcvtq_f32_s32(r1), d), sw1), sum, mw1);
     }
 }
 
@@ -236,7 +239,51 @@ FORCE_INLINE void kb_i8mm_q6_K(KB_ARGS, int np) {
     for (int p = 0; p < ng; p++) {
         for (int half = 0; half < 2; half++) {
             apply16_i8mm(dec_q6_K_16(b0, h, p, half), dec_q6_K_16(b1, h, p, half), half,
-                         d0 * (float)sc0[2 * p + half], d1 * (float)sc1[2 * p + half],
+                         d0 * (float)sc0[2 * p + half], 0, d1 * (float)sc1[2 * p + half], 0,
+                         act + (size_t)p * GROUP_BYTES, pstride, np, facc0, facc1);
+        }
+    }
+    KB_STORE_TILE();
+}
+
+/* Q2_K: half h of a super-block of each row, sub-blocks of 16 with a scale
+ * and a min multiplier each */
+FORCE_INLINE void kb_i8mm_q2_K(KB_ARGS, int np) {
+    const size_t off = (size_t)(g0 / 8) * sizeof(block_q2_K);
+    const uint8_t *b0 = w + off, *b1 = w1 + off;
+    const int h = (int)(g0 % 8) / 4;
+    const float d0 = h2f(KQ_FIELD(b0, block_q2_K, d)), d1 = h2f(KQ_FIELD(b1, block_q2_K, d));
+    const float m0 = h2f(KQ_FIELD(b0, block_q2_K, dmin)), m1 = h2f(KQ_FIELD(b1, block_q2_K, dmin));
+    const uint8_t *sc0 = KQ_FIELD(b0, block_q2_K, scales) + 8 * h;
+    const uint8_t *sc1 = KQ_FIELD(b1, block_q2_K, scales) + 8 * h;
+    KB_LOAD_TILE();
+    for (int p = 0; p < ng; p++) {
+        for (int half = 0; half < 2; half++) {
+            const uint8_t s0 = sc0[2 * p + half], s1 = sc1[2 * p + half];
+            apply16_i8mm(dec_q2_K_16(b0, h, p, half), dec_q2_K_16(b1, h, p, half), half,
+                         d0 * (float)(s0 & 0xf), m0 * (float)(s0 >> 4), d1 * (float)(s1 & 0xf),
+                         m1 * (float)(s1 >> 4), act + (size_t)p * GROUP_BYTES, pstride, np, facc0,
+                         facc1);
+        }
+    }
+    KB_STORE_TILE();
+}
+
+/* Q3_K: half h of a super-block of each row, sub-blocks of 16 */
+FORCE_INLINE void kb_i8mm_q3_K(KB_ARGS, int np) {
+    const size_t off = (size_t)(g0 / 8) * sizeof(block_q3_K);
+    const uint8_t *b0 = w + off, *b1 = w1 + off;
+    const int h = (int)(g0 % 8) / 4;
+    const float d0 = h2f(KQ_FIELD(b0, block_q3_K, d)), d1 = h2f(KQ_FIELD(b1, block_q3_K, d));
+    int sc0[16], sc1[16];
+    kq_scales_q3(KQ_FIELD(b0, block_q3_K, scales), sc0);
+    kq_scales_q3(KQ_FIELD(b1, block_q3_K, scales), sc1);
+    KB_LOAD_TILE();
+    for (int p = 0; p < ng; p++) {
+        for (int half = 0; half < 2; half++) {
+            const int j = 8 * h + 2 * p + half;
+            apply16_i8mm(dec_q3_K_16(b0, h, p, half), dec_q3_K_16(b1, h, p, half), half,
+                         d0 * (float)sc0[j], 0, d1 * (float)sc1[j], 0,
                          act + (size_t)p * GROUP_BYTES, pstride, np, facc0, facc1);
         }
     }
@@ -278,6 +325,8 @@ GEMM_TYPE(q5_1)
 GEMM_TYPE(q8_0)
 GEMM_TYPE(iq4_nl)
 GEMM_TYPE(iq4_xs)
+GEMM_TYPE(q2_K)
+GEMM_TYPE(q3_K)
 GEMM_TYPE(q4_K)
 GEMM_TYPE(q5_K)
 GEMM_TYPE(q6_K)
@@ -293,6 +342,8 @@ void quant_install_gemm_neon_i8mm(quant_traits *t) {
     SET(GGUF_TYPE_Q8_0, q8_0);
     SET(GGUF_TYPE_IQ4_NL, iq4_nl);
     SET(GGUF_TYPE_IQ4_XS, iq4_xs);
+    SET(GGUF_TYPE_Q2_K, q2_K);
+    SET(GGUF_TYPE_Q3_K, q3_K);
     SET(GGUF_TYPE_Q4_K, q4_K);
     SET(GGUF_TYPE_Q5_K, q5_K);
     SET(GGUF_TYPE_Q6_K, q6_K);

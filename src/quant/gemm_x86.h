@@ -106,8 +106,8 @@ static void panel_from_float(const float *restrict x, size_t ldx, int n_rows, in
     }
 }
 
-static const quant_panel_fmt GEMM_NAME(panel_fmt) = {.lanes = LANES, .run = 4,
-                                                     .from_float = panel_from_float};
+static const quant_panel_fmt GEMM_NAME(panel_fmt) = {
+    .lanes = LANES, .run = 4, .from_float = panel_from_float};
 
 /* ---- the inner step: one group of weights against np panels ---- */
 
@@ -390,6 +390,58 @@ FORCE_INLINE void kb_q6_K(KB_ARGS, int np) {
     KB_STORE_TILE();
 }
 
+/* Q2_K: half h of a super-block, parts p = 0..3 of 32, each two sub-blocks
+ * of 16 whose scale byte holds the scale (low nibble) and the min's multiplier
+ * (high); u = bits 2p, 2p + 1 of qs[32 h + l], value = d sc u - dmin m */
+FORCE_INLINE void kb_q2_K(KB_ARGS, int np) {
+    const uint8_t *b = w + (size_t)(g0 / 8) * sizeof(block_q2_K);
+    const int h = (int)(g0 % 8) / 4;
+    const float d = h2f(KQ_FIELD(b, block_q2_K, d));
+    const float dmin = h2f(KQ_FIELD(b, block_q2_K, dmin));
+    const uint8_t *sc = KQ_FIELD(b, block_q2_K, scales) + 8 * h;
+    const __m256i q =
+        _mm256_loadu_si256((const __m256i *)(const void *)(KQ_FIELD(b, block_q2_K, qs) + 32 * h));
+    KB_LOAD_TILE();
+    for (int p = 0; p < ng; p++) {
+        put32(u,
+              _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * p)), _mm256_set1_epi8(3)));
+        const uint8_t s0 = sc[2 * p], s1 = sc[2 * p + 1];
+        apply16(u, 0, d * (float)(s0 & 0xf), dmin * (float)(s0 >> 4), act + (size_t)p * GROUP_BYTES,
+                pstride, np, facc);
+        apply16(u + 16, 1, d * (float)(s1 & 0xf), dmin * (float)(s1 >> 4),
+                act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+    }
+    KB_STORE_TILE();
+}
+
+/* Q3_K: as Q2_K's levels plus bit 4 h + p of hmask[l] as bit 2 (u = 0..7),
+ * value = d scale (u - 4) with 16 signed 6-bit scales */
+FORCE_INLINE void kb_q3_K(KB_ARGS, int np) {
+    const uint8_t *b = w + (size_t)(g0 / 8) * sizeof(block_q3_K);
+    const int h = (int)(g0 % 8) / 4;
+    const float d = h2f(KQ_FIELD(b, block_q3_K, d));
+    int scale[16];
+    kq_scales_q3(KQ_FIELD(b, block_q3_K, scales), scale);
+    const __m256i q =
+        _mm256_loadu_si256((const __m256i *)(const void *)(KQ_FIELD(b, block_q3_K, qs) + 32 * h));
+    const __m256i hm =
+        _mm256_loadu_si256((const __m256i *)(const void *)KQ_FIELD(b, block_q3_K, hmask));
+    KB_LOAD_TILE();
+    for (int p = 0; p < ng; p++) {
+        const int hb = 4 * h + p; /* the hmask bit of this part, to bit 2 */
+        const __m256i hi = hb <= 2 ? _mm256_sll_epi16(hm, _mm_cvtsi32_si128(2 - hb))
+                                   : _mm256_srl_epi16(hm, _mm_cvtsi32_si128(hb - 2));
+        put32(u, _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * p)),
+                                                  _mm256_set1_epi8(3)),
+                                 _mm256_and_si256(hi, _mm256_set1_epi8(4))));
+        const float sw0 = d * (float)scale[8 * h + 2 * p],
+                    sw1 = d * (float)scale[8 * h + 2 * p + 1];
+        apply16(u, 0, sw0, 4.0f * sw0, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+        apply16(u + 16, 1, sw1, 4.0f * sw1, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+    }
+    KB_STORE_TILE();
+}
+
 /* one K-block function per panel count, and the type's gemm */
 #define KB_VARIANT(T, n)                                                                           \
     static void kb_##T##_##n(KB_ARGS) {                                                            \
@@ -432,6 +484,8 @@ GEMM_TYPE(q4_0)
 GEMM_TYPE(q4_1)
 GEMM_TYPE(q5_0)
 GEMM_TYPE(q5_1)
+GEMM_TYPE(q2_K)
+GEMM_TYPE(q3_K)
 GEMM_TYPE(q4_K)
 GEMM_TYPE(q5_K)
 GEMM_TYPE(q6_K)
@@ -447,6 +501,8 @@ static void install_gemm(quant_traits *t) {
     SET(GGUF_TYPE_Q4_1, q4_1);
     SET(GGUF_TYPE_Q5_0, q5_0);
     SET(GGUF_TYPE_Q5_1, q5_1);
+    SET(GGUF_TYPE_Q2_K, q2_K);
+    SET(GGUF_TYPE_Q3_K, q3_K);
     SET(GGUF_TYPE_Q4_K, q4_K);
     SET(GGUF_TYPE_Q5_K, q5_K);
     SET(GGUF_TYPE_Q6_K, q6_K);
