@@ -103,10 +103,15 @@ static size_t act_bytes_for(const model *m, int32_t n_batch) {
             if (ms[i] == NULL || ms[i]->qt == NULL) {
                 continue; /* absent in this architecture */
             }
-            /* a smaller batch may take the other format: room for both */
+            /* a smaller batch may take the other format: room for both; an
+             * expert's rows start a panel of their own (moe_ffn), so up to a
+             * panel more per expert */
             const uint32_t at = ops_act_type(NULL, ms[i], rows);
+            const bool expert = ms[i] == l->exp_gate || ms[i] == l->exp_up || ms[i] == l->exp_down;
+            const int64_t pad =
+                at == OPS_ACT_PANELS && expert ? (int64_t)hp->n_expert * quant_panels()->lanes : 0;
             size_t b = LARES_MAX(ops_act_bytes(ms[i]->qt->vec_dot_type, rows, widest),
-                                 ops_act_bytes(at, rows, widest));
+                                 ops_act_bytes(at, rows + pad, widest));
             best = b > best ? b : best;
         }
     }
@@ -468,8 +473,36 @@ static void shared_expert(const model *m, model_ctx *cx, int32_t il, int32_t n_t
     }
 }
 
+/* Whether the experts of set w take the packed GEMM for these rows: when
+ * they have one and the used experts average a panel's worth of rows (an
+ * expert with fewer then multiplies some lanes of zeros). */
+static bool experts_take_panels(const model_ctx *cx, const ops_matrix *w, int32_t rows,
+                                int32_t n_used) {
+    return rows >= OPS_GEMM_MIN_ROWS * n_used &&
+           ops_act_type(cx->pool, w, rows) == OPS_ACT_PANELS;
+}
+
+/* Rows grouped by expert as panels, each expert's rows starting a panel of
+ * their own (a panel interleaves rows, so a slice of one set of panels could
+ * not give an expert its rows alone). */
+static void expert_panels(model_ctx *cx, const float *x, int64_t n_in, const int32_t *start,
+                          int32_t n_used, int32_t rows, void *buf, ops_act *out) {
+    const quant_panel_fmt *f = quant_panels();
+    const size_t pb = quant_panel_bytes(f, n_in);
+    size_t panel = 0;
+    for (int32_t u = 0; u < n_used; u++) {
+        const int32_t r0 = start[u], r1 = u + 1 < n_used ? start[u + 1] : rows;
+        ops_act one;
+        ops_act_prepare(cx->pool, x + (size_t)r0 * (size_t)n_in, r1 - r0, n_in, OPS_ACT_PANELS,
+                        (uint8_t *)buf + panel * pb, &one);
+        panel += (size_t)((r1 - r0 + f->lanes - 1) / f->lanes);
+    }
+    *out = (ops_act){.data = buf, .type = OPS_ACT_PANELS, .n_rows = rows, .n_in = n_in};
+}
+
 /* Runs one or two weight sets of the used experts (gate and up, or down) over
- * their grouped rows, at most OPS_MATMUL_MAX matrices per parallel pass. */
+ * their grouped rows, at most OPS_MATMUL_MAX matrices per parallel pass. Row
+ * formats are sliced by rows; panels (expert_panels) by each expert's panels. */
 static void experts_matmul(model_ctx *cx, int n_sets, ops_matrix *const sets[2],
                            const ops_act *const a[2], float *const out[2], int64_t out_w,
                            const int32_t *used, const int32_t *start, int32_t n_used,
@@ -479,11 +512,17 @@ static void experts_matmul(model_ctx *cx, int n_sets, ops_matrix *const sets[2],
     float *ys[OPS_MATMUL_MAX];
     ops_act views[OPS_MATMUL_MAX];
     int n = 0;
+    size_t panel = 0; /* the first panel of expert u */
     for (int32_t u = 0; u < n_used; u++) {
         const int32_t r0 = start[u], r1 = u + 1 < n_used ? start[u + 1] : rows;
         for (int k = 0; k < n_sets; k++) {
             views[n] = *a[k];
-            views[n].data = (const uint8_t *)a[k]->data + (size_t)r0 * a[k]->row_bytes;
+            if (a[k]->type == OPS_ACT_PANELS) {
+                views[n].data = (const uint8_t *)a[k]->data +
+                                panel * quant_panel_bytes(quant_panels(), a[k]->n_in);
+            } else {
+                views[n].data = (const uint8_t *)a[k]->data + (size_t)r0 * a[k]->row_bytes;
+            }
             views[n].n_rows = r1 - r0;
             ws[n] = &sets[k][used[u]];
             as[n] = &views[n];
@@ -493,6 +532,9 @@ static void experts_matmul(model_ctx *cx, int n_sets, ops_matrix *const sets[2],
         if (n + n_sets > OPS_MATMUL_MAX || u + 1 == n_used) {
             ops_matmul(cx->pool, n, ws, as, ys);
             n = 0;
+        }
+        if (a[0]->type == OPS_ACT_PANELS) {
+            panel += (size_t)((r1 - r0 + quant_panels()->lanes - 1) / quant_panels()->lanes);
         }
     }
 }
@@ -542,14 +584,20 @@ static void moe_ffn(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
         memcpy(cx->xg + (size_t)row * (size_t)e, cx->xn + (size_t)(i / k) * (size_t)e,
                (size_t)e * sizeof(float));
     }
-    /* gate and up: the gathered rows converted once per activation format (row
-     * formats: each expert multiplies a slice of the rows, which panels of
-     * interleaved rows cannot give) */
+    /* gate and up: the gathered rows converted once per activation format
+     * (panels serve both: the format is the kernel family's, not the type's) */
     ops_act ag, au;
-    ops_act_prepare(cx->pool, cx->xg, rows, e, l->exp_gate[0].qt->vec_dot_type, cx->act, &ag);
-    au = ag;
-    if (l->exp_up[0].qt->vec_dot_type != ag.type) {
-        ops_act_prepare(cx->pool, cx->xg, rows, e, l->exp_up[0].qt->vec_dot_type, cx->act2, &au);
+    if (experts_take_panels(cx, &l->exp_gate[0], rows, n_used) &&
+        experts_take_panels(cx, &l->exp_up[0], rows, n_used)) {
+        expert_panels(cx, cx->xg, e, start, n_used, rows, cx->act, &ag);
+        au = ag;
+    } else {
+        ops_act_prepare(cx->pool, cx->xg, rows, e, l->exp_gate[0].qt->vec_dot_type, cx->act, &ag);
+        au = ag;
+        if (l->exp_up[0].qt->vec_dot_type != ag.type) {
+            ops_act_prepare(cx->pool, cx->xg, rows, e, l->exp_up[0].qt->vec_dot_type, cx->act2,
+                            &au);
+        }
     }
     ops_matrix *const gu_sets[2] = {l->exp_gate, l->exp_up};
     const ops_act *const gu_acts[2] = {&ag, &au};
@@ -558,7 +606,11 @@ static void moe_ffn(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     ffn_task ft = {.gate = cx->hg, .up = cx->hu, .n = (int64_t)rows * fe};
     run_rows(cx->pool, swiglu_rows, &ft, ft.n);
     ops_act ad;
-    ops_act_prepare(cx->pool, cx->hg, rows, fe, l->exp_down[0].qt->vec_dot_type, cx->act, &ad);
+    if (experts_take_panels(cx, &l->exp_down[0], rows, n_used)) {
+        expert_panels(cx, cx->hg, fe, start, n_used, rows, cx->act, &ad);
+    } else {
+        ops_act_prepare(cx->pool, cx->hg, rows, fe, l->exp_down[0].qt->vec_dot_type, cx->act, &ad);
+    }
     ops_matrix *const d_sets[2] = {l->exp_down, NULL};
     const ops_act *const d_acts[2] = {&ad, NULL};
     float *const d_out[2] = {cx->og, NULL};
