@@ -7,8 +7,8 @@
  * give the same result as the same prompt fed token by token.
  */
 #include "check.h"
-#include "greedy_cases.h"
 #include "gguf/gguf.h"
+#include "greedy_cases.h"
 #include "model/model.h"
 #include "ops/ops.h"
 
@@ -106,7 +106,6 @@ static int greedy_agree(runner *r, const int32_t *prompt, int n_prompt, const in
     return n_want;
 }
 
-
 /* With an F16 KV cache the Q4_K_M file meets a near-tie at its 6th token
  * (logits 17.39 vs 17.37 in F32), which F16 keys flip: there it is held to the
  * first 5, every other model to its full bar. */
@@ -139,8 +138,9 @@ static void test_greedy_once_upon_a_time(uint32_t kv_type, int n_threads, int nb
             continue;
         }
         int agree = greedy_agree(&run, prompt, np, want, nw, nb);
-        CHECKF(agree >= min_agree(c, kv_type), "%s (kv %s, %d threads, batch %d): %d of %d tokens agree",
-               greedy_cases[c].file, kv_type == GGUF_TYPE_F16 ? "f16" : "f32", n_threads, nb, agree,
+        CHECKF(agree >= min_agree(c, kv_type),
+               "%s (kv %s, %d threads, batch %d): %d of %d tokens agree", greedy_cases[c].file,
+               kv_type == GGUF_TYPE_F16 ? "f16" : "f32", n_threads, nb, agree,
                min_agree(c, kv_type));
         runner_close(&run);
     }
@@ -187,7 +187,8 @@ static void test_bos_only_logits(void) {
         /* the reference prints 5 decimals */
         CHECKF(worst < 2e-4, "%s: first logits differ by %g", files[c], worst);
         int32_t top = argmax(run.logits, run.m->hp.n_vocab);
-        CHECK(top == json_integer_value(json_array_get(json_object_get(r, "first_logits_top5"), 0)));
+        CHECK(top ==
+              json_integer_value(json_array_get(json_object_get(r, "first_logits_top5"), 0)));
         runner_close(&run);
         /* and the 60-token greedy continuation; the router's choices are
          * counted: one decision per token and MoE layer, k experts each */
@@ -247,7 +248,7 @@ static void test_batch_equals_sequential(void) {
 
 /* A mixture of experts quantized to Q8_0: with a batch whose experts average a
  * panel's worth of rows, each expert's rows are panels of their own and go
- * through the packed GEMM (forward.c: expert_panels); one token at a time they
+ * through the packed GEMM (ops_act_group_panels); one token at a time they
  * are Q8_0 rows. Q8_0 panels hold the Q8_0 reference's codes, so the two agree
  * to the float rounding of the sums (and route every token alike). */
 static void test_moe_batch_equals_sequential(void) {
@@ -259,7 +260,7 @@ static void test_moe_batch_equals_sequential(void) {
     CHECK_OK(lares_quantize(fixture("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf"), path,
                             "q8_0", &qo, &err),
              &err);
-    const int32_t prompt[] = {1,   80,  147, 201, 282, 57,  313, 598, 303, 1049, 1468,
+    const int32_t prompt[] = {1,   80,  147, 201, 282, 57,  313, 598, 303,  1049, 1468,
                               267, 411, 29,  918, 77,  640, 351, 122, 1001, 87,   432};
     const int n = (int)LARES_ARRAY_LEN(prompt);
     runner a, b;
@@ -345,7 +346,8 @@ static void test_rope_scaling(void) {
         CHECK_OK(model_load(r.f, &r.m, &err), &err);
         if (r.m != NULL) {
             CHECK_OK(ops_pool_create(1, &r.pool, &err), &err);
-            CHECK_OK(model_kv_create(r.m, 0, r.m->hp.n_layer, 64, GGUF_TYPE_F32, &r.kv, &err), &err);
+            CHECK_OK(model_kv_create(r.m, 0, r.m->hp.n_layer, 64, GGUF_TYPE_F32, &r.kv, &err),
+                     &err);
             CHECK_OK(model_ctx_create(r.m, r.pool, 8, 64, &r.cx, &err), &err);
             r.x = calloc(8 * (size_t)r.m->hp.n_embd, sizeof(float));
             r.logits = calloc((size_t)r.m->hp.n_vocab, sizeof(float));

@@ -86,26 +86,25 @@ static size_t attn_stride(const model_hparams *hp, int32_t n_ctx) {
 /* The activation formats any matrix of the model asks for, largest row wins. */
 static size_t act_bytes_for(const model *m, int32_t n_batch) {
     const model_hparams *hp = &m->hp;
-    const int64_t widest = LARES_MAX(LARES_MAX((int64_t)hp->n_embd, (int64_t)hp->n_ff),
-                                     LARES_MAX((int64_t)hp->n_head * hp->head_dim,
-                                               LARES_MAX((int64_t)hp->n_ff_exp,
-                                                         (int64_t)hp->n_ff_shexp)));
+    const int64_t widest =
+        LARES_MAX(LARES_MAX((int64_t)hp->n_embd, (int64_t)hp->n_ff),
+                  LARES_MAX((int64_t)hp->n_head * hp->head_dim,
+                            LARES_MAX((int64_t)hp->n_ff_exp, (int64_t)hp->n_ff_shexp)));
     size_t best = 0;
     /* MoE layers quantize every (token, chosen expert) row */
     const int64_t rows = (int64_t)n_batch * (hp->n_expert > 0 ? hp->n_expert_used : 1);
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *l = &m->layers[il];
-        const ops_matrix *ms[] = {&l->wq,       &l->wk,          &l->wv,        &l->wo,
-                                  &l->w_gate,   &l->w_up,        &l->w_down,    &l->gate_inp,
-                                  &l->sh_gate,  &l->sh_up,       &l->sh_down,
-                                  l->exp_gate,  l->exp_up,       l->exp_down};
+        const ops_matrix *ms[] = {&l->wq,      &l->wk,      &l->wv,       &l->wo,      &l->w_gate,
+                                  &l->w_up,    &l->w_down,  &l->gate_inp, &l->sh_gate, &l->sh_up,
+                                  &l->sh_down, l->exp_gate, l->exp_up,    l->exp_down};
         for (size_t i = 0; i < LARES_ARRAY_LEN(ms); i++) {
             if (ms[i] == NULL || ms[i]->qt == NULL) {
                 continue; /* absent in this architecture */
             }
             /* a smaller batch may take the other format: room for both; an
-             * expert's rows start a panel of their own (moe_ffn), so up to a
-             * panel more per expert */
+             * expert's rows start a panel of their own (ops_act_group_panels),
+             * so up to a panel more per expert */
             const uint32_t at = ops_act_type(NULL, ms[i], rows);
             const bool expert = ms[i] == l->exp_gate || ms[i] == l->exp_up || ms[i] == l->exp_down;
             const int64_t pad =
@@ -144,13 +143,28 @@ lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, i
     /* element counts of each buffer (floats, or 32-bit ids), each cut at a cache line */
     enum { N_BUF = 22 };
     const size_t counts[N_BUF] = {
-        nb * (size_t)hp->n_embd, nb * qd, nb * kvd, nb * kvd, nb * qd, nb * (size_t)hp->n_embd,
-        nb * ffw, nb * ffw, nb * (size_t)hp->n_rot, (size_t)nth * attn_stride(hp, n_ctx),
+        nb * (size_t)hp->n_embd,
+        nb * qd,
+        nb * kvd,
+        nb * kvd,
+        nb * qd,
+        nb * (size_t)hp->n_embd,
+        nb * ffw,
+        nb * ffw,
+        nb * (size_t)hp->n_rot,
+        (size_t)nth * attn_stride(hp, n_ctx),
         /* MoE */
-        nb * (size_t)hp->n_expert, nb * ku, nb * ku, nb * ku, nb * ku * (size_t)hp->n_embd,
-        nb * ku * fe, nb * ku * fe, nb * ku * (size_t)hp->n_embd,
+        nb * (size_t)hp->n_expert,
+        nb * ku,
+        nb * ku,
+        nb * ku,
+        nb * ku * (size_t)hp->n_embd,
+        nb * ku * fe,
+        nb * ku * fe,
+        nb * ku * (size_t)hp->n_embd,
         (size_t)hp->n_layer * (size_t)hp->n_expert,
-        (size_t)(hp->n_expert > 0 ? hp->n_expert + 1 : 0), (size_t)hp->n_expert,
+        (size_t)(hp->n_expert > 0 ? hp->n_expert + 1 : 0),
+        (size_t)hp->n_expert,
         (size_t)hp->n_expert,
     };
     size_t total = 0, off[N_BUF];
@@ -478,31 +492,12 @@ static void shared_expert(const model *m, model_ctx *cx, int32_t il, int32_t n_t
  * expert with fewer then multiplies some lanes of zeros). */
 static bool experts_take_panels(const model_ctx *cx, const ops_matrix *w, int32_t rows,
                                 int32_t n_used) {
-    return rows >= OPS_GEMM_MIN_ROWS * n_used &&
-           ops_act_type(cx->pool, w, rows) == OPS_ACT_PANELS;
-}
-
-/* Rows grouped by expert as panels, each expert's rows starting a panel of
- * their own (a panel interleaves rows, so a slice of one set of panels could
- * not give an expert its rows alone). */
-static void expert_panels(model_ctx *cx, const float *x, int64_t n_in, const int32_t *start,
-                          int32_t n_used, int32_t rows, void *buf, ops_act *out) {
-    const quant_panel_fmt *f = quant_panels();
-    const size_t pb = quant_panel_bytes(f, n_in);
-    size_t panel = 0;
-    for (int32_t u = 0; u < n_used; u++) {
-        const int32_t r0 = start[u], r1 = u + 1 < n_used ? start[u + 1] : rows;
-        ops_act one;
-        ops_act_prepare(cx->pool, x + (size_t)r0 * (size_t)n_in, r1 - r0, n_in, OPS_ACT_PANELS,
-                        (uint8_t *)buf + panel * pb, &one);
-        panel += (size_t)((r1 - r0 + f->lanes - 1) / f->lanes);
-    }
-    *out = (ops_act){.data = buf, .type = OPS_ACT_PANELS, .n_rows = rows, .n_in = n_in};
+    return rows >= OPS_GEMM_MIN_ROWS * n_used && ops_act_type(cx->pool, w, rows) == OPS_ACT_PANELS;
 }
 
 /* Runs one or two weight sets of the used experts (gate and up, or down) over
  * their grouped rows, at most OPS_MATMUL_MAX matrices per parallel pass. Row
- * formats are sliced by rows; panels (expert_panels) by each expert's panels. */
+ * formats are sliced by rows; panels (ops_act_group_panels) by each expert's panels. */
 static void experts_matmul(model_ctx *cx, int n_sets, ops_matrix *const sets[2],
                            const ops_act *const a[2], float *const out[2], int64_t out_w,
                            const int32_t *used, const int32_t *start, int32_t n_used,
@@ -589,7 +584,7 @@ static void moe_ffn(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     ops_act ag, au;
     if (experts_take_panels(cx, &l->exp_gate[0], rows, n_used) &&
         experts_take_panels(cx, &l->exp_up[0], rows, n_used)) {
-        expert_panels(cx, cx->xg, e, start, n_used, rows, cx->act, &ag);
+        ops_act_group_panels(cx->pool, cx->xg, rows, e, start, n_used, cx->act, &ag);
         au = ag;
     } else {
         ops_act_prepare(cx->pool, cx->xg, rows, e, l->exp_gate[0].qt->vec_dot_type, cx->act, &ag);
@@ -607,7 +602,7 @@ static void moe_ffn(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     run_rows(cx->pool, swiglu_rows, &ft, ft.n);
     ops_act ad;
     if (experts_take_panels(cx, &l->exp_down[0], rows, n_used)) {
-        expert_panels(cx, cx->hg, fe, start, n_used, rows, cx->act, &ad);
+        ops_act_group_panels(cx->pool, cx->hg, rows, fe, start, n_used, cx->act, &ad);
     } else {
         ops_act_prepare(cx->pool, cx->hg, rows, fe, l->exp_down[0].qt->vec_dot_type, cx->act, &ad);
     }
@@ -633,8 +628,8 @@ static void layer_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t i
     float *qkv_y[] = {cx->q, cx->k, cx->v};
     matmul_shared(cx, cx->xn, n_tok, e, 3, qkv_w, qkv_y);
 
-    attn_prep ap = {.m = m, .l = l, .cx = cx, .kv = model_kv_view(kv, il), .pos = pos,
-                    .n_tok = n_tok};
+    attn_prep ap = {
+        .m = m, .l = l, .cx = cx, .kv = model_kv_view(kv, il), .pos = pos, .n_tok = n_tok};
     run_rows(pool, prep_rows, &ap, (int64_t)n_tok * (hp->n_head + hp->n_head_kv) * hp->head_dim);
 
     ops_attn_args aa = {.q = cx->q,
@@ -672,8 +667,9 @@ lares_status model_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t 
                           cx->n_batch);
     }
     if (l0 < kv->l0 || l1 > kv->l1 || l0 >= l1) {
-        return lares_fail(err, LARES_EINVAL, "forward: window [%d, %d) outside the cache's [%d, %d)",
-                          l0, l1, kv->l0, kv->l1);
+        return lares_fail(err, LARES_EINVAL,
+                          "forward: window [%d, %d) outside the cache's [%d, %d)", l0, l1, kv->l0,
+                          kv->l1);
     }
     for (int32_t t = 0; t < n_tok; t++) {
         if (pos[t] < 0 || pos[t] >= kv->n_ctx || pos[t] >= cx->n_ctx) {

@@ -45,7 +45,8 @@ lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int
     }
     if (n_in <= 0 || n_out <= 0 || n_in % qt->blck_elems != 0) {
         return lares_fail(err, LARES_EFORMAT,
-                          "tensor '%s': %" PRId64 " x %" PRId64 " does not fit %s blocks of %" PRId64,
+                          "tensor '%s': %" PRId64 " x %" PRId64
+                          " does not fit %s blocks of %" PRId64,
                           what, n_out, n_in, qt->name, qt->blck_elems);
     }
     m->data = data;
@@ -98,6 +99,55 @@ static void act_panels(void *vctx, int ith, int nth) {
     }
 }
 
+/* Rows in groups (group g: rows start[g] .. start[g + 1] - 1, the last up to
+ * n_rows), each group starting a panel of its own. */
+typedef struct group_panel_task {
+    const float *x;
+    int64_t n_rows, n_in, n_panels;
+    const int32_t *start;
+    int32_t n_groups;
+    const quant_panel_fmt *f;
+    uint8_t *buf;
+} group_panel_task;
+
+static void act_group_panels(void *vctx, int ith, int nth) {
+    const group_panel_task *t = vctx;
+    const int L = t->f->lanes;
+    const size_t pb = quant_panel_bytes(t->f, t->n_in);
+    int64_t lo, hi;
+    ops_split(t->n_panels, ith, nth, &lo, &hi);
+    int64_t p0 = 0; /* the first panel of group g */
+    for (int32_t g = 0; g < t->n_groups && p0 < hi; g++) {
+        const int64_t r0 = t->start[g], r1 = g + 1 < t->n_groups ? t->start[g + 1] : t->n_rows;
+        const int64_t np = (r1 - r0 + L - 1) / L;
+        for (int64_t p = LARES_MAX(lo, p0); p < LARES_MIN(hi, p0 + np); p++) {
+            const int64_t r = r0 + (p - p0) * L;
+            const int n = (int)LARES_MIN((int64_t)L, r1 - r);
+            t->f->from_float(t->x + r * t->n_in, (size_t)t->n_in, n, t->n_in,
+                             t->buf + (size_t)p * pb);
+        }
+        p0 += np;
+    }
+}
+
+void ops_act_group_panels(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_in,
+                          const int32_t *start, int32_t n_groups, void *buf, ops_act *out) {
+    group_panel_task t = {.x = x,
+                          .n_rows = n_rows,
+                          .n_in = n_in,
+                          .start = start,
+                          .n_groups = n_groups,
+                          .f = quant_panels(),
+                          .buf = buf};
+    for (int32_t g = 0; g < n_groups; g++) {
+        const int64_t r0 = start[g], r1 = g + 1 < n_groups ? start[g + 1] : n_rows;
+        t.n_panels += (r1 - r0 + t.f->lanes - 1) / t.f->lanes;
+    }
+    ops_pool_run_n(pool, act_group_panels, &t,
+                   ops_pool_threads_for(pool, (double)n_rows * n_in, MIN_ELEMS_PER_THREAD));
+    *out = (ops_act){.data = buf, .type = OPS_ACT_PANELS, .n_rows = n_rows, .n_in = n_in};
+}
+
 typedef struct act_task {
     const float *x;
     int64_t n_rows, n_in;
@@ -133,7 +183,11 @@ void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_i
         out->data = buf;
         return;
     }
-    act_task t = {.x = x, .n_rows = n_rows, .n_in = n_in, .qt = quant_traits_of(type), .buf = buf,
+    act_task t = {.x = x,
+                  .n_rows = n_rows,
+                  .n_in = n_in,
+                  .qt = quant_traits_of(type),
+                  .buf = buf,
                   .row_bytes = out->row_bytes};
     if (pool != NULL && n_rows > 1) {
         ops_pool_run_n(pool, act_rows, &t,

@@ -87,6 +87,13 @@ uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows)
 
 /* Bytes of scratch needed to hold n_rows x n_in activations of `type`. */
 size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in);
+/* Converts x (n_rows x n_in floats, in groups of consecutive rows: group g
+ * from row start[g]) into panels, each group starting a panel of its own, so
+ * that a group's panels can be handed to a product alone (the experts of a
+ * mixture: each multiplies its own rows). Room: ops_act_bytes(OPS_ACT_PANELS,
+ * n_rows + n_groups * lanes, n_in). */
+void ops_act_group_panels(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_in,
+                          const int32_t *start, int32_t n_groups, void *buf, ops_act *out);
 /* Converts x (n_rows x n_in floats) into buf as `type` (in parallel when the
  * pool is given; 64-byte aligned buf for panels); for F32 the result points at
  * x itself. */
