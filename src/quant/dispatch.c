@@ -224,10 +224,12 @@ static void install(quant_traits *t, quant_isa isa) {
     } else if (isa == QUANT_ISA_AVX512) {
         quant_install_avx512_attend(t);
     }
-    /* the packed-activation GEMM of the VNNI families over the AVX2 table (with
-     * AVX2 alone, VPDPBUSD emulated by two instructions, it measured no faster
-     * than the row tiles: docs/kernels.md) */
-    if (isa == QUANT_ISA_AVXVNNI) {
+    /* the packed-activation GEMM over the AVX2 table: VPDPBUSD in the VNNI
+     * families; with AVX2 alone int16 sums of VPMADDUBSW for the types whose
+     * codes allow them (docs/kernels.md) */
+    if (isa == QUANT_ISA_AVX2) {
+        quant_install_gemm_avx2(t);
+    } else if (isa == QUANT_ISA_AVXVNNI) {
         quant_install_avxvnni_kquants(t);
         quant_install_gemm_avxvnni(t);
     } else if (isa == QUANT_ISA_AVX512) {

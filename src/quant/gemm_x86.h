@@ -1,8 +1,10 @@
 /*
  * The packed-activation GEMM of prompt processing (quant.h: quant_panel_fmt),
- * written once for the two x86 families that include this file:
+ * written once for the three x86 families that include this file:
  *   gemm_avx512.c   16 lanes, AVX-512 VNNI VPDPBUSD
  *   gemm_avxvnni.c   8 lanes, AVX-VNNI VPDPBUSD (VEX)
+ *   gemm_avx2.c      8 lanes, VPMADDUBSW pairs summed in int16 (GEMM_I16;
+ *                    only the types whose codes stay below 64)
  * each defining GEMM_LANES (16 or 8) and GEMM_NAME(x) (a suffix for the
  * file's symbols) before including it.
  *
@@ -45,20 +47,22 @@ typedef __m512 vf;
 #define VF_FMA(a, b, c)      _mm512_fmadd_ps(a, b, c)
 #define VF_FNMA(a, b, c)     _mm512_fnmadd_ps(a, b, c)
 #else
-#define GEMM_NP              4 /* panels per pass: 32 activation rows (16 ymm registers) */
+#define GEMM_NP    4 /* panels per pass: 32 activation rows (16 ymm registers) */
 typedef __m256i vi;
 typedef __m256 vf;
-#define VI_SET1(x)           _mm256_set1_epi32((int)(x))
-#define VI_LOAD(p)           _mm256_load_si256((const __m256i *)(p))
-#define VI_ZERO()            _mm256_setzero_si256()
+#define VI_SET1(x) _mm256_set1_epi32((int)(x))
+#define VI_LOAD(p) _mm256_load_si256((const __m256i *)(p))
+#define VI_ZERO()  _mm256_setzero_si256()
+#if !defined(GEMM_I16)
 #define VI_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
-#define VF_LOAD(p)           _mm256_load_ps(p)
-#define VF_STORE(p, v)       _mm256_store_ps(p, v)
-#define VF_SET1(x)           _mm256_set1_ps(x)
-#define VF_CVT(x)            _mm256_cvtepi32_ps(x)
-#define VF_MUL(a, b)         _mm256_mul_ps(a, b)
-#define VF_FMA(a, b, c)      _mm256_fmadd_ps(a, b, c)
-#define VF_FNMA(a, b, c)     _mm256_fnmadd_ps(a, b, c)
+#endif
+#define VF_LOAD(p)       _mm256_load_ps(p)
+#define VF_STORE(p, v)   _mm256_store_ps(p, v)
+#define VF_SET1(x)       _mm256_set1_ps(x)
+#define VF_CVT(x)        _mm256_cvtepi32_ps(x)
+#define VF_MUL(a, b)     _mm256_mul_ps(a, b)
+#define VF_FMA(a, b, c)  _mm256_fmadd_ps(a, b, c)
+#define VF_FNMA(a, b, c) _mm256_fnmadd_ps(a, b, c)
 #endif
 
 #define FORCE_INLINE static inline __attribute__((always_inline))
@@ -120,25 +124,65 @@ static inline vi bcast_run(const uint8_t *u) {
     return VI_SET1(v);
 }
 
-/* a group of 32 decoded in u[0..31]. The panels' sums are independent
- * chains, interleaved so that consecutive VPDPBUSD never wait on each other. */
-FORCE_INLINE void apply32(const uint8_t *u, float sw, float mw, const uint8_t *act, size_t pstride,
-                          int np, vf *facc) {
-    const vf vsw = VF_SET1(sw), vmw = VF_SET1(mw);
-    vi acc[GEMM_NP];
-    const vi w0 = bcast_run(u);
+/* The int32 sums of np panels with `nq` 4-quant runs of decoded weights u
+ * (nq = 8: a group of 32; 4: half of one, from run q0 of the panel).
+ * VNNI: one VPDPBUSD per run and panel, interleaved so that consecutive
+ * VPDPBUSD never wait on each other. AVX2 (GEMM_I16): VPMADDUBSW pairs are
+ * added in int16 for `chain` runs (as many as cannot overflow for the type's
+ * largest code: 8 for 4-bit codes, 4 for 5-bit, 2 for 6-bit), then widened
+ * with one VPMADDWD: 1.25 to 1.5 instructions a run against the 2 of
+ * VPMADDUBSW + VPMADDWD each. */
+FORCE_INLINE void run_sums(int chain, const uint8_t *u, int nq, const uint8_t *a, size_t pstride,
+                           int np, vi *acc) {
+#if defined(GEMM_I16)
+    vi s16[GEMM_NP];
+    const vi ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 8
-    for (int p = 0; p < np; p++) {
-        acc[p] = VI_DPBUSD(VI_ZERO(), w0, VI_LOAD(act + (size_t)p * pstride));
-    }
-#pragma GCC unroll 8
-    for (int q = 1; q < 8; q++) {
+    for (int q = 0; q < nq; q++) {
         const vi w = bcast_run(u + 4 * q);
 #pragma GCC unroll 8
         for (int p = 0; p < np; p++) {
-            acc[p] = VI_DPBUSD(acc[p], w, VI_LOAD(act + (size_t)p * pstride + q * QUAD_BYTES));
+            const vi m = _mm256_maddubs_epi16(w, VI_LOAD(a + (size_t)p * pstride + q * QUAD_BYTES));
+            if (q % chain == 0) {
+                if (q > 0) {
+                    acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(s16[p], ones));
+                } else {
+                    acc[p] = VI_ZERO();
+                }
+                s16[p] = m;
+            } else {
+                s16[p] = _mm256_add_epi16(s16[p], m);
+            }
         }
     }
+#pragma GCC unroll 8
+    for (int p = 0; p < np; p++) {
+        acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(s16[p], ones));
+    }
+#else
+    (void)chain;
+    const vi w0 = bcast_run(u);
+#pragma GCC unroll 8
+    for (int p = 0; p < np; p++) {
+        acc[p] = VI_DPBUSD(VI_ZERO(), w0, VI_LOAD(a + (size_t)p * pstride));
+    }
+#pragma GCC unroll 8
+    for (int q = 1; q < nq; q++) {
+        const vi w = bcast_run(u + 4 * q);
+#pragma GCC unroll 8
+        for (int p = 0; p < np; p++) {
+            acc[p] = VI_DPBUSD(acc[p], w, VI_LOAD(a + (size_t)p * pstride + q * QUAD_BYTES));
+        }
+    }
+#endif
+}
+
+/* a group of 32 decoded in u[0..31] (chain: run_sums) */
+FORCE_INLINE void apply32(int chain, const uint8_t *u, float sw, float mw, const uint8_t *act,
+                          size_t pstride, int np, vf *facc) {
+    const vf vsw = VF_SET1(sw), vmw = VF_SET1(mw);
+    vi acc[GEMM_NP];
+    run_sums(chain, u, 8, act, pstride, np, acc);
 #pragma GCC unroll 8
     for (int p = 0; p < np; p++) {
         const float *f = (const float *)(const void *)(act + (size_t)p * pstride + 32 * LANES);
@@ -148,24 +192,11 @@ FORCE_INLINE void apply32(const uint8_t *u, float sw, float mw, const uint8_t *a
 }
 
 /* half h (0, 1) of a group: u[0..15] are its 16 decoded weights */
-FORCE_INLINE void apply16(const uint8_t *u, int h, float sw, float mw, const uint8_t *act,
-                          size_t pstride, int np, vf *facc) {
+FORCE_INLINE void apply16(int chain, const uint8_t *u, int h, float sw, float mw,
+                          const uint8_t *act, size_t pstride, int np, vf *facc) {
     const vf vsw = VF_SET1(sw), vmw = VF_SET1(mw);
-    const uint8_t *a = act + 4 * h * QUAD_BYTES;
     vi acc[GEMM_NP];
-    const vi w0 = bcast_run(u);
-#pragma GCC unroll 8
-    for (int p = 0; p < np; p++) {
-        acc[p] = VI_DPBUSD(VI_ZERO(), w0, VI_LOAD(a + (size_t)p * pstride));
-    }
-#pragma GCC unroll 4
-    for (int q = 1; q < 4; q++) {
-        const vi w = bcast_run(u + 4 * q);
-#pragma GCC unroll 8
-        for (int p = 0; p < np; p++) {
-            acc[p] = VI_DPBUSD(acc[p], w, VI_LOAD(a + (size_t)p * pstride + q * QUAD_BYTES));
-        }
-    }
+    run_sums(chain, u, 4, act + 4 * h * QUAD_BYTES, pstride, np, acc);
 #pragma GCC unroll 8
     for (int p = 0; p < np; p++) {
         const float *f = (const float *)(const void *)(act + (size_t)p * pstride + 32 * LANES);
@@ -218,7 +249,7 @@ FORCE_INLINE void kb_q4_0(KB_ARGS, int np) {
         const uint8_t *b = w + (size_t)(g0 + g) * sizeof(block_q4_0);
         const float d = h2f(KQ_FIELD(b, block_q4_0, d));
         put32(u, nibbles(KQ_FIELD(b, block_q4_0, qs)));
-        apply32(u, d, 8.0f * d, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+        apply32(8, u, d, 8.0f * d, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -231,7 +262,7 @@ FORCE_INLINE void kb_q4_1(KB_ARGS, int np) {
         const float d = h2f(KQ_FIELD(b, block_q4_1, d));
         const float m = h2f(KQ_FIELD(b, block_q4_1, m));
         put32(u, nibbles(KQ_FIELD(b, block_q4_1, qs)));
-        apply32(u, d, -m, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+        apply32(8, u, d, -m, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -244,7 +275,7 @@ FORCE_INLINE void kb_q5_0(KB_ARGS, int np) {
         const float d = h2f(KQ_FIELD(b, block_q5_0, d));
         const uint32_t qh = rd_u32le(KQ_FIELD(b, block_q5_0, qh));
         put32(u, _mm256_or_si256(nibbles(KQ_FIELD(b, block_q5_0, qs)), bits_to_16(qh)));
-        apply32(u, d, 16.0f * d, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+        apply32(4, u, d, 16.0f * d, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -258,7 +289,7 @@ FORCE_INLINE void kb_q5_1(KB_ARGS, int np) {
         const float m = h2f(KQ_FIELD(b, block_q5_1, m));
         const uint32_t qh = rd_u32le(KQ_FIELD(b, block_q5_1, qh));
         put32(u, _mm256_or_si256(nibbles(KQ_FIELD(b, block_q5_1, qs)), bits_to_16(qh)));
-        apply32(u, d, -m, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+        apply32(4, u, d, -m, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -273,7 +304,7 @@ FORCE_INLINE void kb_q8_0(KB_ARGS, int np) {
         const __m256i q =
             _mm256_loadu_si256((const __m256i *)(const void *)KQ_FIELD(b, block_q8_0, qs));
         put32(u, _mm256_xor_si256(q, flip));
-        apply32(u, d, 128.0f * d, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+        apply32(0, u, d, 128.0f * d, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -294,7 +325,7 @@ FORCE_INLINE void kb_iq4_nl(KB_ARGS, int np) {
         const uint8_t *b = w + (size_t)(g0 + g) * sizeof(block_iq4_nl);
         const float d = h2f(KQ_FIELD(b, block_iq4_nl, d));
         put32(u, iq4_decode(KQ_FIELD(b, block_iq4_nl, qs)));
-        apply32(u, d, 128.0f * d, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+        apply32(0, u, d, 128.0f * d, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -310,7 +341,7 @@ FORCE_INLINE void kb_iq4_xs(KB_ARGS, int np) {
         const int j = j0 + g;
         const float sw = d * (float)kq_iq4xs_scale(b, j);
         put32(u, iq4_decode(KQ_FIELD(b, block_iq4_xs, qs) + 16 * j));
-        apply32(u, sw, 128.0f * sw, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+        apply32(0, u, sw, 128.0f * sw, act + (size_t)g * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -335,7 +366,7 @@ FORCE_INLINE void kb_q4_K(KB_ARGS, int np) {
     for (int g = 0; g < ng; g++) {
         const int j = j0 + g;
         put32(u, nibbles32(KQ_FIELD(b, block_q4_K, qs) + 32 * (j / 2), 4 * (j % 2)));
-        apply32(u, d * sc[j], dmin * mn[j], act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+        apply32(8, u, d * sc[j], dmin * mn[j], act + (size_t)g * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -359,7 +390,7 @@ FORCE_INLINE void kb_q5_K(KB_ARGS, int np) {
                                                _mm256_set1_epi8(0x10));
         put32(u, _mm256_or_si256(nibbles32(KQ_FIELD(b, block_q5_K, qs) + 32 * (j / 2), 4 * (j % 2)),
                                  j >= 4 ? hi : hi_lo));
-        apply32(u, d * sc[j], dmin * mn[j], act + (size_t)g * GROUP_BYTES, pstride, np, facc);
+        apply32(4, u, d * sc[j], dmin * mn[j], act + (size_t)g * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -384,8 +415,8 @@ FORCE_INLINE void kb_q6_K(KB_ARGS, int np) {
         put32(u, _mm256_or_si256(nibbles32(ql + 32 * (p % 2), 4 * (p / 2)),
                                  _mm256_and_si256(hb, _mm256_set1_epi8(0x30))));
         const float sw0 = d * (float)scales[2 * p], sw1 = d * (float)scales[2 * p + 1];
-        apply16(u, 0, sw0, 32.0f * sw0, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
-        apply16(u + 16, 1, sw1, 32.0f * sw1, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+        apply16(2, u, 0, sw0, 32.0f * sw0, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+        apply16(2, u + 16, 1, sw1, 32.0f * sw1, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -406,9 +437,9 @@ FORCE_INLINE void kb_q2_K(KB_ARGS, int np) {
         put32(u,
               _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * p)), _mm256_set1_epi8(3)));
         const uint8_t s0 = sc[2 * p], s1 = sc[2 * p + 1];
-        apply16(u, 0, d * (float)(s0 & 0xf), dmin * (float)(s0 >> 4), act + (size_t)p * GROUP_BYTES,
-                pstride, np, facc);
-        apply16(u + 16, 1, d * (float)(s1 & 0xf), dmin * (float)(s1 >> 4),
+        apply16(8, u, 0, d * (float)(s0 & 0xf), dmin * (float)(s0 >> 4),
+                act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+        apply16(8, u + 16, 1, d * (float)(s1 & 0xf), dmin * (float)(s1 >> 4),
                 act + (size_t)p * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
@@ -436,8 +467,8 @@ FORCE_INLINE void kb_q3_K(KB_ARGS, int np) {
                                  _mm256_and_si256(hi, _mm256_set1_epi8(4))));
         const float sw0 = d * (float)scale[8 * h + 2 * p],
                     sw1 = d * (float)scale[8 * h + 2 * p + 1];
-        apply16(u, 0, sw0, 4.0f * sw0, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
-        apply16(u + 16, 1, sw1, 4.0f * sw1, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+        apply16(8, u, 0, sw0, 4.0f * sw0, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
+        apply16(8, u + 16, 1, sw1, 4.0f * sw1, act + (size_t)p * GROUP_BYTES, pstride, np, facc);
     }
     KB_STORE_TILE();
 }
@@ -489,9 +520,11 @@ GEMM_TYPE(q3_K)
 GEMM_TYPE(q4_K)
 GEMM_TYPE(q5_K)
 GEMM_TYPE(q6_K)
+#if !defined(GEMM_I16) /* codes up to 255: a VPMADDUBSW pair could saturate */
 GEMM_TYPE(q8_0)
 GEMM_TYPE(iq4_nl)
 GEMM_TYPE(iq4_xs)
+#endif
 
 static void install_gemm(quant_traits *t) {
 #define SET(id, T)                                                                                 \
@@ -506,8 +539,10 @@ static void install_gemm(quant_traits *t) {
     SET(GGUF_TYPE_Q4_K, q4_K);
     SET(GGUF_TYPE_Q5_K, q5_K);
     SET(GGUF_TYPE_Q6_K, q6_K);
+#if !defined(GEMM_I16)
     SET(GGUF_TYPE_Q8_0, q8_0);
     SET(GGUF_TYPE_IQ4_NL, iq4_nl);
     SET(GGUF_TYPE_IQ4_XS, iq4_xs);
+#endif
 #undef SET
 }

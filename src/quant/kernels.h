@@ -82,6 +82,7 @@ void quant_install_avx512_kquants(quant_traits *t);
 /* The packed-activation GEMM (gemm_x86.h): 8 lanes of AVX-VNNI, 16 lanes of
  * AVX-512 VNNI. */
 void quant_install_gemm_avxvnni(quant_traits *t);
+void quant_install_gemm_avx2(quant_traits *t); /* gemm_avx2.c: no VNNI */
 /* ... and 4 lanes of NEON by-lane SDOT (gemm_neon.c), where the CPU has dotprod */
 void quant_install_gemm_neon_dotprod(quant_traits *t);
 void quant_install_gemm_neon_i8mm(quant_traits *t); /* gemm_neon_i8mm.c */
