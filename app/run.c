@@ -13,6 +13,7 @@ typedef struct run_opts {
     const char *prompt;
     const char *prompt_file;
     int32_t n_predict;
+    int32_t lookup;
     lares_session_opts session;
     lares_sampler_opts sampler;
     bool seed_given;
@@ -30,6 +31,8 @@ static void run_usage(FILE *to) {
           "  -p, --prompt TEXT       prompt text\n"
           "  -f, --file PATH         read the prompt from a file ('-' for stdin)\n"
           "  -n, --n-predict N       tokens to generate (default 128; -1: until end of text)\n"
+          "      --lookup N          speculative decoding: draft up to N tokens from the context\n"
+          "                          (prompt lookup), verify them in one pass (default 0 = off)\n"
           "  -c, --ctx-size N        context length in tokens (default: the model's)\n"
           "  -t, --threads N         threads (default: all cores)\n"
           "  -b, --batch-size N      prompt tokens per forward pass (default 128)\n"
@@ -101,6 +104,11 @@ static int parse_run(int argc, char **argv, run_opts *o) {
         } else if (IS("-n", "--n-predict")) {
             VALUE();
             if (!app_parse_i32(a, v, -1, INT32_MAX, &o->n_predict)) {
+                return APP_USAGE;
+            }
+        } else if (IS("--lookup", NULL)) {
+            VALUE();
+            if (!app_parse_i32(a, v, 0, LARES_LOOKUP_MAX, &o->lookup)) {
                 return APP_USAGE;
             }
         } else if (IS("-c", "--ctx-size")) {
@@ -356,6 +364,10 @@ static void print_figures(const lares_stats *st) {
             st->disk_read_bytes == UINT64_MAX ? "unknown"
                                               : app_fmt_bytes(st->disk_read_bytes, b2, sizeof b2),
             st->mem_pressure * 100.0, st->load_ms);
+    if (st->n_drafted > 0) {
+        fprintf(stderr, "lares: lookup drafted %d tokens, %d accepted (%.0f %%)\n", st->n_drafted,
+                st->n_accepted, 100.0 * st->n_accepted / st->n_drafted);
+    }
     if (st->streaming) {
         char b3[32], b4[32], b5[32], b6[32];
         const int32_t passes = st->n_generated > 1 ? st->n_generated - 1 : 1;
@@ -406,6 +418,8 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_object_set_new(t, "prompt_wait_ms", json_real(st->prompt_wait_ms));
     json_object_set_new(t, "gen_wait_ms", json_real(st->gen_wait_ms));
     json_object_set_new(t, "gen_compute_ms", json_real(st->gen_ms - st->gen_wait_ms));
+    json_object_set_new(t, "drafted_tokens", json_integer(st->n_drafted));
+    json_object_set_new(t, "accepted_tokens", json_integer(st->n_accepted));
     json_t *gaps = json_array();
     for (size_t i = 0; i < rs->n_token_ms; i++) {
         json_array_append_new(gaps, json_real(rs->token_ms[i]));
@@ -496,7 +510,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     lares_generate_opts go = {.n_predict = o.n_predict, .sampler = o.sampler,
-                              .on_token = on_token, .user = &rs};
+                              .on_token = on_token, .user = &rs, .lookup = o.lookup};
     if (!o.json && o.echo_prompt) {
         fwrite(prompt, 1, plen, stdout);
         fflush(stdout);

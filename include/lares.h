@@ -240,7 +240,16 @@ typedef struct lares_generate_opts {
     lares_token_fn on_token;   /* may be NULL */
     void *user;
     int32_t n_logprobs;        /* 0: none; else top alternatives per token (max 20) */
+    /* Speculative decoding by prompt lookup: up to this many tokens are
+     * drafted from the context (the continuation of the last earlier
+     * occurrence of its final tokens) and verified in one forward pass; every
+     * token is still drawn from the model's own distribution, so greedy
+     * output is unchanged and sampled output keeps its distribution. 0: off;
+     * at most LARES_LOOKUP_MAX; needs a batch (n_batch) of lookup + 1. */
+    int32_t lookup;
 } lares_generate_opts;
+
+#define LARES_LOOKUP_MAX 32
 
 LARES_API lares_generate_opts lares_generate_opts_default(void);
 
@@ -269,6 +278,9 @@ typedef struct lares_stats {
     uint64_t prefetch_bytes;   /* bytes the prefetch thread read during the call */
     double prompt_wait_ms;     /* of prompt_ms: waiting for weights from disk */
     double gen_wait_ms;        /* of gen_ms: waiting for weights from disk (the rest computes) */
+    /* speculative decoding (lares_generate_opts.lookup) */
+    int32_t n_drafted;         /* tokens proposed */
+    int32_t n_accepted;        /* of them, generated as proposed */
 } lares_stats;
 
 /* Evaluates `prompt` (which should start with BOS when the model wants one)

@@ -54,6 +54,11 @@ typedef void (*api_rows_fn)(void *user, const float *x, int32_t nb);
 lares_status api_evaluate(lares_session *s, const int32_t *tokens, size_t n, bool want_logits,
                           api_rows_fn rows, void *user, lares_error *err);
 
+/* lookup.c: prompt lookup. Drafts up to max_draft tokens: those that followed
+ * the most recent earlier occurrence of the last 3 (else 2) of toks[0, n).
+ * Returns how many (0: no earlier occurrence). */
+int32_t api_lookup_draft(const int32_t *toks, int32_t n, int32_t max_draft, int32_t *draft);
+
 /* budget.c: the executor's options from the session's memory budget (after
  * the KV cache and buffers exist); LARES_ERANGE when the budget cannot work. */
 lares_status api_exec_opts(const lares_session *s, exec_opts *out, uint64_t *budget_out,

@@ -27,8 +27,9 @@ lares_generate_opts lares_generate_opts_default(void) {
     return o;
 }
 
-lares_status api_evaluate(lares_session *s, const int32_t *tokens, size_t n, bool want_logits,
-                          api_rows_fn rows, void *user, lares_error *err) {
+/* api_evaluate, and with all_logits (n x n_vocab) the logits of every token */
+static lares_status evaluate(lares_session *s, const int32_t *tokens, size_t n, bool want_logits,
+                             float *all_logits, api_rows_fn rows, void *user, lares_error *err) {
     const model *m = s->lm->m;
     size_t done = 0;
     while (done < n) {
@@ -39,7 +40,7 @@ lares_status api_evaluate(lares_session *s, const int32_t *tokens, size_t n, boo
         for (int32_t i = 0; i < nb; i++) {
             s->pos[i] = s->n_past + i;
         }
-        const bool output_after = want_logits && done + (size_t)nb == n;
+        const bool output_after = all_logits != NULL || (want_logits && done + (size_t)nb == n);
         exec_local_begin_pass(s->exec, output_after);
         lares_status st = model_embed(m, tokens + done, nb, s->x, err);
         if (st == LARES_OK) {
@@ -55,13 +56,21 @@ lares_status api_evaluate(lares_session *s, const int32_t *tokens, size_t n, boo
         }
         memcpy(s->history + s->n_past, tokens + done, (size_t)nb * sizeof *tokens);
         s->n_past += nb;
+        if (all_logits != NULL) {
+            exec_local_output(s->exec, s->x, nb, all_logits + done * (size_t)m->hp.n_vocab);
+        }
         done += (size_t)nb;
-        if (done == n && want_logits) {
+        if (done == n && want_logits && all_logits == NULL) {
             float *last = s->x + (size_t)(nb - 1) * (size_t)m->hp.n_embd;
             exec_local_output(s->exec, last, 1, s->logits);
         }
     }
     return LARES_OK;
+}
+
+lares_status api_evaluate(lares_session *s, const int32_t *tokens, size_t n, bool want_logits,
+                          api_rows_fn rows, void *user, lares_error *err) {
+    return evaluate(s, tokens, n, want_logits, NULL, rows, user, err);
 }
 
 /* The residency figures of lares_stats: the executor's plan, and its
@@ -166,6 +175,16 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         return lares_fail(err, LARES_EINVAL, "logprobs: %d alternatives asked, 0 to %d allowed",
                           o.n_logprobs, MAX_LOGPROBS);
     }
+    if (o.lookup < 0 || o.lookup > LARES_LOOKUP_MAX) {
+        return lares_fail(err, LARES_EINVAL, "lookup: %d drafted tokens asked, 0 to %d allowed",
+                          o.lookup, LARES_LOOKUP_MAX);
+    }
+    if (o.lookup > 0 && o.lookup + 1 > s->o.n_batch) {
+        return lares_fail(err, LARES_EINVAL,
+                          "lookup: verifying %d drafted tokens needs a batch of %d, the session's "
+                          "is %d (raise -b)",
+                          o.lookup, o.lookup + 1, s->o.n_batch);
+    }
     const int64_t need = (int64_t)s->n_past + (int64_t)n_prompt + (o.n_predict > 0 ? o.n_predict : 0);
     if (need > n_ctx) {
         return lares_fail(err, LARES_ERANGE,
@@ -224,6 +243,21 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         (raw = lares_alloc_array((size_t)m->hp.n_vocab, sizeof *raw)) == NULL) {
         rc = lares_fail(err, LARES_ENOMEM, "out of memory");
     }
+    /* prompt lookup: the token just drawn and its drafts, and their logits */
+    int32_t *spec = NULL;
+    float *spec_logits = NULL;
+    if (rc == LARES_OK && o.lookup > 0 &&
+        ((spec = lares_alloc_array((size_t)o.lookup + 1, sizeof *spec)) == NULL ||
+         (spec_logits = lares_alloc_array((size_t)(o.lookup + 1) * (size_t)m->hp.n_vocab,
+                                          sizeof *spec_logits)) == NULL)) {
+        rc = lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    float *next_logits = s->logits;   /* what the next token is drawn from */
+    int32_t n_spec = 0, spec_at = 0;      /* verified drafts left: spec[spec_at..n_spec) */
+    /* drafts per pass: doubled after a pass whose drafts were all taken, else
+     * one more than were taken, so that a context the model does not copy
+     * costs passes of two tokens, not of lookup + 1 */
+    int32_t draft_max = o.lookup;
     while (rc == LARES_OK) {
         if (atomic_load_explicit(&s->cancel, memory_order_relaxed)) {
             fig->stop = LARES_STOP_CANCELED;
@@ -233,16 +267,34 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
             fig->stop = LARES_STOP_LENGTH;
             break;
         }
-        if (s->n_past >= n_ctx) {
+        /* the context the next token follows: without drafts not reached yet */
+        const int32_t ctx_n = s->n_past - (spec_at < n_spec ? n_spec - spec_at : 0);
+        if (ctx_n >= n_ctx) {
             fig->stop = LARES_STOP_LENGTH; /* the context is full */
             break;
         }
         if (raw != NULL) {
-            memcpy(raw, s->logits, (size_t)m->hp.n_vocab * sizeof *raw);
+            memcpy(raw, next_logits, (size_t)m->hp.n_vocab * sizeof *raw);
         }
-        const int32_t tok = text_sampler_sample(smp, s->logits, s->history, (size_t)s->n_past);
+        const int32_t tok = text_sampler_sample(smp, next_logits, s->history, (size_t)ctx_n);
         if (raw != NULL) {
             compute_logprobs(raw, m->hp.n_vocab, tok, o.n_logprobs, &tp);
+        }
+        /* a verified draft: accepted when the model drew it; the first token
+         * it did not draw ends the drafts, and the cache forgets the rest */
+        bool evaluated = false;
+        if (spec_at < n_spec) {
+            if (tok == spec[spec_at]) {
+                fig->n_accepted++;
+                evaluated = true; /* its row is in the cache and its logits below */
+                if (spec_at + 1 == n_spec) {
+                    draft_max = LARES_MIN(2 * draft_max, o.lookup);
+                }
+            } else {
+                draft_max = spec_at; /* spec_at - 1 taken */
+                s->n_past -= n_spec - spec_at;
+                n_spec = 0;
+            }
         }
         if (n_gen == 0) {
             t_first = lares_now_ns();
@@ -268,7 +320,38 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
             fig->stop = LARES_STOP_LENGTH; /* the last token needs no forward pass */
             break;
         }
-        rc = api_evaluate(s, &tok, 1, true, NULL, NULL, err);
+        if (evaluated) {
+            /* draft spec[k] was drawn from row k - 1; what follows it, from row k */
+            next_logits = spec_logits + (size_t)spec_at * (size_t)m->hp.n_vocab;
+            spec_at++;
+            if (spec_at == n_spec) {
+                n_spec = 0; /* every draft accepted */
+            }
+            continue;
+        }
+        /* draft from the context and the token just drawn, within what may
+         * still be generated and the context's room */
+        int32_t d = 0;
+        if (o.lookup > 0) {
+            s->history[s->n_past] = tok; /* the search sees it; evaluate writes it again */
+            int32_t room = n_ctx - s->n_past - 1;
+            if (o.n_predict >= 0) {
+                room = (int32_t)LARES_MIN((int64_t)room, (int64_t)o.n_predict - (int64_t)n_gen);
+            }
+            d = api_lookup_draft(s->history, s->n_past + 1, LARES_MIN(draft_max, room), spec + 1);
+        }
+        if (d > 0) {
+            spec[0] = tok;
+            rc = evaluate(s, spec, (size_t)d + 1, true, spec_logits, NULL, NULL, err);
+            fig->n_drafted += d;
+            /* spec[1..d] are verified against rows 0..d-1; row d follows them all */
+            n_spec = d + 1;
+            spec_at = 1;
+            next_logits = spec_logits;
+        } else {
+            rc = api_evaluate(s, &tok, 1, true, NULL, NULL, err);
+            next_logits = s->logits;
+        }
         if (rc == LARES_ECANCELED) {
             rc = LARES_OK;
             fig->stop = LARES_STOP_CANCELED;
@@ -278,6 +361,12 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
             mem_pressure_update(&pressure);
         }
     }
+    /* drafts verified but not reached: not in the context */
+    if (spec_at < n_spec) {
+        s->n_past -= n_spec - spec_at;
+    }
+    lares_free(spec);
+    lares_free(spec_logits);
     /* bytes of a character that never completed */
     char tail[TEXT_STREAM_OUT_MAX(4)];
     size_t tl = text_stream_flush(&ts, tail, sizeof tail);

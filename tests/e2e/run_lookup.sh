@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# lares run --lookup N (speculative decoding by prompt lookup): greedy ids are
+# the ids of plain decoding for every model, with drafts proposed and some
+# accepted on a prompt that repeats itself; sampling with a seed is
+# reproducible; bad values are refused with a message.
+. "$(dirname "$0")/lib.sh"
+need jq
+P="Once upon a time, there was a little girl named Lily. She loved to play with her toys. Once upon a time, there was a little girl named Lily. She loved to"
+
+gen() { # file out extra-args...
+  local file=$1 out=$2
+  shift 2
+  "$LARES" run -m "$(model "$file")" -p "$P" -n 64 -t 2 --json "$@" >"$out" 2>"$TMP/err" ||
+    fail "$file $*: lares run failed: $(cat "$TMP/err")"
+}
+
+for f in stories260K.gguf TinyStories-656K.f16.gguf TinyStories-656K-Q8_0.raincandy.gguf \
+         derived/TinyStories-656K.llamacpp-Q4_K_M.gguf derived/TinyStories-656K.f32.qwen2-arch.gguf \
+         derived/stories260K-moe4top2-perturbed-experts.gguf \
+         derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf; do
+  base=$(basename "$f")
+  gen "$f" "$TMP/$base.plain" --temp 0
+  gen "$f" "$TMP/$base.lookup" --temp 0 --lookup 6
+  a=$(jq -c .generated_ids "$TMP/$base.plain")
+  b=$(jq -c .generated_ids "$TMP/$base.lookup")
+  [ -n "$a" ] && [ "$a" = "$b" ] && ok || fail "$f: --lookup 6 gave $b, plain decoding $a"
+  jq -e '.timings.drafted_tokens >= .timings.accepted_tokens and .timings.accepted_tokens >= 0' \
+    "$TMP/$base.lookup" >/dev/null && ok || fail "$f: draft figures $(jq -c .timings "$TMP/$base.lookup")"
+done
+# the repeated prompt makes stories260K copy: drafts are proposed and taken
+jq -e '.timings.drafted_tokens > 0 and .timings.accepted_tokens > 0' "$TMP/stories260K.gguf.lookup" \
+  >/dev/null && ok || fail "stories260K: no draft taken: $(jq -c .timings "$TMP/stories260K.gguf.lookup")"
+jq -e '.timings.drafted_tokens == 0' "$TMP/stories260K.gguf.plain" >/dev/null && ok ||
+  fail "plain decoding reports drafts"
+# the smallest batch that verifies a draft (one token and one draft): same ids
+gen stories260K.gguf "$TMP/b1" --temp 0 --lookup 1 -b 2
+[ "$(jq -c .generated_ids "$TMP/b1")" = "$(jq -c .generated_ids "$TMP/stories260K.gguf.plain")" ] &&
+  ok || fail "--lookup 1 -b 2 changed the greedy ids"
+
+# sampling: the same seed gives the same text with drafts
+gen stories260K.gguf "$TMP/s1" --temp 0.8 --seed 7 --lookup 6
+gen stories260K.gguf "$TMP/s2" --temp 0.8 --seed 7 --lookup 6
+[ "$(jq -c .generated_ids "$TMP/s1")" = "$(jq -c .generated_ids "$TMP/s2")" ] && ok ||
+  fail "sampling with --lookup and a seed is not reproducible"
+
+# bad values
+if "$LARES" run -m "$(model stories260K.gguf)" -p hi -n 4 --lookup 99 >/dev/null 2>"$TMP/e1"; then
+  fail "--lookup 99 accepted"
+else
+  grep -q -- "--lookup" "$TMP/e1" && ok || fail "--lookup 99: $(cat "$TMP/e1")"
+fi
+if "$LARES" run -m "$(model stories260K.gguf)" -p hi -n 4 --lookup 8 -b 4 >/dev/null 2>"$TMP/e2"; then
+  fail "--lookup 8 with a batch of 4 accepted"
+else
+  grep -q "batch" "$TMP/e2" && ok || fail "--lookup 8 -b 4: $(cat "$TMP/e2")"
+fi
+finish
