@@ -31,6 +31,12 @@ typedef struct api_ring {
     int32_t synced; /* positions the members hold KV entries for */
     bool rebalance, failover;
     bool rebuild_batched; /* ring.json "rebuild": "batched" */
+    /* KV mirroring (ring.json "kv_mirror", issue 15): the head's own KV cache
+     * holds a copy of every layer's entries, [0, mirrored[l]) of layer l
+     * (its own layers computed here, the others sent by their owners), so a
+     * re-plan moves them from here instead of re-running the conversation */
+    bool mirror;
+    int32_t *mirrored; /* owned, n_layer */
     uint8_t *batch_start; /* owned, n_ctx: 1 where a batch of the conversation began */
     int32_t rounds;       /* k of the first plan; re-plans keep it */
     uint64_t layer_bytes; /* the largest layer's weights plus its KV cache */

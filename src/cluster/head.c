@@ -65,6 +65,9 @@ struct cluster_head {
     lares_error failure;
     bool needs_plan; /* with failover, a member failed: calls return `failure` until set_plan */
     uint64_t wait_us, hops;
+    void (*kv_mirror)(void *user, int32_t layer, int32_t pos0, int32_t n_pos, const uint8_t *k,
+                      const uint8_t *v);
+    void *kv_mirror_user;
 };
 
 /* filler of the bandwidth probes: a few hidden states' worth, small enough for
@@ -248,6 +251,25 @@ static lares_status pipe_wait(cluster_head *h, int64_t wait_ms, uint64_t t0,
  * (frames of devices that are out are handled here: a probed device's
  * WELCOME, errors of devices nobody waits for). Errors of devices that must
  * work become a failure naming the device. */
+/* A member's copy of KV entries it wrote: kept (by the caller's kv_mirror)
+ * when the device holds the layer in the plan in force and the rows are of
+ * this cache. Any session of the conversation: a re-plan changes the session,
+ * not the entries (a truncation reaches the members after their earlier
+ * frames, KV_DONE being their answer). A member lost since stays in the plan
+ * in force until the re-plan: what it sent before is still good. */
+static void take_mirror(cluster_head *h, int32_t dev, const cluster_kv_data *d) {
+    int32_t od, orr;
+    const int32_t i = h->pos_of[dev];
+    if (h->kv_mirror == NULL || i < 1 || d->layer >= (uint32_t)h->n_layer || d->row_bytes != h->kv_row_bytes ||
+        d->kv_f16 != (h->kv_f16 ? 1 : 0) || (int64_t)d->pos0 + d->n_pos > h->n_ctx ||
+        !cluster_plan_owner(&h->plan, (int32_t)d->layer, &od, &orr) || od != i) {
+        lares_log(LARES_LOG_DEBUG, "cluster: dropped kv mirror rows of layer %u from %s",
+                  d->layer, dev_name(h, dev));
+        return;
+    }
+    h->kv_mirror(h->kv_mirror_user, (int32_t)d->layer, d->pos0, (int32_t)d->n_pos, d->k, d->v);
+}
+
 static lares_status take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_error *err) {
     *mine = false;
     zmq_msg_t d, f;
@@ -286,6 +308,10 @@ static lares_status take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_
         } else {
             mark_out(h, *dev, msg);
         }
+        goto done;
+    }
+    if (fr->type == CLUSTER_KV_MIRROR) {
+        take_mirror(h, *dev, &fr->u.kv_data);
         goto done;
     }
     if (fr->type == CLUSTER_HEARTBEAT) {
@@ -328,6 +354,18 @@ done:
     zmq_msg_close(&d);
     zmq_msg_close(&f);
     return st;
+}
+
+void cluster_head_drain(cluster_head *h) {
+    for (;;) {
+        bool timed_out = true, mine;
+        int32_t dev;
+        lares_error e = {0};
+        if (pipe_wait(h, 0, lares_now_ns(), NULL, &timed_out, &e) != LARES_OK || timed_out) {
+            return;
+        }
+        take_frame(h, &dev, &mine, &e); /* a failure is in the device's state */
+    }
 }
 
 /* Waits for one frame for the caller (timeout_ms < 0: as long as the network
@@ -545,6 +583,9 @@ lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const
     if ((flags & ~CLUSTER_PLAN_FLAGS) != 0) {
         return lares_fail(err, LARES_EINVAL, "plan: unknown flags 0x%x", flags);
     }
+    if (h->kv_mirror != NULL && !(flags & CLUSTER_PLAN_PROBE)) {
+        flags |= CLUSTER_PLAN_MIRROR_KV;
+    }
     if ((st = check_members(h, p, members, err)) != LARES_OK) {
         return st;
     }
@@ -741,6 +782,8 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
     h->connect_ms = (uint32_t)rc->connect_timeout_ms;
     h->failover = o->failover;
     h->survey = o->survey;
+    h->kv_mirror = o->kv_mirror;
+    h->kv_mirror_user = o->kv_mirror_user;
     h->profile_ms = LARES_MIN(o->profile_ms, (uint32_t)CLUSTER_MAX_PROFILE_MS);
     snprintf(h->head_name, sizeof h->head_name, "%s", o->head_name ? o->head_name : "head");
     for (int32_t d = 0; d < CLUSTER_MAX_DEVICES; d++) {

@@ -197,6 +197,37 @@ static void on_plan(worker_compute *wc, uint64_t session, const cluster_plan_msg
           cluster_encode_ready(wc->small, sizeof wc->small, session, &ready));
 }
 
+/* KV_MIRROR: the entries of layers [l0, l1) at positions [pos0, pos0 + n)
+ * that a window just wrote, to the head (after the hidden states went on, so
+ * the copy costs the ring no latency; a frame lost with the device only
+ * makes the head re-run those positions) */
+static void send_mirror(worker_compute *wc, uint64_t session, int32_t l0, int32_t l1,
+                        int32_t pos0, int32_t n) {
+    if (!(wc->plan.flags & CLUSTER_PLAN_MIRROR_KV) || wc->cc.kv_rows == NULL || wc->kv_fit == 0) {
+        return;
+    }
+    for (int32_t l = l0; l < l1; l++) {
+        for (int32_t p = pos0; p < pos0 + n;) {
+            const int32_t c = (int32_t)LARES_MIN((int64_t)wc->kv_fit, (int64_t)(pos0 + n - p));
+            lares_error err = {0};
+            if (wc->cc.kv_rows(wc->cc.user, l, p, c, false, wc->kv_k, wc->kv_v, &err) !=
+                LARES_OK) {
+                return; /* the head re-runs what it lacks */
+            }
+            const cluster_kv_data d = {.layer = (uint32_t)l,
+                                       .pos0 = p,
+                                       .n_pos = (uint32_t)c,
+                                       .row_bytes = wc->kv_row_bytes,
+                                       .kv_f16 = wc->plan.kv_f16,
+                                       .k = wc->kv_k,
+                                       .v = wc->kv_v};
+            reply(wc, WC_TO_HEAD, wc->out,
+                  cluster_encode_kv_mirror(wc->out, wc->out_cap, session, &d));
+            p += c;
+        }
+    }
+}
+
 static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, uint64_t rx_ns) {
     const cluster_plan *p = &wc->plan.plan;
     const int32_t self = (int32_t)wc->plan.self;
@@ -280,6 +311,7 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
                              : WC_TO_NEXT;
     reply(wc, dest, wc->out,
           cluster_encode_act(wc->out, wc->out_cap, session, &out, wc->pos, trace, wc->x));
+    send_mirror(wc, session, l0, l1, wc->pos[0], (int32_t)a->n_tok);
     char text[160];
     const double compute_ms = (double)(t1 - t0) / 1e6;
     const double wait_ms = t0 > rx_ns && rx_ns != 0 ? (double)(t0 - rx_ns) / 1e6 : 0;
