@@ -538,6 +538,11 @@ LARES_API bool lares_session_ring_serving(const lares_session *s, uint64_t *mask
 /* The ring.json name of device d, valid while the session lives; NULL when
  * there is no such device. Safe from any thread. */
 LARES_API const char *lares_session_ring_device_name(const lares_session *s, int32_t d);
+/* The ring's state as JSON (docs/ring.md "Watching a ring"): the plan, each
+ * device's state, windows and figures, the re-plans and failovers; a picture
+ * the session's thread refreshes after every batch. Safe from any thread (lares serve's /v1/ring);
+ * NULL for a session on one device. Freed with lares_free. */
+LARES_API char *lares_session_ring_json(const lares_session *s);
 
 /* One device of ring.json as a survey found it (lares ring status). */
 typedef struct lares_ring_probe {

@@ -20,6 +20,7 @@
 #include "cluster/cluster.h"
 #include "sched/sched.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 typedef struct api_ring {
@@ -65,6 +66,9 @@ typedef struct api_ring {
     double predicted_ms[CLUSTER_MAX_DEVICES];       /* per layer per token; < 0 unknown */
     double predicted_token_ms[CLUSTER_MAX_DEVICES]; /* the device's share of a token */
     double predicted_latency_ms;                    /* a token; < 0 unknown */
+    /* the picture for other threads (ring_view.c): JSON under view_mu */
+    pthread_mutex_t view_mu;
+    char *view;
     /* scratch, sized at open: the batch in flight survives a failover */
     float *x_saved;     /* owned, n_batch x n_embd */
     int32_t *pos_saved; /* owned, n_batch */
@@ -138,5 +142,10 @@ lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err);
 /* Between two batches, never waiting: asks the lost devices to come back and
  * re-plans when one answered (a device down at the start joins here). */
 lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err);
+
+/* ring_view.c */
+
+/* Refreshes the JSON picture (lares_session_ring_json). */
+void ring_view_update(lares_session *s);
 
 #endif /* LARES_API_RING_H */

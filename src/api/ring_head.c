@@ -8,6 +8,7 @@
 #include "api/ring.h"
 #include "mem/mem.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 void api_ring_free(api_ring *r) {
@@ -22,6 +23,8 @@ void api_ring_free(api_ring *r) {
     lares_free(r->pos_saved);
     lares_free(r->batch_start);
     lares_free(r->mirrored);
+    pthread_mutex_destroy(&r->view_mu);
+    free(r->view); /* jansson's allocation */
     lares_free(r);
 }
 
@@ -182,6 +185,7 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
         lares_free(r);
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
+    pthread_mutex_init(&r->view_mu, NULL);
     r->windows = lares_calloc((size_t)m->hp.n_layer + 1, sizeof *r->windows);
     r->x_saved = lares_alloc_array((size_t)s->o.n_batch * (size_t)m->hp.n_embd, sizeof(float));
     r->pos_saved = lares_alloc_array((size_t)s->o.n_batch, sizeof(int32_t));
@@ -303,6 +307,7 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     eo->windows = r->windows;
     eo->n_windows = r->n_windows;
     s->ring = r;
+    ring_view_update(s);
     return LARES_OK;
 }
 
@@ -430,6 +435,7 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
     for (int32_t i = 1; i < nb; i++) {
         r->batch_start[r->pos_saved[i]] = 0;
     }
+    ring_view_update(s);
     return LARES_OK;
 }
 

@@ -258,11 +258,15 @@ static lares_status pipe_wait(cluster_head *h, int64_t wait_ms, uint64_t t0,
  * frames, KV_DONE being their answer). A member lost since stays in the plan
  * in force until the re-plan: what it sent before is still good. */
 static void take_mirror(cluster_head *h, int32_t dev, const cluster_kv_data *d) {
-    int32_t od, orr;
     const int32_t i = h->pos_of[dev];
-    if (h->kv_mirror == NULL || i < 1 || d->layer >= (uint32_t)h->n_layer || d->row_bytes != h->kv_row_bytes ||
-        d->kv_f16 != (h->kv_f16 ? 1 : 0) || (int64_t)d->pos0 + d->n_pos > h->n_ctx ||
-        !cluster_plan_owner(&h->plan, (int32_t)d->layer, &od, &orr) || od != i) {
+    bool holds = false;
+    for (int32_t k = 0; i >= 1 && k < cluster_plan_rounds(&h->plan); k++) {
+        int32_t l0, l1;
+        holds = holds || (cluster_plan_window(&h->plan, i, k, &l0, &l1) &&
+                          (int64_t)d->layer >= l0 && (int64_t)d->layer < l1);
+    }
+    if (h->kv_mirror == NULL || !holds || d->row_bytes != h->kv_row_bytes ||
+        d->kv_f16 != (h->kv_f16 ? 1 : 0) || (int64_t)d->pos0 + d->n_pos > h->n_ctx) {
         lares_log(LARES_LOG_DEBUG, "cluster: dropped kv mirror rows of layer %u from %s",
                   d->layer, dev_name(h, dev));
         return;

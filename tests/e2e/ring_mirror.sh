@@ -5,7 +5,9 @@
 # lost layers' entries to their new owners), and the generation ends with the
 # text of one device. With "kv_mirror": false the same loss re-runs the whole
 # conversation through the moved layers, and the text is the same too.
-# The model is a llama-tiny synthesized here (1024 positions of context).
+# The model is a llama-tiny synthesized here (4 layers, 1024 positions of
+# context), b holding a window of 2 layers (the copy of every layer of a
+# window is kept, not only its first).
 . "$(dirname "$0")/lib.sh"
 . "$LARES_SRC/tests/cluster/ring_lib.sh"
 ring_trap
@@ -28,7 +30,7 @@ for mirror in true false; do
   ring_worker b || exit 1; BB=$WORKER_ADDR; BPID=$WORKER_PID
   ring_worker c || exit 1; CC=$WORKER_ADDR
   ring_json "$TMP/ring.json" "\"heartbeat_ms\": 100, \"timeout_ms\": 3000, \"kv_mirror\": $mirror," \
-    1 a "$AA" 1 b "$BB" 1 c "$CC" 1
+    0 a "$AA" 1 b "$BB" 2 c "$CC" 1
   "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n $N -c 1024 --temp 0 -t 1 -v \
     --rebalance off --ring "$TMP/ring.json" >"$TMP/head.out" 2>"$TMP/head.err" &
   HEAD_PID=$!
