@@ -552,6 +552,11 @@ typedef struct lares_ring_probe {
     char why[256];       /* why not: silent, unreachable, busy with another head, refused */
     uint32_t n_cpu;      /* what it said of itself (0 unknown) */
     uint64_t mem_available_bytes; /* its memory budget (0 unknown) */
+    double rtt_ms;       /* the least of 3 round trips of an empty PING from the head; < 0 unknown */
+    int32_t w;           /* ring.json's window ("w"); -1 with automatic placement */
+    int32_t layers;      /* layers it holds under ring.json's windows, every device present
+                            (all rounds); -1 with automatic placement */
+    int32_t rounds;      /* k under ring.json's windows; -1 with automatic placement */
 } lares_ring_probe;
 
 /* Asks every worker of ring.json (`ring`) whether it would serve model m

@@ -345,7 +345,7 @@ static lares_status take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_
         }
         goto done;
     }
-    if (!must) {
+    if (!must && fr->type != CLUSTER_PONG) { /* a ping's answer is for whoever asked */
         if (fr->type == CLUSTER_WELCOME && (h->state[*dev] == CLUSTER_DEV_REJOINING ||
                                             h->state[*dev] == CLUSTER_DEV_JOINING ||
                                             h->state[*dev] == CLUSTER_DEV_LEFT_OUT)) {
