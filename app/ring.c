@@ -95,7 +95,8 @@ int cmd_ring(int argc, char **argv) {
     printf("%d of %d devices ready\n", ready, n);
     /* a running ring's figures are its head's */
     printf("(layers under ring.json's windows with every device present; the figures of a running\n"
-           " ring -- states, plan in force, measured vs predicted ms per token, disk wait, failovers,\n"
+           " ring -- states, plan in force, measured vs predicted ms per token, disk wait, "
+           "failovers,\n"
            " re-plans -- are its head's: GET /v1/ring or the page /ring of lares serve --ring,\n"
            " lares run --json)\n");
     return APP_OK;

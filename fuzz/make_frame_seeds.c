@@ -63,8 +63,8 @@ int main(int argc, char **argv) {
     bad |= put(argv[1], "kv", b, cluster_encode_kv(b, sizeof b, 9, CLUSTER_KV, &kv));
     uint8_t rows[2 * 8];
     memset(rows, 0x3c, sizeof rows);
-    const cluster_kv_data kd = {.layer = 1, .pos0 = 2, .n_pos = 2, .row_bytes = 4,
-                                .k = rows, .v = rows + 8};
+    const cluster_kv_data kd = {
+        .layer = 1, .pos0 = 2, .n_pos = 2, .row_bytes = 4, .k = rows, .v = rows + 8};
     bad |= put(argv[1], "kv-mirror", b, cluster_encode_kv_mirror(b, sizeof b, 9, &kd));
     bad |= put(argv[1], "heartbeat", b, cluster_encode_heartbeat(b, sizeof b, 9, 1));
     bad |= put(argv[1], "stop", b, cluster_encode_stop(b, sizeof b, 9, 0));

@@ -51,10 +51,10 @@ static void check_golden(void) {
         0xf4, 1,   0,    0,                      /* of which 500 us waiting for disk */
         3,    0,   0,    0,                      /* 3 major faults */
         0,    4,   0,    0,                      /* 1024 MiB free */
-        0,    0,   0x80, 0x3f, /* 1.0f */
-        0,    0,   0,    0xc0, /* -2.0f */
-        0,    0,   0,    0x3f, /* 0.5f */
-        0,    0,   0,    0,    /* 0.0f */
+        0,    0,   0x80, 0x3f,                   /* 1.0f */
+        0,    0,   0,    0xc0,                   /* -2.0f */
+        0,    0,   0,    0x3f,                   /* 0.5f */
+        0,    0,   0,    0,                      /* 0.0f */
     };
     const int32_t pos[] = {5, 6};
     const float x[] = {1.0f, -2.0f, 0.5f, 0.0f};
@@ -178,8 +178,8 @@ static size_t make_frames(uint8_t bufs[][2048], size_t *lens) {
                                .v = rows[1]};
     lens[k] = cluster_encode_kv_data(bufs[k], 2048, 77, &d);
     k++;
-    const cluster_kv_data dm = {.layer = 2, .pos0 = 7, .n_pos = 2, .row_bytes = 16,
-                                .k = rows[1], .v = rows[0]};
+    const cluster_kv_data dm = {
+        .layer = 2, .pos0 = 7, .n_pos = 2, .row_bytes = 16, .k = rows[1], .v = rows[0]};
     lens[k] = cluster_encode_kv_mirror(bufs[k], 2048, 77, &dm);
     k++;
     return k;

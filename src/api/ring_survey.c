@@ -12,8 +12,9 @@
 lares_status lares_ring_survey(lares_model *m, const char *ring, bool insecure,
                                lares_ring_probe *out, int32_t cap, int32_t *n, lares_error *err) {
     if (m == NULL || m->m == NULL || ring == NULL || out == NULL || n == NULL || cap < 1) {
-        return lares_fail(err, LARES_EINVAL, "ring survey: a model, ring.json and room for "
-                                             "the devices are needed");
+        return lares_fail(err, LARES_EINVAL,
+                          "ring survey: a model, ring.json and room for "
+                          "the devices are needed");
     }
     cluster_ring_config *rc = lares_calloc(1, sizeof *rc);
     if (rc == NULL) {

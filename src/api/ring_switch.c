@@ -163,8 +163,7 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     for (int32_t l = 0; l < n_layer; l++) {
         const int32_t have = LARES_MIN(r->mirrored[l], keep);
         if (before[l] != after[l] && have < keep &&
-            (after_loss || before[l] < 0 ||
-             cluster_head_state(h, before[l]) == CLUSTER_DEV_LOST)) {
+            (after_loss || before[l] < 0 || cluster_head_state(h, before[l]) == CLUSTER_DEV_LOST)) {
             end = l + 1;
         }
     }
@@ -224,8 +223,8 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
              "%s: %s; plan %s -> %s; KV of %d moved layer(s) transferred (%" PRIu64
              " bytes, %d complete in the head's copy), %d positions re-run through layers "
              "0..%d, a context of %d; %.1f ms",
-             kind, why, old_desc, new_desc, n_move, moved_bytes, n_copy,
-             end > 0 ? keep - from : 0, end, keep, ms);
+             kind, why, old_desc, new_desc, n_move, moved_bytes, n_copy, end > 0 ? keep - from : 0,
+             end, keep, ms);
     if (st == LARES_OK) {
         lares_log(LARES_LOG_INFO, "cluster: %s", r->last_switch);
     }

@@ -10,15 +10,24 @@
 #include "quant/half.h"
 
 static const char *const type_names[CLUSTER_FRAME_TYPE_END] = {
-    [CLUSTER_HELLO] = "hello",     [CLUSTER_WELCOME] = "welcome",
-    [CLUSTER_PLAN] = "plan",       [CLUSTER_READY] = "ready",
-    [CLUSTER_ACT] = "act",         [CLUSTER_KV] = "kv",
-    [CLUSTER_KV_DONE] = "kv-done", [CLUSTER_HEARTBEAT] = "heartbeat",
-    [CLUSTER_STOP] = "stop",       [CLUSTER_ERROR] = "error",
-    [CLUSTER_LINK] = "link",       [CLUSTER_LINK_OK] = "link-ok",
-    [CLUSTER_PING] = "ping",       [CLUSTER_PONG] = "pong",
-    [CLUSTER_KV_GET] = "kv-get",   [CLUSTER_KV_DATA] = "kv-data",
-    [CLUSTER_PEER_LOST] = "peer-lost", [CLUSTER_KV_MIRROR] = "kv-mirror",
+    [CLUSTER_HELLO] = "hello",
+    [CLUSTER_WELCOME] = "welcome",
+    [CLUSTER_PLAN] = "plan",
+    [CLUSTER_READY] = "ready",
+    [CLUSTER_ACT] = "act",
+    [CLUSTER_KV] = "kv",
+    [CLUSTER_KV_DONE] = "kv-done",
+    [CLUSTER_HEARTBEAT] = "heartbeat",
+    [CLUSTER_STOP] = "stop",
+    [CLUSTER_ERROR] = "error",
+    [CLUSTER_LINK] = "link",
+    [CLUSTER_LINK_OK] = "link-ok",
+    [CLUSTER_PING] = "ping",
+    [CLUSTER_PONG] = "pong",
+    [CLUSTER_KV_GET] = "kv-get",
+    [CLUSTER_KV_DATA] = "kv-data",
+    [CLUSTER_PEER_LOST] = "peer-lost",
+    [CLUSTER_KV_MIRROR] = "kv-mirror",
 };
 
 const char *cluster_frame_type_name(uint32_t type) {
