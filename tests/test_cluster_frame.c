@@ -478,6 +478,7 @@ static void check_ring_json(void) {
              z);
     CHECK_OK(cluster_ring_parse(json, strlen(json), "a.json", "", c, &err), &err);
     CHECK(c->auto_windows && c->n_dev == 3 && !c->dev[2].has_key);
+    CHECK(c->kv_mirror == -1); /* not given: on with failover */
     CHECK_OK(cluster_ring_plan(c, 22, &p, &err), &err);
     CHECK(p.w[0] == 8 && p.w[1] == 7 && p.w[2] == 7);
 
@@ -502,6 +503,7 @@ static void check_ring_json(void) {
         {"{\"devices\": [{}, {\"address\": \"a:1\", \"threads\": 0}]}", "threads"},
         {"{\"devices\": []}", "devices"},
         {"{\"devices\": [{}], \"rounds\": \"many\"}", "rounds"},
+        {"{\"devices\": [{}], \"kv_mirror\": \"yes\"}", "kv_mirror"},
         {"{\"devices\": [{},]}", "r.json:1:"},
         {"[1, 2]", "top level"},
     };

@@ -8,14 +8,18 @@
  * the weights of the layers it lost and reads ahead those it gained), and the
  * KV entries of the layers that changed owner are rebuilt on the new owner:
  *
+ * - copied from the head's own cache when it holds them: the head's layers,
+ *   and every layer with KV mirroring (issue 15: the members send the head a
+ *   copy of each row they write, api_ring.mirrored), KV_DATA to the new owner;
  * - transferred (KV_GET from the old owner before the plan changes, KV_DATA
  *   to the new one after) when the old owner is alive: a layer's entries are
  *   2 x n_head_kv x head_dim values per position, a few KiB, where a re-run
  *   must pass every position through every layer up to it; by the cost model
  *   of docs/ring.md the transfer is the cheaper by orders of magnitude on any
  *   link a home has, and it is exact (the same bytes);
- * - re-computed after a loss (failover): the conversation's
- *   tokens run again through the ring up to the last lost layer, in the
+ * - re-computed after a loss (failover) for the positions the copy lacks
+ *   (all of them without mirroring): the conversation's tokens run again
+ *   through the ring up to the last lost layer, in the
  *   batches of the original run ("rebuild": "exact", the same bits, so the
  *   same greedy text) or n_batch at a time ("batched": fewer passes).
  *
@@ -127,8 +131,8 @@ void ring_describe(const api_ring *r, const cluster_plan *p, const int32_t *memb
     }
 }
 
-/* Puts plan p over ring.json devices members[] in force and rebuilds the KV
- * entries of the layers that changed owner, positions [0, keep). */
+/* Puts plan p over ring.json devices members[] in force and gives the new
+ * owners of the layers that moved their KV entries, positions [0, keep). */
 static lares_status switch_plan(lares_session *s, const cluster_plan *p, const int32_t *members,
                                 int32_t keep, const char *kind, const char *why, lares_error *err) {
     api_ring *r = s->ring;
