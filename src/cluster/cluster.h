@@ -512,7 +512,7 @@ const cluster_plan *cluster_head_plan(const cluster_head *h);
 int32_t cluster_head_member(const cluster_head *h, int32_t i);
 int32_t cluster_head_n_config(const cluster_head *h);
 /* What the head knows of a ring.json device: one state, changed in one place
- * (head.c set_state) and every change logged once (docs/ring.md "Device
+ * (head_pipe.c head_set_state) and every change logged once (docs/ring.md "Device
  * states"). The head itself is always serving. */
 typedef enum cluster_dev_state {
     CLUSTER_DEV_JOINING = 0, /* asked (HELLO) at the start, not welcomed yet */

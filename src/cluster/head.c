@@ -11,7 +11,7 @@
  *
  * The plan in force uses a subset of ring.json's devices (its members, in
  * ring order, the head first). Each device has one state (cluster_dev_state),
- * changed only by set_state: a worker that does not answer at the start is
+ * changed only by head_set_state (head_pipe.c): a worker that does not answer at the start is
  * lost and the ring starts without it; with failover a member that fails
  * becomes suspect instead of breaking the head, and the session re-plans over
  * the others (issue 9); devices the plan leaves out stay welcomed and
