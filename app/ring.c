@@ -1,6 +1,6 @@
 /* lares ring status: which devices of ring.json would serve a head now
  * (issue 15, docs/ring.md). The figures of a running ring (layers, measured
- * and predicted times) are its head's: lares run --json, serve's /health. */
+ * and predicted times) are its head's: lares run --json, serve's /v1/ring. */
 #include "app.h"
 
 #include <inttypes.h>
@@ -12,7 +12,9 @@ static void ring_usage(FILE *to) {
     fputs("usage: lares ring status --ring RING.json -m MODEL [--insecure]\n"
           "  asks every worker of RING.json, as a head would, whether it would serve MODEL now,\n"
           "  lets it go, and prints a table: device, address, state (ready: reachable, the same\n"
-          "  model file, idle; down: why not), cores and memory budget it reported.\n"
+          "  model file, idle; down: why not), its window, layers and rounds under RING.json's\n"
+          "  windows, cores and memory budget it reported, the round trip of a ping to it.\n"
+          "  A running ring's figures: GET /v1/ring (or the page /ring) of lares serve --ring.\n"
           "  A worker busy with another head refuses and keeps serving it.\n",
           to);
 }
@@ -66,21 +68,36 @@ int cmd_ring(int argc, char **argv) {
         return app_fail(&err);
     }
     int32_t ready = 0;
-    printf("%-12s %-22s %-6s %5s %12s  %s\n", "device", "address", "state", "cores", "memory",
-           "why not");
+    printf("%-12s %-22s %-6s %3s %6s %6s %5s %12s %8s  %s\n", "device", "address", "state", "w",
+           "layers", "rounds", "cores", "memory", "rtt ms", "why not");
     for (int32_t d = 0; d < n; d++) {
-        char mem[32] = "-", cores[16] = "-";
+        char mem[32] = "-", cores[16] = "-", w[16] = "auto", layers[16] = "-", rounds[16] = "-",
+             rtt[16] = "-";
         if (dev[d].mem_available_bytes > 0) {
             app_fmt_bytes(dev[d].mem_available_bytes, mem, sizeof mem);
         }
         if (dev[d].n_cpu > 0) {
             snprintf(cores, sizeof cores, "%u", dev[d].n_cpu);
         }
+        if (dev[d].w >= 0) {
+            snprintf(w, sizeof w, "%d", dev[d].w);
+            snprintf(layers, sizeof layers, "%d", dev[d].layers);
+            snprintf(rounds, sizeof rounds, "%d", dev[d].rounds);
+        }
+        if (dev[d].rtt_ms >= 0) {
+            snprintf(rtt, sizeof rtt, "%.3f", dev[d].rtt_ms);
+        }
         ready += dev[d].ready;
-        printf("%-12s %-22s %-6s %5s %12s  %s\n", dev[d].name, d == 0 ? "(head)" : dev[d].address,
-               dev[d].ready ? "ready" : "down", d == 0 ? "-" : cores, d == 0 ? "-" : mem,
-               dev[d].why);
+        printf("%-12s %-22s %-6s %3s %6s %6s %5s %12s %8s  %s\n", dev[d].name,
+               d == 0 ? "(head)" : dev[d].address, dev[d].ready ? "ready" : "down", w, layers,
+               rounds, d == 0 ? "-" : cores, d == 0 ? "-" : mem, rtt, dev[d].why);
     }
     printf("%d of %d devices ready\n", ready, n);
+    /* a running ring's figures are its head's */
+    printf("(layers under ring.json's windows with every device present; the figures of a running\n"
+           " ring -- states, plan in force, measured vs predicted ms per token, disk wait, "
+           "failovers,\n"
+           " re-plans -- are its head's: GET /v1/ring or the page /ring of lares serve --ring,\n"
+           " lares run --json)\n");
     return APP_OK;
 }

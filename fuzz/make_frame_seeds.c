@@ -2,6 +2,7 @@
 #include "cluster/cluster.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static int put(const char *dir, const char *name, const uint8_t *b, size_t n) {
     char path[1024];
@@ -60,6 +61,11 @@ int main(int argc, char **argv) {
     bad |= put(argv[1], "act-f16", b, cluster_encode_act(b, sizeof b, 9, &a, pos, t, x));
     const cluster_kv kv = {.op = CLUSTER_KV_TRUNCATE, .pos = 3};
     bad |= put(argv[1], "kv", b, cluster_encode_kv(b, sizeof b, 9, CLUSTER_KV, &kv));
+    uint8_t rows[2 * 8];
+    memset(rows, 0x3c, sizeof rows);
+    const cluster_kv_data kd = {
+        .layer = 1, .pos0 = 2, .n_pos = 2, .row_bytes = 4, .k = rows, .v = rows + 8};
+    bad |= put(argv[1], "kv-mirror", b, cluster_encode_kv_mirror(b, sizeof b, 9, &kd));
     bad |= put(argv[1], "heartbeat", b, cluster_encode_heartbeat(b, sizeof b, 9, 1));
     bad |= put(argv[1], "stop", b, cluster_encode_stop(b, sizeof b, 9, 0));
     bad |= put(argv[1], "error", b, cluster_encode_error(b, sizeof b, 9, LARES_EBUSY, "busy"));

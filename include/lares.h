@@ -550,6 +550,11 @@ LARES_API bool lares_session_ring_serving(const lares_session *s, uint64_t *mask
 /* The ring.json name of device d, valid while the session lives; NULL when
  * there is no such device. Safe from any thread. */
 LARES_API const char *lares_session_ring_device_name(const lares_session *s, int32_t d);
+/* The ring's state as JSON (docs/ring.md "Watching a ring"): the plan, each
+ * device's state, windows and figures, the re-plans and failovers; a picture
+ * the session's thread refreshes after every batch. Safe from any thread (lares serve's /v1/ring);
+ * NULL for a session on one device. Freed with lares_free. */
+LARES_API char *lares_session_ring_json(const lares_session *s);
 
 /* One device of ring.json as a survey found it (lares ring status). */
 typedef struct lares_ring_probe {
@@ -559,6 +564,11 @@ typedef struct lares_ring_probe {
     char why[256];       /* why not: silent, unreachable, busy with another head, refused */
     uint32_t n_cpu;      /* what it said of itself (0 unknown) */
     uint64_t mem_available_bytes; /* its memory budget (0 unknown) */
+    double rtt_ms;       /* the least of 3 round trips of an empty PING from the head; < 0 unknown */
+    int32_t w;           /* ring.json's window ("w"); -1 with automatic placement */
+    int32_t layers;      /* layers it holds under ring.json's windows, every device present
+                            (all rounds); -1 with automatic placement */
+    int32_t rounds;      /* k under ring.json's windows; -1 with automatic placement */
 } lares_ring_probe;
 
 /* Asks every worker of ring.json (`ring`) whether it would serve model m

@@ -51,10 +51,10 @@ static void check_golden(void) {
         0xf4, 1,   0,    0,                      /* of which 500 us waiting for disk */
         3,    0,   0,    0,                      /* 3 major faults */
         0,    4,   0,    0,                      /* 1024 MiB free */
-        0,    0,   0x80, 0x3f, /* 1.0f */
-        0,    0,   0,    0xc0, /* -2.0f */
-        0,    0,   0,    0x3f, /* 0.5f */
-        0,    0,   0,    0,    /* 0.0f */
+        0,    0,   0x80, 0x3f,                   /* 1.0f */
+        0,    0,   0,    0xc0,                   /* -2.0f */
+        0,    0,   0,    0x3f,                   /* 0.5f */
+        0,    0,   0,    0,                      /* 0.0f */
     };
     const int32_t pos[] = {5, 6};
     const float x[] = {1.0f, -2.0f, 0.5f, 0.0f};
@@ -162,6 +162,26 @@ static size_t make_frames(uint8_t bufs[][2048], size_t *lens) {
     const cluster_act a = {.seq = 3, .layer = 5, .end = 8, .n_tok = 3, .n_embd = 8};
     lens[k] = cluster_encode_act(bufs[k], 2048, 77, &a, pos, NULL, x);
     k++;
+    /* KV rows: a transfer (KV_DATA) and a worker's copy for the head (KV_MIRROR) */
+    uint8_t rows[2][3 * 16];
+    for (int i = 0; i < 3 * 16; i++) {
+        rows[0][i] = (uint8_t)i;
+        rows[1][i] = (uint8_t)(255 - i);
+    }
+    const cluster_kv_data d = {.layer = 4,
+                               .pos0 = 20,
+                               .n_pos = 3,
+                               .row_bytes = 16,
+                               .kv_f16 = 1,
+                               .last = 1,
+                               .k = rows[0],
+                               .v = rows[1]};
+    lens[k] = cluster_encode_kv_data(bufs[k], 2048, 77, &d);
+    k++;
+    const cluster_kv_data dm = {
+        .layer = 2, .pos0 = 7, .n_pos = 2, .row_bytes = 16, .k = rows[1], .v = rows[0]};
+    lens[k] = cluster_encode_kv_mirror(bufs[k], 2048, 77, &dm);
+    k++;
     return k;
 }
 
@@ -207,6 +227,14 @@ static void check_roundtrip_and_truncation(void) {
         case CLUSTER_LINK:
         case CLUSTER_LINK_OK:
             n = cluster_encode_link(again, sizeof again, f->session, f->type, f->u.link_from);
+            break;
+        case CLUSTER_KV_DATA:
+            n = cluster_encode_kv_data(again, sizeof again, f->session, &f->u.kv_data);
+            break;
+        case CLUSTER_KV_MIRROR:
+            CHECK(f->u.kv_data.layer == 2 && f->u.kv_data.pos0 == 7 && f->u.kv_data.n_pos == 2 &&
+                  f->u.kv_data.k[0] == 255 && f->u.kv_data.v[31] == 31);
+            n = cluster_encode_kv_mirror(again, sizeof again, f->session, &f->u.kv_data);
             break;
         case CLUSTER_ACT: {
             float x[64];
@@ -450,6 +478,7 @@ static void check_ring_json(void) {
              z);
     CHECK_OK(cluster_ring_parse(json, strlen(json), "a.json", "", c, &err), &err);
     CHECK(c->auto_windows && c->n_dev == 3 && !c->dev[2].has_key);
+    CHECK(c->kv_mirror == -1); /* not given: on with failover */
     CHECK_OK(cluster_ring_plan(c, 22, &p, &err), &err);
     CHECK(p.w[0] == 8 && p.w[1] == 7 && p.w[2] == 7);
 
@@ -474,6 +503,7 @@ static void check_ring_json(void) {
         {"{\"devices\": [{}, {\"address\": \"a:1\", \"threads\": 0}]}", "threads"},
         {"{\"devices\": []}", "devices"},
         {"{\"devices\": [{}], \"rounds\": \"many\"}", "rounds"},
+        {"{\"devices\": [{}], \"kv_mirror\": \"yes\"}", "kv_mirror"},
         {"{\"devices\": [{},]}", "r.json:1:"},
         {"[1, 2]", "top level"},
     };

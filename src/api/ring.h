@@ -20,6 +20,7 @@
 #include "cluster/cluster.h"
 #include "sched/sched.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 typedef struct api_ring {
@@ -31,6 +32,12 @@ typedef struct api_ring {
     int32_t synced; /* positions the members hold KV entries for */
     bool rebalance, failover;
     bool rebuild_batched; /* ring.json "rebuild": "batched" */
+    /* KV mirroring (ring.json "kv_mirror", issue 15): the head's own KV cache
+     * holds a copy of every layer's entries, [0, mirrored[l]) of layer l
+     * (its own layers computed here, the others sent by their owners), so a
+     * re-plan moves them from here instead of re-running the conversation */
+    bool mirror;
+    int32_t *mirrored; /* owned, n_layer */
     uint8_t *batch_start; /* owned, n_ctx: 1 where a batch of the conversation began */
     int32_t rounds;       /* k of the first plan; re-plans keep it */
     uint64_t layer_bytes; /* the largest layer's weights plus its KV cache */
@@ -59,6 +66,9 @@ typedef struct api_ring {
     double predicted_ms[CLUSTER_MAX_DEVICES];       /* per layer per token; < 0 unknown */
     double predicted_token_ms[CLUSTER_MAX_DEVICES]; /* the device's share of a token */
     double predicted_latency_ms;                    /* a token; < 0 unknown */
+    /* the picture for other threads (ring_view.c): JSON under view_mu */
+    pthread_mutex_t view_mu;
+    char *view;
     /* scratch, sized at open: the batch in flight survives a failover */
     float *x_saved;     /* owned, n_batch x n_embd */
     int32_t *pos_saved; /* owned, n_batch */
@@ -132,5 +142,10 @@ lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err);
 /* Between two batches, never waiting: asks the lost devices to come back and
  * re-plans when one answered (a device down at the start joins here). */
 lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err);
+
+/* ring_view.c */
+
+/* Refreshes the JSON picture (lares_session_ring_json). */
+void ring_view_update(lares_session *s);
 
 #endif /* LARES_API_RING_H */

@@ -8,6 +8,7 @@
 #include "api/ring.h"
 #include "mem/mem.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 void api_ring_free(api_ring *r) {
@@ -21,7 +22,34 @@ void api_ring_free(api_ring *r) {
     lares_free(r->x_saved);
     lares_free(r->pos_saved);
     lares_free(r->batch_start);
+    lares_free(r->mirrored);
+    pthread_mutex_destroy(&r->view_mu);
+    free(r->view); /* jansson's allocation */
     lares_free(r);
+}
+
+/* positions [pos0, pos0 + n) of `layer` are in the head's cache: the copy
+ * grows when they follow what it holds */
+static void mirror_note(api_ring *r, int32_t layer, int32_t pos0, int32_t n) {
+    if (r->mirrored != NULL && pos0 <= r->mirrored[layer]) {
+        r->mirrored[layer] = LARES_MAX(r->mirrored[layer], pos0 + n);
+    }
+}
+
+/* a member's KV_MIRROR rows (cluster_head_opts.kv_mirror): into the head's
+ * cache, which the head does not use for layers it does not hold */
+static void mirror_rows(void *user, int32_t layer, int32_t pos0, int32_t n, const uint8_t *k,
+                        const uint8_t *v) {
+    lares_session *s = user;
+    api_ring *r = s->ring;
+    if (r == NULL || pos0 > r->mirrored[layer]) {
+        return; /* a gap (a frame lost): the copy stops there; a re-plan re-runs the rest */
+    }
+    const ops_kv_view kv = model_kv_view(s->kv, layer);
+    const size_t row = kv.row_elems * (kv.type == GGUF_TYPE_F32 ? 4 : 2);
+    memcpy((uint8_t *)kv.k + (size_t)pos0 * row, k, (size_t)n * row);
+    memcpy((uint8_t *)kv.v + (size_t)pos0 * row, v, (size_t)n * row);
+    mirror_note(r, layer, pos0, n);
 }
 
 /* the head's windows, round by round, for its executor */
@@ -157,13 +185,15 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
         lares_free(r);
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
+    pthread_mutex_init(&r->view_mu, NULL);
     r->windows = lares_calloc((size_t)m->hp.n_layer + 1, sizeof *r->windows);
     r->x_saved = lares_alloc_array((size_t)s->o.n_batch * (size_t)m->hp.n_embd, sizeof(float));
     r->pos_saved = lares_alloc_array((size_t)s->o.n_batch, sizeof(int32_t));
     r->batch_start = lares_calloc((size_t)s->o.n_ctx, 1);
+    r->mirrored = lares_calloc((size_t)m->hp.n_layer, sizeof *r->mirrored);
     lares_status st = LARES_OK;
     if (r->windows == NULL || r->x_saved == NULL || r->pos_saved == NULL ||
-        r->batch_start == NULL) {
+        r->batch_start == NULL || r->mirrored == NULL) {
         st = lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     cluster_plan plan;
@@ -220,6 +250,7 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
         r->rebalance = choice(s->o.ring_rebalance, r->rc->rebalance);
         r->failover = choice(s->o.ring_failover, r->rc->failover);
         r->rebuild_batched = strcmp(r->rc->rebuild, "batched") == 0;
+        r->mirror = r->failover && r->rc->kv_mirror != 0;
         st = device_caps(s, r, err);
     }
     if (st == LARES_OK) {
@@ -244,6 +275,8 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
             .head_name = host,
             .failover = r->failover,
             .profile_ms = planned ? (uint32_t)r->rc->profile_ms : 0,
+            .kv_mirror = r->mirror ? mirror_rows : NULL,
+            .kv_mirror_user = s,
             .kv_row_bytes = (uint32_t)(s->kv->row_elems * (s->kv->type == GGUF_TYPE_F32 ? 4 : 2))};
         st = cluster_head_open(&ho, &r->head, err);
     }
@@ -274,6 +307,7 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     eo->windows = r->windows;
     eo->n_windows = r->n_windows;
     s->ring = r;
+    ring_view_update(s);
     return LARES_OK;
 }
 
@@ -298,6 +332,9 @@ lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *e
                                    (c1.wait_ns - c0.wait_ns) / 1000u);
             if (st != LARES_OK) {
                 return st;
+            }
+            for (int32_t l = l0; l < l1; l++) {
+                mirror_note(r, l, s->pos[0], nb);
             }
             layer = l1;
             if (layer >= end) {
@@ -337,6 +374,10 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
     memcpy(r->x_saved, s->x, n_x * sizeof *s->x);
     memcpy(r->pos_saved, s->pos, (size_t)nb * sizeof *s->pos);
     lares_status st = LARES_OK;
+    for (int32_t l = 0; l < s->lm->m->hp.n_layer; l++) {
+        /* this batch overwrites what lies beyond keep */
+        r->mirrored[l] = LARES_MIN(r->mirrored[l], keep);
+    }
     if (keep < r->synced && cluster_head_plan(r->head)->n_dev > 1) {
         /* a shorter context than the workers hold (a new prompt, a truncate) */
         st = cluster_head_truncate(r->head, keep, err);
@@ -394,6 +435,7 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
     for (int32_t i = 1; i < nb; i++) {
         r->batch_start[r->pos_saved[i]] = 0;
     }
+    ring_view_update(s);
     return LARES_OK;
 }
 

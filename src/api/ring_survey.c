@@ -4,14 +4,17 @@
  * worker, the answers until the hello deadline, then STOP to those that
  * welcomed it. Refusals are answers here, not errors (cluster_head_opts
  * survey); a worker busy with another head refuses and keeps serving it.
+ * Each device that answered is pinged over the head's connection (the link's
+ * round trip), and ring.json's windows give its layers.
  */
 #include "api/ring.h"
 
 lares_status lares_ring_survey(lares_model *m, const char *ring, bool insecure,
                                lares_ring_probe *out, int32_t cap, int32_t *n, lares_error *err) {
     if (m == NULL || m->m == NULL || ring == NULL || out == NULL || n == NULL || cap < 1) {
-        return lares_fail(err, LARES_EINVAL, "ring survey: a model, ring.json and room for "
-                                             "the devices are needed");
+        return lares_fail(err, LARES_EINVAL,
+                          "ring survey: a model, ring.json and room for "
+                          "the devices are needed");
     }
     cluster_ring_config *rc = lares_calloc(1, sizeof *rc);
     if (rc == NULL) {
@@ -40,6 +43,9 @@ lares_status lares_ring_survey(lares_model *m, const char *ring, bool insecure,
             .survey = true};
         st = cluster_head_open(&ho, &h, err);
     }
+    cluster_plan plan = {0};
+    const bool windows = st == LARES_OK && !rc->auto_windows &&
+                         cluster_ring_plan(rc, m->m->hp.n_layer, &plan, NULL) == LARES_OK;
     if (st == LARES_OK) {
         *n = LARES_MIN(rc->n_dev, cap);
         for (int32_t d = 0; d < *n; d++) {
@@ -50,10 +56,18 @@ lares_status lares_ring_survey(lares_model *m, const char *ring, bool insecure,
             p->ready = d == 0 || cluster_head_usable(h, d);
             snprintf(p->why, sizeof p->why, "%s", p->ready ? "" : cluster_head_why(h, d));
             const cluster_device_stats *ds = cluster_head_device(h, d);
+            p->rtt_ms = -1;
+            uint32_t rtt_us = 0;
             if (d > 0 && p->ready) {
                 p->n_cpu = ds->welcome.n_cpu;
                 p->mem_available_bytes = ds->welcome.mem_available_bytes;
+                if (cluster_head_ping(h, d, 0, 3, &rtt_us, NULL) == LARES_OK) {
+                    p->rtt_ms = rtt_us / 1e3;
+                }
             }
+            p->w = windows ? plan.w[d] : -1;
+            p->layers = windows ? cluster_plan_layers_of(&plan, d) : -1;
+            p->rounds = windows ? cluster_plan_rounds(&plan) : -1;
         }
     }
     cluster_head_close(h); /* STOP to those that welcomed it */

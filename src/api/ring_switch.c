@@ -8,14 +8,18 @@
  * the weights of the layers it lost and reads ahead those it gained), and the
  * KV entries of the layers that changed owner are rebuilt on the new owner:
  *
+ * - copied from the head's own cache when it holds them: the head's layers,
+ *   and every layer with KV mirroring (issue 15: the members send the head a
+ *   copy of each row they write, api_ring.mirrored), KV_DATA to the new owner;
  * - transferred (KV_GET from the old owner before the plan changes, KV_DATA
  *   to the new one after) when the old owner is alive: a layer's entries are
  *   2 x n_head_kv x head_dim values per position, a few KiB, where a re-run
  *   must pass every position through every layer up to it; by the cost model
  *   of docs/ring.md the transfer is the cheaper by orders of magnitude on any
  *   link a home has, and it is exact (the same bytes);
- * - re-computed after a loss (failover): the conversation's
- *   tokens run again through the ring up to the last lost layer, in the
+ * - re-computed after a loss (failover) for the positions the copy lacks
+ *   (all of them without mirroring): the conversation's tokens run again
+ *   through the ring up to the last lost layer, in the
  *   batches of the original run ("rebuild": "exact", the same bits, so the
  *   same greedy text) or n_batch at a time ("batched": fewer passes).
  *
@@ -26,15 +30,17 @@
 
 #include <math.h>
 
-/* Re-runs positions [0, keep) of the conversation through layers [0, end):
- * exact, in the batches the conversation was run in (the kernels of a batch
- * of n tokens need not round like n single tokens, so only the same shapes
- * give the same bits, and the same greedy text), or batched, n_batch
- * positions a pass (fewer passes; the last bits may differ). */
-static lares_status rebuild(lares_session *s, int32_t keep, int32_t end, lares_error *err) {
+/* Re-runs positions [from, keep) of the conversation through layers [0, end)
+ * (every layer there holds [0, from)): exact, in the batches the conversation
+ * was run in (the kernels of a batch of n tokens need not round like n single
+ * tokens, so only the same shapes give the same bits, and the same greedy
+ * text; `from` is a batch start), or batched, n_batch positions a pass (fewer
+ * passes; the last bits may differ). */
+static lares_status rebuild(lares_session *s, int32_t from, int32_t keep, int32_t end,
+                            lares_error *err) {
     api_ring *r = s->ring;
     const model *m = s->lm->m;
-    for (int32_t p0 = 0; p0 < keep && end > 0;) {
+    for (int32_t p0 = from; p0 < keep && end > 0;) {
         int32_t nb = 1;
         if (r->rebuild_batched) {
             nb = LARES_MIN(s->o.n_batch, keep - p0);
@@ -58,7 +64,7 @@ static lares_status rebuild(lares_session *s, int32_t keep, int32_t end, lares_e
     cluster_pass pass[CLUSTER_MAX_DEVICES]; /* re-runs are not judged */
     cluster_head_take_pass(r->head, pass);
     r->synced = keep;
-    r->rebuilt_tokens += (uint64_t)(end > 0 ? keep : 0);
+    r->rebuilt_tokens += (uint64_t)(end > 0 ? keep - from : 0);
     return LARES_OK;
 }
 
@@ -79,19 +85,13 @@ static void owners(const cluster_plan *p, const int32_t *members, int32_t *owner
     }
 }
 
-/* K and V rows of `layer` at positions [0, n) out of (put false) or into the
- * head's own cache */
-static void head_rows(lares_session *s, int32_t layer, int32_t n, bool put, uint8_t *k,
-                      uint8_t *v) {
+/* K and V rows of `layer` in the head's own cache: every layer has its place
+ * there (the pages of layers the head never held are untouched until a copy
+ * lands in them) */
+static void head_rows(lares_session *s, int32_t layer, uint8_t **k, uint8_t **v) {
     const ops_kv_view kv = model_kv_view(s->kv, layer);
-    const size_t bytes = (size_t)n * kv.row_elems * (kv.type == GGUF_TYPE_F32 ? 4 : 2);
-    if (put) {
-        memcpy(kv.k, k, bytes);
-        memcpy(kv.v, v, bytes);
-    } else {
-        memcpy(k, kv.k, bytes);
-        memcpy(v, kv.v, bytes);
-    }
+    *k = kv.k;
+    *v = kv.v;
 }
 
 /* predicted ms per token of a plan over ring.json devices members[] with the
@@ -131,8 +131,8 @@ void ring_describe(const api_ring *r, const cluster_plan *p, const int32_t *memb
     }
 }
 
-/* Puts plan p over ring.json devices members[] in force and rebuilds the KV
- * entries of the layers that changed owner, positions [0, keep). */
+/* Puts plan p over ring.json devices members[] in force and gives the new
+ * owners of the layers that moved their KV entries, positions [0, keep). */
 static lares_status switch_plan(lares_session *s, const cluster_plan *p, const int32_t *members,
                                 int32_t keep, const char *kind, const char *why, lares_error *err) {
     api_ring *r = s->ring;
@@ -155,45 +155,38 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     int32_t *after = before + n_layer;
     owners(q, cur, before);
     owners(p, members, after);
-    /* lost layers are re-run up to the last of them; the others that moved
-     * above it are transferred from their old owner. After a loss the head
-     * talks to nobody until the new plan is in force, so then every moved
-     * layer is re-run. */
+    /* The rows of a moved layer come from the head's own cache when it holds
+     * them (the head's layers, and with KV mirroring every layer: r->mirrored),
+     * else from their old owner (KV_GET, into the head's cache) when it is
+     * alive; a lost owner's layers the copy lacks are re-run from the first
+     * position some moved layer lacks, up to the last such layer. After a loss
+     * the head talks to nobody until the new plan is in force, so then every
+     * moved layer without a full copy is re-run. */
     const bool after_loss = cluster_head_needs_plan(h);
-    int32_t end = 0, n_move = 0;
+    int32_t end = 0, n_move = 0, n_copy = 0, from = keep;
     for (int32_t l = 0; l < n_layer; l++) {
-        if (before[l] != after[l] &&
-            (after_loss || before[l] < 0 ||
-             cluster_head_state(h, before[l]) == CLUSTER_DEV_LOST)) {
+        const int32_t have = LARES_MIN(r->mirrored[l], keep);
+        if (before[l] != after[l] && have < keep &&
+            (after_loss || before[l] < 0 || cluster_head_state(h, before[l]) == CLUSTER_DEV_LOST)) {
             end = l + 1;
         }
     }
-    for (int32_t l = end; l < n_layer; l++) {
-        n_move += before[l] != after[l];
+    for (int32_t l = 0; l < end; l++) {
+        if (before[l] != after[l]) {
+            from = LARES_MIN(from, LARES_MIN(r->mirrored[l], keep));
+        }
     }
-    /* the rows travel through the head: a switch is rare, so this buffer is
-     * made for it (never per token) */
-    size_t layer_bytes = 0, buf_bytes = 0;
-    uint8_t *buf = NULL;
+    while (end > 0 && from > 0 && from < keep && !r->rebuild_batched && !r->batch_start[from]) {
+        from--; /* the batch that position was run in starts the re-run */
+    }
     lares_status st = LARES_OK;
-    if (n_move > 0 && keep > 0) {
-        if (!lares_mul_size((size_t)keep, row, &layer_bytes) ||
-            !lares_mul_size(layer_bytes, 2 * (size_t)n_move, &buf_bytes) ||
-            (buf = lares_alloc(buf_bytes)) == NULL) {
-            st = lares_fail(err, LARES_ENOMEM, "out of memory for %d layers' KV entries", n_move);
-        }
-    }
-    for (int32_t l = end, j = 0; l < n_layer && st == LARES_OK && buf != NULL; l++) {
-        if (before[l] == after[l]) {
-            continue;
-        }
-        uint8_t *k = buf + (size_t)j * 2 * layer_bytes, *v = k + layer_bytes;
-        if (before[l] == 0) {
-            head_rows(s, l, keep, false, k, v);
-        } else {
+    for (int32_t l = end; l < n_layer && st == LARES_OK && keep > 0; l++) {
+        if (before[l] != after[l] && before[l] > 0 && r->mirrored[l] < keep) {
+            uint8_t *k, *v;
+            head_rows(s, l, &k, &v);
             st = cluster_head_kv_get(h, before[l], l, 0, keep, k, v, err);
+            r->mirrored[l] = st == LARES_OK ? keep : r->mirrored[l];
         }
-        j++;
     }
     if (st == LARES_OK) {
         st = cluster_head_set_plan(h, p, members, CLUSTER_PLAN_KEEP_KV, err);
@@ -203,27 +196,27 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
         ring_note_serving(r);
     }
     uint64_t moved_bytes = 0;
-    for (int32_t l = end, j = 0; l < n_layer && st == LARES_OK && buf != NULL; l++) {
+    for (int32_t l = 0; l < n_layer && st == LARES_OK; l++) {
+        const int32_t n = LARES_MIN(r->mirrored[l], keep);
         if (before[l] == after[l]) {
             continue;
         }
-        uint8_t *k = buf + (size_t)j * 2 * layer_bytes, *v = k + layer_bytes;
-        if (after[l] == 0) {
-            head_rows(s, l, keep, true, k, v);
-        } else {
-            st = cluster_head_kv_put(h, after[l], l, 0, keep, k, v, err);
+        n_move++;
+        n_copy += n >= keep && keep > 0;
+        if (after[l] != 0 && n > 0) {
+            uint8_t *k, *v;
+            head_rows(s, l, &k, &v);
+            st = cluster_head_kv_put(h, after[l], l, 0, n, k, v, err);
+            moved_bytes += 2 * (uint64_t)n * row;
         }
-        moved_bytes += 2 * (uint64_t)layer_bytes;
-        j++;
     }
-    lares_free(buf);
     lares_free(before);
     if (st == LARES_OK) {
         int32_t layers[CLUSTER_MAX_DEVICES];
         ring_layers_by_device(r, layers);
         cluster_monitor_plan(&r->mon, layers, NULL, true);
         r->in_switch = true;
-        st = rebuild(s, keep, end, err);
+        st = rebuild(s, from, keep, end, err);
         r->in_switch = false;
     }
     r->kv_moved_bytes += moved_bytes;
@@ -232,8 +225,10 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     r->last_switch_ms = ms;
     snprintf(r->last_switch, sizeof r->last_switch,
              "%s: %s; plan %s -> %s; KV of %d moved layer(s) transferred (%" PRIu64
-             " bytes), %d positions re-run through layers 0..%d; %.1f ms",
-             kind, why, old_desc, new_desc, n_move, moved_bytes, end > 0 ? keep : 0, end, ms);
+             " bytes, %d complete in the head's copy), %d positions re-run through layers "
+             "0..%d, a context of %d; %.1f ms",
+             kind, why, old_desc, new_desc, n_move, moved_bytes, n_copy, end > 0 ? keep - from : 0,
+             end, keep, ms);
     if (st == LARES_OK) {
         lares_log(LARES_LOG_INFO, "cluster: %s", r->last_switch);
     }
@@ -315,6 +310,8 @@ static lares_status replan(api_ring *r, const int32_t *cand, int32_t n, const in
 lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     api_ring *r = s->ring;
     cluster_head *h = r->head;
+    /* the KV copies the lost device sent before it went */
+    cluster_head_drain(h);
     char lost[512] = "";
     size_t n = 0;
     int32_t cand[CLUSTER_MAX_DEVICES], n_cand = 0;

@@ -67,6 +67,9 @@ typedef enum cluster_frame_type {
     CLUSTER_KV_GET = 15,   /* head -> worker: send me these KV entries of a layer */
     CLUSTER_KV_DATA = 16,  /* KV entries of a layer: worker -> head (answer), head -> worker (put) */
     CLUSTER_PEER_LOST = 17, /* worker -> head: a ring neighbour cannot be reached */
+    /* worker -> head: KV entries it just wrote (KV_DATA's body), kept by the
+     * head so that a loss costs no re-run (issue 15) */
+    CLUSTER_KV_MIRROR = 18,
     CLUSTER_FRAME_TYPE_END
 } cluster_frame_type;
 
@@ -88,7 +91,9 @@ typedef enum cluster_kv_op {
 #define CLUSTER_PLAN_PROBE   2u /* link and measure the hop to the successor; no windows */
 /* the filler of the probe plan's bandwidth PING (the empty one gives the latency) */
 #define CLUSTER_PROBE_PING_BYTES (256u << 10)
-#define CLUSTER_PLAN_FLAGS   3u
+/* send the head a copy of every KV entry written (KV_MIRROR), after each window */
+#define CLUSTER_PLAN_MIRROR_KV 4u
+#define CLUSTER_PLAN_FLAGS     7u
 /* STOP reasons */
 #define CLUSTER_STOP_END     0u /* the session ended */
 #define CLUSTER_STOP_LEFT_OUT 1u /* a new plan leaves this device out; it may be asked again */
@@ -321,6 +326,9 @@ size_t cluster_kv_data_bytes(uint32_t n_pos, uint32_t row_bytes);
 uint32_t cluster_kv_data_fit(size_t cap, uint32_t row_bytes);
 /* d->k and d->v point at n_pos rows each. */
 size_t cluster_encode_kv_data(uint8_t *buf, size_t cap, uint64_t session, const cluster_kv_data *d);
+/* The same body as a KV_MIRROR frame. */
+size_t cluster_encode_kv_mirror(uint8_t *buf, size_t cap, uint64_t session,
+                                const cluster_kv_data *d);
 /* A version-`version` header with an empty payload of `type` (tests of
  * version refusal write frames of other versions with this). */
 size_t cluster_encode_raw_header(uint8_t *buf, size_t cap, uint16_t version, uint16_t type,
@@ -413,6 +421,10 @@ typedef struct cluster_ring_config {
      * layers' KV cache: "exact" (the default: the batches of the original
      * run, bit-identical) or "batched" (n_batch positions a pass: faster) */
     char rebuild[16];
+    /* "kv_mirror": the workers send the head a copy of the KV entries they
+     * write, so a loss moves them instead of re-running the conversation
+     * (1 on, the default with failover; 0 off; -1 not given) */
+    int kv_mirror;
     cluster_monitor_opts monitor; /* "rebalance_opts": thresholds (defaults when absent) */
 } cluster_ring_config;
 
@@ -450,6 +462,13 @@ typedef struct cluster_head_opts {
     /* a survey (lares ring status): every device that does not welcome the
      * head is lost with its reason, refusals included; no plan follows */
     bool survey;
+    /* non-NULL: every plan asks the members to mirror their KV entries on
+     * the head (CLUSTER_PLAN_MIRROR_KV), and each KV_MIRROR frame of a member
+     * for a layer it holds in the plan in force is handed to this call, on
+     * the caller's thread, while the head waits for frames */
+    void (*kv_mirror)(void *user, int32_t layer, int32_t pos0, int32_t n_pos, const uint8_t *k,
+                      const uint8_t *v);
+    void *kv_mirror_user;
 } cluster_head_opts;
 
 /* Per ring.json device, what the head learnt and measured. */
@@ -493,7 +512,7 @@ const cluster_plan *cluster_head_plan(const cluster_head *h);
 int32_t cluster_head_member(const cluster_head *h, int32_t i);
 int32_t cluster_head_n_config(const cluster_head *h);
 /* What the head knows of a ring.json device: one state, changed in one place
- * (head.c set_state) and every change logged once (docs/ring.md "Device
+ * (head_pipe.c head_set_state) and every change logged once (docs/ring.md "Device
  * states"). The head itself is always serving. */
 typedef enum cluster_dev_state {
     CLUSTER_DEV_JOINING = 0, /* asked (HELLO) at the start, not welcomed yet */
@@ -528,6 +547,10 @@ lares_status cluster_head_send(cluster_head *h, int32_t layer, int32_t end, cons
  * be NULL) is polled while waiting: LARES_ECANCELED when it becomes true. */
 lares_status cluster_head_recv(cluster_head *h, uint64_t seq, int32_t n_tok, float *x,
                                int32_t *layer, const _Atomic bool *cancel, lares_error *err);
+/* Handles what the network thread passed on so far, without waiting
+ * (mirrored KV rows, notes on silent devices, welcomes, failures); frames
+ * the caller would wait for are dropped. */
+void cluster_head_drain(cluster_head *h);
 /* Makes every member forget positions >= pos (0 clears). */
 lares_status cluster_head_truncate(cluster_head *h, int32_t pos, lares_error *err);
 /* KV entries of `layer` at positions [pos0, pos1) from member `dev` (ring.json

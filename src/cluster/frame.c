@@ -10,15 +10,24 @@
 #include "quant/half.h"
 
 static const char *const type_names[CLUSTER_FRAME_TYPE_END] = {
-    [CLUSTER_HELLO] = "hello",     [CLUSTER_WELCOME] = "welcome",
-    [CLUSTER_PLAN] = "plan",       [CLUSTER_READY] = "ready",
-    [CLUSTER_ACT] = "act",         [CLUSTER_KV] = "kv",
-    [CLUSTER_KV_DONE] = "kv-done", [CLUSTER_HEARTBEAT] = "heartbeat",
-    [CLUSTER_STOP] = "stop",       [CLUSTER_ERROR] = "error",
-    [CLUSTER_LINK] = "link",       [CLUSTER_LINK_OK] = "link-ok",
-    [CLUSTER_PING] = "ping",       [CLUSTER_PONG] = "pong",
-    [CLUSTER_KV_GET] = "kv-get",   [CLUSTER_KV_DATA] = "kv-data",
+    [CLUSTER_HELLO] = "hello",
+    [CLUSTER_WELCOME] = "welcome",
+    [CLUSTER_PLAN] = "plan",
+    [CLUSTER_READY] = "ready",
+    [CLUSTER_ACT] = "act",
+    [CLUSTER_KV] = "kv",
+    [CLUSTER_KV_DONE] = "kv-done",
+    [CLUSTER_HEARTBEAT] = "heartbeat",
+    [CLUSTER_STOP] = "stop",
+    [CLUSTER_ERROR] = "error",
+    [CLUSTER_LINK] = "link",
+    [CLUSTER_LINK_OK] = "link-ok",
+    [CLUSTER_PING] = "ping",
+    [CLUSTER_PONG] = "pong",
+    [CLUSTER_KV_GET] = "kv-get",
+    [CLUSTER_KV_DATA] = "kv-data",
     [CLUSTER_PEER_LOST] = "peer-lost",
+    [CLUSTER_KV_MIRROR] = "kv-mirror",
 };
 
 const char *cluster_frame_type_name(uint32_t type) {
@@ -498,6 +507,7 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
                 "positions %d to %d", out->u.kv_get.pos0, out->u.kv_get.pos1);
         break;
     case CLUSTER_KV_DATA:
+    case CLUSTER_KV_MIRROR:
         dec_kv_data(&r, &out->u.kv_data);
         break;
     case CLUSTER_PEER_LOST:
@@ -678,13 +688,13 @@ uint32_t cluster_kv_data_fit(size_t cap, uint32_t row_bytes) {
     return (uint32_t)LARES_MIN((cap - fixed) / (2 * (size_t)row_bytes), (size_t)INT32_MAX);
 }
 
-size_t cluster_encode_kv_data(uint8_t *buf, size_t cap, uint64_t session,
-                              const cluster_kv_data *d) {
+static size_t encode_kv_rows(uint8_t *buf, size_t cap, uint16_t type, uint64_t session,
+                             const cluster_kv_data *d) {
     const size_t need = cluster_kv_data_bytes(d->n_pos, d->row_bytes);
     if (need == 0 || need > cap) {
         return 0;
     }
-    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_KV_DATA, session);
+    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, type, session);
     w_u32(&w, d->layer);
     w_u32(&w, (uint32_t)d->pos0);
     w_u32(&w, d->n_pos);
@@ -696,6 +706,16 @@ size_t cluster_encode_kv_data(uint8_t *buf, size_t cap, uint64_t session,
     w_bytes(&w, d->k, rows);
     w_bytes(&w, d->v, rows);
     return finish(&w);
+}
+
+size_t cluster_encode_kv_data(uint8_t *buf, size_t cap, uint64_t session,
+                              const cluster_kv_data *d) {
+    return encode_kv_rows(buf, cap, CLUSTER_KV_DATA, session, d);
+}
+
+size_t cluster_encode_kv_mirror(uint8_t *buf, size_t cap, uint64_t session,
+                                const cluster_kv_data *d) {
+    return encode_kv_rows(buf, cap, CLUSTER_KV_MIRROR, session, d);
 }
 
 /* ---- hidden states ---- */

@@ -55,4 +55,88 @@ typedef struct head_io {
 /* The network thread's body (pthread start routine, arg: the head_io). */
 void *head_io_main(void *arg);
 
+/* ---- the caller's side (head.c: opening, plans, closing; head_pipe.c: the
+ * pipe's frames and the devices' states; head_batch.c: batches, KV, pings) ---- */
+
+struct cluster_head {
+    void *zctx;
+    void *pipe; /* the session's end */
+    pthread_t thread;
+    bool thread_started;
+    head_io io;
+    int32_t n_cfg;                                /* devices of ring.json, the head first */
+    cluster_ring_device dev[CLUSTER_MAX_DEVICES]; /* copied from the ring description */
+    cluster_device_stats stats[CLUSTER_MAX_DEVICES];
+    cluster_pass pass[CLUSTER_MAX_DEVICES];
+    cluster_dev_state state[CLUSTER_MAX_DEVICES];
+    char why[CLUSTER_MAX_DEVICES][CLUSTER_MAX_MSG + 1]; /* the last failure or refusal */
+    bool has_profile[CLUSTER_MAX_DEVICES];              /* a WELCOME brought its profile */
+    int32_t joined; /* devices that became usable since the last cluster_head_probe */
+    uint64_t asked_ns[CLUSTER_MAX_DEVICES]; /* when a lost device was last asked back */
+    int32_t member[CLUSTER_MAX_DEVICES];    /* plan index -> ring.json index */
+    int32_t pos_of[CLUSTER_MAX_DEVICES];    /* ring.json index -> plan index, -1 none */
+    bool opening; /* cluster_head_open: frames of joining devices are answered */
+    cluster_plan plan;
+    cluster_model_id model;
+    int32_t n_layer, n_ctx, n_batch, n_embd;
+    bool kv_f16;
+    uint32_t kv_row_bytes;
+    uint8_t act_dtype;
+    uint32_t hb_ms, timeout_ms, connect_ms;
+    bool failover;
+    bool survey; /* cluster_head_opts.survey */
+    uint32_t profile_ms;
+    char head_name[CLUSTER_MAX_NAME + 1];
+    uint64_t session;
+    uint64_t next_seq, next_nonce;
+    int32_t sent_pos0, sent_end;
+    uint64_t sent_ns; /* when the batch in flight left (its time in the ring counts from here) */
+    uint8_t head_key[CLUSTER_KEY_BYTES];
+    uint8_t *buf; /* owned: one encoded frame */
+    size_t buf_cap;
+    cluster_frame *frame; /* owned: decoding scratch */
+    bool broken;          /* without failover, a device failed: every call returns `failure` */
+    lares_error failure;
+    bool needs_plan; /* with failover, a member failed: calls return `failure` until set_plan */
+    uint64_t wait_us, hops;
+    void (*kv_mirror)(void *user, int32_t layer, int32_t pos0, int32_t n_pos, const uint8_t *k,
+                      const uint8_t *v);
+    void *kv_mirror_user;
+};
+
+/* filler of the bandwidth probes: a few hidden states' worth, small enough for
+ * a slow link (256 KiB take 21 ms at 100 Mbit/s) */
+#define PROBE_PING_BYTES CLUSTER_PROBE_PING_BYTES
+#define PROBE_TRIES      3
+
+const char *head_dev_name(const cluster_head *h, int32_t d);
+const char *head_dev_addr(const cluster_head *h, int32_t d);
+lares_status head_usable(cluster_head *h, lares_error *err);
+/* The one place a device's state changes; each change is logged once. */
+void head_set_state(cluster_head *h, int32_t d, cluster_dev_state to, const char *why);
+/* A device that must work failed: without failover the head stays failed;
+ * with it, the device is lost and the session has to re-plan. */
+lares_status head_device_failed(cluster_head *h, int32_t dev, uint32_t code, const char *msg,
+                                lares_error *err);
+lares_status head_pipe_send(cluster_head *h, int32_t dev, size_t len, lares_error *err);
+/* the model a worker answered with must be the head's */
+bool head_welcome_fits(cluster_head *h, int32_t d, const cluster_welcome *w, char *why, size_t cap);
+/* Waits up to wait_ms (< 0: as long as it takes) for a message on the pipe;
+ * LARES_ECANCELED when cancel becomes true, LARES_ETIMEDOUT-like ENET when
+ * the time is up (*timed_out set). */
+lares_status head_pipe_wait(cluster_head *h, int64_t wait_ms, uint64_t t0,
+                            const _Atomic bool *cancel, bool *timed_out, lares_error *err);
+/* Takes one message off the pipe into h->frame; *mine: it is for the caller
+ * (the others are handled here: welcomes, notes on silence, KV copies,
+ * errors of devices nobody waits for). */
+lares_status head_take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_error *err);
+/* Waits for one frame for the caller (timeout_ms < 0: as long as the network
+ * thread keeps the devices alive) and decodes it into h->frame. */
+lares_status head_pipe_recv(cluster_head *h, int64_t timeout_ms, int32_t *dev,
+                            const _Atomic bool *cancel, lares_error *err);
+/* Waits for one frame of `type` from each device in need[] (ring.json
+ * indices) of the current session (WELCOME: of any). */
+lares_status head_collect(cluster_head *h, uint16_t type, bool *need, int64_t timeout_ms,
+                          lares_error *err);
+
 #endif /* LARES_CLUSTER_HEAD_IMPL_H */

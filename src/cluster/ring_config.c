@@ -294,7 +294,7 @@ lares_status cluster_ring_parse(const char *json, size_t len, const char *name,
                                        "activations",       "heartbeat_ms", "timeout_ms",
                                        "connect_timeout_ms", "placement",   "profile_ms",
                                        "rebalance",         "failover",     "rebalance_opts",
-                                       "rebuild"};
+                                       "rebuild",           "kv_mirror"};
     parser ps = {.name = name, .base_dir = base_dir, .err = err};
     memset(out, 0, sizeof *out);
     snprintf(out->path, sizeof out->path, "%s", name);
@@ -305,6 +305,7 @@ lares_status cluster_ring_parse(const char *json, size_t len, const char *name,
     out->profile_ms = CLUSTER_DEFAULT_PROFILE_MS;
     out->rebalance = -1;
     out->failover = -1;
+    out->kv_mirror = -1;
     out->monitor = cluster_monitor_opts_default();
     if (len > RING_JSON_MAX_BYTES) {
         return lares_fail(err, LARES_EFORMAT, "%s: %zu bytes is too large for a ring description",
@@ -337,6 +338,7 @@ lares_status cluster_ring_parse(const char *json, size_t len, const char *name,
                  &out->profile_ms) ||
         !get_bool(&ps, root, "rebalance", "the ring", &out->rebalance) ||
         !get_bool(&ps, root, "failover", "the ring", &out->failover) ||
+        !get_bool(&ps, root, "kv_mirror", "the ring", &out->kv_mirror) ||
         !get_str(&ps, root, "rebuild", "the ring", out->rebuild, sizeof out->rebuild) ||
         !get_str(&ps, root, "placement", "the ring", out->placement, sizeof out->placement) ||
         !parse_monitor(&ps, json_object_get(root, "rebalance_opts"), &out->monitor)) {

@@ -35,9 +35,9 @@ struct worker_compute {
     int32_t *pos;          /* owned: n_batch */
     uint8_t *out;          /* owned: one encoded frame */
     size_t out_cap;
-    uint8_t *kv_k, *kv_v;  /* owned: rows of one KV_DATA answer */
-    uint32_t kv_fit;       /* positions per KV_DATA frame */
-    uint8_t small[1024];   /* replies that are not hidden states */
+    uint8_t *kv_k, *kv_v; /* owned: rows of one KV_DATA answer */
+    uint32_t kv_fit;      /* positions per KV_DATA frame */
+    uint8_t small[1024];  /* replies that are not hidden states */
 };
 
 static void emit(worker_compute *wc, const cluster_event *ev) {
@@ -126,8 +126,7 @@ static int32_t round_of(const cluster_plan *p, int32_t self, int32_t layer) {
     return -1;
 }
 
-static lares_status alloc_buffers(worker_compute *wc, const cluster_plan_msg *p,
-                                  lares_error *err) {
+static lares_status alloc_buffers(worker_compute *wc, const cluster_plan_msg *p, lares_error *err) {
     free_buffers(wc);
     const size_t act = cluster_act_bytes(p->n_batch, p->n_embd, p->act_dtype, CLUSTER_MAX_TRACE);
     const size_t kv1 = cluster_kv_data_bytes(1, wc->kv_row_bytes);
@@ -195,6 +194,36 @@ static void on_plan(worker_compute *wc, uint64_t session, const cluster_plan_msg
     wc->rounds = cluster_plan_rounds(&p->plan);
     reply(wc, WC_TO_HEAD, wc->small,
           cluster_encode_ready(wc->small, sizeof wc->small, session, &ready));
+}
+
+/* KV_MIRROR: the entries of layers [l0, l1) at positions [pos0, pos0 + n)
+ * that a window just wrote, to the head (after the hidden states went on, so
+ * the copy costs the ring no latency; a frame lost with the device only
+ * makes the head re-run those positions) */
+static void send_mirror(worker_compute *wc, uint64_t session, int32_t l0, int32_t l1, int32_t pos0,
+                        int32_t n) {
+    if (!(wc->plan.flags & CLUSTER_PLAN_MIRROR_KV) || wc->cc.kv_rows == NULL || wc->kv_fit == 0) {
+        return;
+    }
+    for (int32_t l = l0; l < l1; l++) {
+        for (int32_t p = pos0; p < pos0 + n;) {
+            const int32_t c = (int32_t)LARES_MIN((int64_t)wc->kv_fit, (int64_t)(pos0 + n - p));
+            lares_error err = {0};
+            if (wc->cc.kv_rows(wc->cc.user, l, p, c, false, wc->kv_k, wc->kv_v, &err) != LARES_OK) {
+                return; /* the head re-runs what it lacks */
+            }
+            const cluster_kv_data d = {.layer = (uint32_t)l,
+                                       .pos0 = p,
+                                       .n_pos = (uint32_t)c,
+                                       .row_bytes = wc->kv_row_bytes,
+                                       .kv_f16 = wc->plan.kv_f16,
+                                       .k = wc->kv_k,
+                                       .v = wc->kv_v};
+            reply(wc, WC_TO_HEAD, wc->out,
+                  cluster_encode_kv_mirror(wc->out, wc->out_cap, session, &d));
+            p += c;
+        }
+    }
 }
 
 static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, uint64_t rx_ns) {
@@ -280,6 +309,7 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
                              : WC_TO_NEXT;
     reply(wc, dest, wc->out,
           cluster_encode_act(wc->out, wc->out_cap, session, &out, wc->pos, trace, wc->x));
+    send_mirror(wc, session, l0, l1, wc->pos[0], (int32_t)a->n_tok);
     char text[160];
     const double compute_ms = (double)(t1 - t0) / 1e6;
     const double wait_ms = t0 > rx_ns && rx_ns != 0 ? (double)(t0 - rx_ns) / 1e6 : 0;
@@ -333,16 +363,15 @@ static bool kv_layer_ok(worker_compute *wc, uint64_t session, uint32_t layer, ch
 
 static void on_kv_get(worker_compute *wc, uint64_t session, const cluster_kv_get *g) {
     char bad[CLUSTER_MAX_MSG + 1] = "";
-    if (kv_layer_ok(wc, session, g->layer, bad, sizeof bad) &&
-        g->pos1 > wc->filled[g->layer]) {
-        snprintf(bad, sizeof bad, "kv rows %d..%d of layer %u asked, it holds %d", g->pos0,
-                 g->pos1, g->layer, wc->filled[g->layer]);
+    if (kv_layer_ok(wc, session, g->layer, bad, sizeof bad) && g->pos1 > wc->filled[g->layer]) {
+        snprintf(bad, sizeof bad, "kv rows %d..%d of layer %u asked, it holds %d", g->pos0, g->pos1,
+                 g->layer, wc->filled[g->layer]);
     }
     for (int32_t p = g->pos0; p < g->pos1 && bad[0] == '\0';) {
         const int32_t n = (int32_t)LARES_MIN((int64_t)wc->kv_fit, (int64_t)(g->pos1 - p));
         lares_error err = {0};
-        if (wc->cc.kv_rows(wc->cc.user, (int32_t)g->layer, p, n, false, wc->kv_k, wc->kv_v,
-                           &err) != LARES_OK) {
+        if (wc->cc.kv_rows(wc->cc.user, (int32_t)g->layer, p, n, false, wc->kv_k, wc->kv_v, &err) !=
+            LARES_OK) {
             snprintf(bad, sizeof bad, "%s", err.msg);
             break;
         }
@@ -374,8 +403,7 @@ static void on_kv_data(worker_compute *wc, uint64_t session, const cluster_kv_da
         } else if (d->pos0 > wc->filled[d->layer] ||
                    (int64_t)d->pos0 + d->n_pos > (int64_t)wc->plan.n_ctx) {
             snprintf(bad, sizeof bad, "kv rows %d..%u of layer %u (it holds %d, context %u)",
-                     d->pos0, d->pos0 + d->n_pos, d->layer, wc->filled[d->layer],
-                     wc->plan.n_ctx);
+                     d->pos0, d->pos0 + d->n_pos, d->layer, wc->filled[d->layer], wc->plan.n_ctx);
         }
     }
     lares_error err = {0};

@@ -14,6 +14,7 @@
 #include "server/cors.h"
 #include "server/ollama.h"
 #include "server/respond.h"
+#include "server/ring_page.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -61,6 +62,11 @@ static enum MHD_Result send_bytes(server *sv, struct MHD_Connection *c, int stat
     MHD_destroy_response(r);
     server_count_response(sv, status);
     return ok;
+}
+
+enum MHD_Result server_send_text(server *sv, struct MHD_Connection *c, int status,
+                                 const char *ctype, const char *s, size_t n) {
+    return send_bytes(sv, c, status, ctype, s, n, 0);
 }
 
 static enum MHD_Result send_json(server *sv, struct MHD_Connection *c, int status, json_t *o) {
@@ -197,6 +203,8 @@ typedef enum route {
     R_OLLAMA_VERSION,
     R_OLLAMA_GENERATE,
     R_OLLAMA_CHAT,
+    R_RING,      /* /v1/ring: the ring's state (ring_page.c) */
+    R_RING_PAGE, /* /ring: its page */
 } route;
 
 static server_dialect dialect_of(route r) {
@@ -372,6 +380,8 @@ static route route_of(const char *url, bool *is_post) {
         {"/api/version", R_OLLAMA_VERSION, false},
         {"/api/generate", R_OLLAMA_GENERATE, true},
         {"/api/chat", R_OLLAMA_CHAT, true},
+        {"/v1/ring", R_RING, false},
+        {"/ring", R_RING_PAGE, false},
     };
     for (size_t i = 0; i < LARES_ARRAY_LEN(table); i++) {
         if (strcmp(url, table[i].path) == 0) {
@@ -456,7 +466,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                         "more than %d connections are open; retry later", sv->o.max_connections);
             return send_error(sv, c, &e, dl);
         }
-        if (r != R_HEALTH && !key_ok(sv, c)) {
+        if (r != R_HEALTH && r != R_RING_PAGE && !key_ok(sv, c)) { /* the page holds no data */
             server_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
                         "incorrect or missing API key: send 'Authorization: Bearer KEY' (or "
                         "'x-api-key: KEY')");
@@ -546,6 +556,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         json_object_set_new(o, "version", json_string(LARES_SERVER_VERSION)); /* lares's */
         return send_json(sv, c, 200, o);
     }
+    case R_RING:
+        return server_ring_json(sv, c);
+    case R_RING_PAGE:
+        return server_ring_page(sv, c);
     case R_NONE:
         break;
     }

@@ -259,7 +259,8 @@ ring_json "$TMP/status.json" '"connect_timeout_ms": 1000,' 1 a "$AA" 2 b "$BB" 1
 timeout 30 "$LARES" ring status --ring "$TMP/status.json" -m "$RING_MODEL" >"$TMP/status.out" 2>"$TMP/status.err" \
   && ok || fail "ring status: $(cat "$TMP/status.err")"
 grep -Eq "^head +\(head\) +ready" "$TMP/status.out" \
-  && grep -Eq "^a +$AA +ready +[0-9]+ " "$TMP/status.out" \
+  && grep -Eq "^a +$AA +ready +2 +2 +1 +[0-9]+ +[0-9.]+ [KMG]iB +[0-9]+\.[0-9]{3}( |$)" "$TMP/status.out" \
+  && grep -Eq "^b +$BB +down +1 +1 +1 +- +- +- " "$TMP/status.out" \
   && grep -Eq "^b +$BB +down .*no answer to hello" "$TMP/status.out" \
   && grep -Eq "^c +$CC +down .*does not allow this key" "$TMP/status.out" \
   && grep -q "^2 of 4 devices ready$" "$TMP/status.out" && ok || fail "ring status: $(cat "$TMP/status.out")"

@@ -1,0 +1,307 @@
+/*
+ * What the head's session does with a ring between its own windows: batches of
+ * hidden states out and back (cluster_head_send / _recv), truncating the
+ * members' KV caches, KV transfers between owners, pings, and the figures of
+ * each pass.
+ */
+#include "cluster/head_impl.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+lares_status cluster_head_send(cluster_head *h, int32_t layer, int32_t end, const int32_t *pos,
+                               int32_t n_tok, const float *x, uint64_t *seq, lares_error *err) {
+    lares_status st = head_usable(h, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    if (h->plan.n_dev < 2 || n_tok < 1 || n_tok > h->n_batch || layer < 0 || layer >= h->n_layer ||
+        end <= layer || end > h->n_layer) {
+        return lares_fail(err, LARES_EINVAL,
+                          "ring send: %d tokens at layer %d up to %d (batch %d, %d devices)", n_tok,
+                          layer, end, h->n_batch, h->plan.n_dev);
+    }
+    const cluster_act a = {.seq = ++h->next_seq,
+                           .layer = (uint32_t)layer,
+                           .end = (uint32_t)end,
+                           .n_tok = (uint32_t)n_tok,
+                           .n_embd = (uint32_t)h->n_embd,
+                           .dtype = h->act_dtype,
+                           .n_trace = 0};
+    const size_t n = cluster_encode_act(h->buf, h->buf_cap, h->session, &a, pos, NULL, x);
+    /* the clock before the send: the first worker may run before this thread does again */
+    const uint64_t t_send = lares_now_ns();
+    st = head_pipe_send(h, h->member[1], n, err);
+    if (st == LARES_OK) {
+        h->sent_pos0 = pos[0];
+        h->sent_end = end;
+        h->sent_ns = t_send;
+        *seq = a.seq;
+    }
+    return st;
+}
+
+/* the plan device whose window (in any round) ends at `layer`, -1 when none */
+static int32_t sender_of(const cluster_plan *p, int32_t layer) {
+    for (int32_t r = 0; r < cluster_plan_rounds(p); r++) {
+        for (int32_t d = 0; d < p->n_dev; d++) {
+            int32_t l0, l1;
+            if (cluster_plan_window(p, d, r, &l0, &l1) && l1 == layer) {
+                return d;
+            }
+        }
+    }
+    return -1;
+}
+
+static void count_trace(cluster_head *h, const cluster_act *a) {
+    for (uint32_t i = 0; i < a->n_trace; i++) {
+        cluster_trace t;
+        cluster_act_trace_at(a, i, &t);
+        if (t.device >= (uint32_t)h->plan.n_dev) {
+            continue;
+        }
+        const int32_t d = h->member[t.device];
+        int32_t l0 = 0, l1 = 0;
+        cluster_plan_window(&h->plan, t.device, t.round, &l0, &l1);
+        const int32_t layers = (l1 - l0) * (int32_t)a->n_tok;
+        cluster_device_stats *s = &h->stats[d];
+        s->windows++;
+        s->compute_us += t.compute_us;
+        s->wait_us += t.wait_us;
+        s->major_faults += t.major_faults;
+        s->layers_run += (uint64_t)layers;
+        s->mem_free_mib = t.mem_free_mib;
+        cluster_pass *ps = &h->pass[d];
+        ps->compute_us += t.compute_us;
+        ps->wait_us += t.wait_us;
+        ps->layers += l1 - l0;
+        ps->mem_free_mib = t.mem_free_mib;
+    }
+}
+
+lares_status cluster_head_recv(cluster_head *h, uint64_t seq, int32_t n_tok, float *x,
+                               int32_t *layer, const _Atomic bool *cancel, lares_error *err) {
+    lares_status st = head_usable(h, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    for (;;) {
+        int32_t dev = 0;
+        st = head_pipe_recv(h, -1, &dev, cancel, err);
+        if (st != LARES_OK) {
+            break;
+        }
+        const cluster_frame *f = h->frame;
+        if (f->type != CLUSTER_ACT) {
+            lares_log(LARES_LOG_DEBUG, "cluster: dropped a %s frame from %s during a batch",
+                      cluster_frame_type_name(f->type), head_dev_name(h, dev));
+            continue;
+        }
+        const cluster_act *a = &f->u.act;
+        if (f->session != h->session || a->seq < seq) {
+            continue; /* a batch abandoned earlier (a canceled generation, an old plan) */
+        }
+        char bad[200] = "";
+        const int32_t want_from = sender_of(&h->plan, (int32_t)a->layer);
+        int32_t od, orr;
+        if (a->seq != seq) {
+            snprintf(bad, sizeof bad, "batch %" PRIu64 " arrived, %" PRIu64 " expected", a->seq,
+                     seq);
+        } else if ((int32_t)a->n_tok != n_tok || (int32_t)a->n_embd != h->n_embd ||
+                   cluster_act_pos(a, 0) != h->sent_pos0) {
+            snprintf(bad, sizeof bad,
+                     "%u tokens of width %u from position %d came back, %d of %d "
+                     "from %d were sent",
+                     a->n_tok, a->n_embd, cluster_act_pos(a, 0), n_tok, h->n_embd, h->sent_pos0);
+        } else if (want_from < 0 || h->member[want_from] != dev ||
+                   ((int32_t)a->layer != h->n_layer && (int32_t)a->layer < h->sent_end &&
+                    !(cluster_plan_owner(&h->plan, (int32_t)a->layer, &od, &orr) &&
+                      (od == 0 || (od == 1 && h->plan.w[0] == 0))))) {
+            /* back to the head: after the last layer, past the end asked for,
+             * before a window of the head's, or (a head without layers) to
+             * pass on to device 1 */
+            snprintf(bad, sizeof bad,
+                     "hidden states for layer %u came from a device that did not "
+                     "run the layer before it",
+                     a->layer);
+        }
+        if (bad[0] != '\0') {
+            st = head_device_failed(h, dev, LARES_EPROTO, bad, err);
+            break;
+        }
+        count_trace(h, a);
+        cluster_act_read(a, x);
+        *layer = (int32_t)a->layer;
+        h->hops += a->n_trace + 1;
+        break;
+    }
+    /* from the send, not from this call: the workers may start before the
+     * caller gets here (on a loaded machine the head is often preempted) */
+    h->wait_us += (lares_now_ns() - h->sent_ns) / 1000u;
+    return st;
+}
+
+lares_status cluster_head_truncate(cluster_head *h, int32_t pos, lares_error *err) {
+    lares_status st = head_usable(h, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    bool need[CLUSTER_MAX_DEVICES] = {false};
+    const cluster_kv kv = {.op = pos == 0 ? CLUSTER_KV_CLEAR : CLUSTER_KV_TRUNCATE, .pos = pos};
+    for (int32_t i = 1; i < h->plan.n_dev; i++) {
+        const int32_t d = h->member[i];
+        st = head_pipe_send(
+            h, d, cluster_encode_kv(h->buf, h->buf_cap, h->session, CLUSTER_KV, &kv), err);
+        if (st != LARES_OK) {
+            return st;
+        }
+        need[d] = true;
+    }
+    return head_collect(h, CLUSTER_KV_DONE, need, (int64_t)h->connect_ms, err);
+}
+
+static lares_status kv_args(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0, int32_t pos1,
+                            lares_error *err) {
+    lares_status st = head_usable(h, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    if (dev < 1 || dev >= h->n_cfg || h->pos_of[dev] < 1 || layer < 0 || layer >= h->n_layer ||
+        pos0 < 0 || pos1 <= pos0 || pos1 > h->n_ctx || h->kv_row_bytes == 0) {
+        return lares_fail(err, LARES_EINVAL,
+                          "kv transfer: device %d, layer %d, positions %d to %d (context %d)", dev,
+                          layer, pos0, pos1, h->n_ctx);
+    }
+    return LARES_OK;
+}
+
+lares_status cluster_head_kv_get(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0,
+                                 int32_t pos1, uint8_t *k, uint8_t *v, lares_error *err) {
+    lares_status st = kv_args(h, dev, layer, pos0, pos1, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    const cluster_kv_get g = {.layer = (uint32_t)layer, .pos0 = pos0, .pos1 = pos1};
+    st = head_pipe_send(h, dev, cluster_encode_kv_get(h->buf, h->buf_cap, h->session, &g), err);
+    int32_t next = pos0;
+    const size_t row = h->kv_row_bytes;
+    while (st == LARES_OK && next < pos1) {
+        int32_t from = 0;
+        st = head_pipe_recv(h, (int64_t)h->connect_ms * 4, &from, NULL, err);
+        if (st != LARES_OK) {
+            if (st == LARES_ENET && !h->broken && !h->needs_plan) {
+                st = head_device_failed(h, dev, LARES_ENET, "no answer to a kv request", err);
+            }
+            break;
+        }
+        const cluster_frame *f = h->frame;
+        if (from != dev || f->type != CLUSTER_KV_DATA || f->session != h->session) {
+            continue; /* late frames of an earlier batch */
+        }
+        const cluster_kv_data *d = &f->u.kv_data;
+        if ((int32_t)d->layer != layer || d->pos0 != next || d->row_bytes != row ||
+            d->kv_f16 != (h->kv_f16 ? 1 : 0) || (int64_t)d->pos0 + d->n_pos > pos1) {
+            char bad[200];
+            snprintf(bad, sizeof bad,
+                     "sent kv rows of layer %u from position %d (%u rows of %u bytes), "
+                     "layer %d from %d (rows of %zu bytes) expected",
+                     d->layer, d->pos0, d->n_pos, d->row_bytes, layer, next, row);
+            st = head_device_failed(h, dev, LARES_EPROTO, bad, err);
+            break;
+        }
+        const size_t off = (size_t)(d->pos0 - pos0) * row;
+        memcpy(k + off, d->k, (size_t)d->n_pos * row);
+        memcpy(v + off, d->v, (size_t)d->n_pos * row);
+        next += (int32_t)d->n_pos;
+    }
+    return st;
+}
+
+lares_status cluster_head_kv_put(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0,
+                                 int32_t pos1, const uint8_t *k, const uint8_t *v,
+                                 lares_error *err) {
+    lares_status st = kv_args(h, dev, layer, pos0, pos1, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    const size_t row = h->kv_row_bytes;
+    const uint32_t fit = cluster_kv_data_fit(h->buf_cap, (uint32_t)row);
+    for (int32_t p = pos0; p < pos1 && st == LARES_OK;) {
+        const uint32_t n = (uint32_t)LARES_MIN((int64_t)fit, (int64_t)(pos1 - p));
+        const size_t off = (size_t)(p - pos0) * row;
+        const cluster_kv_data d = {.layer = (uint32_t)layer,
+                                   .pos0 = p,
+                                   .n_pos = n,
+                                   .row_bytes = (uint32_t)row,
+                                   .kv_f16 = h->kv_f16 ? 1 : 0,
+                                   .last = p + (int32_t)n == pos1 ? 1 : 0,
+                                   .k = k + off,
+                                   .v = v + off};
+        st =
+            head_pipe_send(h, dev, cluster_encode_kv_data(h->buf, h->buf_cap, h->session, &d), err);
+        p += (int32_t)n;
+    }
+    bool need[CLUSTER_MAX_DEVICES] = {false};
+    need[dev] = true;
+    if (st == LARES_OK) {
+        st = head_collect(h, CLUSTER_KV_DONE, need, (int64_t)h->connect_ms * 4, err);
+    }
+    return st;
+}
+
+lares_status cluster_head_ping(cluster_head *h, int32_t dev, uint32_t filler_bytes, int tries,
+                               uint32_t *rtt_us, lares_error *err) {
+    lares_status st = head_usable(h, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    if (dev < 1 || dev >= h->n_cfg || !cluster_head_usable(h, dev) ||
+        filler_bytes + (size_t)64 > h->buf_cap) {
+        return lares_fail(err, LARES_EINVAL, "ping: device %d, %u bytes", dev, filler_bytes);
+    }
+    uint64_t best = UINT64_MAX;
+    for (int t = 0; t < LARES_MAX(tries, 1) && st == LARES_OK; t++) {
+        const uint64_t nonce = ++h->next_nonce;
+        const uint64_t t0 = lares_now_ns();
+        st = head_pipe_send(
+            h, dev,
+            cluster_encode_ping(h->buf, h->buf_cap, h->session, CLUSTER_PING, nonce, filler_bytes),
+            err);
+        for (;;) {
+            int32_t from = 0;
+            if (st != LARES_OK ||
+                (st = head_pipe_recv(h, (int64_t)h->timeout_ms, &from, NULL, err)) != LARES_OK) {
+                break;
+            }
+            if (from == dev && h->frame->type == CLUSTER_PONG && h->frame->u.ping.nonce == nonce) {
+                best = LARES_MIN(best, lares_now_ns() - t0);
+                break;
+            }
+        }
+    }
+    if (st == LARES_OK) {
+        *rtt_us = (uint32_t)LARES_MIN(best / 1000u, (uint64_t)UINT32_MAX);
+    }
+    return st;
+}
+
+void cluster_head_add_local(cluster_head *h, int32_t layers, int32_t n_tok, uint64_t compute_us,
+                            uint64_t wait_us) {
+    h->stats[0].windows++;
+    h->stats[0].compute_us += compute_us;
+    h->stats[0].wait_us += wait_us;
+    h->stats[0].layers_run += (uint64_t)LARES_MAX(layers, 0) * (uint64_t)LARES_MAX(n_tok, 0);
+    h->pass[0].compute_us += compute_us;
+    h->pass[0].wait_us += wait_us;
+    h->pass[0].layers += layers;
+}
+
+void cluster_head_take_pass(cluster_head *h, cluster_pass *out) {
+    for (int32_t d = 0; d < h->n_cfg; d++) {
+        out[d] = h->pass[d];
+        h->pass[d] = (cluster_pass){.mem_free_mib = h->pass[d].mem_free_mib};
+    }
+}
