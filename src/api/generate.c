@@ -237,6 +237,9 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
             fig->stop = LARES_STOP_LENGTH; /* the context is full */
             break;
         }
+        if (o.on_logits != NULL) {
+            o.on_logits(s->logits, m->hp.n_vocab, o.user);
+        }
         if (raw != NULL) {
             memcpy(raw, s->logits, (size_t)m->hp.n_vocab * sizeof *raw);
         }

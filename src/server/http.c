@@ -14,6 +14,7 @@
 #include "server/cors.h"
 #include "server/ollama.h"
 #include "server/respond.h"
+#include "server/schema.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -791,5 +792,9 @@ void server_stop(server *sv) {
     lares_free(sv->queue);
     lares_free(sv->api_key);
     lares_free(sv->cors);
+    if (sv->vb != NULL) {
+        server_vocab_bytes_free(sv->vb);
+        lares_free(sv->vb);
+    }
     lares_free(sv);
 }

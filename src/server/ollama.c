@@ -12,6 +12,7 @@
  * repeat_penalty 1.1) unless "options" says otherwise.
  */
 #include "server/ollama.h"
+#include "server/schema.h"
 
 #include "core/core.h"
 
@@ -34,8 +35,7 @@ static bool refuse_nonempty(const json_t *root, const char *key, const char *why
 /* The OpenAI-shaped body for an Ollama one; NULL with e on a refusal. */
 static json_t *translate(server_kind *kind, const json_t *in, bool generate,
                          bool *num_predict_given, server_error *e) {
-    if (!refuse_nonempty(in, "format", " yet (structured output)", e) ||
-        !refuse_nonempty(in, "tools", " yet", e) || !refuse_nonempty(in, "images", "", e) ||
+    if (!refuse_nonempty(in, "tools", " yet", e) || !refuse_nonempty(in, "images", "", e) ||
         !refuse_nonempty(in, "context", "; send the conversation to /api/chat", e) ||
         !refuse_nonempty(in, "suffix", "", e)) {
         return NULL;
@@ -137,6 +137,12 @@ bool server_ollama_parse(bool generate, const char *body, size_t len, server_req
     server_kind kind = SERVER_CHAT;
     bool np_given = false;
     json_t *req = translate(&kind, root, generate, &np_given, e);
+    /* format ("json" or a schema) is compiled apart, so errors name it */
+    server_request fmt = {0};
+    if (req != NULL && !server_parse_ollama_format(json_object_get(root, "format"), &fmt, e)) {
+        json_decref(req);
+        req = NULL;
+    }
     json_decref(root);
     if (req == NULL) {
         return false;
@@ -144,11 +150,15 @@ bool server_ollama_parse(bool generate, const char *body, size_t len, server_req
     char *s = json_dumps(req, JSON_COMPACT);
     json_decref(req);
     if (s == NULL) {
+        server_schema_free(fmt.format);
         return server_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
     const bool ok = server_request_parse(kind, s, strlen(s), out, e);
     free(s);
-    if (ok) {
+    if (!ok) {
+        server_schema_free(fmt.format);
+    } else {
+        out->format = fmt.format;
         out->dialect = SERVER_OLLAMA;
         out->ollama_generate = generate;
         if (!np_given) {

@@ -9,7 +9,7 @@
  * dropped.
  */
 #include "core/core.h"
-#include "server/server_impl.h"
+#include "server/schema.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -59,6 +59,7 @@ void server_request_free(server_request *r) {
         lares_free(r->inputs[i].ids);
     }
     lares_free(r->inputs);
+    server_schema_free(r->format);
     memset(r, 0, sizeof *r);
 }
 
@@ -364,13 +365,6 @@ static bool refuse_unsupported(const json_t *root, server_kind kind, server_erro
     if (bias != NULL && !json_is_null(bias) && json_object_size(bias) > 0) {
         return bad(e, "logit_bias", "logit_bias is not supported");
     }
-    const json_t *rf = json_object_get(root, "response_format");
-    if (rf != NULL && !json_is_null(rf)) {
-        const json_t *t = json_object_get(rf, "type");
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0) {
-            return bad(e, "response_format", "response_format other than text is not supported");
-        }
-    }
     if (kind == SERVER_COMPLETION) {
         bool echo = false;
         if (!get_bool(root, "echo", &echo, e)) {
@@ -399,7 +393,8 @@ static bool parse_fields(const json_t *root, server_kind kind, server_request *r
     if (!json_is_string(model)) {
         return bad(e, "model", "model must be a string, not %s", type_name(model));
     }
-    if (!dup_string(model, "model", &r->model, NULL, e) || !refuse_unsupported(root, kind, e)) {
+    if (!dup_string(model, "model", &r->model, NULL, e) || !refuse_unsupported(root, kind, e) ||
+        !server_parse_response_format(json_object_get(root, "response_format"), r, e)) {
         return false;
     }
     if (kind == SERVER_CHAT ? !parse_messages(root, r, e) : !parse_prompt(root, r, e)) {

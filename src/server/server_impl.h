@@ -80,6 +80,7 @@ typedef struct server_request {
     size_t n_stop;
     bool stream;
     bool include_usage;
+    struct server_schema *format; /* owned: structured output (schema.h); NULL: free text */
     bool logprobs;        /* log-probabilities of the chosen tokens */
     int32_t top_logprobs; /* alternatives per token, 0..20 */
     /* embeddings */
@@ -198,6 +199,8 @@ struct server {
     bool worker_started;
     server_metrics mx;
     server_conns conns;
+    struct server_vocab_bytes *vb; /* owned: the tokens' bytes, read by the worker when a
+                                      request first asks for structured output */
 };
 
 server_job *server_job_create(void);

@@ -14,6 +14,7 @@
 #include "server/anthropic.h"
 #include "server/ollama.h"
 #include "server/respond.h"
+#include "server/schema.h"
 
 #include <time.h>
 
@@ -32,6 +33,7 @@ typedef struct gen {
     size_t all_len, all_cap;
     size_t sent_bytes; /* completions' text_offset */
     json_t *lp;        /* non-streamed: chat content list or completion logprobs */
+    server_constraint *con; /* structured output; NULL: free text */
     bool stop_string;  /* a stop string ended the answer */
     size_t stop_index; /* which one */
     bool oom;
@@ -155,8 +157,16 @@ static void release(gen *g, size_t n_tok, size_t n_bytes) {
     }
 }
 
+static void on_logits(float *logits, int32_t n_vocab, void *user) {
+    gen *g = user;
+    server_constraint_mask(g->con, logits, n_vocab);
+}
+
 static bool on_token(const lares_token_info *t, void *user) {
     gen *g = user;
+    if (g->con != NULL && t->token >= 0) {
+        server_constraint_advance(g->con, t->token);
+    }
     if (!grow((void **)&g->text, &g->cap, g->len + t->piece_len + 1, 1) ||
         !grow((void **)&g->toks, &g->cap_toks, g->n_toks + 1, sizeof *g->toks)) {
         g->oom = true;
@@ -252,6 +262,21 @@ typedef struct run_totals {
     lares_stats last; /* the last choice's figures */
 } run_totals;
 
+/* The tokens' bytes for structured output, read on first use. */
+static bool vocab_bytes(server *sv) {
+    if (sv->vb != NULL) {
+        return true;
+    }
+    server_vocab_bytes *vb = lares_calloc(1, sizeof *vb);
+    lares_error err = {0};
+    if (vb == NULL || server_vocab_bytes_read(sv->m, sv->n_vocab, vb, &err) != LARES_OK) {
+        lares_free(vb);
+        return false;
+    }
+    sv->vb = vb;
+    return true;
+}
+
 /* Generates choice g->index: streamed, or appended to reply's choices.
  * False when it failed (the error is written) or the client left. */
 static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_totals *tot) {
@@ -276,6 +301,22 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
     go.on_token = on_token;
     go.user = g;
+    server_constraint con;
+    if (r->format != NULL) {
+        /* the tokens left bound the value: it closes before max_tokens */
+        const int64_t budget = r->max_tokens >= 0 ? r->max_tokens
+                                                  : lares_session_n_ctx(sv->s) - (int64_t)j->n_ids;
+        if (!vocab_bytes(sv) || !server_constraint_init(&con, r->format, sv->vb, budget)) {
+            if (sv->vb != NULL) {
+                server_constraint_free(&con);
+            }
+            write_error(j, "out of memory preparing structured output", 500);
+            server_job_finish(j, 500);
+            return false;
+        }
+        g->con = &con;
+        go.on_logits = on_logits;
+    }
     if (r->stream && r->dialect == SERVER_ANTHROPIC) {
         server_anthropic_start(j);
     }
@@ -293,6 +334,10 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     lares_error err = {0};
     lares_status rc =
         lares_generate(sv->s, j->ids + kept, j->n_ids - kept, &go, NULL, 0, NULL, &st, &err);
+    if (g->con != NULL) {
+        server_constraint_free(g->con);
+        g->con = NULL;
+    }
     if (!g->stop_string) {
         release(g, g->n_toks, g->len); /* the held tail: no stop string came */
     }
