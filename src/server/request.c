@@ -5,8 +5,8 @@
  * (top_k, min_p, repeat_penalty) are named as in other local servers. Every
  * problem is a 400 naming the field. Unknown fields are ignored, as clients
  * send many; known fields lares cannot honour (tools, logit_bias, echo,
- * suffix, best_of > 1, response formats other than text) are refused, not
- * dropped.
+ * suffix, best_of > 1) are refused, not dropped. response_format is
+ * format.c's.
  */
 #include "core/core.h"
 #include "server/schema.h"

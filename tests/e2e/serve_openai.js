@@ -166,6 +166,49 @@ async function main() {
   const next = await client.completions.create({ model: 'lares', prompt: 'Hi', max_tokens: 3 });
   check(next.choices.length === 1, 'request after an abort');
 
+  // structured output: whatever the tiny model writes parses and validates
+  const schema = {
+    type: 'object',
+    properties: {
+      name: { type: 'string', minLength: 1, maxLength: 12 },
+      age: { type: 'integer' },
+      mood: { enum: ['happy', 'sad', 42] },
+      pets: { type: 'array', items: { type: 'object', properties: { kind: { type: 'string' }, legs: { type: 'number' } }, required: ['kind', 'legs'] }, maxItems: 2 },
+      nick: { type: ['string', 'null'] },
+    },
+    required: ['name', 'age', 'mood', 'pets', 'nick'],
+    additionalProperties: false,
+  };
+  const valid = (v) => v !== null && typeof v === 'object' && !Array.isArray(v) &&
+    Object.keys(v).every((k) => k in schema.properties) &&
+    typeof v.name === 'string' && [...v.name].length >= 1 && [...v.name].length <= 12 &&
+    Number.isInteger(v.age) && ['happy', 'sad', 42].includes(v.mood) &&
+    Array.isArray(v.pets) && v.pets.length <= 2 &&
+    v.pets.every((p) => typeof p.kind === 'string' && typeof p.legs === 'number' && Object.keys(p).length === 2) &&
+    (v.nick === null || typeof v.nick === 'string');
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({
+      model: 'lares', messages: [{ role: 'user', content: 'Describe a person as JSON' }], seed, max_tokens: 80,
+      response_format: { type: 'json_schema', json_schema: { name: 'person', strict: true, schema } },
+    });
+    let v = null;
+    try { v = JSON.parse(r.choices[0].message.content); } catch (e) { /* checked below */ }
+    check(valid(v), `json_schema seed ${seed} parses and validates`, r.choices[0].message.content);
+  }
+  let jsonText = '';
+  const js = await client.chat.completions.create({
+    model: 'lares', messages: [{ role: 'user', content: 'Hi' }], seed: 7, max_tokens: 40, stream: true,
+    response_format: { type: 'json_object' },
+  });
+  for await (const ch of js) if (ch.choices.length > 0 && ch.choices[0].delta.content) jsonText += ch.choices[0].delta.content;
+  let jo = null;
+  try { jo = JSON.parse(jsonText); } catch (e) { /* checked below */ }
+  check(jo !== null && typeof jo === 'object' && !Array.isArray(jo), 'json_object streamed, closed within max_tokens', jsonText);
+  await expectError('json_schema with pattern', () => client.chat.completions.create({
+    model: 'lares', messages: [{ role: 'user', content: 'Hi' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^a' } } },
+  }), 400);
+
   // the queue holds one: a burst gets clean 503s next to 200s
   let ok200 = 0;
   let busy = 0;
