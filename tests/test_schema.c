@@ -336,6 +336,72 @@ static void test_mask(void) {
     server_vocab_bytes_free(&vb);
 }
 
+/* a real byte-level BPE vocabulary (Qwen's, 151k tokens, most of them
+ * several bytes): random logits under the mask give valid JSON within the
+ * budget; the time of one mask is printed (not checked) */
+static void test_real_vocab(const char *rel) {
+    lares_model *m = NULL;
+    lares_error err = {0};
+    lares_model_opts mo = lares_model_opts_default();
+    mo.vocab_only = true;
+    CHECK_OK(lares_model_open(fixture(rel), &mo, &m, &err), &err);
+    if (m == NULL) {
+        return;
+    }
+    lares_model_info info;
+    lares_model_get_info(m, &info);
+    server_vocab_bytes vb;
+    CHECK_OK(server_vocab_bytes_read(m, info.n_vocab, &vb, &err), &err);
+    server_error e;
+    server_schema *s = compile_text(PERSON, &e);
+    float *logits = lares_alloc_array((size_t)info.n_vocab, sizeof *logits);
+    uint64_t seed = 777;
+    int valid = 0, multi = 0;
+    double ms = 0;
+    size_t masks = 0;
+    for (int run = 0; run < 4 && s != NULL && logits != NULL; run++) {
+        server_constraint c;
+        CHECK(server_constraint_init(&c, s, &vb, 60));
+        char out[4096];
+        size_t n = 0;
+        for (int k = 0; k < 60; k++) {
+            for (int32_t t = 0; t < info.n_vocab; t++) {
+                logits[t] = (float)(rnd(&seed) % 100000) / 1000.0f;
+            }
+            const uint64_t t0 = lares_now_ns();
+            server_constraint_mask(&c, logits, info.n_vocab);
+            ms += (double)(lares_now_ns() - t0) / 1e6;
+            masks++;
+            int32_t best = 0;
+            for (int32_t t = 1; t < info.n_vocab; t++) {
+                best = logits[t] > logits[best] ? t : best;
+            }
+            if (vb.eog[best]) {
+                break;
+            }
+            server_constraint_advance(&c, best);
+            const size_t len = vb.offset[best + 1] - vb.offset[best];
+            multi += len > 1;
+            memcpy(out + n, vb.bytes + vb.offset[best], len);
+            n += len;
+        }
+        json_t *v = json_loadb(out, n, 0, NULL);
+        valid += v != NULL && server_schema_check(s, v) && !c.broken;
+        if (v == NULL) {
+            fprintf(stderr, "%s: not valid: %.*s\n", rel, (int)n, out);
+        }
+        json_decref(v);
+        server_constraint_free(&c);
+    }
+    CHECKF(valid == 4, "%s: %d of 4 valid", rel, valid);
+    CHECKF(multi > 0, "%s: no multi-byte token chosen", rel);
+    printf("%s: %d tokens, %.2f ms a mask\n", rel, info.n_vocab, masks ? ms / (double)masks : 0);
+    lares_free(logits);
+    server_schema_free(s);
+    server_vocab_bytes_free(&vb);
+    lares_model_close(m);
+}
+
 static void test_formats(void) {
     /* response_format and Ollama's format, through the request parsers */
     server_request r;
@@ -371,6 +437,8 @@ int main(void) {
     test_machine();
     test_walks();
     test_mask();
+    test_real_vocab("derived/ggml-vocab-qwen2.from-npm-qwen3.gguf");
+    test_real_vocab("stories260K.gguf");
     test_formats();
     return check_finish("test_schema");
 }
