@@ -165,13 +165,7 @@ static uint64_t rnd(uint64_t *x) {
 /* random walks: a random allowed byte at each step, then the shortest
  * completion; the text must parse and validate, and the completion must
  * take exactly the bytes min_finish said */
-static void walk_schema(const char *text, int walks) {
-    server_error e;
-    server_schema *s = text ? compile_text(text, &e) : server_schema_any_object(&e);
-    if (s == NULL) {
-        CHECKF(s != NULL, "%s", e.msg);
-        return;
-    }
+static void walk(server_schema *s, const char *text, int walks) {
     uint64_t seed = 0x9e3779b97f4a7c15u;
     int bad_parse = 0, bad_finish = 0;
     for (int w = 0; w < walks; w++) {
@@ -222,6 +216,48 @@ static void walk_schema(const char *text, int walks) {
     CHECKF(bad_finish == 0 && bad_parse == 0, "%s: %d walks did not finish, %d not valid",
            text ? text : "any object", bad_finish, bad_parse);
     server_schema_free(s);
+}
+
+static void walk_schema(const char *text, int walks) {
+    server_error e;
+    server_schema *s = text ? compile_text(text, &e) : server_schema_any_object(&e);
+    if (s == NULL) {
+        CHECKF(s != NULL, "%s", e.msg);
+        return;
+    }
+    walk(s, text, walks);
+}
+
+/* function calls: the arguments follow the name's own schema */
+static void test_calls(void) {
+    const char *names[] = {"get_weather", "get_time", "noop"};
+    json_t *p0 = json_loads("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\","
+                            "\"maxLength\":6},\"unit\":{\"enum\":[\"C\",\"F\"]}},\"required\":"
+                            "[\"city\",\"unit\"]}",
+                            0, NULL);
+    json_t *p1 = json_loads("{\"type\":\"object\",\"properties\":{\"zone\":{\"type\":\"integer\"}},"
+                            "\"required\":[\"zone\"]}",
+                            0, NULL);
+    const json_t *params[] = {p0, p1, NULL};
+    server_error e;
+    for (int list = 0; list < 2; list++) {
+        server_schema *s = server_schema_calls(names, params, 3, list ? "arguments" : "parameters",
+                                               list, &e);
+        CHECKF(s != NULL, "%s", s ? "" : e.msg);
+        if (s == NULL) {
+            continue;
+        }
+        const char *one = "{\"name\":\"get_time\",\"parameters\":{\"zone\":-2}}";
+        const char *many = "[{\"name\":\"noop\",\"arguments\":{}},{\"name\":\"get_weather\","
+                           "\"arguments\":{\"city\":\"Oslo\",\"unit\":\"C\"}}]";
+        CHECK(run_text(s, list ? many : one) == 1);
+        CHECK(run_text(s, list ? "[{\"name\":\"get_time\",\"arguments\":{\"city\""
+                               : "{\"name\":\"get_weather\",\"parameters\":{\"zone\"") == -1);
+        CHECK(run_text(s, list ? "[{\"name\":\"nope\"" : "{\"name\":\"get_x") == -1);
+        walk(s, list ? "calls as a list" : "one call", 300);
+    }
+    json_decref(p0);
+    json_decref(p1);
 }
 
 static void test_walks(void) {
@@ -436,6 +472,7 @@ int main(void) {
     test_compile();
     test_machine();
     test_walks();
+    test_calls();
     test_mask();
     test_real_vocab("derived/ggml-vocab-qwen2.from-npm-qwen3.gguf");
     test_real_vocab("stories260K.gguf");

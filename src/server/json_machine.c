@@ -17,6 +17,7 @@
 enum { O_OPEN, O_KEY, O_COLON, O_VALUE, O_AFTER, O_NEXTKEY };
 enum { A_OPEN, A_ITEM, A_AFTER, A_NEXT };
 enum { S_CHARS, S_ESC, S_UTF8 };
+enum { K_OPEN, K_NAME, K_MID, K_ARGS, K_CLOSE };
 enum { N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 
 static bool has_start(const schema_node *n, uint8_t b) {
@@ -86,6 +87,14 @@ static void pop(jm_state *st) {
     } else if (p->kind == JM_ARRAY) {
         p->count++;
         p->st = A_AFTER;
+    } else if (p->kind == JM_CALL && p->st == K_NAME) {
+        /* the name read (the popped frame, still in place) picks the arguments */
+        const jm_frame *name = &st->f[st->depth];
+        p->next = name->alive ? (uint32_t)__builtin_ctzll(name->alive) : 0;
+        p->st = K_MID;
+        p->count = 0;
+    } else if (p->kind == JM_CALL) {
+        p->st = K_CLOSE;
     }
 }
 
@@ -325,6 +334,11 @@ static step feed_start(const server_schema *s, jm_state *st, jm_frame *f, uint8_
         f->kind = JM_NUMBER;
         f->st = N_START;
         return STEP_AGAIN;
+    case SCHEMA_CALL:
+        f->kind = JM_CALL;
+        f->st = K_OPEN;
+        f->count = 0;
+        return STEP_AGAIN;
     case SCHEMA_LITERALS:
         f->kind = JM_LITERAL;
         f->count = 0;
@@ -451,6 +465,32 @@ static step feed_array(const server_schema *s, jm_state *st, jm_frame *f, uint8_
     }
 }
 
+/* a function call: the literal {"name":, a name, the literal ,"arguments":,
+ * the arguments of that function, } */
+static step feed_call(const server_schema *s, jm_state *st, jm_frame *f, uint8_t b) {
+    const schema_node *n = &s->nodes[f->node];
+    if (f->st == K_CLOSE) {
+        if (b != '}') {
+            return STEP_REFUSED;
+        }
+        pop(st);
+        return STEP_TAKEN;
+    }
+    if (f->st != K_OPEN && f->st != K_MID) {
+        return STEP_REFUSED; /* K_NAME, K_ARGS: their frame is on top */
+    }
+    const int32_t lit = f->st == K_OPEN ? n->lit_open : n->lit_mid;
+    if ((uint8_t)s->lits[lit][f->count] != b) {
+        return STEP_REFUSED;
+    }
+    if (++f->count < s->lit_len[lit]) {
+        return STEP_TAKEN;
+    }
+    const int32_t child = f->st == K_OPEN ? n->items : s->alts[n->first + (int32_t)f->next];
+    f->st = f->st == K_OPEN ? K_NAME : K_ARGS;
+    return push(st, child) ? STEP_TAKEN : STEP_REFUSED;
+}
+
 bool server_jm_feed(const server_schema *s, jm_state *st, uint8_t b) {
     for (int guard = 0; guard < 4 * SCHEMA_MAX_DEPTH + 8; guard++) {
         if (st->depth == 0) {
@@ -477,6 +517,9 @@ bool server_jm_feed(const server_schema *s, jm_state *st, uint8_t b) {
         case JM_LITERAL:
             r = feed_literal(s, st, f, b);
             break;
+        case JM_CALL:
+            r = feed_call(s, st, f, b);
+            break;
         }
         if (r != STEP_AGAIN) {
             return r == STEP_TAKEN;
@@ -495,6 +538,33 @@ bool server_jm_accepting(const server_schema *s, const jm_state *st) {
     const jm_frame *f = &st->f[0];
     return (f->kind == JM_NUMBER && number_accepting(f)) ||
            (f->kind == JM_LITERAL && literal_complete(s, f));
+}
+
+/* a call frame's bytes; in K_NAME with the name's frame, the two together
+ * (the arguments' length depends on the name) */
+static size_t call_cost(const server_schema *s, const jm_frame *f, const jm_frame *name) {
+    const schema_node *n = &s->nodes[f->node];
+    const size_t mid = s->lit_len[n->lit_mid];
+    switch (f->st) {
+    case K_OPEN:
+        return n->min_bytes - f->count;
+    case K_MID:
+        return mid - f->count + s->nodes[s->alts[n->first + (int32_t)f->next]].min_bytes + 1;
+    case K_NAME: {
+        const schema_node *names = &s->nodes[n->items];
+        size_t best = SIZE_MAX;
+        for (int32_t i = 0; i < n->count; i++) {
+            if (name == NULL || name->kind != JM_LITERAL || ((name->alive >> i) & 1)) {
+                const size_t at = name != NULL && name->kind == JM_LITERAL ? name->count : 0;
+                best = LARES_MIN(best, s->lit_len[names->first + i] - at + mid +
+                                           s->nodes[s->alts[n->first + i]].min_bytes + 1);
+            }
+        }
+        return best;
+    }
+    default: /* K_ARGS, K_CLOSE */
+        return 1;
+    }
 }
 
 /* bytes the frame needs at least to be complete; its child (if any) aside */
@@ -563,6 +633,8 @@ static size_t frame_cost(const server_schema *s, const jm_frame *f) {
         }
         return best == SIZE_MAX ? 0 : best;
     }
+    case JM_CALL:
+        return call_cost(s, f, NULL);
     }
     return 0;
 }
@@ -570,7 +642,13 @@ static size_t frame_cost(const server_schema *s, const jm_frame *f) {
 size_t server_jm_min_finish(const server_schema *s, const jm_state *st) {
     size_t total = 0;
     for (int32_t i = 0; i < st->depth; i++) {
-        total += frame_cost(s, &st->f[i]);
+        const jm_frame *f = &st->f[i];
+        if (f->kind == JM_CALL && f->st == K_NAME) { /* with the name being read */
+            total += call_cost(s, f, i + 1 < st->depth ? &st->f[i + 1] : NULL);
+            i++;
+            continue;
+        }
+        total += frame_cost(s, f);
     }
     return total;
 }

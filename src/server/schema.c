@@ -81,6 +81,7 @@ static int32_t add_node(compiler *c, schema_kind kind) {
     n->kind = kind;
     n->items = -1;
     n->max_n = -1;
+    n->lit_open = n->lit_mid = -1;
     switch (kind) {
     case SCHEMA_ANY:
         set_starts(n, "{[\"-0123456789tfn");
@@ -109,38 +110,39 @@ static int32_t add_node(compiler *c, schema_kind kind) {
     return s->n_nodes++;
 }
 
-/* a literal (compact JSON text) for node `at`'s list */
-static bool add_literal(compiler *c, const json_t *v) {
+/* a literal of raw text (markup between a call's values); its index, -1 on
+ * failure */
+static int32_t text_literal(compiler *c, const char *text) {
     server_schema *s = c->s;
+    if (!reserve(c, (void **)&s->lits, &s->cap_lits, s->n_lits + 1, sizeof *s->lits)) {
+        return -1;
+    }
+    size_t *q = lares_realloc(s->lit_len, (size_t)s->cap_lits * sizeof *s->lit_len);
+    if (q != NULL) {
+        s->lit_len = q;
+    }
+    char *copy = lares_strdup(text);
+    if (q == NULL || copy == NULL) {
+        lares_free(copy);
+        oom(c);
+        return -1;
+    }
+    s->lits[s->n_lits] = copy;
+    s->lit_len[s->n_lits] = strlen(copy);
+    return s->n_lits++;
+}
+
+/* a literal: the compact JSON text of v */
+static bool add_literal(compiler *c, const json_t *v) {
     char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     if (text == NULL) {
         return oom(c);
     }
-    size_t len = strlen(text);
-    if (len == 0 || len > SCHEMA_MAX_LITERAL) {
-        free(text);
-        return fail(c, "an enum or const value longer than %d bytes", SCHEMA_MAX_LITERAL);
-    }
-    if (!reserve(c, (void **)&s->lits, &s->cap_lits, s->n_lits + 1, sizeof *s->lits)) {
-        free(text);
-        return false;
-    }
-    int32_t cap = s->cap_lits;
-    void *q = lares_realloc(s->lit_len, (size_t)cap * sizeof *s->lit_len);
-    char *copy = lares_strdup(text);
+    const size_t len = strlen(text);
+    const bool ok = len > 0 && len <= SCHEMA_MAX_LITERAL ? text_literal(c, text) >= 0
+                    : fail(c, "an enum or const value longer than %d bytes", SCHEMA_MAX_LITERAL);
     free(text);
-    if (q == NULL || copy == NULL) {
-        if (q != NULL) {
-            s->lit_len = q;
-        }
-        lares_free(copy);
-        return oom(c);
-    }
-    s->lit_len = q;
-    s->lits[s->n_lits] = copy;
-    s->lit_len[s->n_lits] = len;
-    s->n_lits++;
-    return true;
+    return ok;
 }
 
 /* a node of literals from json values */
@@ -575,6 +577,81 @@ server_schema *server_schema_any_object(server_error *e) {
     }
     c.s->nodes[c.s->root].free_form = true;
     return c.s;
+}
+
+server_schema *server_schema_calls(const char *const *names, const json_t *const *params, size_t n,
+                                   const char *args_key, bool as_list, server_error *e) {
+    compiler c;
+    if (start(&c, e, "tools") == NULL) {
+        return NULL;
+    }
+    server_schema *s = c.s;
+    if (n == 0 || n > SCHEMA_MAX_PROPS || strlen(args_key) + 1 > sizeof s->args_key) {
+        fail(&c, "1 to %d tools can be called", SCHEMA_MAX_PROPS);
+        server_schema_free(s);
+        return NULL;
+    }
+    snprintf(s->args_key, sizeof s->args_key, "%s", args_key);
+    int32_t args[SCHEMA_MAX_PROPS];
+    const json_t *vals[SCHEMA_MAX_PROPS];
+    json_t *strs[SCHEMA_MAX_PROPS] = {0};
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
+        c.param = "tools";
+        args[i] = params[i] != NULL ? compile(&c, params[i], 1) : -1;
+        if (params[i] == NULL) { /* any object */
+            args[i] = add_node(&c, SCHEMA_OBJECT);
+            if (args[i] >= 0) {
+                s->nodes[args[i]].free_form = true;
+            }
+        }
+        vals[i] = strs[i] = json_string(names[i]);
+        ok = args[i] >= 0 && strs[i] != NULL;
+    }
+    int32_t names_node = ok ? literals(&c, vals, n) : -1;
+    for (size_t i = 0; i < n; i++) {
+        json_decref(strs[i]);
+    }
+    char mid[32];
+    snprintf(mid, sizeof mid, ",\"%s\":", args_key);
+    const int32_t lo = names_node >= 0 ? text_literal(&c, "{\"name\":") : -1;
+    const int32_t lm = lo >= 0 ? text_literal(&c, mid) : -1;
+    const int32_t at = lm >= 0 ? add_node(&c, SCHEMA_CALL) : -1;
+    if (at < 0 || c.failed) {
+        server_schema_free(s);
+        return NULL;
+    }
+    schema_node *node = &s->nodes[at];
+    node->items = names_node;
+    node->lit_open = lo;
+    node->lit_mid = lm;
+    node->first = s->n_alts;
+    node->count = (int32_t)n;
+    set_start(node, '{');
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        if (!reserve(&c, (void **)&s->alts, &s->cap_alts, s->n_alts + 1, sizeof *s->alts)) {
+            server_schema_free(s);
+            return NULL;
+        }
+        s->alts[s->n_alts++] = args[i];
+        best = LARES_MIN(best, s->lit_len[s->nodes[names_node].first + (int32_t)i] +
+                                   s->nodes[args[i]].min_bytes);
+    }
+    node->min_bytes = s->lit_len[lo] + best + s->lit_len[lm] + 1;
+    s->root = at;
+    if (as_list) {
+        const int32_t list = add_node(&c, SCHEMA_ARRAY);
+        if (list < 0) {
+            server_schema_free(s);
+            return NULL;
+        }
+        s->nodes[list].items = at;
+        s->nodes[list].min_n = 1;
+        s->nodes[list].min_bytes = 2 + s->nodes[at].min_bytes;
+        s->root = list;
+    }
+    return s;
 }
 
 void server_schema_free(server_schema *s) {

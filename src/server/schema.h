@@ -33,6 +33,7 @@ typedef enum schema_kind {
     SCHEMA_INTEGER,
     SCHEMA_LITERALS, /* enum, const, boolean, null: one of some compact JSON texts */
     SCHEMA_UNION,    /* anyOf / type lists: alternatives told apart by their first byte */
+    SCHEMA_CALL,     /* a function call {"name":N,"arguments":A}: A's node depends on N */
 } schema_kind;
 
 /* nodes every compiled schema starts with */
@@ -53,7 +54,8 @@ typedef struct schema_node {
     schema_kind kind;
     bool free_form;         /* object without properties: any keys, values of node 0 */
     int32_t first, count;   /* props (object), literals, alternatives (union) */
-    int32_t items;          /* array: the items' node */
+    int32_t items;          /* array: the items' node; call: the names (a literals node) */
+    int32_t lit_open, lit_mid; /* call: the literals {"name": and ,"arguments": */
     int64_t min_n, max_n;   /* array: items; string: characters; max -1: none */
     size_t min_bytes;       /* the shortest text of the node */
     uint8_t starts[32];     /* bitmap of the bytes a text of the node can start with */
@@ -70,6 +72,7 @@ typedef struct server_schema {
     int32_t *alts; /* owned: union alternatives */
     int32_t n_alts, cap_alts;
     int32_t root;
+    char args_key[16]; /* a call's key for the arguments: "arguments" or "parameters" */
 } server_schema;
 
 /* Compiles a JSON schema. `param` names the request field in errors (400
@@ -77,6 +80,11 @@ typedef struct server_schema {
 server_schema *server_schema_compile(const json_t *schema, const char *param, server_error *e);
 /* The schema of "any JSON object" (response_format json_object). */
 server_schema *server_schema_any_object(server_error *e);
+/* The schema of a function call {"name":N,"<args_key>":A}: N one of names,
+ * A valid against that function's parameters (params[i], a JSON schema, or
+ * NULL for any object). as_list: a list of one or more calls. */
+server_schema *server_schema_calls(const char *const *names, const json_t *const *params, size_t n,
+                                   const char *args_key, bool as_list, server_error *e);
 void server_schema_free(server_schema *s);
 
 /* response_format (OpenAI) and format (Ollama) into r->format (format.c);
@@ -97,6 +105,7 @@ typedef enum jm_frame_kind {
     JM_STRING,
     JM_NUMBER,
     JM_LITERAL,
+    JM_CALL,
 } jm_frame_kind;
 
 typedef struct jm_frame {

@@ -85,6 +85,24 @@ static bool check(const server_schema *s, int32_t id, const json_t *v, int depth
             }
         }
         return false;
+    case SCHEMA_CALL: {
+        const json_t *name = json_object_get(v, "name");
+        const json_t *args = json_object_get(v, s->args_key);
+        if (!json_is_object(v) || json_object_size(v) != 2 || !json_is_string(name) ||
+            args == NULL) {
+            return false;
+        }
+        const schema_node *names = &s->nodes[n->items];
+        for (int32_t i = 0; i < n->count; i++) {
+            json_t *lit = json_loads(s->lits[names->first + i], JSON_DECODE_ANY, NULL);
+            bool eq = lit != NULL && json_equal(lit, (json_t *)name);
+            json_decref(lit);
+            if (eq) {
+                return check(s, s->alts[n->first + i], args, depth + 1);
+            }
+        }
+        return false;
+    }
     case SCHEMA_UNION:
         for (int32_t i = 0; i < n->count; i++) {
             if (check(s, s->alts[n->first + i], v, depth)) {
