@@ -148,6 +148,9 @@ static void test_machine(void) {
     CHECK(s != NULL && run_text(s, "-12.5e-3") == 1 && run_text(s, "-") == 0 &&
           run_text(s, "1e") == 0 && run_text(s, "1e999") == -1);
     server_schema_free(s);
+    s = compile_text("{\"type\":\"object\",\"properties\":{},\"additionalProperties\":false}", &e);
+    CHECK(s != NULL && run_text(s, "{}") == 1 && run_text(s, "{\"") == -1);
+    server_schema_free(s);
     s = server_schema_any_object(&e);
     CHECK(s != NULL && run_text(s, "{\"a\":{\"b\":[1,{}]},\"a\":\"x\"}") == 1 &&
           run_text(s, "[]") == -1 && run_text(s, "\"s\"") == -1);

@@ -10,6 +10,7 @@
  */
 #include "core/core.h"
 #include "server/schema.h"
+#include "server/tools.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -49,6 +50,11 @@ void server_request_free(server_request *r) {
         lares_free((char *)r->msgs[i].content);
     }
     lares_free(r->msgs);
+    for (size_t i = 0; r->calls != NULL && i < r->n_msgs; i++) {
+        json_decref(r->calls[i]);
+    }
+    lares_free(r->calls);
+    json_decref(r->tools);
     lares_free(r->prompt);
     lares_free(r->prompt_ids);
     for (size_t i = 0; i < r->n_stop; i++) {
@@ -298,15 +304,28 @@ static bool parse_messages(const json_t *root, server_request *r, server_error *
             canon = "user";
         } else if (strcmp(rs, "assistant") == 0) {
             canon = "assistant";
+        } else if (strcmp(rs, "tool") == 0) {
+            canon = "tool";
         } else {
             return bad(e, param,
-                       "%s is '%.32s'; lares takes system, developer, user and "
-                       "assistant (no tools)",
+                       "%s is '%.32s'; lares takes system, developer, user, assistant and tool",
                        param, rs);
         }
-        const json_t *calls = json_object_get(m, "tool_calls");
-        if (calls != NULL && !json_is_null(calls) && json_array_size(calls) > 0) {
-            return bad(e, "messages", "messages[%zu] has tool_calls; tools are not supported", i);
+        json_t *calls = NULL;
+        if (!server_parse_message_calls(json_object_get(m, "tool_calls"), i, &calls, e)) {
+            return false;
+        }
+        if (calls != NULL && strcmp(canon, "assistant") != 0) {
+            json_decref(calls);
+            return bad(e, "messages", "messages[%zu] has tool_calls but is not the assistant's", i);
+        }
+        if (calls != NULL && r->calls == NULL &&
+            (r->calls = lares_calloc(n, sizeof *r->calls)) == NULL) {
+            json_decref(calls);
+            return server_fail(e, 500, "server_error", NULL, "messages", "out of memory");
+        }
+        if (calls != NULL) {
+            r->calls[i] = calls;
         }
         char *content = NULL;
         if (!parse_content(json_object_get(m, "content"), i, canon, &content, e)) {
@@ -358,8 +377,8 @@ static bool parse_prompt(const json_t *root, server_request *r, server_error *e)
 /* fields lares knows and cannot honour are refused */
 static bool refuse_unsupported(const json_t *root, server_kind kind, server_error *e) {
     const json_t *tools = json_object_get(root, "tools");
-    if (tools != NULL && !json_is_null(tools) && json_array_size(tools) > 0) {
-        return bad(e, "tools", "tools are not supported");
+    if (kind != SERVER_CHAT && tools != NULL && !json_is_null(tools) && json_array_size(tools) > 0) {
+        return bad(e, "tools", "tools are for chat completions");
     }
     const json_t *bias = json_object_get(root, "logit_bias");
     if (bias != NULL && !json_is_null(bias) && json_object_size(bias) > 0) {
@@ -394,11 +413,18 @@ static bool parse_fields(const json_t *root, server_kind kind, server_request *r
         return bad(e, "model", "model must be a string, not %s", type_name(model));
     }
     if (!dup_string(model, "model", &r->model, NULL, e) || !refuse_unsupported(root, kind, e) ||
-        !server_parse_response_format(json_object_get(root, "response_format"), r, e)) {
+        !server_parse_response_format(json_object_get(root, "response_format"), r, e) ||
+        (kind == SERVER_CHAT && !server_parse_tools(json_object_get(root, "tools"),
+                                                    json_object_get(root, "tool_choice"), r, e))) {
         return false;
     }
     if (kind == SERVER_CHAT ? !parse_messages(root, r, e) : !parse_prompt(root, r, e)) {
         return false;
+    }
+    if (r->format != NULL &&
+        (r->tool_choice == SERVER_TOOL_REQUIRED || r->tool_choice == SERVER_TOOL_NAMED)) {
+        return bad(e, "response_format",
+                   "response_format cannot be combined with a tool_choice that forces a call");
     }
     /* OpenAI's defaults: temperature 1, top_p 1, no other truncation */
     lares_sampler_opts *s = &r->sampler;

@@ -307,8 +307,8 @@ static int32_t compile_object(compiler *c, const json_t *j, int depth) {
     if (at < 0) {
         return -1;
     }
-    if (n == 0) {
-        c->s->nodes[at].free_form = true;
+    if (n == 0) { /* any keys, unless additionalProperties is false: then {} only */
+        c->s->nodes[at].free_form = !json_is_false(json_object_get(j, "additionalProperties"));
         return at;
     }
     /* the properties' nodes first, then the run of props (kept together) */

@@ -15,6 +15,7 @@
 #include "server/ollama.h"
 #include "server/respond.h"
 #include "server/schema.h"
+#include "server/tools.h"
 
 #include <time.h>
 
@@ -34,6 +35,7 @@ typedef struct gen {
     size_t sent_bytes; /* completions' text_offset */
     json_t *lp;        /* non-streamed: chat content list or completion logprobs */
     server_constraint *con; /* structured output; NULL: free text */
+    bool hold;              /* tools: the answer is kept whole, to look for calls at the end */
     bool stop_string;  /* a stop string ended the answer */
     size_t stop_index; /* which one */
     bool oom;
@@ -91,11 +93,12 @@ static json_t *choice(const gen *g, json_t *text, json_t *logprobs, const char *
 static void release(gen *g, size_t n_tok, size_t n_bytes) {
     const server_request *r = g->r;
     const lares_model *m = g->sv->m;
+    const bool stream = r->stream && !g->hold;
     if (n_bytes == 0 && n_tok == 0) {
         return;
     }
     json_t *lps = NULL;
-    if (r->logprobs) {
+    if (r->logprobs && !(g->hold && r->stream)) {
         lps = r->kind == SERVER_CHAT ? json_array() : server_completion_logprobs_new();
         size_t start = 0;
         for (size_t k = 0; k < n_tok; k++) {
@@ -111,15 +114,15 @@ static void release(gen *g, size_t n_tok, size_t n_bytes) {
             start = t->end;
         }
     }
-    if (r->stream && r->dialect == SERVER_OLLAMA) {
+    if (stream && r->dialect == SERVER_OLLAMA) {
         if (n_bytes > 0) {
             server_ollama_chunk(g->j, server_lossy_string(g->text, n_bytes));
         }
-    } else if (r->stream && r->dialect == SERVER_ANTHROPIC) {
+    } else if (stream && r->dialect == SERVER_ANTHROPIC) {
         if (n_bytes > 0) {
             server_anthropic_delta(g->j, server_lossy_string(g->text, n_bytes));
         }
-    } else if (r->stream) {
+    } else if (stream) {
         json_t *o = server_reply_base(g->j, g->sv->model_id, true);
         json_array_append_new(json_object_get(o, "choices"),
                               choice(g, server_lossy_string(g->text, n_bytes), lps, NULL, true));
@@ -262,6 +265,36 @@ typedef struct run_totals {
     lares_stats last; /* the last choice's figures */
 } run_totals;
 
+/* The calls in a held answer (tools.c), with the forced prefix the prompt
+ * ended with; none: the answer is text after all, and a stream gets it now. */
+static json_t *take_calls(server_job *j, gen *g, char **content) {
+    const server_request *r = &j->req;
+    const server_tool_style style = (server_tool_style)j->tool_style;
+    const char *prefix = j->tool_forced ? server_tools_forced_prefix(style) : "";
+    const size_t np = strlen(prefix);
+    json_t *calls = NULL;
+    char *text = lares_alloc(np + g->all_len + 1);
+    if (text != NULL) {
+        memcpy(text, prefix, np);
+        if (g->all_len > 0) {
+            memcpy(text + np, g->all, g->all_len);
+        }
+        calls = server_tools_parse_output(style, r->tools, text, np + g->all_len, content);
+        lares_free(text);
+    }
+    g->hold = false;
+    if (calls == NULL && r->stream && g->all_len > 0) { /* release it as streamed text */
+        lares_free(g->text);
+        g->text = g->all;
+        g->len = g->all_len;
+        g->cap = g->all_cap;
+        g->all = NULL;
+        g->all_len = g->all_cap = 0;
+        release(g, 0, g->len);
+    }
+    return calls;
+}
+
 /* The tokens' bytes for structured output, read on first use. */
 static bool vocab_bytes(server *sv) {
     if (sv->vb != NULL) {
@@ -301,6 +334,7 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
     go.on_token = on_token;
     go.user = g;
+    g->hold = j->tool_calls && r->dialect == SERVER_OPENAI;
     server_constraint con;
     if (r->format != NULL) {
         /* the tokens left bound the value: it closes before max_tokens */
@@ -351,6 +385,22 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
         server_job_finish(j, 500);
         return false;
     }
+    char *content = NULL;
+    json_t *calls = g->hold ? take_calls(j, g, &content) : NULL;
+    if (calls != NULL) {
+        finish = "tool_calls";
+    }
+    if (calls != NULL && r->stream) { /* the calls in one delta, before the finish */
+        json_t *o = server_reply_base(j, sv->model_id, true);
+        json_t *c = choice(g, content ? json_string(content) : NULL, NULL, NULL, true);
+        json_object_set_new(json_object_get(c, "delta"), "tool_calls",
+                            server_tools_openai_calls(calls, j->id, g->index, true));
+        json_array_append_new(json_object_get(o, "choices"), c);
+        if (r->include_usage) {
+            json_object_set_new(o, "usage", json_null());
+        }
+        server_write_event(j, o);
+    }
     if (r->dialect == SERVER_ANTHROPIC) {
         const char *reason = g->stop_string                 ? "stop_sequence"
                              : st.stop == LARES_STOP_LENGTH ? "max_tokens"
@@ -376,6 +426,12 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
             json_object_set_new(o, "usage", json_null());
         }
         server_write_event(j, o);
+    } else if (calls != NULL) {
+        json_t *c = choice(g, content ? json_string(content) : json_null(), g->lp, finish, false);
+        g->lp = NULL;
+        json_object_set_new(json_object_get(c, "message"), "tool_calls",
+                            server_tools_openai_calls(calls, j->id, g->index, false));
+        json_array_append_new(json_object_get(reply, "choices"), c);
     } else {
         json_t *lp = g->lp;
         g->lp = NULL;
@@ -383,6 +439,8 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
             json_object_get(reply, "choices"),
             choice(g, server_lossy_string(g->all ? g->all : "", g->all_len), lp, finish, false));
     }
+    json_decref(calls);
+    lares_free(content);
     return !atomic_load(&j->cancel);
 }
 
