@@ -35,7 +35,7 @@ static bool refuse_nonempty(const json_t *root, const char *key, const char *why
 /* The OpenAI-shaped body for an Ollama one; NULL with e on a refusal. */
 static json_t *translate(server_kind *kind, const json_t *in, bool generate,
                          bool *num_predict_given, server_error *e) {
-    if (!refuse_nonempty(in, "tools", " yet", e) || !refuse_nonempty(in, "images", "", e) ||
+    if ((generate && !refuse_nonempty(in, "tools", " by /api/generate (use /api/chat)", e)) || !refuse_nonempty(in, "images", "", e) ||
         !refuse_nonempty(in, "context", "; send the conversation to /api/chat", e) ||
         !refuse_nonempty(in, "suffix", "", e)) {
         return NULL;
@@ -94,6 +94,10 @@ static json_t *translate(server_kind *kind, const json_t *in, bool generate,
         }
         if (msgs != NULL) {
             json_object_set(out, "messages", msgs);
+        }
+        json_t *tools = json_object_get(in, "tools");
+        if (tools != NULL) {
+            json_object_set(out, "tools", tools); /* the same shape as OpenAI's */
         }
         return out;
     }
@@ -224,10 +228,32 @@ void server_ollama_chunk(server_job *j, json_t *text) {
     write_line(j, o);
 }
 
-void server_ollama_final(server_job *j, json_t *text, const char *reason,
+/* Ollama's tool_calls: [{"function": {"name", "arguments": object}}] */
+static json_t *ollama_calls(const json_t *calls) {
+    json_t *list = json_array();
+    for (size_t k = 0; k < json_array_size(calls); k++) {
+        json_t *fn = json_deep_copy(json_array_get(calls, k));
+        json_t *o = json_object();
+        json_object_set_new(o, "function", fn);
+        json_array_append_new(list, o);
+    }
+    return list;
+}
+
+void server_ollama_final(server_job *j, json_t *text, const char *reason, const json_t *calls,
                          const server_ollama_counts *c) {
+    if (calls != NULL && j->req.stream) { /* the calls in a chunk of their own */
+        json_t *o = base(j);
+        set_text(o, j, json_string(""));
+        json_object_set_new(json_object_get(o, "message"), "tool_calls", ollama_calls(calls));
+        json_object_set_new(o, "done", json_false());
+        write_line(j, o);
+    }
     json_t *o = base(j);
     set_text(o, j, text);
+    if (calls != NULL && !j->req.stream) {
+        json_object_set_new(json_object_get(o, "message"), "tool_calls", ollama_calls(calls));
+    }
     json_object_set_new(o, "done", json_true());
     json_object_set_new(o, "done_reason", json_string(reason));
     json_object_set_new(o, "total_duration", json_integer((json_int_t)(c->total_s * 1e9)));

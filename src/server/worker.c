@@ -334,7 +334,7 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
     go.on_token = on_token;
     go.user = g;
-    g->hold = j->tool_calls && r->dialect == SERVER_OPENAI;
+    g->hold = j->tool_calls;
     server_constraint con;
     if (r->format != NULL) {
         /* the tokens left bound the value: it closes before max_tokens */
@@ -390,7 +390,7 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     if (calls != NULL) {
         finish = "tool_calls";
     }
-    if (calls != NULL && r->stream) { /* the calls in one delta, before the finish */
+    if (calls != NULL && r->stream && r->dialect == SERVER_OPENAI) { /* one delta, then the finish */
         json_t *o = server_reply_base(j, sv->model_id, true);
         json_t *c = choice(g, content ? json_string(content) : NULL, NULL, NULL, true);
         json_object_set_new(json_object_get(c, "delta"), "tool_calls",
@@ -402,21 +402,24 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
         server_write_event(j, o);
     }
     if (r->dialect == SERVER_ANTHROPIC) {
-        const char *reason = g->stop_string                 ? "stop_sequence"
+        const char *reason = calls != NULL                  ? "tool_use"
+                             : g->stop_string               ? "stop_sequence"
                              : st.stop == LARES_STOP_LENGTH ? "max_tokens"
                                                             : "end_turn";
-        server_anthropic_end(j, server_lossy_string(g->all ? g->all : "", g->all_len), reason,
-                             g->stop_string ? r->stop[g->stop_index] : NULL,
-                             (size_t)st.n_generated);
+        json_t *text = calls != NULL ? json_string(content ? content : "")
+                                     : server_lossy_string(g->all ? g->all : "", g->all_len);
+        server_anthropic_end(j, text, reason, g->stop_string ? r->stop[g->stop_index] : NULL,
+                             calls, (size_t)st.n_generated);
     } else if (r->dialect == SERVER_OLLAMA) {
         const server_ollama_counts c = {.prompt_tokens = j->n_ids - kept,
                                         .generated = (size_t)st.n_generated,
                                         .total_s = (st.prompt_ms + st.gen_ms) / 1e3,
                                         .prompt_s = st.prompt_ms / 1e3,
                                         .gen_s = st.gen_ms / 1e3};
-        server_ollama_final(
-            j, r->stream ? json_string("") : server_lossy_string(g->all ? g->all : "", g->all_len),
-            finish, &c);
+        json_t *text = r->stream || calls != NULL
+                           ? json_string(!r->stream && content ? content : "")
+                           : server_lossy_string(g->all ? g->all : "", g->all_len);
+        server_ollama_final(j, text, calls != NULL ? "stop" : finish, calls, &c);
     } else if (r->stream) {
         json_t *o = server_reply_base(j, sv->model_id, true);
         json_array_append_new(
