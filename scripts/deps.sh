@@ -10,7 +10,9 @@ PKGS=(
   clang libclang-rt-dev
   qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
   python3
+  chromium
 )
+# (chromium: lares serve's web page is tested in headless Chromium, tests/e2e/serve_web.sh)
 # lares serve's test with the official openai npm client needs node and npm: Debian's
 # packages, unless a node with npm is there already (NodeSource's nodejs carries its own
 # npm and conflicts with Debian's npm package)

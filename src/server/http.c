@@ -15,6 +15,7 @@
 #include "server/ollama.h"
 #include "server/respond.h"
 #include "server/schema.h"
+#include "server/web.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -185,6 +186,7 @@ static int connection_fd(struct MHD_Connection *c) {
 
 typedef enum route {
     R_NONE,
+    R_WEB, /* the page's files (web.c) */
     R_HEALTH,
     R_METRICS,
     R_MODELS,
@@ -384,6 +386,10 @@ static route route_of(const char *url, bool *is_post) {
         *is_post = false;
         return R_MODEL;
     }
+    if (server_web_find(url) != NULL) {
+        *is_post = false;
+        return R_WEB;
+    }
     return R_NONE;
 }
 
@@ -457,7 +463,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                         "more than %d connections are open; retry later", sv->o.max_connections);
             return send_error(sv, c, &e, dl);
         }
-        if (r != R_HEALTH && !key_ok(sv, c)) {
+        if (r != R_HEALTH && r != R_WEB && !key_ok(sv, c)) {
             server_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
                         "incorrect or missing API key: send 'Authorization: Bearer KEY' (or "
                         "'x-api-key: KEY')");
@@ -546,6 +552,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         json_t *o = json_object();
         json_object_set_new(o, "version", json_string(LARES_SERVER_VERSION)); /* lares's */
         return send_json(sv, c, 200, o);
+    }
+    case R_WEB: {
+        const server_web_asset *a = server_web_find(url);
+        return send_bytes(sv, c, 200, a->ctype, (const char *)a->data, a->len, 0);
     }
     case R_NONE:
         break;

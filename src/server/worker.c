@@ -543,6 +543,9 @@ void *server_worker_main(void *arg) {
         pthread_mutex_unlock(&j->mu);
         if (atomic_load(&j->cancel)) {
             server_job_finish(j, 499); /* the client left while it waited */
+            pthread_mutex_lock(&sv->mu);
+            sv->mx.canceled += !sv->stopping;
+            pthread_mutex_unlock(&sv->mu);
         } else if (j->req.kind == SERVER_EMBEDDING) {
             server_run_embedding(sv, j);
         } else {
