@@ -38,14 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *steer = nul ? nul + 1 : data + size, *end = data + size;
     for (; steer < end && !st.done && n < sizeof out / 2; steer++) {
         uint8_t allowed[256];
-        int na = 0;
-        jm_state tmp;
-        for (int b = 0; b < 256; b++) {
-            server_jm_copy(&tmp, &st);
-            if (server_jm_feed(s, &tmp, (uint8_t)b)) {
-                allowed[na++] = (uint8_t)b;
-            }
-        }
+        const int na = server_jm_allowed(s, &st, allowed);
         if (na == 0) {
             break;
         }

@@ -34,12 +34,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (size_t k = 0; k < json_array_size(calls); k++) {
                 const json_t *c = json_array_get(calls, k);
                 const char *name = json_string_value(json_object_get(c, "name"));
-                if (name == NULL || (strcmp(name, "get_weather") != 0 && strcmp(name, "now") != 0) ||
+                if (name == NULL ||
+                    (strcmp(name, "get_weather") != 0 && strcmp(name, "now") != 0) ||
                     !json_is_object(json_object_get(c, "arguments"))) {
                     __builtin_trap();
                 }
                 const json_t *fn = json_object_get(json_array_get(oa, k), "function");
-                json_t *back = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+                json_t *back =
+                    json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
                 if (!json_equal(back, json_object_get(c, "arguments"))) {
                     __builtin_trap();
                 }

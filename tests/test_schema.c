@@ -84,7 +84,8 @@ static void test_compile(void) {
         memset(&e, 0, sizeof e);
         s = compile_text(bad[i][0], &e);
         CHECKF(s == NULL, "%s compiled", bad[i][0]);
-        CHECKF(e.status == 400 && strstr(e.msg, bad[i][1]) != NULL && strcmp(e.param, "schema") == 0,
+        CHECKF(e.status == 400 && strstr(e.msg, bad[i][1]) != NULL &&
+                   strcmp(e.param, "schema") == 0,
                "%s: %d %s", bad[i][0], e.status, e.msg);
         server_schema_free(s);
     }
@@ -116,24 +117,26 @@ static void test_machine(void) {
         {"{\"name\":\"Al\",\"age\":-30,\"score\":-0.5e+12,\"tags\":[1,12,\"bc\"],\"ok\":true,"
          "\"extra\":{\"k\":[{},[],\"s\",false,0.25]}}",
          1},
-        {"{\"name\":\"\\n\\\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\",\"age\":0,\"tags\":[],\"ok\":false}", 1},
-        {"{\"name\":\"Al\",\"age\":3,\"tags\":[\"a\"]", 0},   /* ok is required */
+        {"{\"name\":\"\\n\\\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\",\"age\":0,\"tags\":[],\"ok\":"
+         "false}",
+         1},
+        {"{\"name\":\"Al\",\"age\":3,\"tags\":[\"a\"]", 0}, /* ok is required */
         {"{\"name\":\"Al\",\"age\":3,\"tags\":[\"a\"],\"ok\":null", 0},
-        {"{\"name\":\"Al\",\"age\":3,\"tags\":[\"a\"]}", -1},  /* closed without ok */
-        {"{\"age\":3", -1},                                  /* order: name first */
-        {"{\"name\":\"\",", -1},                             /* minLength 1 */
-        {"{\"name\":\"123456789\"", -1},                     /* maxLength 8 */
-        {"{ \"name\"", -1},                                  /* no whitespace */
-        {"{\"name\":\"a\",\"age\":1.5", -1},                 /* integer */
+        {"{\"name\":\"Al\",\"age\":3,\"tags\":[\"a\"]}", -1}, /* closed without ok */
+        {"{\"age\":3", -1},                                   /* order: name first */
+        {"{\"name\":\"\",", -1},                              /* minLength 1 */
+        {"{\"name\":\"123456789\"", -1},                      /* maxLength 8 */
+        {"{ \"name\"", -1},                                   /* no whitespace */
+        {"{\"name\":\"a\",\"age\":1.5", -1},                  /* integer */
         {"{\"name\":\"a\",\"age\":01", -1},
         {"{\"name\":\"a\",\"age\":1,\"tags\":[\"b\"", -1},   /* not in the enum */
         {"{\"name\":\"a\",\"age\":1,\"tags\":[1,1,1,1", -1}, /* maxItems 3 */
         {"{\"name\":\"a\",\"age\":1,\"tags\":[123", -1},
-        {"{\"name\":\"\\u0041", -1},                         /* no \u escapes */
-        {"{\"name\":\"\xc0\xaf", -1},                        /* overlong */
-        {"{\"name\":\"\xed\xa0\x80", -1},                    /* a surrogate */
-        {"{\"name\":\"\x01", -1},                            /* a control character */
-        {"{\"name\":\"a\",\"nick\"", -1},                    /* not a property */
+        {"{\"name\":\"\\u0041", -1},      /* no \u escapes */
+        {"{\"name\":\"\xc0\xaf", -1},     /* overlong */
+        {"{\"name\":\"\xed\xa0\x80", -1}, /* a surrogate */
+        {"{\"name\":\"\x01", -1},         /* a control character */
+        {"{\"name\":\"a\",\"nick\"", -1}, /* not a property */
         {"{\"name\":\"a\",\"age\":1,\"tags\":[],\"ok\":nul}", -1},
         {"{\"name\":\"a\",\"age\":1,\"tags\":[],\"ok\":null}x", -1}, /* after the end */
     };
@@ -179,14 +182,7 @@ static void walk(server_schema *s, const char *text, int walks) {
         const size_t steps = rnd(&seed) % 200;
         for (size_t k = 0; k < steps && !st.done; k++) {
             uint8_t allowed[256];
-            int na = 0;
-            jm_state tmp;
-            for (int b = 0; b < 256; b++) {
-                server_jm_copy(&tmp, &st);
-                if (server_jm_feed(s, &tmp, (uint8_t)b)) {
-                    allowed[na++] = (uint8_t)b;
-                }
-            }
+            const int na = server_jm_allowed(s, &st, allowed);
             if (na == 0) {
                 break;
             }
@@ -244,8 +240,8 @@ static void test_calls(void) {
     const json_t *params[] = {p0, p1, NULL};
     server_error e;
     for (int list = 0; list < 2; list++) {
-        server_schema *s = server_schema_calls(names, params, 3, list ? "arguments" : "parameters",
-                                               list, &e);
+        server_schema *s =
+            server_schema_calls(names, params, 3, list ? "arguments" : "parameters", list, &e);
         CHECKF(s != NULL, "%s", s ? "" : e.msg);
         if (s == NULL) {
             continue;
@@ -266,9 +262,10 @@ static void test_calls(void) {
 static void test_walks(void) {
     walk_schema(PERSON, 400);
     walk_schema(NULL, 400);
-    walk_schema("{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},"
-                "\"minItems\":2},\"minItems\":1,\"maxItems\":4}",
-                300);
+    walk_schema(
+        "{\"type\":\"array\",\"items\":{\"type\":\"array\",\"items\":{\"type\":\"integer\"},"
+        "\"minItems\":2},\"minItems\":1,\"maxItems\":4}",
+        300);
     walk_schema("{\"anyOf\":[{\"type\":\"string\",\"minLength\":3},{\"type\":\"null\"},"
                 "{\"type\":\"object\",\"properties\":{\"a\":{\"const\":[1,\"x\"]},\"b\":"
                 "{\"type\":\"number\"}},\"required\":[\"b\"]}]}",
@@ -280,8 +277,8 @@ static void test_walks(void) {
 }
 
 /* a small made-up vocabulary: multi-byte tokens, a space, an end token */
-static const char *const VOCAB[] = {"{",  "}",  "\"", "a",   "\":", "},{", "0", "12",
-                                    " ", ",", ":",  "[",  "]",   "\"a\"", "<eos>", "n"};
+static const char *const VOCAB[] = {"{", "}", "\"", "a", "\":", "},{",   "0",     "12",
+                                    " ", ",", ":",  "[", "]",   "\"a\"", "<eos>", "n"};
 enum { EOS = 14 };
 
 static void make_vocab(server_vocab_bytes *vb) {
@@ -307,10 +304,10 @@ static void test_mask(void) {
     server_vocab_bytes vb;
     make_vocab(&vb);
     server_error e;
-    server_schema *s = compile_text(
-        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":"
-        "{\"type\":\"integer\"}}},\"required\":[\"a\"]}",
-        &e);
+    server_schema *s =
+        compile_text("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"array\",\"items\":"
+                     "{\"type\":\"integer\"}}},\"required\":[\"a\"]}",
+                     &e);
     if (s == NULL) {
         CHECK(s != NULL);
         server_vocab_bytes_free(&vb);

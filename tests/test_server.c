@@ -131,7 +131,8 @@ static const bad_case bad_cases[] = {
     {SERVER_CHAT, "{\"model\":\"m\"," MSG ",\"tool_choice\":\"always\"}", "tool_choice",
      "must be none"},
     {SERVER_CHAT,
-     "{\"model\":\"m\"," MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}",
+     "{\"model\":\"m\"," MSG
+     ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}",
      "tools[0]", "letters, digits"},
     {SERVER_CHAT,
      "{\"model\":\"m\"," MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},"

@@ -44,7 +44,8 @@ static void test_render(void) {
         const char *want[4]; /* in the rendered text, in order */
     } cases[] = {
         {SERVER_TOOLS_HERMES,
-         {"Be brief.\n\n# Tools", "<tools>\n{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"",
+         {"Be brief.\n\n# Tools",
+          "<tools>\n{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"",
           "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}\n</tool_call>",
           "<tool_response>\n12 C\n</tool_response>\n<tool_response>\nwindy\n</tool_response>"}},
         {SERVER_TOOLS_LLAMA3,
@@ -99,17 +100,31 @@ static void test_parse_output(void) {
         int calls; /* -1: none (text) */
         const char *content;
     } cases[] = {
-        {SERVER_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"X\"}}\n</tool_call>", 1, NULL},
-        {SERVER_TOOLS_HERMES, "Let me look.\n<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Y\\\"}\"}</tool_call>", 2, "Let me look."},
-        {SERVER_TOOLS_HERMES, "<tool_call>{\"name\":\"now\",\"arguments\":{}}", 1, NULL}, /* unclosed at the end */
-        {SERVER_TOOLS_HERMES, "<tool_call>{\"name\":\"rm_rf\",\"arguments\":{}}</tool_call>", -1, NULL},
+        {SERVER_TOOLS_HERMES,
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"X\"}}\n</tool_call>",
+         1, NULL},
+        {SERVER_TOOLS_HERMES,
+         "Let me "
+         "look.\n<tool_call>{\"name\":\"now\",\"arguments\":{}}</"
+         "tool_call>\n<tool_call>{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Y\\\"}"
+         "\"}</tool_call>",
+         2, "Let me look."},
+        {SERVER_TOOLS_HERMES, "<tool_call>{\"name\":\"now\",\"arguments\":{}}", 1,
+         NULL}, /* unclosed at the end */
+        {SERVER_TOOLS_HERMES, "<tool_call>{\"name\":\"rm_rf\",\"arguments\":{}}</tool_call>", -1,
+         NULL},
         {SERVER_TOOLS_HERMES, "<tool_call>{\"name\":\"now\"}</tool_call>", -1, NULL},
-        {SERVER_TOOLS_HERMES, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call> and more", -1, NULL},
+        {SERVER_TOOLS_HERMES, "<tool_call>{\"name\":\"now\",\"arguments\":{}}</tool_call> and more",
+         -1, NULL},
         {SERVER_TOOLS_HERMES, "just text", -1, NULL},
-        {SERVER_TOOLS_LLAMA3, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Z\"}} ", 1, NULL},
+        {SERVER_TOOLS_LLAMA3, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Z\"}} ", 1,
+         NULL},
         {SERVER_TOOLS_LLAMA3, "<|python_tag|>{\"name\":\"now\",\"parameters\":{}}", 1, NULL},
         {SERVER_TOOLS_LLAMA3, "The weather is {\"name\":\"now\",\"parameters\":{}}", -1, NULL},
-        {SERVER_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\":\"now\",\"arguments\":{}},{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Q\"}}]", 2, NULL},
+        {SERVER_TOOLS_MISTRAL,
+         "[TOOL_CALLS][{\"name\":\"now\",\"arguments\":{}},{\"name\":\"get_weather\",\"arguments\":"
+         "{\"city\":\"Q\"}}]",
+         2, NULL},
         {SERVER_TOOLS_MISTRAL, "[{\"name\":\"now\",\"arguments\":{}}]", 1, NULL},
         {SERVER_TOOLS_MISTRAL, "[]", -1, NULL},
         {SERVER_TOOLS_MISTRAL, "[TOOL_CALLS]{\"name\":\"now\",\"arguments\":{}}", -1, NULL},
@@ -138,10 +153,11 @@ static void test_parse_output(void) {
     json_t *oa = server_tools_openai_calls(calls, "x", 1, true);
     CHECK(json_array_size(oa) == 2);
     const json_t *second = json_array_get(oa, 1);
-    CHECK(json_integer_value(json_object_get(second, "index")) == 1 &&
-          strcmp(json_string_value(json_object_get(second, "id")), "call_x_1_1") == 0 &&
-          strcmp(json_string_value(json_object_get(json_object_get(second, "function"), "arguments")),
-                 "{\"city\":\"Q\"}") == 0);
+    CHECK(
+        json_integer_value(json_object_get(second, "index")) == 1 &&
+        strcmp(json_string_value(json_object_get(second, "id")), "call_x_1_1") == 0 &&
+        strcmp(json_string_value(json_object_get(json_object_get(second, "function"), "arguments")),
+               "{\"city\":\"Q\"}") == 0);
     json_decref(oa);
     json_decref(calls);
     server_request_free(&r);
@@ -175,7 +191,8 @@ static void test_forced(void) {
             text[n++] = (char)b;
         }
         char *content = NULL;
-        json_t *calls = server_tools_parse_output((server_tool_style)style, r.tools, text, n, &content);
+        json_t *calls =
+            server_tools_parse_output((server_tool_style)style, r.tools, text, n, &content);
         CHECKF(calls != NULL && json_array_size(calls) == 1 &&
                    strcmp(json_string_value(json_object_get(json_array_get(calls, 0), "name")),
                           "get_weather") == 0,

@@ -79,7 +79,8 @@ static bool add_message(json_t *out, const json_t *m, size_t i, server_error *e)
         json_array_append(out, (json_t *)m);
         return true;
     }
-    const bool assistant = json_is_string(role) && strcmp(json_string_value(role), "assistant") == 0;
+    const bool assistant =
+        json_is_string(role) && strcmp(json_string_value(role), "assistant") == 0;
     json_t *text = json_array(), *calls = json_array();
     for (size_t k = 0; k < json_array_size(content); k++) {
         const json_t *b = json_array_get(content, k);
@@ -105,8 +106,10 @@ static bool add_message(json_t *out, const json_t *m, size_t i, server_error *e)
             json_decref(text);
             json_decref(calls);
             char msg[256];
-            snprintf(msg, sizeof msg, "messages[%zu].content[%zu] has type '%.32s'; lares takes text, "
-                     "tool_use (assistant) and tool_result (user)", i, k, type ? type : "?");
+            snprintf(msg, sizeof msg,
+                     "messages[%zu].content[%zu] has type '%.32s'; lares takes text, "
+                     "tool_use (assistant) and tool_result (user)",
+                     i, k, type ? type : "?");
             return invalid(e, "messages", msg);
         }
     }
@@ -139,10 +142,12 @@ static bool add_tools(json_t *req, const json_t *in, server_error *e) {
         for (size_t i = 0; i < json_array_size(tools); i++) {
             const json_t *t = json_array_get(tools, i);
             const json_t *type = json_object_get(t, "type");
-            if (type != NULL && !(json_is_string(type) && strcmp(json_string_value(type), "custom") == 0)) {
+            if (type != NULL &&
+                !(json_is_string(type) && strcmp(json_string_value(type), "custom") == 0)) {
                 json_decref(list);
-                return invalid(e, "tools", "only custom tools (name, input_schema) are supported; "
-                                          "server tools are not");
+                return invalid(e, "tools",
+                               "only custom tools (name, input_schema) are supported; "
+                               "server tools are not");
             }
             json_t *fn = json_object();
             json_object_set(fn, "name", json_object_get(t, "name"));
@@ -172,11 +177,11 @@ static bool add_tools(json_t *req, const json_t *in, server_error *e) {
         json_object_set_new(req, "tool_choice", c);
         return true;
     }
-    const char *mapped = type == NULL                   ? NULL
-                         : strcmp(type, "auto") == 0    ? "auto"
-                         : strcmp(type, "any") == 0     ? "required"
-                         : strcmp(type, "none") == 0    ? "none"
-                                                        : NULL;
+    const char *mapped = type == NULL                ? NULL
+                         : strcmp(type, "auto") == 0 ? "auto"
+                         : strcmp(type, "any") == 0  ? "required"
+                         : strcmp(type, "none") == 0 ? "none"
+                                                     : NULL;
     if (mapped == NULL) {
         return invalid(e, "tool_choice", "tool_choice.type must be auto, any, tool or none");
     }
@@ -348,8 +353,8 @@ static json_t *tool_use(const server_job *j, const json_t *call, size_t k, bool 
     snprintf(id, sizeof id, "toolu_%s_%zu", j->id, k);
     json_object_set_new(b, "id", json_string(id));
     json_object_set(b, "name", json_object_get(call, "name"));
-    json_object_set_new(b, "input", streamed ? json_object()
-                                             : json_deep_copy(json_object_get(call, "arguments")));
+    json_object_set_new(
+        b, "input", streamed ? json_object() : json_deep_copy(json_object_get(call, "arguments")));
     return b;
 }
 

@@ -87,8 +87,7 @@ typedef enum verdict {
     TOKEN_OK,
 } verdict;
 
-static verdict judge(const server_constraint *c, int32_t t, const bool *first_ok,
-                     jm_state *tmp) {
+static verdict judge(const server_constraint *c, int32_t t, const bool *first_ok, jm_state *tmp) {
     const server_vocab_bytes *vb = c->vb;
     const size_t from = vb->offset[t], to = vb->offset[t + 1];
     if (to == from || !first_ok[(uint8_t)vb->bytes[from]]) {
@@ -100,7 +99,8 @@ static verdict judge(const server_constraint *c, int32_t t, const bool *first_ok
             return TOKEN_REFUSED;
         }
     }
-    if (c->budget >= 0 && server_jm_min_finish(c->schema, tmp) > (size_t)LARES_MAX(c->budget - 1, 0)) {
+    if (c->budget >= 0 &&
+        server_jm_min_finish(c->schema, tmp) > (size_t)LARES_MAX(c->budget - 1, 0)) {
         return TOKEN_LONG;
     }
     return TOKEN_OK;

@@ -575,7 +575,7 @@ static size_t frame_cost(const server_schema *s, const jm_frame *f) {
         return n->min_bytes;
     case JM_OBJECT: {
         if (free_object(s, f)) {
-            static const size_t cost[] = {[O_OPEN] = 1, [O_KEY] = 3,   [O_COLON] = 3,
+            static const size_t cost[] = {[O_OPEN] = 1,  [O_KEY] = 3,   [O_COLON] = 3,
                                           [O_VALUE] = 1, [O_AFTER] = 1, [O_NEXTKEY] = 5};
             return cost[f->st];
         }
@@ -594,7 +594,8 @@ static size_t frame_cost(const server_schema *s, const jm_frame *f) {
             for (uint32_t i = f->next; i < n_props(s, f); i++) {
                 if ((cands >> i) & 1) {
                     const schema_prop *p = prop(s, f, i);
-                    size_t c = p->key_len - at + 1 + s->nodes[p->node].min_bytes + rest(s, f, i + 1);
+                    size_t c =
+                        p->key_len - at + 1 + s->nodes[p->node].min_bytes + rest(s, f, i + 1);
                     best = LARES_MIN(best, c);
                 }
             }
@@ -666,4 +667,16 @@ int server_jm_closing_byte(const server_schema *s, const jm_state *st) {
         }
     }
     return -1;
+}
+
+int server_jm_allowed(const server_schema *s, const jm_state *st, uint8_t out[256]) {
+    int n = 0;
+    jm_state tmp;
+    for (int b = 0; b < 256; b++) {
+        server_jm_copy(&tmp, st);
+        if (server_jm_feed(s, &tmp, (uint8_t)b)) {
+            out[n++] = (uint8_t)b;
+        }
+    }
+    return n;
 }

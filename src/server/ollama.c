@@ -12,9 +12,9 @@
  * repeat_penalty 1.1) unless "options" says otherwise.
  */
 #include "server/ollama.h"
-#include "server/schema.h"
 
 #include "core/core.h"
+#include "server/schema.h"
 
 #include <time.h>
 
@@ -35,7 +35,8 @@ static bool refuse_nonempty(const json_t *root, const char *key, const char *why
 /* The OpenAI-shaped body for an Ollama one; NULL with e on a refusal. */
 static json_t *translate(server_kind *kind, const json_t *in, bool generate,
                          bool *num_predict_given, server_error *e) {
-    if ((generate && !refuse_nonempty(in, "tools", " by /api/generate (use /api/chat)", e)) || !refuse_nonempty(in, "images", "", e) ||
+    if ((generate && !refuse_nonempty(in, "tools", " by /api/generate (use /api/chat)", e)) ||
+        !refuse_nonempty(in, "images", "", e) ||
         !refuse_nonempty(in, "context", "; send the conversation to /api/chat", e) ||
         !refuse_nonempty(in, "suffix", "", e)) {
         return NULL;

@@ -377,7 +377,8 @@ static bool parse_prompt(const json_t *root, server_request *r, server_error *e)
 /* fields lares knows and cannot honour are refused */
 static bool refuse_unsupported(const json_t *root, server_kind kind, server_error *e) {
     const json_t *tools = json_object_get(root, "tools");
-    if (kind != SERVER_CHAT && tools != NULL && !json_is_null(tools) && json_array_size(tools) > 0) {
+    if (kind != SERVER_CHAT && tools != NULL && !json_is_null(tools) &&
+        json_array_size(tools) > 0) {
         return bad(e, "tools", "tools are for chat completions");
     }
     const json_t *bias = json_object_get(root, "logit_bias");

@@ -10,8 +10,9 @@
  * allOf, ...) is refused with a 400 naming it, rather than ignored: the
  * output would not honour it.
  */
-#include "core/core.h"
 #include "server/schema.h"
+
+#include "core/core.h"
 
 #include <stdarg.h>
 
@@ -30,8 +31,7 @@ static bool fail(compiler *c, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     c->failed = true;
-    return server_fail(c->e, 400, "invalid_request_error", NULL, c->param, "%s: %s", c->param,
-                       msg);
+    return server_fail(c->e, 400, "invalid_request_error", NULL, c->param, "%s: %s", c->param, msg);
 }
 
 static bool oom(compiler *c) {
@@ -139,8 +139,10 @@ static bool add_literal(compiler *c, const json_t *v) {
         return oom(c);
     }
     const size_t len = strlen(text);
-    const bool ok = len > 0 && len <= SCHEMA_MAX_LITERAL ? text_literal(c, text) >= 0
-                    : fail(c, "an enum or const value longer than %d bytes", SCHEMA_MAX_LITERAL);
+    const bool ok =
+        len > 0 && len <= SCHEMA_MAX_LITERAL
+            ? text_literal(c, text) >= 0
+            : fail(c, "an enum or const value longer than %d bytes", SCHEMA_MAX_LITERAL);
     free(text);
     return ok;
 }
@@ -260,11 +262,11 @@ static bool get_count(compiler *c, const json_t *j, const char *key, int64_t *ou
 
 static bool keyword_known(const char *k) {
     static const char *const known[] = {
-        "type",     "properties", "required",  "additionalProperties",
-        "items",    "minItems",   "maxItems",  "minLength",
-        "maxLength", "enum",      "const",     "anyOf",
-        "oneOf",    "title",      "description", "default",
-        "examples", "$schema",    "$comment",  "strict",
+        "type",      "properties", "required",    "additionalProperties",
+        "items",     "minItems",   "maxItems",    "minLength",
+        "maxLength", "enum",       "const",       "anyOf",
+        "oneOf",     "title",      "description", "default",
+        "examples",  "$schema",    "$comment",    "strict",
         "$id",
     };
     for (size_t i = 0; i < LARES_ARRAY_LEN(known); i++) {
@@ -435,8 +437,7 @@ static int32_t compile_type(compiler *c, const json_t *j, const char *type, int 
     if (strcmp(type, "null") == 0) {
         return literal_words(c, NULLS);
     }
-    fail(c, "unknown type \"%s\" (object, array, string, number, integer, boolean or null)",
-         type);
+    fail(c, "unknown type \"%s\" (object, array, string, number, integer, boolean or null)", type);
     return -1;
 }
 
@@ -457,9 +458,10 @@ static int32_t compile(compiler *c, const json_t *j, int depth) {
     const json_t *v;
     json_object_foreach((json_t *)j, key, v) {
         if (!keyword_known(key)) {
-            fail(c, "\"%s\" is not supported in a schema for structured output (supported: "
-                    "type, properties, required, additionalProperties, items, minItems, "
-                    "maxItems, minLength, maxLength, enum, const, anyOf, oneOf)",
+            fail(c,
+                 "\"%s\" is not supported in a schema for structured output (supported: "
+                 "type, properties, required, additionalProperties, items, minItems, "
+                 "maxItems, minLength, maxLength, enum, const, anyOf, oneOf)",
                  key);
             return -1;
         }

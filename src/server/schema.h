@@ -17,18 +17,18 @@
 
 #include <string.h>
 
-#define SCHEMA_MAX_DEPTH    32 /* nested values (frames of the automaton) */
-#define SCHEMA_MAX_NODES    1024
-#define SCHEMA_MAX_PROPS    64 /* properties of one object; enum values of one node */
-#define SCHEMA_MAX_DIGITS   15 /* digits of an integer part or a fraction */
-#define SCHEMA_MAX_EXP      2  /* digits of an exponent (1e999 would overflow a double) */
-#define SCHEMA_MAX_LITERAL  1024
+#define SCHEMA_MAX_DEPTH   32 /* nested values (frames of the automaton) */
+#define SCHEMA_MAX_NODES   1024
+#define SCHEMA_MAX_PROPS   64 /* properties of one object; enum values of one node */
+#define SCHEMA_MAX_DIGITS  15 /* digits of an integer part or a fraction */
+#define SCHEMA_MAX_EXP     2  /* digits of an exponent (1e999 would overflow a double) */
+#define SCHEMA_MAX_LITERAL 1024
 
 typedef enum schema_kind {
-    SCHEMA_ANY = 0,  /* any JSON value */
-    SCHEMA_OBJECT,   /* properties in order; no properties: any keys, any values */
-    SCHEMA_ARRAY,    /* items of one node, min/max count */
-    SCHEMA_STRING,   /* min/max length in characters */
+    SCHEMA_ANY = 0, /* any JSON value */
+    SCHEMA_OBJECT,  /* properties in order; no properties: any keys, any values */
+    SCHEMA_ARRAY,   /* items of one node, min/max count */
+    SCHEMA_STRING,  /* min/max length in characters */
     SCHEMA_NUMBER,
     SCHEMA_INTEGER,
     SCHEMA_LITERALS, /* enum, const, boolean, null: one of some compact JSON texts */
@@ -52,13 +52,13 @@ typedef struct schema_prop {
 
 typedef struct schema_node {
     schema_kind kind;
-    bool free_form;         /* object without properties: any keys, values of node 0 */
-    int32_t first, count;   /* props (object), literals, alternatives (union) */
-    int32_t items;          /* array: the items' node; call: the names (a literals node) */
+    bool free_form;            /* object without properties: any keys, values of node 0 */
+    int32_t first, count;      /* props (object), literals, alternatives (union) */
+    int32_t items;             /* array: the items' node; call: the names (a literals node) */
     int32_t lit_open, lit_mid; /* call: the literals {"name": and ,"arguments": */
-    int64_t min_n, max_n;   /* array: items; string: characters; max -1: none */
-    size_t min_bytes;       /* the shortest text of the node */
-    uint8_t starts[32];     /* bitmap of the bytes a text of the node can start with */
+    int64_t min_n, max_n;      /* array: items; string: characters; max -1: none */
+    size_t min_bytes;          /* the shortest text of the node */
+    uint8_t starts[32];        /* bitmap of the bytes a text of the node can start with */
 } schema_node;
 
 typedef struct server_schema {
@@ -110,8 +110,8 @@ typedef enum jm_frame_kind {
 
 typedef struct jm_frame {
     int32_t node;
-    uint8_t kind; /* jm_frame_kind */
-    uint8_t st;   /* the kind's own state */
+    uint8_t kind;   /* jm_frame_kind */
+    uint8_t st;     /* the kind's own state */
     uint8_t lo, hi; /* string: the range of the next UTF-8 continuation byte */
     uint32_t count; /* items, characters, digits, bytes into a key or literal */
     uint32_t next;  /* object: the first property still allowed; string: continuation bytes due */
@@ -135,6 +135,8 @@ size_t server_jm_min_finish(const server_schema *s, const jm_state *st);
  * complete it); -1 when it needs none, or when there is none, which would be
  * a fault of server_jm_min_finish (the tests look for it). */
 int server_jm_closing_byte(const server_schema *s, const jm_state *st);
+/* The bytes that may come next, in order, into out; returns how many. */
+int server_jm_allowed(const server_schema *s, const jm_state *st, uint8_t out[256]);
 static inline void server_jm_copy(jm_state *dst, const jm_state *src) {
     dst->depth = src->depth;
     dst->done = src->done;
@@ -159,8 +161,8 @@ typedef struct server_constraint {
     const server_schema *schema;  /* borrowed */
     const server_vocab_bytes *vb; /* borrowed */
     jm_state st;
-    int64_t budget; /* tokens left to generate; < 0: unknown */
-    bool broken;    /* a token outside the automaton was chosen (should not happen) */
+    int64_t budget;    /* tokens left to generate; < 0: unknown */
+    bool broken;       /* a token outside the automaton was chosen (should not happen) */
     uint8_t *verdicts; /* owned: scratch, one a token */
 } server_constraint;
 

@@ -7,23 +7,16 @@
  * <tool_call> that a vocabulary has as one added token is read as its
  * pieces).
  */
-#include "core/core.h"
-#include "server/schema.h"
 #include "server/tools.h"
 
-#include <ctype.h>
-#include <stdarg.h>
+#include "core/core.h"
+#include "server/schema.h"
 
-static bool bad(server_error *e, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static bool bad(server_error *e, const char *param, const char *fmt, ...) {
-    char msg[LARES_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return server_fail(e, 400, "invalid_request_error", NULL, param, "%s", msg);
-}
+#include <ctype.h>
+
+/* a 400 naming the field */
+#define bad(e, param, ...)                                                                         \
+    server_fail((e), 400, "invalid_request_error", NULL, (param), __VA_ARGS__)
 
 static bool oom(server_error *e) {
     return server_fail(e, 500, "server_error", NULL, NULL, "out of memory");

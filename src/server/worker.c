@@ -32,12 +32,12 @@ typedef struct gen {
     /* sent so far */
     char *all; /* non-streamed: the whole answer */
     size_t all_len, all_cap;
-    size_t sent_bytes; /* completions' text_offset */
-    json_t *lp;        /* non-streamed: chat content list or completion logprobs */
+    size_t sent_bytes;      /* completions' text_offset */
+    json_t *lp;             /* non-streamed: chat content list or completion logprobs */
     server_constraint *con; /* structured output; NULL: free text */
     bool hold;              /* tools: the answer is kept whole, to look for calls at the end */
-    bool stop_string;  /* a stop string ended the answer */
-    size_t stop_index; /* which one */
+    bool stop_string;       /* a stop string ended the answer */
+    size_t stop_index;      /* which one */
     bool oom;
 } gen;
 
@@ -338,8 +338,8 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     server_constraint con;
     if (r->format != NULL) {
         /* the tokens left bound the value: it closes before max_tokens */
-        const int64_t budget = r->max_tokens >= 0 ? r->max_tokens
-                                                  : lares_session_n_ctx(sv->s) - (int64_t)j->n_ids;
+        const int64_t budget =
+            r->max_tokens >= 0 ? r->max_tokens : lares_session_n_ctx(sv->s) - (int64_t)j->n_ids;
         if (!vocab_bytes(sv) || !server_constraint_init(&con, r->format, sv->vb, budget)) {
             if (sv->vb != NULL) {
                 server_constraint_free(&con);
@@ -390,7 +390,8 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     if (calls != NULL) {
         finish = "tool_calls";
     }
-    if (calls != NULL && r->stream && r->dialect == SERVER_OPENAI) { /* one delta, then the finish */
+    if (calls != NULL && r->stream &&
+        r->dialect == SERVER_OPENAI) { /* one delta, then the finish */
         json_t *o = server_reply_base(j, sv->model_id, true);
         json_t *c = choice(g, content ? json_string(content) : NULL, NULL, NULL, true);
         json_object_set_new(json_object_get(c, "delta"), "tool_calls",
@@ -408,8 +409,8 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
                                                             : "end_turn";
         json_t *text = calls != NULL ? json_string(content ? content : "")
                                      : server_lossy_string(g->all ? g->all : "", g->all_len);
-        server_anthropic_end(j, text, reason, g->stop_string ? r->stop[g->stop_index] : NULL,
-                             calls, (size_t)st.n_generated);
+        server_anthropic_end(j, text, reason, g->stop_string ? r->stop[g->stop_index] : NULL, calls,
+                             (size_t)st.n_generated);
     } else if (r->dialect == SERVER_OLLAMA) {
         const server_ollama_counts c = {.prompt_tokens = j->n_ids - kept,
                                         .generated = (size_t)st.n_generated,

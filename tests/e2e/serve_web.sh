@@ -12,15 +12,8 @@ need npm
 CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
 [ -n "$CHROMIUM" ] || { echo "$TEST_NAME: needs chromium (scripts/deps.sh installs it)" >&2; exit 1; }
 PLAYWRIGHT_VERSION=1.65.1
-: "${LARES_NODE_DIR:?set by CMake}" "${LARES_NPM_CACHE:?set by CMake}" "${LARES_TEST_OUT:?set by CMake}"
-if [ "$(jq -r .version "$LARES_NODE_DIR/node_modules/playwright-core/package.json" 2>/dev/null)" != "$PLAYWRIGHT_VERSION" ]; then
-  mkdir -p "$LARES_NODE_DIR" "$LARES_NPM_CACHE"
-  if ! npm install --prefix "$LARES_NODE_DIR" --cache "$LARES_NPM_CACHE" --no-audit --no-fund \
-    --no-save "playwright-core@$PLAYWRIGHT_VERSION" >"$TMP/npm.log" 2>&1; then
-    echo "$TEST_NAME: npm install playwright-core@$PLAYWRIGHT_VERSION failed: $(tail -5 "$TMP/npm.log")" >&2
-    exit 1
-  fi
-fi
+: "${LARES_TEST_OUT:?set by CMake}"
+npm_package playwright-core "$PLAYWRIGHT_VERSION"
 M=$(model stories260K.gguf)
 KEY=sk-web-test
 start_server w -m "$M" -t 1 -c 2048 --api-key "$KEY"
