@@ -240,6 +240,11 @@ typedef struct lares_generate_opts {
     lares_token_fn on_token;   /* may be NULL */
     void *user;
     int32_t n_logprobs;        /* 0: none; else top alternatives per token (max 20) */
+    /* Called before each token is drawn with the logits of the whole
+     * vocabulary (and `user`), which it may change: a constraint sets the
+     * tokens it forbids to -INFINITY and must leave at least one. The
+     * log-probabilities reported are of the changed logits. May be NULL. */
+    void (*on_logits)(float *logits, int32_t n_vocab, void *user);
     /* Speculative decoding by prompt lookup: up to this many tokens are
      * drafted from the context (the continuation of the last earlier
      * occurrence of its final tokens) and verified in one forward pass; every

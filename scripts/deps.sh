@@ -12,7 +12,8 @@ PKGS=(
   python3
   chromium
 )
-# chromium: the headless browser of the ring page's test (tests/e2e/serve_ring_page.sh)
+# chromium: the headless browser of the ring page's and the web page's tests
+# (tests/e2e/serve_ring_page.sh, tests/e2e/serve_web.sh)
 # lares serve's test with the official openai npm client needs node and npm: Debian's
 # packages, unless a node with npm is there already (NodeSource's nodejs carries its own
 # npm and conflicts with Debian's npm package)

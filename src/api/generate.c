@@ -273,6 +273,11 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
             fig->stop = LARES_STOP_LENGTH; /* the context is full */
             break;
         }
+        /* a constraint sees each row in the order its token is drawn, drafts
+         * or not: it never sees a token that is not delivered */
+        if (o.on_logits != NULL) {
+            o.on_logits(next_logits, m->hp.n_vocab, o.user);
+        }
         if (raw != NULL) {
             memcpy(raw, next_logits, (size_t)m->hp.n_vocab * sizeof *raw);
         }

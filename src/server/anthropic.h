@@ -18,8 +18,10 @@ void server_anthropic_start(server_job *j);
 void server_anthropic_delta(server_job *j, json_t *text);
 /* the end: streamed, the closing events (text is dropped); else the whole
  * message with text. reason: end_turn, max_tokens or stop_sequence. */
+/* The end of the reply; calls (borrowed, may be NULL): tool_use blocks
+ * after the text. Takes the reference to text. */
 void server_anthropic_end(server_job *j, json_t *text, const char *reason, const char *stop_seq,
-                          size_t out_tokens);
+                          const json_t *calls, size_t out_tokens);
 /* streamed: an "error" event */
 void server_anthropic_error_event(server_job *j, const server_error *e);
 

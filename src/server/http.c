@@ -15,6 +15,8 @@
 #include "server/ollama.h"
 #include "server/respond.h"
 #include "server/ring_page.h"
+#include "server/schema.h"
+#include "server/web.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -190,6 +192,7 @@ static int connection_fd(struct MHD_Connection *c) {
 
 typedef enum route {
     R_NONE,
+    R_WEB, /* the page's files (web.c) */
     R_HEALTH,
     R_METRICS,
     R_MODELS,
@@ -393,6 +396,10 @@ static route route_of(const char *url, bool *is_post) {
         *is_post = false;
         return R_MODEL;
     }
+    if (server_web_find(url) != NULL) {
+        *is_post = false;
+        return R_WEB;
+    }
     return R_NONE;
 }
 
@@ -466,7 +473,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                         "more than %d connections are open; retry later", sv->o.max_connections);
             return send_error(sv, c, &e, dl);
         }
-        if (r != R_HEALTH && r != R_RING_PAGE && !key_ok(sv, c)) { /* the page holds no data */
+        /* the pages hold no data */
+        if (r != R_HEALTH && r != R_RING_PAGE && r != R_WEB && !key_ok(sv, c)) {
             server_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
                         "incorrect or missing API key: send 'Authorization: Bearer KEY' (or "
                         "'x-api-key: KEY')");
@@ -560,6 +568,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return server_ring_json(sv, c);
     case R_RING_PAGE:
         return server_ring_page(sv, c);
+    case R_WEB: {
+        const server_web_asset *a = server_web_find(url);
+        return send_bytes(sv, c, 200, a->ctype, (const char *)a->data, a->len, 0);
+    }
     case R_NONE:
         break;
     }
@@ -805,5 +817,9 @@ void server_stop(server *sv) {
     lares_free(sv->queue);
     lares_free(sv->api_key);
     lares_free(sv->cors);
+    if (sv->vb != NULL) {
+        server_vocab_bytes_free(sv->vb);
+        lares_free(sv->vb);
+    }
     lares_free(sv);
 }

@@ -14,6 +14,7 @@
 #include "server/ollama.h"
 
 #include "core/core.h"
+#include "server/schema.h"
 
 #include <time.h>
 
@@ -34,8 +35,8 @@ static bool refuse_nonempty(const json_t *root, const char *key, const char *why
 /* The OpenAI-shaped body for an Ollama one; NULL with e on a refusal. */
 static json_t *translate(server_kind *kind, const json_t *in, bool generate,
                          bool *num_predict_given, server_error *e) {
-    if (!refuse_nonempty(in, "format", " yet (structured output)", e) ||
-        !refuse_nonempty(in, "tools", " yet", e) || !refuse_nonempty(in, "images", "", e) ||
+    if ((generate && !refuse_nonempty(in, "tools", " by /api/generate (use /api/chat)", e)) ||
+        !refuse_nonempty(in, "images", "", e) ||
         !refuse_nonempty(in, "context", "; send the conversation to /api/chat", e) ||
         !refuse_nonempty(in, "suffix", "", e)) {
         return NULL;
@@ -95,6 +96,10 @@ static json_t *translate(server_kind *kind, const json_t *in, bool generate,
         if (msgs != NULL) {
             json_object_set(out, "messages", msgs);
         }
+        json_t *tools = json_object_get(in, "tools");
+        if (tools != NULL) {
+            json_object_set(out, "tools", tools); /* the same shape as OpenAI's */
+        }
         return out;
     }
     json_t *prompt = json_object_get(in, "prompt");
@@ -137,6 +142,12 @@ bool server_ollama_parse(bool generate, const char *body, size_t len, server_req
     server_kind kind = SERVER_CHAT;
     bool np_given = false;
     json_t *req = translate(&kind, root, generate, &np_given, e);
+    /* format ("json" or a schema) is compiled apart, so errors name it */
+    server_request fmt = {0};
+    if (req != NULL && !server_parse_ollama_format(json_object_get(root, "format"), &fmt, e)) {
+        json_decref(req);
+        req = NULL;
+    }
     json_decref(root);
     if (req == NULL) {
         return false;
@@ -144,11 +155,15 @@ bool server_ollama_parse(bool generate, const char *body, size_t len, server_req
     char *s = json_dumps(req, JSON_COMPACT);
     json_decref(req);
     if (s == NULL) {
+        server_schema_free(fmt.format);
         return server_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     }
     const bool ok = server_request_parse(kind, s, strlen(s), out, e);
     free(s);
-    if (ok) {
+    if (!ok) {
+        server_schema_free(fmt.format);
+    } else {
+        out->format = fmt.format;
         out->dialect = SERVER_OLLAMA;
         out->ollama_generate = generate;
         if (!np_given) {
@@ -214,10 +229,32 @@ void server_ollama_chunk(server_job *j, json_t *text) {
     write_line(j, o);
 }
 
-void server_ollama_final(server_job *j, json_t *text, const char *reason,
+/* Ollama's tool_calls: [{"function": {"name", "arguments": object}}] */
+static json_t *ollama_calls(const json_t *calls) {
+    json_t *list = json_array();
+    for (size_t k = 0; k < json_array_size(calls); k++) {
+        json_t *fn = json_deep_copy(json_array_get(calls, k));
+        json_t *o = json_object();
+        json_object_set_new(o, "function", fn);
+        json_array_append_new(list, o);
+    }
+    return list;
+}
+
+void server_ollama_final(server_job *j, json_t *text, const char *reason, const json_t *calls,
                          const server_ollama_counts *c) {
+    if (calls != NULL && j->req.stream) { /* the calls in a chunk of their own */
+        json_t *o = base(j);
+        set_text(o, j, json_string(""));
+        json_object_set_new(json_object_get(o, "message"), "tool_calls", ollama_calls(calls));
+        json_object_set_new(o, "done", json_false());
+        write_line(j, o);
+    }
     json_t *o = base(j);
     set_text(o, j, text);
+    if (calls != NULL && !j->req.stream) {
+        json_object_set_new(json_object_get(o, "message"), "tool_calls", ollama_calls(calls));
+    }
     json_object_set_new(o, "done", json_true());
     json_object_set_new(o, "done_reason", json_string(reason));
     json_object_set_new(o, "total_duration", json_integer((json_int_t)(c->total_s * 1e9)));

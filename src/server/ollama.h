@@ -25,7 +25,9 @@ typedef struct server_ollama_counts {
 /* One line of a streamed reply: text (reference taken) with "done": false. */
 void server_ollama_chunk(server_job *j, json_t *text);
 /* The last line (or the whole reply when not streamed): "done": true. */
-void server_ollama_final(server_job *j, json_t *text, const char *reason,
+/* The last line; calls (borrowed, may be NULL): the answer's tool calls,
+ * in the message (streamed: in a chunk before it). */
+void server_ollama_final(server_job *j, json_t *text, const char *reason, const json_t *calls,
                          const server_ollama_counts *c);
 
 #endif /* LARES_SERVER_OLLAMA_H */

@@ -6,7 +6,8 @@
  * read-only and the session is not touched.
  */
 #include "core/core.h"
-#include "server/server_impl.h"
+#include "server/schema.h"
+#include "server/tools.h"
 
 #include <time.h>
 
@@ -62,6 +63,65 @@ static bool prepare_inputs(server *sv, server_job *j, server_error *e) {
     return true;
 }
 
+/* The conversation (with tools, calls and results written in the family's
+ * style) into tokens; a forced call's prefix after them, its schema on the
+ * request. */
+static bool prepare_chat(server *sv, server_job *j, server_error *e) {
+    server_request *r = &j->req;
+    lares_error err = {0};
+    const server_tool_style style = server_tool_style_of(sv->tmpl);
+    j->tool_style = (int)style;
+    bool has_tool_msgs = r->calls != NULL;
+    for (size_t i = 0; i < r->n_msgs && !has_tool_msgs; i++) {
+        has_tool_msgs = strcmp(r->msgs[i].role, "tool") == 0;
+    }
+    if (r->tools == NULL && !has_tool_msgs) {
+        if (lares_chat_tokenize(sv->m, sv->tmpl, r->msgs, r->n_msgs, true, &j->ids, &j->n_ids,
+                                &err) != LARES_OK) {
+            return fail_from(e, &err, "messages");
+        }
+        return true;
+    }
+    server_tools_render rm;
+    if (!server_tools_render_messages(style, r, &rm, e)) {
+        return false;
+    }
+    lares_status st =
+        lares_chat_tokenize(sv->m, sv->tmpl, rm.msgs, rm.n_msgs, true, &j->ids, &j->n_ids, &err);
+    server_tools_render_free(&rm);
+    if (st != LARES_OK) {
+        return fail_from(e, &err, "messages");
+    }
+    j->tool_calls = r->tools != NULL && r->tool_choice != SERVER_TOOL_NONE;
+    j->tool_forced = r->tool_choice == SERVER_TOOL_REQUIRED || r->tool_choice == SERVER_TOOL_NAMED;
+    if (!j->tool_forced) {
+        return true;
+    }
+    if ((r->format = server_tools_call_schema(style, r, e)) == NULL) {
+        return false;
+    }
+    const char *prefix = server_tools_forced_prefix(style);
+    if (prefix[0] == '\0') {
+        return true;
+    }
+    lares_tokenize_opts to = {.add_bos = false, .parse_special = true};
+    int32_t *extra = NULL;
+    size_t n_extra = 0;
+    if (lares_tokenize(sv->m, prefix, strlen(prefix), &to, &extra, &n_extra, &err) != LARES_OK) {
+        return fail_from(e, &err, "tool_choice");
+    }
+    int32_t *all = lares_realloc(j->ids, (j->n_ids + n_extra) * sizeof *all);
+    if (all == NULL) {
+        lares_free(extra);
+        return server_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    memcpy(all + j->n_ids, extra, n_extra * sizeof *all);
+    j->ids = all;
+    j->n_ids += n_extra;
+    lares_free(extra);
+    return true;
+}
+
 bool server_prepare(server *sv, server_job *j, server_error *e) {
     server_request *r = &j->req;
     /* Ollama's clients name models "name:tag"; /api/tags lists this one as ":latest" */
@@ -78,9 +138,8 @@ bool server_prepare(server *sv, server_job *j, server_error *e) {
     }
     lares_error err = {0};
     if (r->kind == SERVER_CHAT) {
-        if (lares_chat_tokenize(sv->m, sv->tmpl, r->msgs, r->n_msgs, true, &j->ids, &j->n_ids,
-                                &err) != LARES_OK) {
-            return fail_from(e, &err, "messages");
+        if (!prepare_chat(sv, j, e)) {
+            return false;
         }
     } else if (r->prompt != NULL) {
         lares_tokenize_opts to = {.add_bos = true, .parse_special = false};

@@ -5,11 +5,12 @@
  * (top_k, min_p, repeat_penalty) are named as in other local servers. Every
  * problem is a 400 naming the field. Unknown fields are ignored, as clients
  * send many; known fields lares cannot honour (tools, logit_bias, echo,
- * suffix, best_of > 1, response formats other than text) are refused, not
- * dropped.
+ * suffix, best_of > 1) are refused, not dropped. response_format is
+ * format.c's.
  */
 #include "core/core.h"
-#include "server/server_impl.h"
+#include "server/schema.h"
+#include "server/tools.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -49,6 +50,11 @@ void server_request_free(server_request *r) {
         lares_free((char *)r->msgs[i].content);
     }
     lares_free(r->msgs);
+    for (size_t i = 0; r->calls != NULL && i < r->n_msgs; i++) {
+        json_decref(r->calls[i]);
+    }
+    lares_free(r->calls);
+    json_decref(r->tools);
     lares_free(r->prompt);
     lares_free(r->prompt_ids);
     for (size_t i = 0; i < r->n_stop; i++) {
@@ -59,6 +65,7 @@ void server_request_free(server_request *r) {
         lares_free(r->inputs[i].ids);
     }
     lares_free(r->inputs);
+    server_schema_free(r->format);
     memset(r, 0, sizeof *r);
 }
 
@@ -297,15 +304,28 @@ static bool parse_messages(const json_t *root, server_request *r, server_error *
             canon = "user";
         } else if (strcmp(rs, "assistant") == 0) {
             canon = "assistant";
+        } else if (strcmp(rs, "tool") == 0) {
+            canon = "tool";
         } else {
             return bad(e, param,
-                       "%s is '%.32s'; lares takes system, developer, user and "
-                       "assistant (no tools)",
+                       "%s is '%.32s'; lares takes system, developer, user, assistant and tool",
                        param, rs);
         }
-        const json_t *calls = json_object_get(m, "tool_calls");
-        if (calls != NULL && !json_is_null(calls) && json_array_size(calls) > 0) {
-            return bad(e, "messages", "messages[%zu] has tool_calls; tools are not supported", i);
+        json_t *calls = NULL;
+        if (!server_parse_message_calls(json_object_get(m, "tool_calls"), i, &calls, e)) {
+            return false;
+        }
+        if (calls != NULL && strcmp(canon, "assistant") != 0) {
+            json_decref(calls);
+            return bad(e, "messages", "messages[%zu] has tool_calls but is not the assistant's", i);
+        }
+        if (calls != NULL && r->calls == NULL &&
+            (r->calls = lares_calloc(n, sizeof *r->calls)) == NULL) {
+            json_decref(calls);
+            return server_fail(e, 500, "server_error", NULL, "messages", "out of memory");
+        }
+        if (calls != NULL) {
+            r->calls[i] = calls;
         }
         char *content = NULL;
         if (!parse_content(json_object_get(m, "content"), i, canon, &content, e)) {
@@ -357,19 +377,13 @@ static bool parse_prompt(const json_t *root, server_request *r, server_error *e)
 /* fields lares knows and cannot honour are refused */
 static bool refuse_unsupported(const json_t *root, server_kind kind, server_error *e) {
     const json_t *tools = json_object_get(root, "tools");
-    if (tools != NULL && !json_is_null(tools) && json_array_size(tools) > 0) {
-        return bad(e, "tools", "tools are not supported");
+    if (kind != SERVER_CHAT && tools != NULL && !json_is_null(tools) &&
+        json_array_size(tools) > 0) {
+        return bad(e, "tools", "tools are for chat completions");
     }
     const json_t *bias = json_object_get(root, "logit_bias");
     if (bias != NULL && !json_is_null(bias) && json_object_size(bias) > 0) {
         return bad(e, "logit_bias", "logit_bias is not supported");
-    }
-    const json_t *rf = json_object_get(root, "response_format");
-    if (rf != NULL && !json_is_null(rf)) {
-        const json_t *t = json_object_get(rf, "type");
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0) {
-            return bad(e, "response_format", "response_format other than text is not supported");
-        }
     }
     if (kind == SERVER_COMPLETION) {
         bool echo = false;
@@ -399,11 +413,19 @@ static bool parse_fields(const json_t *root, server_kind kind, server_request *r
     if (!json_is_string(model)) {
         return bad(e, "model", "model must be a string, not %s", type_name(model));
     }
-    if (!dup_string(model, "model", &r->model, NULL, e) || !refuse_unsupported(root, kind, e)) {
+    if (!dup_string(model, "model", &r->model, NULL, e) || !refuse_unsupported(root, kind, e) ||
+        !server_parse_response_format(json_object_get(root, "response_format"), r, e) ||
+        (kind == SERVER_CHAT && !server_parse_tools(json_object_get(root, "tools"),
+                                                    json_object_get(root, "tool_choice"), r, e))) {
         return false;
     }
     if (kind == SERVER_CHAT ? !parse_messages(root, r, e) : !parse_prompt(root, r, e)) {
         return false;
+    }
+    if (r->format != NULL &&
+        (r->tool_choice == SERVER_TOOL_REQUIRED || r->tool_choice == SERVER_TOOL_NAMED)) {
+        return bad(e, "response_format",
+                   "response_format cannot be combined with a tool_choice that forces a call");
     }
     /* OpenAI's defaults: temperature 1, top_p 1, no other truncation */
     lares_sampler_opts *s = &r->sampler;

@@ -60,6 +60,14 @@ typedef struct server_input {
     size_t n_ids;
 } server_input;
 
+/* tool_choice: whether the answer may, must, or must not call a tool */
+typedef enum server_tool_choice {
+    SERVER_TOOL_AUTO = 0, /* the model decides; calls are parsed from the answer */
+    SERVER_TOOL_NONE,     /* no calls: the tools are not shown */
+    SERVER_TOOL_REQUIRED, /* one call of any tool, generated under a constraint */
+    SERVER_TOOL_NAMED,    /* one call of tool_named */
+} server_tool_choice;
+
 typedef struct server_request {
     server_kind kind;
     server_dialect dialect;
@@ -80,6 +88,11 @@ typedef struct server_request {
     size_t n_stop;
     bool stream;
     bool include_usage;
+    struct server_schema *format; /* owned: structured output (schema.h); NULL: free text */
+    json_t *tools;                /* owned: [{"name","description","parameters"}] or NULL */
+    server_tool_choice tool_choice;
+    int32_t tool_named;           /* SERVER_TOOL_NAMED: index in tools */
+    json_t **calls;               /* owned, n_msgs: an assistant's calls [{"name","arguments"}] */
     bool logprobs;        /* log-probabilities of the chosen tokens */
     int32_t top_logprobs; /* alternatives per token, 0..20 */
     /* embeddings */
@@ -132,6 +145,9 @@ typedef struct server_job {
     char id[48];     /* "chatcmpl-..." */
     int64_t created; /* unix seconds */
     int fd;          /* the client's socket, to notice when it leaves */
+    int tool_style;  /* server_tool_style (tools.h) of the chat family */
+    bool tool_calls; /* calls are read from the answer (tools given, tool_choice not none) */
+    bool tool_forced; /* the answer is a call: its prefix is in the prompt, a schema holds it */
     /* output for the client, written by the worker, read by the HTTP thread */
     char *out; /* owned */
     size_t out_len, out_pos, out_cap;
@@ -198,6 +214,8 @@ struct server {
     bool worker_started;
     server_metrics mx;
     server_conns conns;
+    struct server_vocab_bytes *vb; /* owned: the tokens' bytes, read by the worker when a
+                                      request first asks for structured output */
 };
 
 server_job *server_job_create(void);

@@ -14,6 +14,8 @@
 #include "server/anthropic.h"
 #include "server/ollama.h"
 #include "server/respond.h"
+#include "server/schema.h"
+#include "server/tools.h"
 
 #include <time.h>
 
@@ -30,10 +32,12 @@ typedef struct gen {
     /* sent so far */
     char *all; /* non-streamed: the whole answer */
     size_t all_len, all_cap;
-    size_t sent_bytes; /* completions' text_offset */
-    json_t *lp;        /* non-streamed: chat content list or completion logprobs */
-    bool stop_string;  /* a stop string ended the answer */
-    size_t stop_index; /* which one */
+    size_t sent_bytes;      /* completions' text_offset */
+    json_t *lp;             /* non-streamed: chat content list or completion logprobs */
+    server_constraint *con; /* structured output; NULL: free text */
+    bool hold;              /* tools: the answer is kept whole, to look for calls at the end */
+    bool stop_string;       /* a stop string ended the answer */
+    size_t stop_index;      /* which one */
     bool oom;
 } gen;
 
@@ -89,11 +93,12 @@ static json_t *choice(const gen *g, json_t *text, json_t *logprobs, const char *
 static void release(gen *g, size_t n_tok, size_t n_bytes) {
     const server_request *r = g->r;
     const lares_model *m = g->sv->m;
+    const bool stream = r->stream && !g->hold;
     if (n_bytes == 0 && n_tok == 0) {
         return;
     }
     json_t *lps = NULL;
-    if (r->logprobs) {
+    if (r->logprobs && !(g->hold && r->stream)) {
         lps = r->kind == SERVER_CHAT ? json_array() : server_completion_logprobs_new();
         size_t start = 0;
         for (size_t k = 0; k < n_tok; k++) {
@@ -109,15 +114,15 @@ static void release(gen *g, size_t n_tok, size_t n_bytes) {
             start = t->end;
         }
     }
-    if (r->stream && r->dialect == SERVER_OLLAMA) {
+    if (stream && r->dialect == SERVER_OLLAMA) {
         if (n_bytes > 0) {
             server_ollama_chunk(g->j, server_lossy_string(g->text, n_bytes));
         }
-    } else if (r->stream && r->dialect == SERVER_ANTHROPIC) {
+    } else if (stream && r->dialect == SERVER_ANTHROPIC) {
         if (n_bytes > 0) {
             server_anthropic_delta(g->j, server_lossy_string(g->text, n_bytes));
         }
-    } else if (r->stream) {
+    } else if (stream) {
         json_t *o = server_reply_base(g->j, g->sv->model_id, true);
         json_array_append_new(json_object_get(o, "choices"),
                               choice(g, server_lossy_string(g->text, n_bytes), lps, NULL, true));
@@ -155,8 +160,16 @@ static void release(gen *g, size_t n_tok, size_t n_bytes) {
     }
 }
 
+static void on_logits(float *logits, int32_t n_vocab, void *user) {
+    gen *g = user;
+    server_constraint_mask(g->con, logits, n_vocab);
+}
+
 static bool on_token(const lares_token_info *t, void *user) {
     gen *g = user;
+    if (g->con != NULL && t->token >= 0) {
+        server_constraint_advance(g->con, t->token);
+    }
     if (!grow((void **)&g->text, &g->cap, g->len + t->piece_len + 1, 1) ||
         !grow((void **)&g->toks, &g->cap_toks, g->n_toks + 1, sizeof *g->toks)) {
         g->oom = true;
@@ -252,6 +265,51 @@ typedef struct run_totals {
     lares_stats last; /* the last choice's figures */
 } run_totals;
 
+/* The calls in a held answer (tools.c), with the forced prefix the prompt
+ * ended with; none: the answer is text after all, and a stream gets it now. */
+static json_t *take_calls(server_job *j, gen *g, char **content) {
+    const server_request *r = &j->req;
+    const server_tool_style style = (server_tool_style)j->tool_style;
+    const char *prefix = j->tool_forced ? server_tools_forced_prefix(style) : "";
+    const size_t np = strlen(prefix);
+    json_t *calls = NULL;
+    char *text = lares_alloc(np + g->all_len + 1);
+    if (text != NULL) {
+        memcpy(text, prefix, np);
+        if (g->all_len > 0) {
+            memcpy(text + np, g->all, g->all_len);
+        }
+        calls = server_tools_parse_output(style, r->tools, text, np + g->all_len, content);
+        lares_free(text);
+    }
+    g->hold = false;
+    if (calls == NULL && r->stream && g->all_len > 0) { /* release it as streamed text */
+        lares_free(g->text);
+        g->text = g->all;
+        g->len = g->all_len;
+        g->cap = g->all_cap;
+        g->all = NULL;
+        g->all_len = g->all_cap = 0;
+        release(g, 0, g->len);
+    }
+    return calls;
+}
+
+/* The tokens' bytes for structured output, read on first use. */
+static bool vocab_bytes(server *sv) {
+    if (sv->vb != NULL) {
+        return true;
+    }
+    server_vocab_bytes *vb = lares_calloc(1, sizeof *vb);
+    lares_error err = {0};
+    if (vb == NULL || server_vocab_bytes_read(sv->m, sv->n_vocab, vb, &err) != LARES_OK) {
+        lares_free(vb);
+        return false;
+    }
+    sv->vb = vb;
+    return true;
+}
+
 /* Generates choice g->index: streamed, or appended to reply's choices.
  * False when it failed (the error is written) or the client left. */
 static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_totals *tot) {
@@ -276,6 +334,23 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
     go.on_token = on_token;
     go.user = g;
+    g->hold = j->tool_calls;
+    server_constraint con;
+    if (r->format != NULL) {
+        /* the tokens left bound the value: it closes before max_tokens */
+        const int64_t budget =
+            r->max_tokens >= 0 ? r->max_tokens : lares_session_n_ctx(sv->s) - (int64_t)j->n_ids;
+        if (!vocab_bytes(sv) || !server_constraint_init(&con, r->format, sv->vb, budget)) {
+            if (sv->vb != NULL) {
+                server_constraint_free(&con);
+            }
+            write_error(j, "out of memory preparing structured output", 500);
+            server_job_finish(j, 500);
+            return false;
+        }
+        g->con = &con;
+        go.on_logits = on_logits;
+    }
     if (r->stream && r->dialect == SERVER_ANTHROPIC) {
         server_anthropic_start(j);
     }
@@ -293,6 +368,10 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     lares_error err = {0};
     lares_status rc =
         lares_generate(sv->s, j->ids + kept, j->n_ids - kept, &go, NULL, 0, NULL, &st, &err);
+    if (g->con != NULL) {
+        server_constraint_free(g->con);
+        g->con = NULL;
+    }
     if (!g->stop_string) {
         release(g, g->n_toks, g->len); /* the held tail: no stop string came */
     }
@@ -306,12 +385,31 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
         server_job_finish(j, 500);
         return false;
     }
+    char *content = NULL;
+    json_t *calls = g->hold ? take_calls(j, g, &content) : NULL;
+    if (calls != NULL) {
+        finish = "tool_calls";
+    }
+    if (calls != NULL && r->stream &&
+        r->dialect == SERVER_OPENAI) { /* one delta, then the finish */
+        json_t *o = server_reply_base(j, sv->model_id, true);
+        json_t *c = choice(g, content ? json_string(content) : NULL, NULL, NULL, true);
+        json_object_set_new(json_object_get(c, "delta"), "tool_calls",
+                            server_tools_openai_calls(calls, j->id, g->index, true));
+        json_array_append_new(json_object_get(o, "choices"), c);
+        if (r->include_usage) {
+            json_object_set_new(o, "usage", json_null());
+        }
+        server_write_event(j, o);
+    }
     if (r->dialect == SERVER_ANTHROPIC) {
-        const char *reason = g->stop_string                 ? "stop_sequence"
+        const char *reason = calls != NULL                  ? "tool_use"
+                             : g->stop_string               ? "stop_sequence"
                              : st.stop == LARES_STOP_LENGTH ? "max_tokens"
                                                             : "end_turn";
-        server_anthropic_end(j, server_lossy_string(g->all ? g->all : "", g->all_len), reason,
-                             g->stop_string ? r->stop[g->stop_index] : NULL,
+        json_t *text = calls != NULL ? json_string(content ? content : "")
+                                     : server_lossy_string(g->all ? g->all : "", g->all_len);
+        server_anthropic_end(j, text, reason, g->stop_string ? r->stop[g->stop_index] : NULL, calls,
                              (size_t)st.n_generated);
     } else if (r->dialect == SERVER_OLLAMA) {
         const server_ollama_counts c = {.prompt_tokens = j->n_ids - kept,
@@ -319,9 +417,10 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
                                         .total_s = (st.prompt_ms + st.gen_ms) / 1e3,
                                         .prompt_s = st.prompt_ms / 1e3,
                                         .gen_s = st.gen_ms / 1e3};
-        server_ollama_final(
-            j, r->stream ? json_string("") : server_lossy_string(g->all ? g->all : "", g->all_len),
-            finish, &c);
+        json_t *text = r->stream || calls != NULL
+                           ? json_string(!r->stream && content ? content : "")
+                           : server_lossy_string(g->all ? g->all : "", g->all_len);
+        server_ollama_final(j, text, calls != NULL ? "stop" : finish, calls, &c);
     } else if (r->stream) {
         json_t *o = server_reply_base(j, sv->model_id, true);
         json_array_append_new(
@@ -331,6 +430,12 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
             json_object_set_new(o, "usage", json_null());
         }
         server_write_event(j, o);
+    } else if (calls != NULL) {
+        json_t *c = choice(g, content ? json_string(content) : json_null(), g->lp, finish, false);
+        g->lp = NULL;
+        json_object_set_new(json_object_get(c, "message"), "tool_calls",
+                            server_tools_openai_calls(calls, j->id, g->index, false));
+        json_array_append_new(json_object_get(reply, "choices"), c);
     } else {
         json_t *lp = g->lp;
         g->lp = NULL;
@@ -338,6 +443,8 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
             json_object_get(reply, "choices"),
             choice(g, server_lossy_string(g->all ? g->all : "", g->all_len), lp, finish, false));
     }
+    json_decref(calls);
+    lares_free(content);
     return !atomic_load(&j->cancel);
 }
 
@@ -437,6 +544,9 @@ void *server_worker_main(void *arg) {
         pthread_mutex_unlock(&j->mu);
         if (atomic_load(&j->cancel)) {
             server_job_finish(j, 499); /* the client left while it waited */
+            pthread_mutex_lock(&sv->mu);
+            sv->mx.canceled += !sv->stopping;
+            pthread_mutex_unlock(&sv->mu);
         } else if (j->req.kind == SERVER_EMBEDDING) {
             server_run_embedding(sv, j);
         } else {

@@ -195,6 +195,11 @@ int32_t text_sampler_sample(text_sampler *s, float *logits, const int32_t *hist,
         n = o->top_k;
     }
     qsort(c, (size_t)n, sizeof *c, cmp_cand_desc);
+    /* tokens a constraint forbade (-inf) are never drawn, not even as the
+     * last resort below */
+    while (n > 1 && isinf(c[n - 1].logit) && c[n - 1].logit < 0) {
+        n--;
+    }
     /* probabilities of the untempered distribution for top-p and min-p */
     const float mx = c[0].logit;
     double sum = 0;

@@ -72,7 +72,24 @@ async function main() {
 
   await expectError('unknown model', () => client.messages.create({ ...hi, model: 'claude-sonnet-4' }), 404, 'not_found_error');
   await expectError('no max_tokens', () => client.messages.create({ model: 'lares', messages: hi.messages }), 400, 'invalid_request_error');
-  await expectError('tools', () => client.messages.create({ ...hi, tools: [{ name: 'f', input_schema: { type: 'object' } }] }), 400);
+  // tools: tool_choice any or a named tool gives a tool_use block whose input validates
+  const tools = [{ name: 'get_weather', description: 'The weather in a city',
+    input_schema: { type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'], additionalProperties: false } }];
+  const ask = { model: 'lares', max_tokens: 60, tools, messages: [{ role: 'user', content: 'Weather in Oslo?' }] };
+  const inputOk = (u) => u && u.type === 'tool_use' && u.name === 'get_weather' && typeof u.id === 'string' &&
+    typeof u.input.city === 'string' && [...u.input.city].length <= 12 && Object.keys(u.input).length === 1;
+  const tu = await client.messages.create({ ...ask, tool_choice: { type: 'any' } });
+  check(tu.stop_reason === 'tool_use' && inputOk(tu.content.find((b) => b.type === 'tool_use')), 'tool_use', tu);
+  const ts = client.messages.stream({ ...ask, tool_choice: { type: 'tool', name: 'get_weather' } });
+  const tfin = await ts.finalMessage();
+  check(tfin.stop_reason === 'tool_use' && inputOk(tfin.content.find((b) => b.type === 'tool_use')),
+    'tool_use streamed (input_json_delta)', tfin);
+  const use = tu.content.find((b) => b.type === 'tool_use');
+  const after = await client.messages.create({ ...hi, tools, messages: [...ask.messages, { role: 'assistant', content: tu.content },
+    { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '12 degrees' }, { type: 'text', text: 'Thanks' }] }] });
+  check(after.content.length > 0 && after.usage.input_tokens > tu.usage.input_tokens, 'tool_result accepted', after);
+  await expectError('server tools', () => client.messages.create({ ...hi, tools: [{ type: 'web_search_20250305', name: 'web_search' }] }), 400);
+  await expectError('image block', () => client.messages.create({ ...hi, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'aGk=' } }] }] }), 400);
   await expectError('bad temperature', () => client.messages.create({ ...hi, temperature: 'hot' }), 400);
   const wrong = new Anthropic({ baseURL: url, apiKey: 'sk-wrong', maxRetries: 0 });
   await expectError('wrong key', () => wrong.messages.create(hi), 401, 'authentication_error');

@@ -9,15 +9,7 @@
 need node
 need npm
 ANTHROPIC_VERSION=1.13.0
-: "${LARES_NODE_DIR:?set by CMake}" "${LARES_NPM_CACHE:?set by CMake}"
-if [ "$(jq -r .version "$LARES_NODE_DIR/node_modules/@anthropic-ai/sdk/package.json" 2>/dev/null)" != "$ANTHROPIC_VERSION" ]; then
-  mkdir -p "$LARES_NODE_DIR" "$LARES_NPM_CACHE"
-  if ! npm install --prefix "$LARES_NODE_DIR" --cache "$LARES_NPM_CACHE" --no-audit --no-fund \
-    --no-save "@anthropic-ai/sdk@$ANTHROPIC_VERSION" >"$TMP/npm.log" 2>&1; then
-    echo "$TEST_NAME: npm install @anthropic-ai/sdk@$ANTHROPIC_VERSION failed: $(tail -5 "$TMP/npm.log")" >&2
-    exit 1
-  fi
-fi
+npm_package @anthropic-ai/sdk "$ANTHROPIC_VERSION"
 M=$(model stories260K.gguf)
 KEY=sk-anthropic-test
 start_server a -m "$M" -t 1 -c 2048 --api-key "$KEY"

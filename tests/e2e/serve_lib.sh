@@ -52,3 +52,18 @@ post() {
   curl -sS -o "$TMP/body" -w '%{http_code}' -H 'Content-Type: application/json' \
     --data-binary "$body" "$@" "$url$path"
 }
+
+# npm_package NAME VERSION: installs NAME@VERSION into $LARES_NODE_DIR (npm cache
+# in $LARES_NPM_CACHE, both set by CMake) unless that version is there already
+npm_package() {
+  local name=$1 version=$2
+  : "${LARES_NODE_DIR:?set by CMake}" "${LARES_NPM_CACHE:?set by CMake}"
+  if [ "$(jq -r .version "$LARES_NODE_DIR/node_modules/$name/package.json" 2>/dev/null)" != "$version" ]; then
+    mkdir -p "$LARES_NODE_DIR" "$LARES_NPM_CACHE"
+    if ! npm install --prefix "$LARES_NODE_DIR" --cache "$LARES_NPM_CACHE" --no-audit --no-fund \
+      --no-save "$name@$version" >"$TMP/npm.log" 2>&1; then
+      echo "$TEST_NAME: npm install $name@$version failed: $(tail -5 "$TMP/npm.log")" >&2
+      exit 1
+    fi
+  fi
+}

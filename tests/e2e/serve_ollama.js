@@ -88,7 +88,28 @@ async function main() {
 
   await expectError('unknown model', () => ollama.chat({ model: 'llama3.2', messages: [{ role: 'user', content: 'Hi' }] }), 404, 'llama3.2');
   await expectError('show unknown model', () => ollama.show({ model: 'llama3.2' }), 404, 'llama3.2');
-  await expectError('format', () => ollama.chat({ ...seeded, format: 'json' }), 400, 'format');
+  // format: "json" and a schema constrain the output
+  const fj = await ollama.chat({ ...seeded, format: 'json', options: { seed: 5, num_predict: 40 } });
+  let fo = null;
+  try { fo = JSON.parse(fj.message.content); } catch (e) { /* checked below */ }
+  check(fo !== null && typeof fo === 'object' && !Array.isArray(fo), 'format json parses', fj.message.content);
+  const fs2 = await ollama.generate({ model: 'lares', prompt: 'Count', stream: false, options: { seed: 5, num_predict: 40 },
+    format: { type: 'array', items: { type: 'integer' }, minItems: 2, maxItems: 5 } });
+  let fa = null;
+  try { fa = JSON.parse(fs2.response); } catch (e) { /* checked below */ }
+  check(Array.isArray(fa) && fa.length >= 2 && fa.length <= 5 && fa.every(Number.isInteger), 'format schema validates', fs2.response);
+  await expectError('format', () => ollama.chat({ ...seeded, format: 'yaml' }), 400, 'format');
+  // tools: accepted with a call and its result in the conversation; the answer is text or parsed calls
+  const otools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+  const oc = await ollama.chat({ model: 'lares', tools: otools, options: { seed: 3, num_predict: 10 }, messages: [
+    { role: 'user', content: 'Weather?' },
+    { role: 'assistant', content: '', tool_calls: [{ function: { name: 'get_weather', arguments: { city: 'Oslo' } } }] },
+    { role: 'tool', content: '12 degrees' }] });
+  check(oc.done === true && typeof oc.message.content === 'string' &&
+        (oc.message.tool_calls === undefined || oc.message.tool_calls.every((c) => c.function.name === 'get_weather')),
+  'tools and a tool message accepted', oc.message);
+  await expectError('tools on generate', () => ollama.generate({ model: 'lares', prompt: 'x', tools: otools }), 400, 'tools');
+  await expectError('format schema', () => ollama.chat({ ...seeded, format: { type: 'string', format: 'email' } }), 400, 'not supported');
   await expectError('images', () => ollama.chat({ model: 'lares', messages: [{ role: 'user', content: 'What is it?', images: ['aGVsbG8='] }] }), 400, 'images');
   await expectError('bad option', () => ollama.generate({ model: 'lares', prompt: 'x', options: { temperature: 'hot' } }), 400, 'temperature');
 

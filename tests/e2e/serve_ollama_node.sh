@@ -8,15 +8,7 @@
 need node
 need npm
 OLLAMA_VERSION=0.6.4
-: "${LARES_NODE_DIR:?set by CMake}" "${LARES_NPM_CACHE:?set by CMake}"
-if [ "$(jq -r .version "$LARES_NODE_DIR/node_modules/ollama/package.json" 2>/dev/null)" != "$OLLAMA_VERSION" ]; then
-  mkdir -p "$LARES_NODE_DIR" "$LARES_NPM_CACHE"
-  if ! npm install --prefix "$LARES_NODE_DIR" --cache "$LARES_NPM_CACHE" --no-audit --no-fund \
-    --no-save "ollama@$OLLAMA_VERSION" >"$TMP/npm.log" 2>&1; then
-    echo "$TEST_NAME: npm install ollama@$OLLAMA_VERSION failed: $(tail -5 "$TMP/npm.log")" >&2
-    exit 1
-  fi
-fi
+npm_package ollama "$OLLAMA_VERSION"
 M=$(model stories260K.gguf)
 EXP=$(model expected/greedy_once_upon_a_time.json)
 start_server o -m "$M" -t 1 -c 2048

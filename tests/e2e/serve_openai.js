@@ -166,6 +166,96 @@ async function main() {
   const next = await client.completions.create({ model: 'lares', prompt: 'Hi', max_tokens: 3 });
   check(next.choices.length === 1, 'request after an abort');
 
+  // structured output: whatever the tiny model writes parses and validates
+  const schema = {
+    type: 'object',
+    properties: {
+      name: { type: 'string', minLength: 1, maxLength: 12 },
+      age: { type: 'integer' },
+      mood: { enum: ['happy', 'sad', 42] },
+      pets: { type: 'array', items: { type: 'object', properties: { kind: { type: 'string' }, legs: { type: 'number' } }, required: ['kind', 'legs'] }, maxItems: 2 },
+      nick: { type: ['string', 'null'] },
+    },
+    required: ['name', 'age', 'mood', 'pets', 'nick'],
+    additionalProperties: false,
+  };
+  const valid = (v) => v !== null && typeof v === 'object' && !Array.isArray(v) &&
+    Object.keys(v).every((k) => k in schema.properties) &&
+    typeof v.name === 'string' && [...v.name].length >= 1 && [...v.name].length <= 12 &&
+    Number.isInteger(v.age) && ['happy', 'sad', 42].includes(v.mood) &&
+    Array.isArray(v.pets) && v.pets.length <= 2 &&
+    v.pets.every((p) => typeof p.kind === 'string' && typeof p.legs === 'number' && Object.keys(p).length === 2) &&
+    (v.nick === null || typeof v.nick === 'string');
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({
+      model: 'lares', messages: [{ role: 'user', content: 'Describe a person as JSON' }], seed, max_tokens: 80,
+      response_format: { type: 'json_schema', json_schema: { name: 'person', strict: true, schema } },
+    });
+    let v = null;
+    try { v = JSON.parse(r.choices[0].message.content); } catch (e) { /* checked below */ }
+    check(valid(v), `json_schema seed ${seed} parses and validates`, r.choices[0].message.content);
+  }
+  let jsonText = '';
+  const js = await client.chat.completions.create({
+    model: 'lares', messages: [{ role: 'user', content: 'Hi' }], seed: 7, max_tokens: 40, stream: true,
+    response_format: { type: 'json_object' },
+  });
+  for await (const ch of js) if (ch.choices.length > 0 && ch.choices[0].delta.content) jsonText += ch.choices[0].delta.content;
+  let jo = null;
+  try { jo = JSON.parse(jsonText); } catch (e) { /* checked below */ }
+  check(jo !== null && typeof jo === 'object' && !Array.isArray(jo), 'json_object streamed, closed within max_tokens', jsonText);
+  await expectError('json_schema with pattern', () => client.chat.completions.create({
+    model: 'lares', messages: [{ role: 'user', content: 'Hi' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: '^a' } } },
+  }), 400);
+
+  // tools: a forced call is generated under the call's schema and comes back parsed
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', description: 'The weather in a city',
+      parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 12 }, unit: { enum: ['C', 'F'] } },
+        required: ['city', 'unit'], additionalProperties: false } } },
+    { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'integer' } }, required: ['zone'] } } },
+  ];
+  const ask = { model: 'lares', messages: [{ role: 'user', content: 'What is the weather in Oslo?' }], tools, max_tokens: 60 };
+  const tc = await client.chat.completions.create({ ...ask, tool_choice: 'required', seed: 4 });
+  const call = tc.choices[0].message.tool_calls && tc.choices[0].message.tool_calls[0];
+  let args = null;
+  try { args = JSON.parse(call.function.arguments); } catch (e) { /* checked below */ }
+  const argsOk = (name, a) => a !== null && typeof a === 'object' && (name === 'get_weather'
+    ? typeof a.city === 'string' && [...a.city].length <= 12 && ['C', 'F'].includes(a.unit) && Object.keys(a).length === 2
+    : Number.isInteger(a.zone) && Object.keys(a).length === 1);
+  check(tc.choices[0].finish_reason === 'tool_calls' && call && call.type === 'function' && typeof call.id === 'string' &&
+        ['get_weather', 'get_time'].includes(call.function.name) && argsOk(call.function.name, args),
+  'tool_choice required: a parsed, valid call', tc.choices[0]);
+  // streamed, a named function: deltas with an index, assembled as the client does
+  const calls = {};
+  let finish = null;
+  const ts = await client.chat.completions.create({ ...ask, tool_choice: { type: 'function', function: { name: 'get_time' } }, seed: 5, stream: true });
+  for await (const ch of ts) {
+    if (ch.choices.length === 0) continue;
+    for (const d of ch.choices[0].delta.tool_calls || []) {
+      const p = calls[d.index] || (calls[d.index] = { name: '', args: '' });
+      if (d.function && d.function.name) p.name += d.function.name;
+      if (d.function && d.function.arguments) p.args += d.function.arguments;
+    }
+    if (ch.choices[0].finish_reason) finish = ch.choices[0].finish_reason;
+  }
+  let targs = null;
+  try { targs = JSON.parse(calls[0].args); } catch (e) { /* checked below */ }
+  check(finish === 'tool_calls' && calls[0] && calls[0].name === 'get_time' && argsOk('get_time', targs),
+    'named tool streamed with an index', [calls, finish]);
+  // the call and its result go back in the conversation; tool_choice none gives text
+  const back = await client.chat.completions.create({
+    ...ask, seed: 6, max_tokens: 8, tool_choice: 'none',
+    messages: [...ask.messages, tc.choices[0].message, { role: 'tool', tool_call_id: call.id, content: '12 degrees' }],
+  });
+  check(typeof back.choices[0].message.content === 'string' && !back.choices[0].message.tool_calls,
+    'tool result accepted, text answer', back.choices[0]);
+  await expectError('tool_choice names an unknown tool', () => client.chat.completions.create({
+    ...ask, tool_choice: { type: 'function', function: { name: 'nope' } } }), 400);
+  await expectError('tool parameters with a pattern', () => client.chat.completions.create({
+    ...ask, tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'string', pattern: 'x' } } }] }), 400);
+
   // the queue holds one: a burst gets clean 503s next to 200s
   let ok200 = 0;
   let busy = 0;

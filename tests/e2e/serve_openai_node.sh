@@ -8,15 +8,7 @@
 need node
 need npm
 OPENAI_VERSION=6.30.1 # 7.x needs Node 22; Debian and the test machines have 20
-: "${LARES_NODE_DIR:?set by CMake}" "${LARES_NPM_CACHE:?set by CMake}"
-if [ "$(jq -r .version "$LARES_NODE_DIR/node_modules/openai/package.json" 2>/dev/null)" != "$OPENAI_VERSION" ]; then
-  mkdir -p "$LARES_NODE_DIR" "$LARES_NPM_CACHE"
-  if ! npm install --prefix "$LARES_NODE_DIR" --cache "$LARES_NPM_CACHE" --no-audit --no-fund \
-    --no-save "openai@$OPENAI_VERSION" >"$TMP/npm.log" 2>&1; then
-    echo "$TEST_NAME: npm install openai@$OPENAI_VERSION failed: $(tail -5 "$TMP/npm.log")" >&2
-    exit 1
-  fi
-fi
+npm_package openai "$OPENAI_VERSION"
 M=$(model stories260K.gguf)
 EXP=$(model expected/greedy_once_upon_a_time.json)
 KEY=sk-node-test
