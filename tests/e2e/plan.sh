@@ -83,7 +83,9 @@ if "$LARES" plan --shape llama3-70b:q4_k_m -c 1024 --devices "$TMP/paper.json" -
     --bandwidth 300Mbit/s --json >"$TMP/70b.json" 2>"$TMP/70b.err"; then ok; else
   fail "70b: $(cat "$TMP/70b.err")"; fi
 layers_once "$TMP/70b.json" 80 && ok || fail "70b: layers not covered exactly once"
-jq -e '.t_token_ms < 1348 and .solve_ms < 1000' "$TMP/70b.json" >/dev/null && ok \
+# solve_ms guards against a solver gone exponential, not a speed claim: ASan builds on a
+# loaded 2-core machine took 4 s
+jq -e '.t_token_ms < 1348 and .solve_ms < 10000' "$TMP/70b.json" >/dev/null && ok \
   || fail "70b: $(jq -c '{t_token_ms, solve_ms}' "$TMP/70b.json")"
 
 # real profiles (short measurements) as the devices

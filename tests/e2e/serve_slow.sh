@@ -114,10 +114,10 @@ stop_server c TERM
 # (libmicrohttpd's idle clock does not run while the server prepares a reply; this guards it)
 start_server d -m "$M" -t 1 -c 2048 --idle-timeout 1
 LONG='{"model":"lares","prompt":"Once upon a time","max_tokens":1900,"temperature":0}'
-post "$URL_d" /v1/completions "$LONG" --max-time 120 >"$TMP/code_long" &
+post "$URL_d" /v1/completions "$LONG" --max-time 600 >"$TMP/code_long" &
 LONGPID=$!
 sleep 0.2
-code=$(curl -sS -N -o "$TMP/stream" -w '%{http_code}' --max-time 120 -H 'Content-Type: application/json' \
+code=$(curl -sS -N -o "$TMP/stream" -w '%{http_code}' --max-time 600 -H 'Content-Type: application/json' \
   --data-binary '{"model":"lares","prompt":"Once upon a time","max_tokens":1900,"temperature":0,"stream":true}' \
   "$URL_d/v1/completions")
 wait "$LONGPID"
