@@ -58,7 +58,10 @@ lares_status api_evaluate(lares_session *s, const int32_t *tokens, size_t n, boo
         done += (size_t)nb;
         if (done == n && want_logits) {
             float *last = s->x + (size_t)(nb - 1) * (size_t)m->hp.n_embd;
-            exec_local_output(s->exec, last, 1, s->logits);
+            const lares_status out = exec_local_output(s->exec, last, 1, s->logits, err);
+            if (out != LARES_OK) {
+                return out;
+            }
         }
     }
     return LARES_OK;

@@ -22,14 +22,7 @@
 static long read_under(const char *root, const char *rel, char *buf, size_t cap) {
     char path[1024];
     snprintf(path, sizeof path, "%s%s", root ? root : "", rel);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        return -1;
-    }
-    size_t n = fread(buf, 1, cap - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return (long)n;
+    return lares_read_small_file(path, buf, cap);
 }
 
 static bool exists_under(const char *root, const char *rel) {
