@@ -41,11 +41,12 @@ sched_os sched_detect_os(const char *root) {
     return SCHED_OS_ANDROID;
 #else
     /* a Linux build running on Android (Termux, a chroot): the system
-     * partition's build properties, or the variable Android's init sets */
-    if (exists_under(root, "/system/build.prop")) {
-        return SCHED_OS_ANDROID;
-    }
-    if ((root == NULL || root[0] == '\0') && getenv("ANDROID_ROOT") != NULL) {
+     * partition's build properties, or Android's process starter where
+     * build.prop is not readable (the library reads no environment: only
+     * app/ does) */
+    if (exists_under(root, "/system/build.prop") ||
+        exists_under(root, "/system/bin/app_process64") ||
+        exists_under(root, "/system/bin/app_process32")) {
         return SCHED_OS_ANDROID;
     }
     return SCHED_OS_LINUX;
