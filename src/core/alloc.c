@@ -108,6 +108,30 @@ void *lares_realloc(void *ptr, size_t n) {
     return q + HEADER_BYTES;
 }
 
+bool lares_grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) {
+        return true;
+    }
+    size_t c = *cap ? *cap : 16;
+    while (c < need) {
+        if (c > SIZE_MAX / 2) {
+            return false;
+        }
+        c *= 2;
+    }
+    size_t bytes;
+    if (!lares_mul_size(c, elem, &bytes)) {
+        return false;
+    }
+    void *q = lares_realloc(*p, bytes);
+    if (q == NULL) {
+        return false;
+    }
+    *p = q;
+    *cap = c;
+    return true;
+}
+
 char *lares_strndup(const char *s, size_t n) {
     char *d = lares_alloc(n + 1);
     if (d != NULL) {

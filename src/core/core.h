@@ -42,6 +42,9 @@ void *lares_calloc(size_t n, size_t size);      /* zeroed; NULL on overflow */
 void *lares_alloc_array(size_t n, size_t size); /* NULL on overflow */
 void *lares_realloc(void *p, size_t n);
 char *lares_strdup(const char *s);
+/* Grows *p (an array of *cap elements of elem bytes) to hold at least `need`,
+ * doubling; false (and *p untouched) on overflow or no memory. */
+bool lares_grow(void **p, size_t *cap, size_t need, size_t elem);
 char *lares_strndup(const char *s, size_t n);
 void *lares_alloc_aligned(size_t n, size_t align); /* free with lares_free_aligned */
 void lares_free_aligned(void *p);
