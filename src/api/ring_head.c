@@ -244,7 +244,7 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
             .head_name = host,
             .failover = r->failover,
             .profile_ms = planned ? (uint32_t)r->rc->profile_ms : 0,
-            .kv_row_bytes = (uint32_t)(s->kv->row_elems * (s->kv->type == GGUF_TYPE_F32 ? 4 : 2))};
+            .kv_row_bytes = (uint32_t)model_kv_row_bytes(s->kv)};
         st = cluster_head_open(&ho, &r->head, err);
     }
     if (st == LARES_OK) {

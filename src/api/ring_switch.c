@@ -83,15 +83,7 @@ static void owners(const cluster_plan *p, const int32_t *members, int32_t *owner
  * head's own cache */
 static void head_rows(lares_session *s, int32_t layer, int32_t n, bool put, uint8_t *k,
                       uint8_t *v) {
-    const ops_kv_view kv = model_kv_view(s->kv, layer);
-    const size_t bytes = (size_t)n * kv.row_elems * (kv.type == GGUF_TYPE_F32 ? 4 : 2);
-    if (put) {
-        memcpy(kv.k, k, bytes);
-        memcpy(kv.v, v, bytes);
-    } else {
-        memcpy(k, kv.k, bytes);
-        memcpy(v, kv.v, bytes);
-    }
+    model_kv_rows(s->kv, layer, 0, n, put, k, v);
 }
 
 /* predicted ms per token of a plan over ring.json devices members[] with the
@@ -139,7 +131,7 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     cluster_head *h = r->head;
     const int32_t n_layer = p->n_layer;
     const uint64_t t0 = lares_now_ns();
-    const size_t row = s->kv->row_elems * (s->kv->type == GGUF_TYPE_F32 ? 4 : 2);
+    const size_t row = model_kv_row_bytes(s->kv);
     char old_desc[256], new_desc[256];
     int32_t cur[CLUSTER_MAX_DEVICES];
     const cluster_plan *q = cluster_head_plan(h);
