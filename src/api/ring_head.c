@@ -277,45 +277,6 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     return LARES_OK;
 }
 
-lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *err) {
-    api_ring *r = s->ring;
-    const cluster_plan *p = cluster_head_plan(r->head);
-    lares_status st = LARES_OK;
-    int32_t layer = 0;
-    while (layer < end) {
-        int32_t dev, round, l0, l1;
-        if (cluster_plan_owner(p, layer, &dev, &round) && dev == 0) {
-            cluster_plan_window(p, 0, round, &l0, &l1);
-            /* layers the head gained in a re-plan run outside its executor's
-             * cycle: unmanaged (plain mmap) when it streams, see docs/ring.md */
-            exec_counters c0, c1;
-            exec_local_counters(s->exec, &c0);
-            const uint64_t t0 = lares_now_ns();
-            st = exec_local_forward(s->exec, l0, l1, s->pos, nb, s->x, err);
-            const uint64_t t1 = lares_now_ns();
-            exec_local_counters(s->exec, &c1);
-            cluster_head_add_local(r->head, l1 - l0, nb, (t1 - t0) / 1000u,
-                                   (c1.wait_ns - c0.wait_ns) / 1000u);
-            if (st != LARES_OK) {
-                return st;
-            }
-            layer = l1;
-            if (layer >= end) {
-                break;
-            }
-        }
-        uint64_t seq;
-        st = cluster_head_send(r->head, layer, end, s->pos, nb, s->x, &seq, err);
-        if (st == LARES_OK) {
-            st = cluster_head_recv(r->head, seq, nb, s->x, &layer, &s->cancel, err);
-        }
-        if (st != LARES_OK) {
-            return st;
-        }
-    }
-    return LARES_OK;
-}
-
 void ring_monitor_token(api_ring *r) {
     cluster_pass pass[CLUSTER_MAX_DEVICES];
     double ms[CLUSTER_MAX_DEVICES], wait[CLUSTER_MAX_DEVICES];
