@@ -47,40 +47,33 @@ static size_t short_len(size_t n) {
     return n > 1 ? n / 2 : n;
 }
 
-ssize_t lares_read(int fd, void *buf, size_t n) {
+/* Applies an injected fault to a read of *n bytes: false for EIO (errno set),
+ * else *n is what the read may return (cut short when so injected). */
+static bool gate(size_t *n) {
     lares_read_fault kind;
-    if (lares_read_fault_next(&kind)) {
-        if (kind == LARES_READ_FAULT_EIO || n == 0) {
-            errno = EIO;
-            return -1;
-        }
-        n = short_len(n);
+    if (!lares_read_fault_next(&kind)) {
+        return true;
     }
-    return read(fd, buf, n);
+    if (kind == LARES_READ_FAULT_EIO || *n == 0) {
+        errno = EIO;
+        return false;
+    }
+    *n = short_len(*n);
+    return true;
+}
+
+ssize_t lares_read(int fd, void *buf, size_t n) {
+    return gate(&n) ? read(fd, buf, n) : -1;
 }
 
 ssize_t lares_pread(int fd, void *buf, size_t n, off_t off) {
-    lares_read_fault kind;
-    if (lares_read_fault_next(&kind)) {
-        if (kind == LARES_READ_FAULT_EIO || n == 0) {
-            errno = EIO;
-            return -1;
-        }
-        n = short_len(n);
-    }
-    return pread(fd, buf, n, off);
+    return gate(&n) ? pread(fd, buf, n, off) : -1;
 }
 
 size_t lares_fread(void *buf, size_t n, FILE *f, bool *failed) {
-    lares_read_fault kind;
-    *failed = false;
-    if (lares_read_fault_next(&kind)) {
-        if (kind == LARES_READ_FAULT_EIO || n == 0) {
-            errno = EIO;
-            *failed = true;
-            return 0;
-        }
-        n = short_len(n);
+    *failed = !gate(&n);
+    if (*failed) {
+        return 0;
     }
     const size_t got = fread(buf, 1, n, f);
     if (got < n && ferror(f)) {
