@@ -21,8 +21,8 @@
 /* Reads root/rel into buf; returns the bytes read or -1. */
 static long read_under(const char *root, const char *rel, char *buf, size_t cap) {
     char path[1024];
-    snprintf(path, sizeof path, "%s%s", root ? root : "", rel);
-    return lares_read_small_file(path, buf, cap);
+    const int n = snprintf(path, sizeof path, "%s%s", root ? root : "", rel);
+    return n > 0 && (size_t)n < sizeof path ? lares_read_small_file(path, buf, cap) : -1;
 }
 
 static bool exists_under(const char *root, const char *rel) {
