@@ -8,7 +8,7 @@ void app_gpu_usage(FILE *to) {
           "                          from the last, like -ngl) or affinity (the matrices that\n"
           "                          save most time per byte); default none. Needs a build\n"
           "                          with -DLARES_CUDA=ON\n"
-          "      --gpu-mem SIZE      device memory for weights, e.g. 4G (default: 90%% of free)\n"
+          "      --gpu-mem SIZE      device memory for weights, e.g. 4G (default: 90% of free)\n"
           "      --gpu-layers N      with --offload layers: exactly N layers (default: as fit)\n",
           to);
 }

@@ -1,4 +1,4 @@
-/* Sampling and session options shared by lares chat and lares serve. */
+/* Sampling and session options shared by lares run, lares chat and lares serve. */
 #include "opts.h"
 
 #include <string.h>
@@ -24,7 +24,13 @@ void app_session_usage(FILE *to) {
     fputs("  -c, --ctx-size N        context length in tokens (default: the model's)\n"
           "  -t, --threads N         threads (default: all cores)\n"
           "  -b, --batch-size N      prompt tokens per forward pass (default 128)\n"
-          "      --kv-type T         KV cache precision: auto, f16, f32 (default auto)\n"
+          "      --kv-type T         KV cache precision: auto, f16, f32 (default auto: f32 while\n"
+          "                          the cache is under 64 MiB, else f16)\n"
+          "      --mem-budget SIZE   memory for the whole run, e.g. 2G, 512M (default: the\n"
+          "                          cgroup limit or 80% of available memory); weights that do\n"
+          "                          not fit stream from disk, read ahead layer by layer\n"
+          "      --mem-window N      streamed layers in memory at once (default: as fits)\n"
+          "      --mem-lock          lock the weights that stay resident in memory (mlock)\n"
           "      --ring FILE         run as the head of the ring FILE describes (docs/ring.md)\n"
           "      --insecure          the ring without encryption or keys (test networks only)\n"
           "      --rebalance on|off  move layers when a device slows down or speeds up\n"
@@ -107,6 +113,18 @@ int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
             app_error("--kv-type: '%s' is not auto, f16 or f32", v);
             ok = false;
         }
+    } else if (is(a, "--mem-budget", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) && app_parse_size(a, v, &o->mem_budget);
+        if (ok && o->mem_budget == 0) {
+            app_error("%s: a budget of 0 bytes leaves nothing to run in", a);
+            ok = false;
+        }
+    } else if (is(a, "--mem-window", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) &&
+             app_parse_i32(a, v, 1, 1 << 20, &o->mem_window);
+    } else if (is(a, "--mem-lock", NULL)) {
+        ok = true;
+        o->mem_lock = true;
     } else if (is(a, "--ring", NULL)) { /* the head of a ring (docs/ring.md) */
         ok = (v = app_need_value(argc, argv, i)) != NULL;
         o->ring = v;

@@ -33,40 +33,16 @@ static void run_usage(FILE *to) {
           "  -n, --n-predict N       tokens to generate (default 128; -1: until end of text)\n"
           "      --lookup N          speculative decoding: draft up to N tokens from the context\n"
           "                          (prompt lookup), verify them in one pass (default 0 = off)\n"
-          "  -c, --ctx-size N        context length in tokens (default: the model's)\n"
-          "  -t, --threads N         threads (default: all cores)\n"
-          "  -b, --batch-size N      prompt tokens per forward pass (default 128)\n"
-          "      --temp T            temperature; 0 = greedy (default 0.8)\n"
-          "      --top-k N           keep the N most likely tokens (default 40; 0 = off)\n"
-          "      --top-p P           nucleus sampling (default 0.95; 1 = off)\n"
-          "      --min-p P           drop tokens below P x the best (default 0.05; 0 = off)\n"
-          "      --repeat-penalty R  penalise recent tokens (default 1 = off)\n"
-          "      --repeat-last-n N   how far back the penalties look (default 64)\n"
-          "      --presence-penalty F, --frequency-penalty F   (default 0)\n"
-          "  -s, --seed S            random seed (default: from the clock, printed with -v)\n"
-          "      --kv-type T         KV cache precision: auto, f16, f32 (default auto: f32 while\n"
-          "                          the cache is under 64 MiB, else f16)\n"
           "      --no-bos            do not add the BOS token\n"
           "      --special           parse control tokens written in the prompt\n"
           "      --no-echo           do not print the prompt before the generated text\n"
           "      --json              print one JSON object at the end instead of streaming\n"
           "      --isa NAME          force kernels: scalar, avx2, avxvnni, avx512, neon,\n"
           "                          neon-nodot, neon-i8mm (default: the best this CPU has)\n"
-          "      --mem-budget SIZE   memory for the whole run, e.g. 2G, 512M (default: the\n"
-          "                          cgroup limit or 80%% of available memory); weights that do\n"
-          "                          not fit stream from disk, read ahead layer by layer\n"
-          "      --mem-window N      streamed layers in memory at once (default: as fits)\n"
-          "      --mem-lock          lock the weights that stay resident in memory (mlock)\n"
-          "      --ring FILE         run as the head of the ring FILE describes (ring.json:\n"
-          "                          workers in ring order, their layers; docs/ring.md)\n"
-          "      --insecure          the ring without encryption or keys (test networks only)\n"
-          "      --rebalance on|off  move layers when a device slows down or speeds up (default on)\n"
-          "      --failover on|off   go on over the others when a worker is lost (default on)\n"
-          "      --placement P       a ring without windows: halda (default), memory, single,\n"
-          "                          even (overrides ring.json's \"placement\")\n"
           "  -v, --verbose / -q, --quiet\n",
           to);
-    app_gpu_usage(to);
+    app_sampling_usage(to);
+    app_session_usage(to);
 }
 
 static bool is_opt(const char *a, const char *s1, const char *s2) {
@@ -111,113 +87,6 @@ static int parse_run(int argc, char **argv, run_opts *o) {
             if (!app_parse_i32(a, v, 0, LARES_LOOKUP_MAX, &o->lookup)) {
                 return APP_USAGE;
             }
-        } else if (IS("-c", "--ctx-size")) {
-            VALUE();
-            if (!app_parse_i32(a, v, 1, 1 << 24, &o->session.n_ctx)) {
-                return APP_USAGE;
-            }
-        } else if (IS("-t", "--threads")) {
-            VALUE();
-            if (!app_parse_i32(a, v, 1, 512, &o->session.n_threads)) {
-                return APP_USAGE;
-            }
-        } else if (IS("-b", "--batch-size")) {
-            VALUE();
-            if (!app_parse_i32(a, v, 1, 1 << 16, &o->session.n_batch)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--temp", NULL)) {
-            VALUE();
-            if (!app_parse_f32(a, v, 0.0f, 100.0f, &o->sampler.temperature)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--top-k", NULL)) {
-            VALUE();
-            if (!app_parse_i32(a, v, 0, INT32_MAX, &o->sampler.top_k)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--top-p", NULL)) {
-            VALUE();
-            if (!app_parse_f32(a, v, 0.0f, 1.0f, &o->sampler.top_p)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--min-p", NULL)) {
-            VALUE();
-            if (!app_parse_f32(a, v, 0.0f, 1.0f, &o->sampler.min_p)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--repeat-penalty", NULL)) {
-            VALUE();
-            if (!app_parse_f32(a, v, 0.01f, 100.0f, &o->sampler.repeat_penalty)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--repeat-last-n", NULL)) {
-            VALUE();
-            if (!app_parse_i32(a, v, 0, 1 << 24, &o->sampler.repeat_last_n)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--presence-penalty", NULL)) {
-            VALUE();
-            if (!app_parse_f32(a, v, -2.0f, 2.0f, &o->sampler.presence_penalty)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--frequency-penalty", NULL)) {
-            VALUE();
-            if (!app_parse_f32(a, v, -2.0f, 2.0f, &o->sampler.frequency_penalty)) {
-                return APP_USAGE;
-            }
-        } else if (IS("-s", "--seed")) {
-            VALUE();
-            if (!app_parse_u64(a, v, &o->sampler.seed)) {
-                return APP_USAGE;
-            }
-            o->seed_given = true;
-        } else if (IS("--kv-type", NULL)) {
-            VALUE();
-            if (strcmp(v, "auto") == 0) {
-                o->session.kv_type = LARES_KV_AUTO;
-            } else if (strcmp(v, "f16") == 0) {
-                o->session.kv_type = LARES_KV_F16;
-            } else if (strcmp(v, "f32") == 0) {
-                o->session.kv_type = LARES_KV_F32;
-            } else {
-                app_error("--kv-type: '%s' is not auto, f16 or f32", v);
-                return APP_USAGE;
-            }
-        } else if (IS("--mem-budget", NULL)) {
-            VALUE();
-            if (!app_parse_size(a, v, &o->session.mem_budget)) {
-                return APP_USAGE;
-            }
-            if (o->session.mem_budget == 0) {
-                app_error("%s: a budget of 0 bytes leaves nothing to run in", a);
-                return APP_USAGE;
-            }
-        } else if (IS("--mem-window", NULL)) {
-            VALUE();
-            if (!app_parse_i32(a, v, 1, 1 << 20, &o->session.mem_window)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--mem-lock", NULL)) {
-            o->session.mem_lock = true;
-        } else if (IS("--ring", NULL)) {
-            VALUE();
-            o->session.ring = v;
-        } else if (IS("--insecure", NULL)) {
-            o->session.ring_insecure = true;
-        } else if (IS("--rebalance", NULL)) {
-            VALUE();
-            if (!app_parse_on_off(a, v, &o->session.ring_rebalance)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--failover", NULL)) {
-            VALUE();
-            if (!app_parse_on_off(a, v, &o->session.ring_failover)) {
-                return APP_USAGE;
-            }
-        } else if (IS("--placement", NULL)) {
-            VALUE();
-            o->session.ring_placement = v;
         } else if (IS("--isa", NULL)) {
             VALUE();
             o->isa = v;
@@ -234,11 +103,15 @@ static int parse_run(int argc, char **argv, run_opts *o) {
         } else if (IS("-q", "--quiet")) {
             o->verbosity = -1;
         } else {
-            const int g = app_gpu_opt(argc, argv, &i, &o->session);
-            if (g < 0) {
+            /* the options run shares with chat and serve (opts.c) */
+            int r = app_sampling_opt(argc, argv, &i, &o->sampler, &o->seed_given);
+            if (r == 0) {
+                r = app_session_opt(argc, argv, &i, &o->session);
+            }
+            if (r < 0) {
                 return APP_USAGE;
             }
-            if (g == 0) {
+            if (r == 0) {
                 app_error("run: unknown option '%s' (lares run --help lists them)", a);
                 return APP_USAGE;
             }
@@ -258,9 +131,7 @@ static int parse_run(int argc, char **argv, run_opts *o) {
         return APP_USAGE;
     }
     if (!o->seed_given) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        o->sampler.seed = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec;
+        o->sampler.seed = app_clock_seed();
     }
     return -1;
 }

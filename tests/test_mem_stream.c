@@ -106,8 +106,10 @@ static bool pass(rig *r, exec_local *e, const int32_t *tokens, int32_t n, int32_
         fprintf(stderr, "forward: %s\n", err.msg);
         return false;
     }
-    if (want_output) {
-        exec_local_output(e, r->x + (size_t)(n - 1) * (size_t)r->m->hp.n_embd, 1, r->logits);
+    if (want_output && exec_local_output(e, r->x + (size_t)(n - 1) * (size_t)r->m->hp.n_embd, 1,
+                                         r->logits, &err) != LARES_OK) {
+        fprintf(stderr, "output: %s\n", err.msg);
+        return false;
     }
     return true;
 }
@@ -485,7 +487,7 @@ static void check_residency(void) {
             const uint64_t res = resident_layers(&mf, r.f, L, &n_ranges);
             most = res > most ? res : most;
         }
-        exec_local_output(e, r.x, 1, r.logits);
+        CHECK_OK(exec_local_output(e, r.x, 1, r.logits, &err), &err);
     }
     exec_local_counters(e, &c1);
     mem_sample_now(&after);

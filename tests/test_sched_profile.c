@@ -173,6 +173,10 @@ static void test_android(void) {
     put("/system/build.prop", "ro.build.version.sdk=33\n");
     CHECK(sched_detect_os(root) == SCHED_OS_ANDROID);
     drop_root();
+    fresh_root("android-no-props");
+    put("/system/bin/app_process64", "");
+    CHECK(sched_detect_os(root) == SCHED_OS_ANDROID);
+    drop_root();
 }
 
 /* one short measurement of this machine, through the cache */

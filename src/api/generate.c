@@ -57,12 +57,19 @@ static lares_status evaluate(lares_session *s, const int32_t *tokens, size_t n, 
         memcpy(s->history + s->n_past, tokens + done, (size_t)nb * sizeof *tokens);
         s->n_past += nb;
         if (all_logits != NULL) {
-            exec_local_output(s->exec, s->x, nb, all_logits + done * (size_t)m->hp.n_vocab);
+            const lares_status out = exec_local_output(
+                s->exec, s->x, nb, all_logits + done * (size_t)m->hp.n_vocab, err);
+            if (out != LARES_OK) {
+                return out;
+            }
         }
         done += (size_t)nb;
         if (done == n && want_logits && all_logits == NULL) {
             float *last = s->x + (size_t)(nb - 1) * (size_t)m->hp.n_embd;
-            exec_local_output(s->exec, last, 1, s->logits);
+            const lares_status out = exec_local_output(s->exec, last, 1, s->logits, err);
+            if (out != LARES_OK) {
+                return out;
+            }
         }
     }
     return LARES_OK;

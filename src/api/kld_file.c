@@ -178,7 +178,8 @@ lares_status kld_base_finish(kld_base *b, const char *path, lares_error *err) {
 /* ---- reading ---- */
 
 static bool get(kld_base *b, uint8_t *p, size_t n, uint64_t *hash) {
-    if (fread(p, 1, n, b->f) != n) {
+    bool failed;
+    if (lares_fread(p, n, b->f, &failed) != n) {
         return false;
     }
     if (hash != NULL) {

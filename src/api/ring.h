@@ -87,6 +87,10 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err);
 /* One pass of nb tokens (s->x, s->pos) through layers [0, end) (at least;
  * windows are not cut) under the plan in force; no re-plans. */
 lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *err);
+/* ring_head.c: positions [pos0, pos0 + n) of `layer` are in the head's cache
+ * (its own window's rows, or a member's KV_MIRROR copy): the copy grows when
+ * they follow what it holds */
+void ring_mirror_note(api_ring *r, int32_t layer, int32_t pos0, int32_t n);
 /* The head's ms per layer and each member's from the last pass into the monitor. */
 void ring_monitor_token(api_ring *r);
 /* The plan in force into r->serving (for other threads: /health). */

@@ -30,7 +30,7 @@ void api_ring_free(api_ring *r) {
 
 /* positions [pos0, pos0 + n) of `layer` are in the head's cache: the copy
  * grows when they follow what it holds */
-static void mirror_note(api_ring *r, int32_t layer, int32_t pos0, int32_t n) {
+void ring_mirror_note(api_ring *r, int32_t layer, int32_t pos0, int32_t n) {
     if (r->mirrored != NULL && pos0 <= r->mirrored[layer]) {
         r->mirrored[layer] = LARES_MAX(r->mirrored[layer], pos0 + n);
     }
@@ -45,11 +45,8 @@ static void mirror_rows(void *user, int32_t layer, int32_t pos0, int32_t n, cons
     if (r == NULL || pos0 > r->mirrored[layer]) {
         return; /* a gap (a frame lost): the copy stops there; a re-plan re-runs the rest */
     }
-    const ops_kv_view kv = model_kv_view(s->kv, layer);
-    const size_t row = kv.row_elems * (kv.type == GGUF_TYPE_F32 ? 4 : 2);
-    memcpy((uint8_t *)kv.k + (size_t)pos0 * row, k, (size_t)n * row);
-    memcpy((uint8_t *)kv.v + (size_t)pos0 * row, v, (size_t)n * row);
-    mirror_note(r, layer, pos0, n);
+    model_kv_rows(s->kv, layer, pos0, n, true, (uint8_t *)k, (uint8_t *)v);
+    ring_mirror_note(r, layer, pos0, n);
 }
 
 /* the head's windows, round by round, for its executor */
@@ -277,7 +274,7 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
             .profile_ms = planned ? (uint32_t)r->rc->profile_ms : 0,
             .kv_mirror = r->mirror ? mirror_rows : NULL,
             .kv_mirror_user = s,
-            .kv_row_bytes = (uint32_t)(s->kv->row_elems * (s->kv->type == GGUF_TYPE_F32 ? 4 : 2))};
+            .kv_row_bytes = (uint32_t)model_kv_row_bytes(s->kv)};
         st = cluster_head_open(&ho, &r->head, err);
     }
     if (st == LARES_OK) {
@@ -308,48 +305,6 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     eo->n_windows = r->n_windows;
     s->ring = r;
     ring_view_update(s);
-    return LARES_OK;
-}
-
-lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *err) {
-    api_ring *r = s->ring;
-    const cluster_plan *p = cluster_head_plan(r->head);
-    lares_status st = LARES_OK;
-    int32_t layer = 0;
-    while (layer < end) {
-        int32_t dev, round, l0, l1;
-        if (cluster_plan_owner(p, layer, &dev, &round) && dev == 0) {
-            cluster_plan_window(p, 0, round, &l0, &l1);
-            /* layers the head gained in a re-plan run outside its executor's
-             * cycle: unmanaged (plain mmap) when it streams, see docs/ring.md */
-            exec_counters c0, c1;
-            exec_local_counters(s->exec, &c0);
-            const uint64_t t0 = lares_now_ns();
-            st = exec_local_forward(s->exec, l0, l1, s->pos, nb, s->x, err);
-            const uint64_t t1 = lares_now_ns();
-            exec_local_counters(s->exec, &c1);
-            cluster_head_add_local(r->head, l1 - l0, nb, (t1 - t0) / 1000u,
-                                   (c1.wait_ns - c0.wait_ns) / 1000u);
-            if (st != LARES_OK) {
-                return st;
-            }
-            for (int32_t l = l0; l < l1; l++) {
-                mirror_note(r, l, s->pos[0], nb);
-            }
-            layer = l1;
-            if (layer >= end) {
-                break;
-            }
-        }
-        uint64_t seq;
-        st = cluster_head_send(r->head, layer, end, s->pos, nb, s->x, &seq, err);
-        if (st == LARES_OK) {
-            st = cluster_head_recv(r->head, seq, nb, s->x, &layer, &s->cancel, err);
-        }
-        if (st != LARES_OK) {
-            return st;
-        }
-    }
     return LARES_OK;
 }
 

@@ -139,7 +139,7 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     cluster_head *h = r->head;
     const int32_t n_layer = p->n_layer;
     const uint64_t t0 = lares_now_ns();
-    const size_t row = s->kv->row_elems * (s->kv->type == GGUF_TYPE_F32 ? 4 : 2);
+    const size_t row = model_kv_row_bytes(s->kv);
     char old_desc[256], new_desc[256];
     int32_t cur[CLUSTER_MAX_DEVICES];
     const cluster_plan *q = cluster_head_plan(h);

@@ -306,11 +306,10 @@ static lares_status cb_setup(void *user, const cluster_plan_msg *p, bool keep_kv
         return st;
     }
     const uint64_t span = (uint64_t)(w->kv->l1 - w->kv->l0);
-    const size_t esz = kv_type == GGUF_TYPE_F32 ? 4 : 2;
     out->kv_bytes = w->kv->bytes / span * (uint64_t)held;
     out->n_windows = (uint32_t)w->n_windows;
     *kept = reuse;
-    *kv_row_bytes = (uint32_t)(w->kv->row_elems * esz);
+    *kv_row_bytes = (uint32_t)model_kv_row_bytes(w->kv);
     return LARES_OK;
 }
 
@@ -364,17 +363,7 @@ static lares_status cb_kv_rows(void *user, int32_t layer, int32_t pos0, int32_t 
         return lares_fail(err, LARES_EINVAL, "kv rows %d..%d of layer %d outside the cache", pos0,
                           pos0 + n, layer);
     }
-    const ops_kv_view kv = model_kv_view(w->kv, layer);
-    const size_t row = kv.row_elems * (kv.type == GGUF_TYPE_F32 ? 4 : 2);
-    uint8_t *kp = (uint8_t *)kv.k + (size_t)pos0 * row;
-    uint8_t *vp = (uint8_t *)kv.v + (size_t)pos0 * row;
-    if (write) {
-        memcpy(kp, k, (size_t)n * row);
-        memcpy(vp, v, (size_t)n * row);
-    } else {
-        memcpy(k, kp, (size_t)n * row);
-        memcpy(v, vp, (size_t)n * row);
-    }
+    model_kv_rows(w->kv, layer, pos0, n, write, k, v);
     return LARES_OK;
 }
 

@@ -51,9 +51,10 @@ static lares_status eval_chunk(lares_session *s, const int32_t *tok, int32_t n_c
         }
         memcpy(s->history + s->n_past, tok + done, (size_t)nb * sizeof *tok);
         s->n_past += nb;
-        if (r1 > r0) {
-            exec_local_output(s->exec, s->x + (size_t)(r0 - done) * n_embd, r1 - r0,
-                              logits + (size_t)(r0 - first) * n_vocab);
+        if (r1 > r0 && (st = exec_local_output(s->exec, s->x + (size_t)(r0 - done) * n_embd,
+                                               r1 - r0, logits + (size_t)(r0 - first) * n_vocab,
+                                               err)) != LARES_OK) {
+            return st;
         }
         done += nb;
     }

@@ -80,6 +80,9 @@ int net_pipe_msg_recv(zmq_msg_t *m, void *s, int flags);
 
 /* A receive of one message part into a zmq_msg; false on EAGAIN. */
 bool net_recv_part(void *s, zmq_msg_t *m, bool *more);
+/* The same for a socket to another device: through the read gate, where an
+ * injected fault drops the whole message (core/fault.c, transport.c). */
+bool net_peer_recv_part(void *s, zmq_msg_t *m, bool *more);
 
 /* ---- the worker's two threads (worker.c: network, worker_compute.c: compute) ----
  * They talk over an in-process PAIR pipe in two-part messages: a command

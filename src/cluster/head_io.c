@@ -112,7 +112,7 @@ static void io_from_worker(head_io *io, int32_t dev, uint64_t now) {
     for (;;) {
         zmq_msg_t m;
         zmq_msg_init(&m);
-        if (!net_recv_part(io->dealer[dev], &m, NULL)) {
+        if (!net_peer_recv_part(io->dealer[dev], &m, NULL)) {
             zmq_msg_close(&m);
             return;
         }

@@ -120,7 +120,7 @@ static lares_status read_small(const char *path, char *buf, size_t cap, struct s
     }
     size_t len = 0;
     for (;;) {
-        ssize_t r = read(fd, buf + len, cap - 1 - len);
+        ssize_t r = lares_read(fd, buf + len, cap - 1 - len);
         if (r < 0 && errno == EINTR) {
             continue;
         }

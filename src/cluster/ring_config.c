@@ -435,8 +435,8 @@ lares_status cluster_ring_load(const char *path, cluster_ring_config *out, lares
         fclose(f);
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
-    size_t len = fread(buf, 1, RING_JSON_MAX_BYTES + 1, f);
-    const bool bad = ferror(f) != 0;
+    bool bad;
+    size_t len = lares_fread(buf, RING_JSON_MAX_BYTES + 1, f, &bad);
     fclose(f);
     lares_status st;
     if (bad) {

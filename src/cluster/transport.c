@@ -112,6 +112,27 @@ bool net_recv_part(void *s, zmq_msg_t *m, bool *more) {
     return true;
 }
 
+/* Receives from another device go through the read gate (core/fault.c). A
+ * ZeroMQ message comes whole or not at all and the transport hides errors of
+ * the connection, so what a device can see of a failing network is a message
+ * that never arrives: an injected fault (either kind) receives the whole
+ * message and drops it. Pipes between threads of one process are not gated:
+ * they do not fail short of the context ending. */
+bool net_peer_recv_part(void *s, zmq_msg_t *m, bool *more) {
+    lares_read_fault kind;
+    if (!lares_read_fault_next(&kind)) {
+        return net_recv_part(s, m, more);
+    }
+    bool again = net_recv_part(s, m, &again) && again;
+    while (again) {
+        zmq_msg_close(m);
+        zmq_msg_init(m);
+        again = net_pipe_msg_recv(m, s, 0) >= 0 && zmq_msg_more(m);
+    }
+    errno = EIO;
+    return false;
+}
+
 bool net_read_event(void *mon, uint16_t *event, uint32_t *value, char *addr, size_t addr_cap) {
     zmq_msg_t m;
     zmq_msg_init(&m);

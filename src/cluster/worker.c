@@ -378,7 +378,7 @@ static void on_router(cluster_worker *w, uint64_t now) {
         zmq_msg_init(&rid);
         zmq_msg_init(&m);
         bool more = false;
-        if (!net_recv_part(w->router, &rid, &more)) {
+        if (!net_peer_recv_part(w->router, &rid, &more)) {
             zmq_msg_close(&rid);
             zmq_msg_close(&m);
             return;
@@ -676,7 +676,7 @@ static void on_next(cluster_worker *w, uint64_t now) {
     for (;;) {
         zmq_msg_t m;
         zmq_msg_init(&m);
-        if (w->next == NULL || !net_recv_part(w->next, &m, NULL)) {
+        if (w->next == NULL || !net_peer_recv_part(w->next, &m, NULL)) {
             zmq_msg_close(&m);
             return;
         }

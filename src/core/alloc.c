@@ -16,12 +16,18 @@
 static atomic_size_t in_use;
 static atomic_size_t high_water;
 static atomic_long fail_countdown; /* 0: off; n: the n-th next allocation fails */
+static atomic_long allocs_seen;    /* allocation requests, for sweeps */
 
 void lares_alloc_fail_after(long n) {
     atomic_store(&fail_countdown, n);
 }
 
+long lares_allocs_seen(void) {
+    return atomic_load(&allocs_seen);
+}
+
 static bool injected_failure(void) {
+    atomic_fetch_add_explicit(&allocs_seen, 1, memory_order_relaxed);
     long c = atomic_load(&fail_countdown);
     while (c > 0) {
         if (atomic_compare_exchange_weak(&fail_countdown, &c, c - 1)) {
@@ -100,6 +106,30 @@ void *lares_realloc(void *ptr, size_t n) {
     atomic_fetch_sub(&in_use, old);
     count_add(n);
     return q + HEADER_BYTES;
+}
+
+bool lares_grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) {
+        return true;
+    }
+    size_t c = *cap ? *cap : 16;
+    while (c < need) {
+        if (c > SIZE_MAX / 2) {
+            return false;
+        }
+        c *= 2;
+    }
+    size_t bytes;
+    if (!lares_mul_size(c, elem, &bytes)) {
+        return false;
+    }
+    void *q = lares_realloc(*p, bytes);
+    if (q == NULL) {
+        return false;
+    }
+    *p = q;
+    *cap = c;
+    return true;
 }
 
 char *lares_strndup(const char *s, size_t n) {

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 
 #if defined(__GNUC__)
 #define LARES_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
@@ -41,6 +42,9 @@ void *lares_calloc(size_t n, size_t size);      /* zeroed; NULL on overflow */
 void *lares_alloc_array(size_t n, size_t size); /* NULL on overflow */
 void *lares_realloc(void *p, size_t n);
 char *lares_strdup(const char *s);
+/* Grows *p (an array of *cap elements of elem bytes) to hold at least `need`,
+ * doubling; false (and *p untouched) on overflow or no memory. */
+bool lares_grow(void **p, size_t *cap, size_t need, size_t elem);
 char *lares_strndup(const char *s, size_t n);
 void *lares_alloc_aligned(size_t n, size_t align); /* free with lares_free_aligned */
 void lares_free_aligned(void *p);
@@ -48,6 +52,30 @@ size_t lares_mem_in_use(void);
 size_t lares_mem_high_water(void);
 /* Test hook: the n-th following allocation (1-based) fails; 0 disables. */
 void lares_alloc_fail_after(long n);
+/* Allocation requests since the process started (sweeps size themselves by it). */
+long lares_allocs_seen(void);
+
+/* ---- read gate (fault.c) ----
+ * Every read of a file (read, pread, fread) and every socket receive of the
+ * library goes through here, so that tests can make the n-th read fail with
+ * EIO or come back short (a real read may do either). */
+typedef enum lares_read_fault {
+    LARES_READ_FAULT_EIO,   /* -1 with errno EIO (fread: 0 and *failed) */
+    LARES_READ_FAULT_SHORT, /* at most half of the bytes asked for */
+} lares_read_fault;
+/* Test hook: the n-th following read (1-based) fails as `kind`; 0 disables. */
+void lares_read_fail_after(long n, lares_read_fault kind);
+/* Reads through the gate since the process started (sweeps size themselves by it). */
+long lares_reads_seen(void);
+/* For gates of other modules (socket receives): true when this read must fail. */
+bool lares_read_fault_next(lares_read_fault *kind);
+ssize_t lares_read(int fd, void *buf, size_t n);
+ssize_t lares_pread(int fd, void *buf, size_t n, off_t off);
+/* fread of n bytes: the count read; *failed on a read error (not at end of file) */
+size_t lares_fread(void *buf, size_t n, FILE *f, bool *failed);
+/* A small text file (/proc, /sys) read whole into buf (cap bytes, NUL-terminated):
+ * the bytes read, or -1 when it cannot be opened or read. */
+long lares_read_small_file(const char *path, char *buf, size_t cap);
 
 /* ---- checked arithmetic: false on overflow, *out untouched then ---- */
 

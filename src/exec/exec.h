@@ -120,7 +120,9 @@ lares_status exec_local_forward(exec_local *e, int32_t l0, int32_t l1, const int
 
 /* The head's output: final norm and output matrix (model_output), with the
  * output matrix's residency managed like a layer's. */
-void exec_local_output(exec_local *e, float *x, int32_t n_rows, float *logits);
+/* LARES_EIO when the model file failed to read meanwhile (gguf_check). */
+lares_status exec_local_output(exec_local *e, float *x, int32_t n_rows, float *logits,
+                               lares_error *err);
 
 void exec_local_plan(exec_local *e, exec_plan_info *out);
 void exec_local_counters(exec_local *e, exec_counters *out);

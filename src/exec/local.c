@@ -267,7 +267,8 @@ void exec_local_begin_pass(exec_local *e, bool want_output) {
 lares_status exec_local_forward(exec_local *e, int32_t l0, int32_t l1, const int32_t *pos,
                                 int32_t n_tok, float *x, lares_error *err) {
     if (!e->plan.streaming) {
-        return model_forward(e->m, e->kv, e->cx, l0, l1, pos, n_tok, x, err);
+        const lares_status st = model_forward(e->m, e->kv, e->cx, l0, l1, pos, n_tok, x, err);
+        return st != LARES_OK ? st : gguf_check(e->m->file, err);
     }
     if (l0 < e->kv->l0 || l1 > e->kv->l1 || l0 >= l1) {
         return lares_fail(err, LARES_EINVAL, "forward: window [%d, %d) outside the cache's [%d, %d)",
@@ -286,10 +287,11 @@ lares_status exec_local_forward(exec_local *e, int32_t l0, int32_t l1, const int
             return st;
         }
     }
-    return LARES_OK;
+    return gguf_check(e->m->file, err); /* a page of the file failed to read: zeros */
 }
 
-void exec_local_output(exec_local *e, float *x, int32_t n_rows, float *logits) {
+lares_status exec_local_output(exec_local *e, float *x, int32_t n_rows, float *logits,
+                               lares_error *err) {
     const bool managed = e->plan.streaming && e->out_unit >= 0;
     if (managed) {
         exec_stream_acquire(e, e->out_unit);
@@ -298,6 +300,7 @@ void exec_local_output(exec_local *e, float *x, int32_t n_rows, float *logits) {
     if (managed) {
         exec_stream_done(e, e->out_unit);
     }
+    return gguf_check(e->m->file, err);
 }
 
 void exec_local_plan(exec_local *e, exec_plan_info *out) {

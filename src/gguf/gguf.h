@@ -152,6 +152,18 @@ uint64_t gguf_data_offset(const gguf_file *f); /* file offset of the data sectio
 uint64_t gguf_header_bytes(const gguf_file *f); /* bytes before the data padding */
 const uint8_t *gguf_base(const gguf_file *f);  /* start of the mapping (file offset 0) */
 int gguf_fd(const gguf_file *f);               /* -1 for memory files */
+/* True once a read of the mapping failed (the file shrank or the disk failed
+ * while mapped, guard.c): the pages read since hold zeros, and whatever was
+ * computed from them must be thrown away with LARES_EIO (gguf_check). */
+bool gguf_damaged(const gguf_file *f);
+/* LARES_EIO naming the file when it is damaged, else LARES_OK. */
+lares_status gguf_check(const gguf_file *f, lares_error *err);
+
+/* The mapping guard (guard.c): a slot for [base, base + bytes), or -1 when it
+ * cannot be guarded; faults counts the failed reads caught in it. */
+int gguf_guard_add(const void *base, uint64_t bytes);
+void gguf_guard_remove(int slot);
+long gguf_guard_faults(int slot);
 
 /* ---- metadata ---- */
 

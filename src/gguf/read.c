@@ -34,6 +34,7 @@ typedef struct name_index {
 struct gguf_file {
     char *path;           /* owned */
     int fd;               /* owned; -1 for a memory file */
+    int guard;            /* the mapping's guard slot (guard.c); -1 for none */
     const uint8_t *base;  /* the mapping (owned when fd >= 0) */
     uint64_t size;
     uint32_t version;
@@ -522,6 +523,7 @@ static gguf_file *file_new(const char *name) {
         return NULL;
     }
     f->fd = -1;
+    f->guard = -1;
     f->path = lares_strdup(name);
     if (f->path == NULL) {
         lares_free(f);
@@ -595,7 +597,11 @@ lares_status gguf_open(const char *path, const gguf_open_opts *opts, gguf_file *
         goto fail;
     }
     f->base = map;
+    f->guard = gguf_guard_add(map, f->size);
     if ((st = parse(f, err)) != LARES_OK) {
+        goto fail;
+    }
+    if ((st = gguf_check(f, err)) != LARES_OK) { /* shrank while it was read */
         goto fail;
     }
     *out = f;
@@ -610,6 +616,7 @@ void gguf_close(gguf_file *f) {
         return;
     }
     if (f->fd >= 0) {
+        gguf_guard_remove(f->guard);
         if (f->base != NULL) {
             munmap((void *)f->base, (size_t)f->size);
         }
@@ -650,6 +657,18 @@ uint64_t gguf_header_bytes(const gguf_file *f) {
 }
 const uint8_t *gguf_base(const gguf_file *f) {
     return f->base;
+}
+bool gguf_damaged(const gguf_file *f) {
+    return f != NULL && gguf_guard_faults(f->guard) > 0;
+}
+lares_status gguf_check(const gguf_file *f, lares_error *err) {
+    if (!gguf_damaged(f)) {
+        return LARES_OK;
+    }
+    return lares_fail(err, LARES_EIO,
+                      "%s: the file could not be read while in use (it shrank or the disk "
+                      "failed); what was computed from it is thrown away",
+                      f->path);
 }
 int gguf_fd(const gguf_file *f) {
     return f->fd;

@@ -5,6 +5,7 @@
  * copies (quant traits' vec_dot_type), and the placement's JSON for `lares plan`.
  */
 #include "gpu/gpu_impl.h"
+#include "gpu/gpu_types.h"
 
 #include <math.h>
 
@@ -21,12 +22,6 @@ gpu_est_rates gpu_est_rates_default(void) {
         .gpu_launch_s = 8e-6,
         .link = {.latency_s = 10e-6, .h2d_Bps = 25e9, .d2h_Bps = 25e9},
     };
-}
-
-/* the types the device has kernels for (cuda/kernels.cu) */
-static bool device_type_ok(uint32_t type) {
-    return type == GGUF_TYPE_Q4_0 || type == GGUF_TYPE_Q8_0 || type == GGUF_TYPE_Q4_K ||
-           type == GGUF_TYPE_Q6_K || type == GGUF_TYPE_F16;
 }
 
 typedef struct builder {
@@ -66,7 +61,7 @@ static void add_tensor(builder *b, int32_t layer, const char *name, const ops_ma
     t->gpu_s =
         fmax(flops / b->r->gpu_flops, (double)t->bytes / b->r->gpu_bw_Bps) + b->r->gpu_launch_s;
     t->out_bytes = (uint64_t)w->n_out * (uint64_t)b->n_tok * sizeof(float);
-    t->gpu_ok = device_type_ok(t->type);
+    t->gpu_ok = gpu_type_ok(t->type);
     /* members of a group may differ in activation format: the largest is copied */
     const uint64_t in = ops_act_bytes(w->qt->vec_dot_type, b->n_tok, w->n_in);
     g->in_bytes = in > g->in_bytes ? in : g->in_bytes;

@@ -6,13 +6,16 @@
  * depends on the shape once the matrix exceeds the caches).
  */
 #include "gpu/gpu_impl.h"
+#include "gpu/gpu_types.h"
 
 #include <math.h>
 
 enum { N_IN = 4096, N_OUT = 4096, MM_ROWS = 32 };
 
-static const uint32_t device_types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K,
-                                        GGUF_TYPE_Q6_K, GGUF_TYPE_F16};
+/* the types the GPU runs (gpu_types.h): the CPU's rate for each */
+#define TYPE_OF(type, dot, block, qk) type,
+static const uint32_t device_types[] = {GPU_TYPE_TABLE(TYPE_OF)};
+#undef TYPE_OF
 
 /* seconds per product of w with a, the best of a few runs of >= 20 ms each */
 static double time_product(ops_pool *pool, const ops_matrix *w, const ops_act *a, float *y) {

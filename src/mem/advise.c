@@ -172,7 +172,7 @@ static void read_blocks(const mem_file *mf, uint64_t lo, uint64_t hi, void *scra
     const size_t block = LARES_MIN(scratch_bytes, (size_t)PREAD_BLOCK);
     for (uint64_t off = lo; off < hi;) {
         const size_t len = (size_t)LARES_MIN((uint64_t)block, hi - off);
-        ssize_t got = pread(mf->fd, scratch, len, (off_t)off);
+        ssize_t got = lares_pread(mf->fd, scratch, len, (off_t)off);
         if (got < 0 && errno == EINTR) {
             continue;
         }

@@ -24,17 +24,6 @@ static int64_t meminfo_field(const char *buf, const char *name) {
     return (int64_t)kb * 1024;
 }
 
-static size_t read_small_file(const char *path, char *buf, size_t cap) {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        return 0;
-    }
-    size_t n = fread(buf, 1, cap - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return n;
-}
-
 void mem_sample_now(mem_sample *out) {
     memset(out, 0, sizeof *out);
     out->read_bytes = -1;
@@ -50,14 +39,14 @@ void mem_sample_now(mem_sample *out) {
         out->major_faults = (uint64_t)ru.ru_majflt;
     }
     char buf[4096];
-    if (read_small_file("/proc/self/io", buf, sizeof buf) > 0) {
+    if (lares_read_small_file("/proc/self/io", buf, sizeof buf) > 0) {
         const char *p = strstr(buf, "\nread_bytes:");
         long long v;
         if (p != NULL && sscanf(p + 12, "%lld", &v) == 1) {
             out->read_bytes = v;
         }
     }
-    if (read_small_file("/proc/self/statm", buf, sizeof buf) > 0) {
+    if (lares_read_small_file("/proc/self/statm", buf, sizeof buf) > 0) {
         long long pages_total, pages_res;
         if (sscanf(buf, "%lld %lld", &pages_total, &pages_res) == 2) {
             out->rss_bytes = (uint64_t)pages_res * (uint64_t)sysconf(_SC_PAGESIZE);
@@ -67,7 +56,7 @@ void mem_sample_now(mem_sample *out) {
      * the resident set shrinks, and counts pages per CPU; read right after
      * growth it can be below the resident set measured a moment later. The
      * peak is at least every figure seen, so take the largest. */
-    if (read_small_file("/proc/self/status", buf, sizeof buf) > 0) {
+    if (lares_read_small_file("/proc/self/status", buf, sizeof buf) > 0) {
         const int64_t hwm = meminfo_field(buf, "\nVmHWM");
         if (hwm > 0 && (uint64_t)hwm > out->peak_rss_bytes) {
             out->peak_rss_bytes = (uint64_t)hwm;
@@ -76,7 +65,7 @@ void mem_sample_now(mem_sample *out) {
     if (out->rss_bytes > out->peak_rss_bytes) {
         out->peak_rss_bytes = out->rss_bytes;
     }
-    if (read_small_file("/proc/meminfo", buf, sizeof buf) > 0) {
+    if (lares_read_small_file("/proc/meminfo", buf, sizeof buf) > 0) {
         out->mem_total_bytes = meminfo_field(buf, "MemTotal");
         out->mem_available_bytes = meminfo_field(buf, "MemAvailable");
     }

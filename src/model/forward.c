@@ -35,7 +35,7 @@ lares_status model_kv_create(const model *m, int32_t l0, int32_t l1, int32_t n_c
     kv->n_ctx = n_ctx;
     kv->type = type;
     kv->row_elems = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    size_t esz = type == GGUF_TYPE_F32 ? 4 : 2, bytes;
+    size_t esz = ops_kv_elem_bytes(type), bytes;
     if (!lares_mul_size(kv->row_elems * esz, (size_t)n_ctx, &bytes) ||
         !lares_mul_size(bytes, 2 * (size_t)(l1 - l0), &bytes)) {
         lares_free(kv);
@@ -62,9 +62,27 @@ void model_kv_free(model_kv *kv) {
     lares_free(kv);
 }
 
+size_t model_kv_row_bytes(const model_kv *kv) {
+    return kv->row_elems * ops_kv_elem_bytes(kv->type);
+}
+
+void model_kv_rows(model_kv *kv, int32_t layer, int32_t pos0, int32_t n, bool put, uint8_t *k,
+                   uint8_t *v) {
+    const ops_kv_view view = model_kv_view(kv, layer);
+    const size_t row = model_kv_row_bytes(kv), bytes = (size_t)n * row;
+    uint8_t *kp = (uint8_t *)view.k + (size_t)pos0 * row;
+    uint8_t *vp = (uint8_t *)view.v + (size_t)pos0 * row;
+    if (put) {
+        memcpy(kp, k, bytes);
+        memcpy(vp, v, bytes);
+    } else {
+        memcpy(k, kp, bytes);
+        memcpy(v, vp, bytes);
+    }
+}
+
 ops_kv_view model_kv_view(const model_kv *kv, int32_t layer) {
-    const size_t esz = kv->type == GGUF_TYPE_F32 ? 4 : 2;
-    const size_t per = kv->row_elems * esz * (size_t)kv->n_ctx;
+    const size_t per = model_kv_row_bytes(kv) * (size_t)kv->n_ctx;
     const size_t li = (size_t)(layer - kv->l0);
     const size_t n_layers = (size_t)(kv->l1 - kv->l0);
     ops_kv_view v = {.k = (uint8_t *)kv->mem + li * per,

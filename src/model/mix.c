@@ -14,9 +14,12 @@
 #include "model/model.h"
 
 #include <ctype.h>
+#include <pthread.h>
 
+/* A mix is named after its base type's trait name, lower case, with "_m"
+ * where attn_v / ffn_down get more bits (q4_k_m): the names are not written
+ * a second time here. */
 typedef struct mix_desc {
-    const char *name;
     uint32_t base;      /* type of most weight matrices */
     uint32_t output;    /* type of the output matrix */
     bool more_bits;     /* attn_v / ffn_down promoted in chosen layers */
@@ -24,31 +27,45 @@ typedef struct mix_desc {
 } mix_desc;
 
 static const mix_desc mixes[] = {
-    {"f32", GGUF_TYPE_F32, GGUF_TYPE_F32, false, 0},
-    {"f16", GGUF_TYPE_F16, GGUF_TYPE_F16, false, 1},
-    {"bf16", GGUF_TYPE_BF16, GGUF_TYPE_BF16, false, 32},
-    {"q4_0", GGUF_TYPE_Q4_0, GGUF_TYPE_Q6_K, false, 2},
-    {"q4_1", GGUF_TYPE_Q4_1, GGUF_TYPE_Q6_K, false, 3},
-    {"q8_0", GGUF_TYPE_Q8_0, GGUF_TYPE_Q8_0, false, 7},
-    {"q5_0", GGUF_TYPE_Q5_0, GGUF_TYPE_Q6_K, false, 8},
-    {"q5_1", GGUF_TYPE_Q5_1, GGUF_TYPE_Q6_K, false, 9},
-    {"q2_k", GGUF_TYPE_Q2_K, GGUF_TYPE_Q6_K, false, 10},
-    {"q3_k", GGUF_TYPE_Q3_K, GGUF_TYPE_Q6_K, false, 11},
-    {"q4_k", GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, false, 14},
-    {"q4_k_m", GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, true, 15},
-    {"q5_k", GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K, false, 16},
-    {"q5_k_m", GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K, true, 17},
-    {"q6_k", GGUF_TYPE_Q6_K, GGUF_TYPE_Q6_K, false, 18},
-    {"iq4_nl", GGUF_TYPE_IQ4_NL, GGUF_TYPE_Q6_K, false, 25},
-    {"iq4_xs", GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q6_K, false, 30},
+    {GGUF_TYPE_F32, GGUF_TYPE_F32, false, 0},     {GGUF_TYPE_F16, GGUF_TYPE_F16, false, 1},
+    {GGUF_TYPE_BF16, GGUF_TYPE_BF16, false, 32},  {GGUF_TYPE_Q8_0, GGUF_TYPE_Q8_0, false, 7},
+    {GGUF_TYPE_Q4_0, GGUF_TYPE_Q6_K, false, 2},   {GGUF_TYPE_Q4_1, GGUF_TYPE_Q6_K, false, 3},
+    {GGUF_TYPE_Q5_0, GGUF_TYPE_Q6_K, false, 8},   {GGUF_TYPE_Q5_1, GGUF_TYPE_Q6_K, false, 9},
+    {GGUF_TYPE_Q2_K, GGUF_TYPE_Q6_K, false, 10},  {GGUF_TYPE_Q3_K, GGUF_TYPE_Q6_K, false, 11},
+    {GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, false, 14},  {GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K, true, 15},
+    {GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K, false, 16},  {GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K, true, 17},
+    {GGUF_TYPE_Q6_K, GGUF_TYPE_Q6_K, false, 18},  {GGUF_TYPE_IQ4_NL, GGUF_TYPE_Q6_K, false, 25},
+    {GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q6_K, false, 30},
 };
 
+#define MIX_COUNT    LARES_ARRAY_LEN(mixes)
+#define MIX_NAME_MAX 16
+
+static char mix_names[MIX_COUNT][MIX_NAME_MAX];
+static char all_names[MIX_COUNT * MIX_NAME_MAX];
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+static void make_names(void) {
+    size_t at = 0;
+    for (size_t i = 0; i < MIX_COUNT; i++) {
+        const quant_traits *t = quant_traits_of(mixes[i].base);
+        char *n = mix_names[i];
+        snprintf(n, MIX_NAME_MAX, "%s%s", t != NULL ? t->name : "?",
+                 mixes[i].more_bits ? "_m" : "");
+        for (char *c = n; *c; c++) {
+            *c = (char)tolower((unsigned char)*c);
+        }
+        at += (size_t)snprintf(all_names + at, sizeof all_names - at, "%s%s", i ? " " : "", n);
+    }
+}
+
 const char *model_mix_names(void) {
-    return "f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q4_k_m q5_k q5_k_m q6_k iq4_nl "
-           "iq4_xs";
+    pthread_once(&names_once, make_names);
+    return all_names;
 }
 
 int model_mix_find(const char *name) {
+    pthread_once(&names_once, make_names);
     char low[16];
     size_t n = strlen(name);
     if (n == 0 || n >= sizeof low) {
@@ -58,7 +75,7 @@ int model_mix_find(const char *name) {
         low[i] = (char)tolower((unsigned char)name[i]);
     }
     for (size_t i = 0; i < LARES_ARRAY_LEN(mixes); i++) {
-        if (strcmp(mixes[i].name, low) == 0) {
+        if (strcmp(mix_names[i], low) == 0) {
             return (int)i;
         }
     }
@@ -70,7 +87,8 @@ uint32_t model_mix_file_type(int mix) {
 }
 
 const char *model_mix_name(int mix) {
-    return mixes[mix].name;
+    pthread_once(&names_once, make_names);
+    return mix_names[mix];
 }
 
 int model_mix_by_file_type(uint32_t file_type) {

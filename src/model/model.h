@@ -123,6 +123,13 @@ lares_status model_kv_create(const model *m, int32_t l0, int32_t l1, int32_t n_c
                              model_kv **out, lares_error *err);
 void model_kv_free(model_kv *kv);
 ops_kv_view model_kv_view(const model_kv *kv, int32_t layer);
+/* Bytes of one position's K (or V) row of one layer. */
+size_t model_kv_row_bytes(const model_kv *kv);
+/* Copies the K and V rows of positions [pos0, pos0 + n) of `layer` out of
+ * (put false) or into the cache; k and v hold n rows each. The caller checks
+ * that the layer and positions are held. */
+void model_kv_rows(model_kv *kv, int32_t layer, int32_t pos0, int32_t n, bool put, uint8_t *k,
+                   uint8_t *v);
 
 /* ---- observing the router ----
  * Called on the thread running the forward pass after a MoE layer's router

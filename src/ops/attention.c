@@ -19,7 +19,7 @@ static void attn_worker(void *vctx, int ith, int nth) {
     const ops_attn_args *a = t->a;
     const int64_t hd = a->head_dim;
     const int64_t group = a->n_head / a->n_head_kv;
-    const size_t esz = a->kv.type == GGUF_TYPE_F32 ? 4 : 2;
+    const size_t esz = ops_kv_elem_bytes(a->kv.type);
     const size_t row_bytes = a->kv.row_elems * esz;
     float *scratch = a->scratch + (size_t)ith * a->scratch_stride;
     float *rowtmp = scratch + a->scratch_stride - (size_t)hd; /* the last head_dim floats */

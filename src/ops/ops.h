@@ -151,6 +151,15 @@ typedef struct ops_kv_view {
     size_t row_elems;   /* n_head_kv * head_dim */
 } ops_kv_view;
 
+/* Bytes of one cached value: the one place that knows the KV element sizes. */
+static inline size_t ops_kv_elem_bytes(uint32_t type) {
+    return type == GGUF_TYPE_F32 ? 4 : 2;
+}
+/* Bytes of one position's K (or V) row. */
+static inline size_t ops_kv_row_bytes(const ops_kv_view *kv) {
+    return kv->row_elems * ops_kv_elem_bytes(kv->type);
+}
+
 typedef struct ops_attn_args {
     const float *q;     /* n_tok x (n_head * head_dim) */
     float *out;         /* n_tok x (n_head * head_dim) */

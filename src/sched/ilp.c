@@ -110,13 +110,46 @@ static void on_glpk_error(void *info) {
  * chain time, so that a slack bound does not hide waiting */
 #define CHAIN_WEIGHT 1e-3
 
+/* The constraint matrix in GLPK's triplet form (1-based). It lives on the
+ * heap: the solve runs under setjmp, and a local changed after it would be
+ * indeterminate after GLPK's error hook jumps back. */
 typedef struct rows {
     int *ia, *ja;
     double *ar;
     int ne, cap;
+    bool oom; /* a coefficient could not be stored: the solve fails */
 } rows;
 
-/* Adds v to the coefficient at (row, col): GLPK refuses duplicate entries */
+static bool rows_reserve(rows *r, int cap) {
+    int *ia = lares_realloc(r->ia, ((size_t)cap + 1) * sizeof *ia);
+    if (ia != NULL) {
+        r->ia = ia;
+    }
+    int *ja = lares_realloc(r->ja, ((size_t)cap + 1) * sizeof *ja);
+    if (ja != NULL) {
+        r->ja = ja;
+    }
+    double *ar = lares_realloc(r->ar, ((size_t)cap + 1) * sizeof *ar);
+    if (ar != NULL) {
+        r->ar = ar;
+    }
+    if (ia == NULL || ja == NULL || ar == NULL) {
+        return false;
+    }
+    r->cap = cap;
+    return true;
+}
+
+static void rows_free(rows *r) {
+    lares_free(r->ia);
+    lares_free(r->ja);
+    lares_free(r->ar);
+    lares_free(r);
+}
+
+/* Adds v to the coefficient at (row, col): GLPK refuses duplicate entries.
+ * The arrays grow when full; a coefficient is never dropped silently (when
+ * they cannot grow, r->oom fails the solve). */
 static void put(rows *r, int row, int col, double v) {
     for (int e = 1; e <= r->ne; e++) {
         if (r->ia[e] == row && r->ja[e] == col) {
@@ -124,12 +157,17 @@ static void put(rows *r, int row, int col, double v) {
             return;
         }
     }
-    if (v != 0 && r->ne < r->cap) {
-        r->ne++;
-        r->ia[r->ne] = row;
-        r->ja[r->ne] = col;
-        r->ar[r->ne] = v;
+    if (v == 0) {
+        return;
     }
+    if (r->ne == r->cap && (r->cap > INT32_MAX / 2 || !rows_reserve(r, r->cap * 2))) {
+        r->oom = true;
+        return;
+    }
+    r->ne++;
+    r->ia[r->ne] = row;
+    r->ja[r->ne] = col;
+    r->ar[r->ne] = v;
 }
 
 lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
@@ -140,14 +178,13 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
     if (W < (int32_t)n) {
         return lares_fail(err, LARES_ERANGE, "%zu devices cannot share %d layers per round", n, W);
     }
-    rows r = {.cap = (int)(24 * n + 8)};
-    r.ia = lares_calloc((size_t)r.cap + 1, sizeof *r.ia);
-    r.ja = lares_calloc((size_t)r.cap + 1, sizeof *r.ja);
-    r.ar = lares_calloc((size_t)r.cap + 1, sizeof *r.ar);
-    if (r.ia == NULL || r.ja == NULL || r.ar == NULL) {
-        lares_free(r.ia);
-        lares_free(r.ja);
-        lares_free(r.ar);
+    rows *const r = lares_calloc(1, sizeof *r);
+    /* a small start on purpose: every solve grows the arrays, so the solver
+     * tests exercise the growth that keeps each coefficient */
+    if (r == NULL || !rows_reserve(r, (int)(4 * n + 8))) {
+        if (r != NULL) {
+            rows_free(r);
+        }
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     volatile lares_status st = LARES_OK;
@@ -156,9 +193,7 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
     if (setjmp(guard.jb) != 0) {
         glp_error_hook(NULL, NULL);
         glp_free_env();
-        lares_free(r.ia);
-        lares_free(r.ja);
-        lares_free(r.ar);
+        rows_free(r);
         return lares_fail(err, LARES_EUNSUPPORTED, "glpk failed on a %zu-device problem", n);
     }
     glp_error_hook(on_glpk_error, &guard);
@@ -177,7 +212,7 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
     const double kappa = c->t_head[head];
     glp_set_row_bnds(lp, rchain, GLP_LO, (double)k * p->hops_s + sched_quota_wall(c, head, kappa),
                      0);
-    put(&r, rchain, colT, 1);
+    put(r, rchain, colT, 1);
     for (size_t i = 0; i < n; i++) {
         const size_t d = p->d[i].device;
         const sched_device *dv = &c->devs[d];
@@ -208,19 +243,19 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
         }
         glp_set_col_bnds(lp, cz, ov ? GLP_LO : GLP_FX, 0, 0);
         glp_set_col_bnds(lp, cc, quota ? GLP_LO : GLP_FX, 0, 0);
-        put(&r, rsum, cw, 1);
+        put(r, rsum, cw, 1);
         /* chain: compute (throttled: c; else k a (w - n)), GPU k g n, wait z */
         if (quota) {
-            put(&r, rchain, cc, -1);
+            put(r, rchain, cc, -1);
             glp_set_obj_coef(lp, cc, CHAIN_WEIGHT);
         } else {
-            put(&r, rchain, cw, -(double)k * a);
-            put(&r, rchain, cn, (double)k * a);
+            put(r, rchain, cw, -(double)k * a);
+            put(r, rchain, cn, (double)k * a);
             glp_set_obj_coef(lp, cw, CHAIN_WEIGHT * k * a);
             glp_set_obj_coef(lp, cn, CHAIN_WEIGHT * k * (g - a));
         }
-        put(&r, rchain, cn, -(double)k * g);
-        put(&r, rchain, cz, -1);
+        put(r, rchain, cn, -(double)k * g);
+        put(r, rchain, cz, -1);
         if (quota) {
             glp_set_obj_coef(lp, cn, CHAIN_WEIGHT * k * g);
         }
@@ -228,8 +263,8 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
         /* n - w <= 0 */
         row = glp_add_rows(lp, 1);
         glp_set_row_bnds(lp, row, GLP_UP, 0, 0);
-        put(&r, row, cn, 1);
-        put(&r, row, cw, -1);
+        put(r, row, cn, 1);
+        put(r, row, cw, -1);
         /* the case and the KV cache: bounds on the RAM share w - n (w for Metal,
          * whose column bounds already carry them) */
         row = glp_add_rows(lp, 1);
@@ -242,27 +277,27 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
         } else {
             glp_set_row_bnds(lp, row, GLP_DB, wr.F + 1, wr.kvcap);
         }
-        put(&r, row, cw, 1);
-        put(&r, row, cn, -1);
+        put(r, row, cw, 1);
+        put(r, row, cn, -1);
         if (quota) {
             /* bursts of b = (w - n) a per window: c >= k b, c >= k (b/u - P(1-u)) */
             row = glp_add_rows(lp, 2);
             glp_set_row_bnds(lp, row, GLP_LO, 0, 0);
-            put(&r, row, cc, 1);
-            put(&r, row, cw, -(double)k * a);
-            put(&r, row, cn, (double)k * a);
+            put(r, row, cc, 1);
+            put(r, row, cw, -(double)k * a);
+            put(r, row, cn, (double)k * a);
             glp_set_row_bnds(lp, row + 1, GLP_LO, -(double)k * P * (1 - u), 0);
-            put(&r, row + 1, cc, 1);
-            put(&r, row + 1, cw, -(double)k * a / u);
-            put(&r, row + 1, cn, (double)k * a / u);
+            put(r, row + 1, cc, 1);
+            put(r, row + 1, cw, -(double)k * a / u);
+            put(r, row + 1, cn, (double)k * a / u);
             /* its long-run share: T >= (k a (w - n) + kappa [+ R rc]) / u, rc the
              * prefetch thread's CPU per byte (added below when m streams) */
             row = glp_add_rows(lp, 1);
             share_row = row;
             glp_set_row_bnds(lp, row, GLP_LO, d == head ? kappa / u : 0, 0);
-            put(&r, row, colT, 1);
-            put(&r, row, cw, -(double)k * a / u);
-            put(&r, row, cn, (double)k * a / u);
+            put(r, row, colT, 1);
+            put(r, row, cw, -(double)k * a / u);
+            put(r, row, cn, (double)k * a / u);
         }
         if (ov) {
             /* streamed bytes R = k b' x - (RAM - S - V), x = w - n (w with Metal):
@@ -278,32 +313,36 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
             const double rb = (double)k * bp / s;
             row = glp_add_rows(lp, 2);
             glp_set_row_bnds(lp, row, GLP_LO, (double)k * a - (double)k * V / s - pin / s, 0);
-            put(&r, row, cz, 1);
-            put(&r, row, cw, (double)k * a - rb);
-            put(&r, row, cn, uni ? -(double)k * a + (double)k * g : -(double)k * a + rb + k * g);
+            put(r, row, cz, 1);
+            put(r, row, cw, (double)k * a - rb);
+            put(r, row, cn, uni ? -(double)k * a + (double)k * g : -(double)k * a + rb + k * g);
             glp_set_row_bnds(lp, row + 1, GLP_LO, -pin / s, 0);
-            put(&r, row + 1, colT, 1);
-            put(&r, row + 1, cw, -rb);
+            put(r, row + 1, colT, 1);
+            put(r, row + 1, cw, -rb);
             if (!uni) {
-                put(&r, row + 1, cn, rb);
+                put(r, row + 1, cn, rb);
             }
             if (quota) {
-                put(&r, row + 1, cc, -1);
-                put(&r, row + 1, cw, (double)k * a);
-                put(&r, row + 1, cn, -(double)k * a);
+                put(r, row + 1, cc, -1);
+                put(r, row + 1, cw, (double)k * a);
+                put(r, row + 1, cn, -(double)k * a);
             }
             const double rc = c->read_cpu[d];
             if (share_row > 0 && rc > 0) {
                 glp_set_row_bnds(lp, share_row, GLP_LO, (d == head ? kappa / u : 0) - rc * pin / u,
                                  0);
-                put(&r, share_row, cw, -rc * (double)k * bp / u);
+                put(r, share_row, cw, -rc * (double)k * bp / u);
                 if (!uni) {
-                    put(&r, share_row, cn, rc * (double)k * bp / u);
+                    put(r, share_row, cn, rc * (double)k * bp / u);
                 }
             }
         }
     }
-    glp_load_matrix(lp, r.ne, r.ia, r.ja, r.ar);
+    if (r->oom) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory for the %zu-device problem", n);
+        goto done;
+    }
+    glp_load_matrix(lp, r->ne, r->ia, r->ja, r->ar);
     glp_iocp parm;
     glp_init_iocp(&parm);
     parm.presolve = GLP_ON;
@@ -328,8 +367,6 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
 done:
     glp_delete_prob(lp);
     glp_error_hook(NULL, NULL);
-    lares_free(r.ia);
-    lares_free(r.ja);
-    lares_free(r.ar);
+    rows_free(r);
     return st;
 }

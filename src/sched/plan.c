@@ -1,7 +1,9 @@
 /*
- * Plans: made by a placement, or from explicit windows (ring.json), always
- * validated before they are handed out; and the question the ring asks of a
- * plan: which layers does this device run in this round.
+ * Plans: their life cycle (allocated, finished with offsets and the devices
+ * left out, validated against the costs, freed), made by a placement or from
+ * explicit windows (ring.json), always validated before they are handed out;
+ * and the question the ring asks of a plan: which layers does this device run
+ * in this round.
  */
 #include "sched/sched_impl.h"
 
@@ -205,4 +207,157 @@ void sched_plan_windows(const sched_plan *p, int32_t *w, int32_t *n_gpu) {
         w[p->a[i].device] = p->a[i].w;
         n_gpu[p->a[i].device] = p->a[i].n_gpu;
     }
+}
+
+/* ---- the life cycle ---- */
+
+lares_status sched_plan_alloc(size_t n_ring, size_t n_devices, sched_plan **out, lares_error *err) {
+    sched_plan *p = lares_calloc(1, sizeof *p);
+    if (p == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    p->a = lares_calloc(n_ring ? n_ring : 1, sizeof *p->a);
+    p->dropped = lares_calloc(n_devices ? n_devices : 1, sizeof *p->dropped);
+    if (p->a == NULL || p->dropped == NULL) {
+        sched_plan_free(p);
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    p->n = n_ring;
+    p->n_devices = n_devices;
+    for (size_t i = 0; i < n_devices; i++) {
+        p->dropped[i] = true;
+    }
+    *out = p;
+    return LARES_OK;
+}
+
+void sched_plan_free(sched_plan *p) {
+    if (p == NULL) {
+        return;
+    }
+    lares_free(p->a);
+    lares_free(p->dropped);
+    lares_free(p);
+}
+
+lares_status sched_plan_finish(sched_plan *p, const sched_costs *c, lares_error *err) {
+    int32_t off = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        p->a[i].offset = off;
+        off += p->a[i].w;
+    }
+    p->W = off;
+    p->n_layer = c->L;
+    p->n_devices = c->n;
+    for (size_t d = 0; d < c->n; d++) {
+        p->dropped[d] = true;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->a[i].device < c->n) {
+            p->dropped[p->a[i].device] = false;
+        }
+    }
+    return sched_evaluate_costs(p, c, err);
+}
+
+lares_status sched_validate_costs(const sched_plan *p, const sched_costs *c, lares_error *err) {
+    const int32_t L = c->L;
+    char b1[32], b2[32];
+    if (p->n == 0) {
+        return lares_fail(err, LARES_EINVAL, "plan: no device in the ring");
+    }
+    if (p->k < 1 || p->W < 1 || (int64_t)p->k * p->W != L || p->n_layer != L) {
+        return lares_fail(err, LARES_EINVAL, "plan: %d rounds of %d layers for a %d-layer model",
+                          p->k, p->W, L);
+    }
+    if (p->head >= c->n || p->a[0].device != p->head) {
+        return lares_fail(err, LARES_EINVAL, "plan: the head is not the first device of the ring");
+    }
+    uint8_t *seen = lares_calloc((size_t)L, 1);
+    bool *in_ring = lares_calloc(c->n, sizeof *in_ring);
+    lares_status st = LARES_OK;
+    if (seen == NULL || in_ring == NULL) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < p->n; i++) {
+        const sched_assign *a = &p->a[i];
+        if (a->device >= c->n) {
+            st = lares_fail(err, LARES_EINVAL, "plan: device index %zu of %zu", a->device, c->n);
+            goto done;
+        }
+        const sched_device *d = &c->devs[a->device];
+        if (in_ring[a->device]) {
+            st = lares_fail(err, LARES_EINVAL, "plan: device '%s' is in the ring twice", d->name);
+            goto done;
+        }
+        in_ring[a->device] = true;
+        if (a->w < 1 || a->n_gpu < 0 || a->n_gpu > a->w ||
+            (d->gpu == SCHED_GPU_NONE && a->n_gpu > 0)) {
+            st = lares_fail(err, LARES_EINVAL,
+                            "plan: device '%s' has a window of %d with %d GPU layers%s", d->name,
+                            a->w, a->n_gpu, d->gpu == SCHED_GPU_NONE ? " and no GPU" : "");
+            goto done;
+        }
+        uint64_t vram = 0, kv_ram = 0, weights = 0;
+        for (int32_t r = 0; r < p->k; r++) {
+            int64_t l0 = (int64_t)r * p->W + a->offset;
+            for (int64_t l = l0; l < l0 + a->w; l++) {
+                if (l < 0 || l >= L) {
+                    st =
+                        lares_fail(err, LARES_EINVAL,
+                                   "plan: device '%s' owns layer %" PRId64 " of %d", d->name, l, L);
+                    goto done;
+                }
+                if (seen[l]++) {
+                    st = lares_fail(err, LARES_EINVAL,
+                                    "plan: layer %" PRId64 " is owned twice (device '%s')", l,
+                                    d->name);
+                    goto done;
+                }
+                weights += c->m->layers[l].weight_bytes;
+                if (l >= l0 + a->w - a->n_gpu) {
+                    vram += c->bp[l];
+                } else {
+                    kv_ram += c->kv_bytes;
+                }
+            }
+        }
+        if (sched_unified(d)) { /* the GPU layers' KV lives in the same RAM */
+            kv_ram = (uint64_t)p->k * (uint64_t)a->w * c->kv_bytes;
+        }
+        uint64_t ram_lim = sched_ram_of(c, a->device, p->head);
+        if (vram > c->vram_limit[a->device]) {
+            st = lares_fail(err, LARES_ERANGE,
+                            "plan: device '%s' has %s of GPU layers but %s of GPU memory", d->name,
+                            sched_fmt_bytes((double)vram, b1, sizeof b1),
+                            sched_fmt_bytes((double)c->vram_limit[a->device], b2, sizeof b2));
+            goto done;
+        }
+        if (kv_ram > ram_lim) {
+            st = lares_fail(err, LARES_ERANGE,
+                            "plan: device '%s' needs %s of KV cache in RAM but can give %s",
+                            d->name, sched_fmt_bytes((double)kv_ram, b1, sizeof b1),
+                            sched_fmt_bytes((double)ram_lim, b2, sizeof b2));
+            goto done;
+        }
+        if (d->disk_free_bytes >= 0 && weights > ram_lim + (uint64_t)d->disk_free_bytes) {
+            st = lares_fail(
+                err, LARES_ERANGE,
+                "plan: device '%s' holds %s of weights but has %s of RAM and disk", d->name,
+                sched_fmt_bytes((double)weights, b1, sizeof b1),
+                sched_fmt_bytes((double)(ram_lim + (uint64_t)d->disk_free_bytes), b2, sizeof b2));
+            goto done;
+        }
+    }
+    for (int32_t l = 0; l < L; l++) {
+        if (!seen[l]) {
+            st = lares_fail(err, LARES_EINVAL, "plan: layer %d is owned by no device", l);
+            goto done;
+        }
+    }
+done:
+    lares_free(seen);
+    lares_free(in_ring);
+    return st;
 }

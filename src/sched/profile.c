@@ -48,9 +48,15 @@ static bool load_cached(const char *path, uint32_t max_age_s, sched_device *cach
         return false;
     }
     char *buf = lares_alloc(1 << 20);
-    size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+    bool failed = false;
+    size_t n = buf ? lares_fread(buf, (1 << 20) - 1, f, &failed) : 0;
     fclose(f);
     if (buf == NULL) {
+        return false;
+    }
+    if (failed) {
+        lares_log(LARES_LOG_WARN, "sched: ignoring the profile cache %s: read failed", path);
+        lares_free(buf);
         return false;
     }
     sched_device *devs = NULL;

@@ -126,7 +126,7 @@ static lares_status make_test_file(const char *dir, uint64_t bytes, uint8_t *buf
 /* Reads `len` bytes at `off`; on EINVAL from direct I/O falls back to buffered. */
 static ssize_t read_at(int *fd, const char *path, bool *direct, void *buf, size_t len,
                        uint64_t off) {
-    ssize_t r = pread(*fd, buf, len, (off_t)off);
+    ssize_t r = lares_pread(*fd, buf, len, (off_t)off);
     if (r < 0 && errno == EINVAL && *direct) {
         /* the device wants another alignment than ours: measure buffered instead */
         int f2 = open(path, O_RDONLY);
@@ -137,7 +137,7 @@ static ssize_t read_at(int *fd, const char *path, bool *direct, void *buf, size_
         *fd = f2;
         *direct = false;
         drop_cache(*fd, false);
-        r = pread(*fd, buf, len, (off_t)off);
+        r = lares_pread(*fd, buf, len, (off_t)off);
     }
     return r;
 }
@@ -256,7 +256,7 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
     double t0 = now_s(), t_end = t0 + 0.3 * budget;
     uint64_t got = 0, off = 0;
     while (now_s() < t_end && got < (4ull << 30)) {
-        ssize_t r = pread(fdb, buf, SEQ_BLOCK, (off_t)off);
+        ssize_t r = lares_pread(fdb, buf, SEQ_BLOCK, (off_t)off);
         if (r < 0) {
             int e = errno;
             close(fdb);

@@ -21,15 +21,8 @@
 /* Reads root/rel into buf; returns the bytes read or -1. */
 static long read_under(const char *root, const char *rel, char *buf, size_t cap) {
     char path[1024];
-    snprintf(path, sizeof path, "%s%s", root ? root : "", rel);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        return -1;
-    }
-    size_t n = fread(buf, 1, cap - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    return (long)n;
+    const int n = snprintf(path, sizeof path, "%s%s", root ? root : "", rel);
+    return n > 0 && (size_t)n < sizeof path ? lares_read_small_file(path, buf, cap) : -1;
 }
 
 static bool exists_under(const char *root, const char *rel) {
@@ -48,11 +41,12 @@ sched_os sched_detect_os(const char *root) {
     return SCHED_OS_ANDROID;
 #else
     /* a Linux build running on Android (Termux, a chroot): the system
-     * partition's build properties, or the variable Android's init sets */
-    if (exists_under(root, "/system/build.prop")) {
-        return SCHED_OS_ANDROID;
-    }
-    if ((root == NULL || root[0] == '\0') && getenv("ANDROID_ROOT") != NULL) {
+     * partition's build properties, or Android's process starter where
+     * build.prop is not readable (the library reads no environment: only
+     * app/ does) */
+    if (exists_under(root, "/system/build.prop") ||
+        exists_under(root, "/system/bin/app_process64") ||
+        exists_under(root, "/system/bin/app_process32")) {
         return SCHED_OS_ANDROID;
     }
     return SCHED_OS_LINUX;

@@ -41,27 +41,6 @@ typedef struct gen {
     bool oom;
 } gen;
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) {
-        return true;
-    }
-    size_t c = *cap ? *cap : 64;
-    while (c < need) {
-        c *= 2;
-    }
-    size_t bytes;
-    if (!lares_mul_size(c, elem, &bytes)) {
-        return false;
-    }
-    void *q = lares_realloc(*p, bytes);
-    if (q == NULL) {
-        return false;
-    }
-    *p = q;
-    *cap = c;
-    return true;
-}
-
 /* The choice object of a streamed chunk or the final reply. */
 static json_t *choice(const gen *g, json_t *text, json_t *logprobs, const char *finish,
                       bool chunk) {
@@ -131,7 +110,7 @@ static void release(gen *g, size_t n_tok, size_t n_bytes) {
         }
         server_write_event(g->j, o);
     } else {
-        if (!grow((void **)&g->all, &g->all_cap, g->all_len + n_bytes + 1, 1)) {
+        if (!lares_grow((void **)&g->all, &g->all_cap, g->all_len + n_bytes + 1, 1)) {
             g->oom = true;
         } else {
             memcpy(g->all + g->all_len, g->text, n_bytes);
@@ -170,8 +149,8 @@ static bool on_token(const lares_token_info *t, void *user) {
     if (g->con != NULL && t->token >= 0) {
         server_constraint_advance(g->con, t->token);
     }
-    if (!grow((void **)&g->text, &g->cap, g->len + t->piece_len + 1, 1) ||
-        !grow((void **)&g->toks, &g->cap_toks, g->n_toks + 1, sizeof *g->toks)) {
+    if (!lares_grow((void **)&g->text, &g->cap, g->len + t->piece_len + 1, 1) ||
+        !lares_grow((void **)&g->toks, &g->cap_toks, g->n_toks + 1, sizeof *g->toks)) {
         g->oom = true;
         return false;
     }

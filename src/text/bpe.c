@@ -136,7 +136,7 @@ static lares_status word(const text_vocab *v, const char *s, size_t n, text_work
     }
     if (v->ignore_merges) {
         /* a whole word that is a token is taken as it is (Llama 3) */
-        if (!text_grow((void **)&w->word, &w->cap_word, 2 * n, 1)) {
+        if (!lares_grow((void **)&w->word, &w->cap_word, 2 * n, 1)) {
             return lares_fail(err, LARES_ENOMEM, "text: no memory for a %zu-byte word", n);
         }
         size_t k = 0;
@@ -148,7 +148,7 @@ static lares_status word(const text_vocab *v, const char *s, size_t n, text_work
             return text_emit(w, id, err);
         }
     }
-    if (!text_grow((void **)&w->sym, &w->cap_sym, n, sizeof *w->sym)) {
+    if (!lares_grow((void **)&w->sym, &w->cap_sym, n, sizeof *w->sym)) {
         return lares_fail(err, LARES_ENOMEM, "text: no memory for %zu symbols", n);
     }
     for (size_t i = 0; i < n; i++) {
@@ -212,7 +212,7 @@ lares_status text_bpe_tokenize(const text_vocab *v, const char *text, bool add_s
             continue;
         }
         size_t n = text_utf8_sanitized_len(text + f.off, f.len);
-        if (!text_grow((void **)&w->buf, &w->cap_buf, n, 1)) {
+        if (!lares_grow((void **)&w->buf, &w->cap_buf, n, 1)) {
             return lares_fail(err, LARES_ENOMEM, "text: no memory for %zu bytes of text", n);
         }
         text_utf8_sanitize(text + f.off, f.len, w->buf);

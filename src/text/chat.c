@@ -140,7 +140,7 @@ static void put(writer *w, const char *s, size_t n) {
     text_chat_text *t = w->t;
     size_t need;
     if (w->oom || !lares_add_size(t->len, n + 1, &need) ||
-        !text_grow((void **)&t->text, &t->cap_text, need, 1)) {
+        !lares_grow((void **)&t->text, &t->cap_text, need, 1)) {
         w->oom = true;
         return;
     }
@@ -183,8 +183,8 @@ static void content(writer *w, const char *s, trim_kind trim) {
     }
     size_t k = t->n_content;
     size_t cap_off = t->cap_content, cap_len = t->cap_content;
-    if (!text_grow((void **)&t->content_off, &cap_off, k + 1, sizeof *t->content_off) ||
-        !text_grow((void **)&t->content_len, &cap_len, k + 1, sizeof *t->content_len)) {
+    if (!lares_grow((void **)&t->content_off, &cap_off, k + 1, sizeof *t->content_off) ||
+        !lares_grow((void **)&t->content_len, &cap_len, k + 1, sizeof *t->content_len)) {
         w->oom = true;
         return;
     }
@@ -539,7 +539,7 @@ static bool push_frag(const text_vocab *v, const char *text, frag_list *l, text_
             return true;
         }
     }
-    if (!text_grow((void **)&l->a, &l->cap, l->n + 1, sizeof *l->a)) {
+    if (!lares_grow((void **)&l->a, &l->cap, l->n + 1, sizeof *l->a)) {
         return false;
     }
     l->a[l->n++] = f;

@@ -37,7 +37,7 @@ static size_t find(const char *s, size_t from, size_t to, const char *t, size_t 
 }
 
 static bool push(text_frag **a, size_t *n, size_t *cap, text_frag f) {
-    if (!text_grow((void **)a, cap, *n + 1, sizeof **a)) {
+    if (!lares_grow((void **)a, cap, *n + 1, sizeof **a)) {
         return false;
     }
     (*a)[(*n)++] = f;

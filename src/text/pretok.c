@@ -351,7 +351,7 @@ oom:
 }
 
 static bool push_span(text_work *w, size_t off, size_t len) {
-    if (!text_grow((void **)&w->spans2, &w->cap_spans2, w->n_spans2 + 1, sizeof *w->spans2)) {
+    if (!lares_grow((void **)&w->spans2, &w->cap_spans2, w->n_spans2 + 1, sizeof *w->spans2)) {
         return false;
     }
     w->spans2[w->n_spans2++] = (text_span){off, len};
@@ -411,7 +411,7 @@ lares_status text_pretok_split(const text_pretok *p, const char *s, size_t len, 
     if (len == 0) {
         return LARES_OK;
     }
-    if (!text_grow((void **)&w->spans, &w->cap_spans, 1, sizeof *w->spans)) {
+    if (!lares_grow((void **)&w->spans, &w->cap_spans, 1, sizeof *w->spans)) {
         return lares_fail(err, LARES_ENOMEM, "text: no memory for pre-tokenized words");
     }
     w->spans[0] = (text_span){0, len};

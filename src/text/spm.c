@@ -61,7 +61,7 @@ static lares_status emit_symbol(const text_vocab *v, const char *s, const text_s
 /* Merges the escaped text s[0, n), n >= 1, as one sequence. */
 static lares_status merge(const text_vocab *v, const char *s, size_t n, text_work *w,
                           lares_error *err) {
-    if (!text_grow((void **)&w->sym, &w->cap_sym, n, sizeof *w->sym)) {
+    if (!lares_grow((void **)&w->sym, &w->cap_sym, n, sizeof *w->sym)) {
         return lares_fail(err, LARES_ENOMEM, "text: no memory for %zu symbols", n);
     }
     int32_t count = 0;
@@ -149,7 +149,7 @@ static size_t escape(const char *text, size_t len, bool prefix, text_work *w) {
         spaces += text[i] == ' ';
     }
     size_t n = len + (prefix ? 1 : 0) + 2 * spaces;
-    if (!text_grow((void **)&w->buf, &w->cap_buf, n, 1)) {
+    if (!lares_grow((void **)&w->buf, &w->cap_buf, n, 1)) {
         return 0;
     }
     char *o = w->buf;

@@ -230,8 +230,6 @@ typedef struct text_work {
 } text_work;
 
 void text_work_free(text_work *w);
-/* Grows *p (elements of `elem` bytes, capacity *cap) to hold at least need. */
-bool text_grow(void **p, size_t *cap, size_t need, size_t elem);
 lares_status text_emit(text_work *w, int32_t id, lares_error *err);
 
 void text_heap_clear(text_work *w);

@@ -120,7 +120,7 @@ static lares_status word(const text_vocab *v, size_t n, text_work *w, lares_erro
 
 /* Appends one code point to the current word, starting it with U+2581. */
 static bool word_put(text_work *w, size_t *n, uint32_t c) {
-    if (!text_grow((void **)&w->word, &w->cap_word, *n + 8, 1)) {
+    if (!lares_grow((void **)&w->word, &w->cap_word, *n + 8, 1)) {
         return false;
     }
     if (*n == 0) {

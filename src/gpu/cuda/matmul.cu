@@ -10,6 +10,7 @@
 #include "gpu/cuda/blocks.cuh"
 #include "gpu/cuda/cuda_impl.h"
 #include "gguf/gguf.h"
+#include "gpu/gpu_types.h"
 
 namespace {
 
@@ -196,32 +197,23 @@ __global__ void dequant_kernel(const uint8_t *src, uint32_t type, int64_t n, flo
 } // namespace
 
 bool cu_type_ok(uint32_t t) {
-    return t == GGUF_TYPE_Q4_0 || t == GGUF_TYPE_Q8_0 || t == GGUF_TYPE_Q4_K ||
-           t == GGUF_TYPE_Q6_K || t == GGUF_TYPE_F16;
+    return gpu_type_ok(t);
 }
 
 cudaError_t cu_matmul(const void *w, uint32_t w_type, int64_t n_in, int64_t n_out,
                       const void *act, size_t act_row_bytes, int64_t n_rows, float *y,
                       cudaStream_t stream) {
+    /* one case per row of the GPU's type table (gpu_types.h) */
+#define LAUNCH(type, dot, block, qk)                                                               \
+    case type:                                                                                     \
+        return launch<dot>(w, (size_t)(n_in / (qk)) * sizeof(block), n_in, n_out, act,            \
+                           act_row_bytes, n_rows, y, stream);
     switch (w_type) {
-    case GGUF_TYPE_Q4_0:
-        return launch<dot_q4_0>(w, (size_t)(n_in / QK4_0) * sizeof(block_q4_0), n_in, n_out, act,
-                                act_row_bytes, n_rows, y, stream);
-    case GGUF_TYPE_Q8_0:
-        return launch<dot_q8_0>(w, (size_t)(n_in / QK8_0) * sizeof(block_q8_0), n_in, n_out, act,
-                                act_row_bytes, n_rows, y, stream);
-    case GGUF_TYPE_Q4_K:
-        return launch<dot_q4_K>(w, (size_t)(n_in / QK_K) * sizeof(block_q4_K), n_in, n_out, act,
-                                act_row_bytes, n_rows, y, stream);
-    case GGUF_TYPE_Q6_K:
-        return launch<dot_q6_K>(w, (size_t)(n_in / QK_K) * sizeof(block_q6_K), n_in, n_out, act,
-                                act_row_bytes, n_rows, y, stream);
-    case GGUF_TYPE_F16:
-        return launch<dot_f16>(w, (size_t)n_in * 2, n_in, n_out, act, act_row_bytes, n_rows, y,
-                               stream);
+        GPU_TYPE_TABLE(LAUNCH)
     default:
         return cudaErrorInvalidValue;
     }
+#undef LAUNCH
 }
 
 cudaError_t cu_dequant(const void *src, uint32_t type, int64_t n, float *out, cudaStream_t stream) {
