@@ -123,9 +123,22 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
     d.cpu_quota = sched_probe_cpu_quota(root, &d.cpu_quota_period_s);
     sched_probe_cpu_model(root, d.cpu_model, sizeof d.cpu_model);
     snprintf(d.isa, sizeof d.isa, "%s", quant_isa_name());
+    snprintf(d.cpu_flags, sizeof d.cpu_flags, "%s", quant_cpu_flags());
     lares_status st = sched_probe_memory(root, &d, &info->cgroup_limit_bytes, err);
     if (st != LARES_OK) {
         return st;
+    }
+    /* a profile calibrated on a model is that model's: its name and size
+     * join the fingerprint (sched_model reads only the header and index) */
+    sched_model *cm = NULL;
+    const bool calibrate = o->run_windows != NULL && o->disk_path != NULL;
+    if (calibrate && (st = sched_model_from_path(o->disk_path, &cm, err)) != LARES_OK) {
+        lares_error_prefix(err, "calibrate: ");
+        return st;
+    }
+    if (cm != NULL) {
+        snprintf(d.cal.model, sizeof d.cal.model, "%s", cm->name[0] ? cm->name : "model");
+        d.cal.model_bytes = cm->file_bytes;
     }
     info->fingerprint = sched_fingerprint(&d);
     char cpath[1100] = "";
@@ -148,6 +161,7 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
         d.cpu_flops = cached.cpu_flops;
         d.cpu_flops_mem = cached.cpu_flops_mem;
         d.mem_bw_Bps = cached.mem_bw_Bps;
+        d.cal = cached.cal;
         info->cached = true;
     } else {
         /* the streamed buffer: far beyond any last-level cache, within a quarter
@@ -156,10 +170,32 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
         while (big > (16u << 20) && big > d.ram_avail_bytes / 4) {
             big /= 2;
         }
-        if ((st = sched_profile_cpu(&d, d.threads, budget * 3 / 4, big, err)) != LARES_OK) {
+        /* with a model: half of the CPU's share for the micro-benchmarks
+         * (their ratios between types), half for the real windows */
+        const uint32_t cpu_ms = budget * 3 / 4;
+        if ((st = sched_profile_cpu(&d, d.threads, cm ? cpu_ms / 2 : cpu_ms, big, err)) !=
+            LARES_OK) {
+            sched_model_free(cm);
             return st;
         }
+        if (cm != NULL) {
+            sched_window_time dec, pro;
+            memset(&dec, 0, sizeof dec);
+            memset(&pro, 0, sizeof pro);
+            st = o->run_windows(o->windows_user, o->disk_path, d.threads,
+                                LARES_MAX(cpu_ms / 2, 100u), &dec, &pro, err);
+            if (st != LARES_OK) {
+                lares_error_prefix(err, "calibrate: ");
+            } else {
+                st = sched_device_fit_windows(cm, &d, &dec, &pro, err);
+            }
+            if (st != LARES_OK) {
+                sched_model_free(cm);
+                return st;
+            }
+        }
     }
+    sched_model_free(cm);
     if (have_cache && strcmp(cached.disk_path, disk_where) == 0) {
         d.disk_seq_Bps = cached.disk_seq_Bps;
         d.disk_rand_Bps = cached.disk_rand_Bps;
