@@ -74,6 +74,7 @@ static lares_status head_profile(lares_session *s, api_ring *r, sched_device *d,
     po.budget_ms =
         (uint32_t)(r->rc->profile_ms > 0 ? r->rc->profile_ms : CLUSTER_DEFAULT_PROFILE_MS);
     po.cache_dir = s->o.ring_profile_cache;
+    po.run_windows = api_run_windows; /* the rates fitted to this model's windows */
     sched_profile_info info;
     const uint64_t t0 = lares_now_ns();
     lares_status st = sched_profile_run(&po, d, &info, err);
