@@ -180,6 +180,10 @@ typedef struct lares_session_opts {
     /* The planner's placement for a ring without windows (issue 7): "halda",
      * "memory", "single" or "even"; NULL: ring.json's "placement", else halda. */
     const char *ring_placement;
+    /* "even" through the planner too (profiles gathered, the planner's even
+     * split and its predictions), as lares plan --check compares it; false:
+     * the plain split, no profiles needed. */
+    bool ring_plan_even;
     /* Where the head of an automatic ring caches its own profile (per
      * hardware fingerprint, as lares profile); NULL: measured every time. */
     const char *ring_profile_cache;
