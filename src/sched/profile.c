@@ -154,6 +154,7 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
              o->cache_dir && o->cache_dir[0] ? o->cache_dir : "/tmp");
     if (o->cache_dir != NULL && o->cache_dir[0] != '\0' &&
         (st = mkdirs(o->cache_dir, err)) != LARES_OK) {
+        sched_model_free(cm);
         return st;
     }
     const char *disk_where = disk_file ? disk_file : disk_dir;
@@ -178,24 +179,7 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
             sched_model_free(cm);
             return st;
         }
-        if (cm != NULL) {
-            sched_window_time dec, pro;
-            memset(&dec, 0, sizeof dec);
-            memset(&pro, 0, sizeof pro);
-            st = o->run_windows(o->windows_user, o->disk_path, d.threads,
-                                LARES_MAX(cpu_ms / 2, 100u), &dec, &pro, err);
-            if (st != LARES_OK) {
-                lares_error_prefix(err, "calibrate: ");
-            } else {
-                st = sched_device_fit_windows(cm, &d, &dec, &pro, err);
-            }
-            if (st != LARES_OK) {
-                sched_model_free(cm);
-                return st;
-            }
-        }
     }
-    sched_model_free(cm);
     if (have_cache && strcmp(cached.disk_path, disk_where) == 0) {
         d.disk_seq_Bps = cached.disk_seq_Bps;
         d.disk_rand_Bps = cached.disk_rand_Bps;
@@ -206,9 +190,28 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
     } else {
         if ((st = sched_profile_disk(disk_file, disk_dir, LARES_MAX(budget / 4, 50u), &d,
                                      &info->disk_direct, &info->disk_test_bytes, err))) {
+            sched_model_free(cm);
             return st;
         }
         info->cached = false;
+    }
+    /* the real windows after the disk: they read part of the model into the
+     * page cache, where the disk test on the model file would find it */
+    if (cm != NULL && !have_cache) {
+        sched_window_time dec, pro;
+        memset(&dec, 0, sizeof dec);
+        memset(&pro, 0, sizeof pro);
+        st = o->run_windows(o->windows_user, o->disk_path, d.threads,
+                            LARES_MAX(budget * 3 / 8, 100u), &dec, &pro, err);
+        if (st != LARES_OK) {
+            lares_error_prefix(err, "calibrate: ");
+        } else {
+            st = sched_device_fit_windows(cm, &d, &dec, &pro, err);
+        }
+    }
+    sched_model_free(cm);
+    if (st != LARES_OK) {
+        return st;
     }
     if (o->gpu_probe != NULL && !o->gpu_probe(&d, o->gpu_user)) {
         d.gpu = SCHED_GPU_NONE;

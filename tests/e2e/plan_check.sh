@@ -66,5 +66,8 @@ jq -e '(.placements[] | select(.placement == "single") | .devices | length) == 1
   || fail "--placements fastest: $(cat "$TMP/e3.json" "$TMP/e3.err")"
 "$LARES" plan --check -m "$RING_MODEL" --ring "$TMP/auto.json" -n 1 >/dev/null 2>&1
 [ $? -eq 2 ] && ok || fail "-n 1 accepted"
+# the workers take --isa like the rest (a bad family is refused before listening)
+"$LARES" worker --listen 127.0.0.1:0 --insecure --isa z80 >/dev/null 2>"$TMP/wisa.err"
+[ $? -eq 1 ] && grep -q "z80" "$TMP/wisa.err" && ok || fail "worker --isa z80: $(cat "$TMP/wisa.err")"
 ring_cleanup
 finish
