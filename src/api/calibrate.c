@@ -18,7 +18,10 @@
  *     assumes;
  *   - the layers: a window from the middle of the model (the first and last
  *     layers are not special in a decoder, but the middle ones are typical),
- *     as many layers as fit a quarter of the budget, 1 to 4.
+ *     of at least 96 MiB of weights where half of the budget holds them: a
+ *     window that fits a last-level cache would run from it when repeated,
+ *     faster than any token runs it (one 29 MB layer of a 1B model nearly
+ *     fits a 32 MiB L3).
  *
  * The hidden state is restored before each window (random values, the same
  * each time), so nothing grows over hundreds of windows.
@@ -33,6 +36,9 @@
 /* program text, stacks, allocator slack (as ring_worker.c) */
 #define RESERVE_BYTES ((uint64_t)16 << 20)
 #define PAGE_TABLE_SHARE 256
+/* the window's weights at least (when the budget allows): beyond the 32 MiB
+ * of L3 a core sees on current desktop and server parts */
+#define WINDOW_BYTES ((uint64_t)96 << 20)
 /* the pause before timing: the kernel's default CFS period */
 #define QUOTA_PERIOD_NS 100000000L
 
@@ -74,13 +80,13 @@ static lares_status rig_open(window_rig *r, const char *path, int32_t n_threads,
     mem_limit_read(NULL, &lim);
     const uint64_t file = gguf_file_bytes(r->f);
     const uint64_t layer = file / (uint64_t)(L > 0 ? L : 1);
+    /* enough layers that the window outgrows a last-level cache (a window
+     * repeated back to back would otherwise run from it, which no token
+     * does), within half of the budget */
     int32_t w = 1;
-    while (w < 4 && w < L && lim.auto_bytes != UINT64_MAX &&
-           (uint64_t)(w + 1) * layer <= lim.auto_bytes / 4) {
+    while (w < L && (uint64_t)w * layer < WINDOW_BYTES &&
+           (lim.auto_bytes == UINT64_MAX || (uint64_t)(w + 1) * layer <= lim.auto_bytes / 2)) {
         w++;
-    }
-    if (lim.auto_bytes == UINT64_MAX) {
-        w = LARES_MIN(4, L);
     }
     r->win.l0 = (L - w) / 2;
     r->win.l1 = r->win.l0 + w;
