@@ -203,7 +203,15 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
         memset(&pro, 0, sizeof pro);
         st = o->run_windows(o->windows_user, o->disk_path, d.threads,
                             LARES_MAX(budget * 3 / 8, 100u), &dec, &pro, err);
-        if (st != LARES_OK) {
+        if (st == LARES_ERANGE) {
+            /* a budget that cannot run one layer: the planner will not give
+             * this device any; its profile stays the micro-benchmarks' */
+            lares_log(LARES_LOG_WARN, "sched: not calibrated on %s: %s", o->disk_path, err->msg);
+            memset(&d.cal, 0, sizeof d.cal);
+            snprintf(d.cal.model, sizeof d.cal.model, "%s", cm->name[0] ? cm->name : "model");
+            d.cal.model_bytes = cm->file_bytes;
+            st = LARES_OK;
+        } else if (st != LARES_OK) {
             lares_error_prefix(err, "calibrate: ");
         } else {
             st = sched_device_fit_windows(cm, &d, &dec, &pro, err);
