@@ -183,17 +183,17 @@ static void test_json(void) {
     lares_free(text);
     /* bad calibrations are refused with their path */
     const char *bads[] = {
-        "[{\"name\":\"a\",\"os\":\"linux\",\"cpu\":{\"cores\":1,\"flops\":{\"*\":1e9},"
+        ("[{\"name\":\"a\",\"os\":\"linux\",\"cpu\":{\"cores\":1,\"flops\":{\"*\":1e9},"
         "\"mem_bw\":1e9},\"memory\":{\"available\":1e9},\"disk\":{\"seq_read\":1e8},"
-        "\"calibration\":{\"model\":\"m\",\"scale\":0}}]",
-        "[{\"name\":\"a\",\"os\":\"linux\",\"cpu\":{\"cores\":1,\"flops\":{\"*\":1e9},"
+        "\"calibration\":{\"model\":\"m\",\"scale\":0}}]"),
+        ("[{\"name\":\"a\",\"os\":\"linux\",\"cpu\":{\"cores\":1,\"flops\":{\"*\":1e9},"
         "\"mem_bw\":1e9},\"memory\":{\"available\":1e9},\"disk\":{\"seq_read\":1e8},"
-        "\"calibration\":{\"model\":\"m\",\"scale\":1,\"bogus\":1}}]",
-        "[{\"name\":\"a\",\"os\":\"linux\",\"cpu\":{\"cores\":1,\"flops\":{\"*\":1e9},"
+        "\"calibration\":{\"model\":\"m\",\"scale\":1,\"bogus\":1}}]"),
+        ("[{\"name\":\"a\",\"os\":\"linux\",\"cpu\":{\"cores\":1,\"flops\":{\"*\":1e9},"
         "\"mem_bw\":1e9},\"memory\":{\"available\":1e9},\"disk\":{\"seq_read\":1e8},"
-        "\"calibration\":{\"scale\":1}}]",
-        "[{\"name\":\"a\",\"os\":\"linux\",\"cpu\":{\"cores\":1,\"flops\":{\"*\":1e9},"
-        "\"mem_bw\":1e9,\"flags\":7},\"memory\":{\"available\":1e9},\"disk\":{\"seq_read\":1e8}}]",
+        "\"calibration\":{\"scale\":1}}]"),
+        ("[{\"name\":\"a\",\"os\":\"linux\",\"cpu\":{\"cores\":1,\"flops\":{\"*\":1e9},"
+        "\"mem_bw\":1e9,\"flags\":7},\"memory\":{\"available\":1e9},\"disk\":{\"seq_read\":1e8}}]"),
     };
     const char *want[] = {"calibration.scale", "bogus", "calibration.model", "flags"};
     for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
