@@ -14,6 +14,20 @@
 #include <stdio.h>
 
 /* exit codes */
+/* lares plan --check (plan_check.c) */
+typedef struct app_plan_check_opts {
+    const char *model;
+    const char *ring;       /* an automatic ring.json (no windows) */
+    bool insecure;
+    const char *placements; /* "halda memory single even" */
+    int32_t n_tokens;
+    int32_t n_threads;      /* 0: every core */
+    int32_t n_ctx;          /* 0: the model's */
+    bool json;
+    bool verbose;
+} app_plan_check_opts;
+int app_plan_check(const app_plan_check_opts *o);
+
 #define APP_OK    0
 #define APP_FAIL  1 /* the work failed: the message says why */
 #define APP_USAGE 2 /* the command line was wrong */

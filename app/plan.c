@@ -25,7 +25,18 @@ static void plan_usage(FILE *to) {
           "                         --gpu-mem); --devices is then optional\n"
           "      --gpu-mem SIZE     the GPU's memory for weights (default: 90%% of this\n"
           "                         machine's free device memory)\n"
-          "      --gpu-tokens N     tokens per pass to optimise for (default 1: generation)\n",
+          "      --gpu-tokens N     tokens per pass to optimise for (default 1: generation)\n"
+          "\n"
+          "usage: lares plan --check -m MODEL --ring RING.json [options]\n"
+          "  runs each placement on the ring's devices (an automatic ring.json: no windows)\n"
+          "  for a few tokens and prints its prediction beside its measurement, per device\n"
+          "  and per token\n"
+          "      --placements LIST  which, in order (default \"halda memory single even\")\n"
+          "  -n, --tokens N         tokens per placement (default 16)\n"
+          "  -t, --threads N        the head's threads (default: every core)\n"
+          "  -c, --ctx-size N       context (default: the model's)\n"
+          "      --insecure         a ring without encryption (trusted test networks)\n"
+          "      --json             print the runs as JSON\n",
           to);
 }
 
@@ -132,9 +143,10 @@ static void print_gpu(json_t *g) {
 int cmd_plan(int argc, char **argv) {
     lares_plan_opts o = lares_plan_opts_default();
     const char *devices = NULL, *v, *offload = NULL;
-    bool json = false;
+    bool json = false, check = false;
     uint64_t gpu_mem = 0;
     int32_t gpu_tokens = 1;
+    app_plan_check_opts co = {.placements = "halda memory single even", .n_tokens = 16};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -142,6 +154,30 @@ int cmd_plan(int argc, char **argv) {
             return APP_OK;
         } else if (strcmp(a, "--json") == 0) {
             json = true;
+        } else if (strcmp(a, "--check") == 0) {
+            check = true;
+        } else if (strcmp(a, "--insecure") == 0) {
+            co.insecure = true;
+        } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            co.verbose = true;
+        } else if (strcmp(a, "--ring") == 0) {
+            if ((co.ring = app_need_value(argc, argv, &i)) == NULL) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--placements") == 0) {
+            if ((co.placements = app_need_value(argc, argv, &i)) == NULL) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "-n") == 0 || strcmp(a, "--tokens") == 0) {
+            if ((v = app_need_value(argc, argv, &i)) == NULL ||
+                !app_parse_i32(a, v, 2, 4096, &co.n_tokens)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            if ((v = app_need_value(argc, argv, &i)) == NULL ||
+                !app_parse_i32(a, v, 1, 4096, &co.n_threads)) {
+                return APP_USAGE;
+            }
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
             if ((o.model_path = app_need_value(argc, argv, &i)) == NULL) {
                 return APP_USAGE;
@@ -191,6 +227,19 @@ int cmd_plan(int argc, char **argv) {
             app_error("plan: unknown option '%s' (lares plan --help)", a);
             return APP_USAGE;
         }
+    }
+    if (check || co.ring != NULL) {
+        if (!check || co.ring == NULL || o.model_path == NULL || devices != NULL ||
+            o.shape != NULL || offload != NULL) {
+            app_error("plan: --check runs a model file on a ring: lares plan --check -m MODEL "
+                      "--ring RING.json (no --devices, --shape or --offload)");
+            return APP_USAGE;
+        }
+        app_setup_log(co.verbose ? 1 : 0);
+        co.model = o.model_path;
+        co.n_ctx = o.n_ctx;
+        co.json = json;
+        return app_plan_check(&co);
     }
     if (offload == NULL && (gpu_mem != 0 || gpu_tokens != 1)) {
         app_error("plan: --gpu-mem and --gpu-tokens go with --offload layers|affinity");

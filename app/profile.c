@@ -8,7 +8,11 @@
 static void profile_usage(FILE *to) {
     fputs("usage: lares profile [options]\n"
           "  -m, --model PATH     time the disk that holds this model (default: a temporary\n"
-          "                       file in the cache directory)\n"
+          "                       file in the cache directory), and fit the CPU rates to a\n"
+          "                       few real layer windows of it run here (the profile is then\n"
+          "                       this model's)\n"
+          "      --no-calibrate   with -m: keep the kernels' micro-benchmark rates\n"
+          "      --isa NAME       force the kernel family (avx2, avxvnni, avx512, neon, ...)\n"
           "      --json           print the profile as JSON (a device entry of a devices file)\n"
           "      --refresh        measure again even when this device's profile is cached\n"
           "      --name NAME      the device's name (default: the host name)\n"
@@ -72,6 +76,15 @@ static void print_human(json_t *p) {
             printf("  %-8s %7.1f\n", k, json_number_value(v) / 1e9);
         }
     }
+    json_t *cal = json_object_get(p, "calibration");
+    if (cal != NULL) {
+        printf("calibrated   on %s: %.3f ms per layer of a token, %.3f ms per row of a %d-row "
+               "prompt (full speed; micro-benchmark rates / %.2f)%s\n",
+               str(cal, "model", NULL), num(cal, "decode_layer_ms", NULL),
+               num(cal, "prompt_row_layer_ms", NULL), (int)num(cal, "prompt_rows", NULL),
+               num(cal, "scale", NULL),
+               json_is_true(json_object_get(cal, "streamed")) ? ", streaming" : "");
+    }
     json_t *gpu = json_object_get(p, "gpu");
     if (gpu != NULL) {
         printf("gpu          %s %s, %s available\n", str(gpu, "backend", NULL),
@@ -88,7 +101,7 @@ static void print_human(json_t *p) {
 int cmd_profile(int argc, char **argv) {
     lares_profile_opts o = lares_profile_opts_default();
     bool json = false, no_cache = false;
-    const char *cache_dir = NULL;
+    const char *cache_dir = NULL, *isa = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         uint64_t u;
@@ -101,6 +114,12 @@ int cmd_profile(int argc, char **argv) {
             o.refresh = true;
         } else if (strcmp(a, "--no-cache") == 0) {
             no_cache = true;
+        } else if (strcmp(a, "--no-calibrate") == 0) {
+            o.no_calibrate = true;
+        } else if (strcmp(a, "--isa") == 0) {
+            if ((isa = app_need_value(argc, argv, &i)) == NULL) {
+                return APP_USAGE;
+            }
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
             if ((o.model_path = app_need_value(argc, argv, &i)) == NULL) {
                 return APP_USAGE;
@@ -139,6 +158,9 @@ int cmd_profile(int argc, char **argv) {
         o.cache_dir = cache_dir != NULL ? cache_dir : app_profile_cache_default();
     }
     lares_error err = {0};
+    if (isa != NULL && lares_force_isa(isa, &err) != LARES_OK) {
+        return app_fail(&err);
+    }
     char *text = NULL;
     if (lares_profile(&o, &text, &err) != LARES_OK) {
         return app_fail(&err);

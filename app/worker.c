@@ -15,6 +15,7 @@ static void worker_usage(FILE *to) {
           "                          characters) or a file of keys (HEAD.key.pub); repeatable\n"
           "  -m, --model PATH        the model file here (default: the path ring.json names)\n"
           "  -t, --threads N         threads (default: ring.json's, else all cores)\n"
+          "      --isa NAME          force the kernel family (avx2, avxvnni, avx512, neon, ...)\n"
           "      --mem-budget SIZE   memory for this worker (default: the cgroup limit or 80%\n"
           "                          of available memory); layers that do not fit stream\n"
           "      --no-stream         plain mmap: no read-ahead of the next window, no release\n"
@@ -71,6 +72,7 @@ int cmd_worker(int argc, char **argv) {
     const char **allow = calloc((size_t)argc, sizeof *allow);
     out_state os = {.verbosity = 0};
     bool no_profile_cache = false;
+    const char *isa = NULL;
     pthread_mutex_init(&os.mu, NULL);
     int rc = APP_USAGE;
     if (allow == NULL) {
@@ -113,6 +115,10 @@ int cmd_worker(int argc, char **argv) {
             }
         } else if (strcmp(a, "--no-stream") == 0) {
             o.no_stream = true;
+        } else if (strcmp(a, "--isa") == 0) {
+            if ((isa = app_need_value(argc, argv, &i)) == NULL) {
+                goto done;
+            }
         } else if (strcmp(a, "--profile-cache") == 0) {
             if ((o.profile_cache_dir = app_need_value(argc, argv, &i)) == NULL) {
                 goto done;
@@ -145,6 +151,11 @@ int cmd_worker(int argc, char **argv) {
         goto done;
     }
     app_setup_log(os.verbosity);
+    lares_error ierr = {0};
+    if (isa != NULL && lares_force_isa(isa, &ierr) != LARES_OK) {
+        rc = app_fail(&ierr);
+        goto done;
+    }
     o.allow = allow;
     o.on_event = on_event;
     o.user = &os;

@@ -180,6 +180,10 @@ typedef struct lares_session_opts {
     /* The planner's placement for a ring without windows (issue 7): "halda",
      * "memory", "single" or "even"; NULL: ring.json's "placement", else halda. */
     const char *ring_placement;
+    /* "even" through the planner too (profiles gathered, the planner's even
+     * split and its predictions), as lares plan --check compares it; false:
+     * the plain split, no profiles needed. */
+    bool ring_plan_even;
     /* Where the head of an automatic ring caches its own profile (per
      * hardware fingerprint, as lares profile); NULL: measured every time. */
     const char *ring_profile_cache;
@@ -654,11 +658,16 @@ typedef struct lares_profile_opts {
     bool refresh;           /* measure again even when the cache has this device */
     int32_t n_threads;      /* 0: every core */
     uint32_t budget_ms;     /* measuring time (0: 2000 ms) */
+    bool no_calibrate;      /* with model_path: keep the kernels' micro-benchmark rates
+                               instead of fitting them to real windows of the model */
 } lares_profile_opts;
 
 LARES_API lares_profile_opts lares_profile_opts_default(void);
 /* Profiles this device: FLOP/s per weight type with lares' kernels, memory
  * bandwidth, free memory (cgroup limits honoured), disk throughput, OS, GPU.
+ * With model_path, the CPU rates are then fitted to a few real layer windows
+ * of that model run here by the wall clock (within this process's threads,
+ * CPU quota and memory budget), and the profile is that model's.
  * *json_out: one JSON object (a device entry of a devices file), released with
  * lares_free. */
 LARES_API lares_status lares_profile(const lares_profile_opts *o, char **json_out,

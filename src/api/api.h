@@ -69,4 +69,11 @@ lares_status api_plan_positions(lares_session *s, int32_t positions, lares_error
 /* True when the weights stream even with an empty KV cache. */
 bool api_streams_surely(const lares_session *s);
 
+/* calibrate.c: runs real layer windows of the model at model_path on this
+ * device for the profile (a sched_window_fn; user unused). */
+struct sched_window_time;
+lares_status api_run_windows(void *user, const char *model_path, int32_t n_threads,
+                             uint32_t budget_ms, struct sched_window_time *decode,
+                             struct sched_window_time *prompt, lares_error *err);
+
 #endif /* LARES_API_H */

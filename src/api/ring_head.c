@@ -208,9 +208,10 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
         }
     }
     /* "auto" windows come from the planner unless "placement" is "even" (the
-     * plain split, no profiles needed) */
-    const bool planned =
-        st == LARES_OK && r->rc->auto_windows && strcmp(r->rc->placement, "even") != 0;
+     * plain split, no profiles needed; the planner's even split when the
+     * session asks for its predictions) */
+    const bool planned = st == LARES_OK && r->rc->auto_windows &&
+                         (strcmp(r->rc->placement, "even") != 0 || s->o.ring_plan_even);
     if (st == LARES_OK && !r->rc->auto_windows && r->rc->placement[0] != '\0' &&
         strcmp(r->rc->placement, "even") != 0) {
         st = lares_fail(err, LARES_EINVAL,

@@ -74,6 +74,7 @@ static lares_status head_profile(lares_session *s, api_ring *r, sched_device *d,
     po.budget_ms =
         (uint32_t)(r->rc->profile_ms > 0 ? r->rc->profile_ms : CLUSTER_DEFAULT_PROFILE_MS);
     po.cache_dir = s->o.ring_profile_cache;
+    po.run_windows = api_run_windows; /* the rates fitted to this model's windows */
     sched_profile_info info;
     const uint64_t t0 = lares_now_ns();
     lares_status st = sched_profile_run(&po, d, &info, err);
@@ -298,6 +299,46 @@ static lares_status replan_subset(api_ring *r, const sched_opts *o, const sched_
     return st;
 }
 
+/* Learning while generating: the profiles become the devices as the monitor
+ * measured them under the plan in force (sched_devices_calibrate: compute
+ * rates, disk, memory budget, hop), so every later plan -- this re-plan, a
+ * failover after the monitor was reset, a device re-joining -- starts from
+ * measured rates, not from the profile alone. Devices without samples keep
+ * what they had. The fit is absolute (the model under the plan in force
+ * reproduces what was measured), so learning twice from the same figures
+ * changes nothing, and sched_replan's own calibration over the learned
+ * devices is the identity. */
+static void learn(api_ring *r, const sched_measured *meas) {
+    if (r->splan == NULL || r->splan->n_devices != (size_t)r->n_cfg) {
+        return;
+    }
+    const size_t n = (size_t)r->n_cfg;
+    sched_device *cal = lares_calloc(n, sizeof *cal);
+    if (cal == NULL) {
+        return;
+    }
+    sched_opts o = r->so;
+    o.exclude = NULL;
+    lares_error err = {0};
+    if (sched_devices_calibrate(r->sm, r->devs, n, &o, r->splan, meas, cal, &err) != LARES_OK) {
+        lares_log(LARES_LOG_WARN, "cluster: the measured figures do not fit the model: %s",
+                  err.msg);
+        lares_free(cal);
+        return;
+    }
+    for (size_t d = 0; d < n; d++) {
+        if (meas[d].samples > 0 && meas[d].layer_s > 0 && cal[d].mem_bw_Bps > 0) {
+            lares_log(LARES_LOG_INFO,
+                      "cluster: measured rates: %s computes at %.2fx its profile's time "
+                      "(%.3f ms per layer over %d windows)",
+                      r->devs[d].name, r->devs[d].mem_bw_Bps / cal[d].mem_bw_Bps,
+                      meas[d].layer_s * 1e3, meas[d].samples);
+        }
+    }
+    lares_free(r->devs);
+    r->devs = cal;
+}
+
 lares_status ring_plan_replan(api_ring *r, const int32_t *cand, int32_t n, cluster_plan *out,
                               int32_t *members, lares_error *err) {
     bool exclude[CLUSTER_MAX_DEVICES];
@@ -318,6 +359,7 @@ lares_status ring_plan_replan(api_ring *r, const int32_t *cand, int32_t n, clust
     }
     sched_opts o = r->so;
     o.exclude = exclude;
+    learn(r, meas);
     /* the monitor's figures were taken under the plan in force; without the
      * planner's (a fallback made it) only memory and hops would count */
     sched_plan_free(r->splan_next);

@@ -140,6 +140,7 @@ static lares_status cb_open(void *user, const cluster_hello *h, cluster_welcome 
         po.cache_dir = w->profile_cache_dir;
         po.n_threads = w->n_threads;
         po.budget_ms = h->profile_ms > 0 ? h->profile_ms : CLUSTER_DEFAULT_PROFILE_MS;
+        po.run_windows = api_run_windows; /* the rates fitted to this model's windows */
         sched_device d;
         sched_profile_info info;
         char *json = NULL;

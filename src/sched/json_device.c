@@ -242,13 +242,40 @@ static lares_status get_hop(const jpath *p, json_t *obj, sched_hop *out, lares_e
     return LARES_OK;
 }
 
+/* "calibration": how the CPU rates were fitted to real windows (calibrate.c) */
+static lares_status parse_calibration(const jpath *p, json_t *o, struct sched_calibration *c,
+                                      lares_error *err) {
+    static const char *const keys[] = {"model", "model_bytes",        "scale",    "decode_layer_ms",
+                                       "prompt_row_layer_ms", "prompt_rows", "streamed", NULL};
+    jpath q;
+    sub(&q, p, "calibration");
+    double ms = 0, row_ms = 0;
+    lares_status st;
+    if ((st = only_keys(&q, o, keys, err)) ||
+        (st = get_string(&q, o, "model", true, c->model, sizeof c->model, err)) ||
+        (st = get_size(&q, o, "model_bytes", false, &c->model_bytes, NULL, err)) ||
+        (st = get_number(&q, o, "scale", true, &c->scale, NULL, err)) ||
+        (st = get_number(&q, o, "decode_layer_ms", false, &ms, NULL, err)) ||
+        (st = get_number(&q, o, "prompt_row_layer_ms", false, &row_ms, NULL, err)) ||
+        (st = get_int(&q, o, "prompt_rows", false, 0, &c->prompt_rows, err)) ||
+        (st = get_bool(&q, o, "streamed", &c->streamed, err))) {
+        return st;
+    }
+    if (!(c->scale > 0)) {
+        return bad(&q, "scale", err, "must be above 0");
+    }
+    c->decode_layer_s = ms / 1e3;
+    c->prompt_row_layer_s = row_ms / 1e3;
+    return LARES_OK;
+}
+
 static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lares_error *err) {
     static const char *const top[] = {"name",      "os",     "head", "cpu",         "memory",
                                       "disk",      "gpu",    "net",  "fingerprint", "lares_version",
-                                      "measure_s", "cached", NULL};
+                                      "measure_s", "cached", "calibration", NULL};
     static const char *const cpu_keys[] = {"cores",  "threads", "quota_cores", "quota_period_ms",
                                            "model",  "isa",     "flops",       "flops_mem",
-                                           "mem_bw", NULL};
+                                           "mem_bw", "flags",   NULL};
     static const char *const mem_keys[] = {"total", "available", "swap_available", "cgroup_limit",
                                            NULL};
     static const char *const disk_keys[] = {"seq_read",   "rand_read",  "stream_read",
@@ -299,6 +326,7 @@ static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lar
         (st = get_number(&q, cpu, "quota_period_ms", false, &period_ms, NULL, err)) ||
         (st = get_string(&q, cpu, "model", false, d->cpu_model, sizeof d->cpu_model, err)) ||
         (st = get_string(&q, cpu, "isa", false, d->isa, sizeof d->isa, err)) ||
+        (st = get_string(&q, cpu, "flags", false, d->cpu_flags, sizeof d->cpu_flags, err)) ||
         (st = get_rates(&q, cpu, "flops", true, &d->cpu_flops, err)) ||
         (st = get_rates(&q, cpu, "flops_mem", false, &d->cpu_flops_mem, err)) ||
         (st = get_rate(&q, cpu, "mem_bw", true, &d->mem_bw_Bps, err))) {
@@ -358,6 +386,11 @@ static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lar
         if ((st = get_hop(&q, net, &d->net_out, err)) != LARES_OK) {
             return st;
         }
+    }
+    json_t *cal = NULL;
+    if ((st = need_object(p, o, "calibration", false, &cal, err)) != LARES_OK ||
+        (cal != NULL && (st = parse_calibration(p, cal, &d->cal, err)) != LARES_OK)) {
+        return st;
     }
     /* info fields of a profile: checked for type, otherwise not used here */
     char info[64];
@@ -611,6 +644,25 @@ json_t *sched_device_json(const sched_device *d) {
     }
     if (d->isa[0]) {
         json_object_set_new(cpu, "isa", json_string(d->isa));
+    }
+    if (d->cpu_flags[0]) {
+        json_object_set_new(cpu, "flags", json_string(d->cpu_flags));
+    }
+    if (d->cal.model[0] && d->cal.scale > 0) {
+        json_t *c = json_object();
+        if (c != NULL) {
+            json_object_set_new(c, "model", json_string(d->cal.model));
+            json_object_set_new(c, "model_bytes", json_integer((json_int_t)d->cal.model_bytes));
+            json_object_set_new(c, "scale", json_real(d->cal.scale));
+            json_object_set_new(c, "decode_layer_ms", json_real(d->cal.decode_layer_s * 1e3));
+            if (d->cal.prompt_rows > 0) {
+                json_object_set_new(c, "prompt_row_layer_ms",
+                                    json_real(d->cal.prompt_row_layer_s * 1e3));
+                json_object_set_new(c, "prompt_rows", json_integer(d->cal.prompt_rows));
+            }
+            json_object_set_new(c, "streamed", json_boolean(d->cal.streamed));
+            json_object_set_new(o, "calibration", c);
+        }
     }
     json_object_set_new(cpu, "flops", rates_json(&d->cpu_flops));
     if (!rates_empty(&d->cpu_flops_mem)) {

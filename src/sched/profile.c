@@ -129,9 +129,22 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
     d.cpu_quota = sched_probe_cpu_quota(root, &d.cpu_quota_period_s);
     sched_probe_cpu_model(root, d.cpu_model, sizeof d.cpu_model);
     snprintf(d.isa, sizeof d.isa, "%s", quant_isa_name());
+    snprintf(d.cpu_flags, sizeof d.cpu_flags, "%s", quant_cpu_flags());
     lares_status st = sched_probe_memory(root, &d, &info->cgroup_limit_bytes, err);
     if (st != LARES_OK) {
         return st;
+    }
+    /* a profile calibrated on a model is that model's: its name and size
+     * join the fingerprint (sched_model reads only the header and index) */
+    sched_model *cm = NULL;
+    const bool calibrate = o->run_windows != NULL && o->disk_path != NULL;
+    if (calibrate && (st = sched_model_from_path(o->disk_path, &cm, err)) != LARES_OK) {
+        lares_error_prefix(err, "calibrate: ");
+        return st;
+    }
+    if (cm != NULL) {
+        snprintf(d.cal.model, sizeof d.cal.model, "%s", cm->name[0] ? cm->name : "model");
+        d.cal.model_bytes = cm->file_bytes;
     }
     info->fingerprint = sched_fingerprint(&d);
     char cpath[1100] = "";
@@ -147,6 +160,7 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
              o->cache_dir && o->cache_dir[0] ? o->cache_dir : "/tmp");
     if (o->cache_dir != NULL && o->cache_dir[0] != '\0' &&
         (st = mkdirs(o->cache_dir, err)) != LARES_OK) {
+        sched_model_free(cm);
         return st;
     }
     const char *disk_where = disk_file ? disk_file : disk_dir;
@@ -154,6 +168,7 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
         d.cpu_flops = cached.cpu_flops;
         d.cpu_flops_mem = cached.cpu_flops_mem;
         d.mem_bw_Bps = cached.mem_bw_Bps;
+        d.cal = cached.cal;
         info->cached = true;
     } else {
         /* the streamed buffer: far beyond any last-level cache, within a quarter
@@ -162,7 +177,12 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
         while (big > (16u << 20) && big > d.ram_avail_bytes / 4) {
             big /= 2;
         }
-        if ((st = sched_profile_cpu(&d, d.threads, budget * 3 / 4, big, err)) != LARES_OK) {
+        /* with a model: half of the CPU's share for the micro-benchmarks
+         * (their ratios between types), half for the real windows */
+        const uint32_t cpu_ms = budget * 3 / 4;
+        if ((st = sched_profile_cpu(&d, d.threads, cm ? cpu_ms / 2 : cpu_ms, big, err)) !=
+            LARES_OK) {
+            sched_model_free(cm);
             return st;
         }
     }
@@ -176,9 +196,36 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
     } else {
         if ((st = sched_profile_disk(disk_file, disk_dir, LARES_MAX(budget / 4, 50u), &d,
                                      &info->disk_direct, &info->disk_test_bytes, err))) {
+            sched_model_free(cm);
             return st;
         }
         info->cached = false;
+    }
+    /* the real windows after the disk: they read part of the model into the
+     * page cache, where the disk test on the model file would find it */
+    if (cm != NULL && !have_cache) {
+        sched_window_time dec, pro;
+        memset(&dec, 0, sizeof dec);
+        memset(&pro, 0, sizeof pro);
+        st = o->run_windows(o->windows_user, o->disk_path, d.threads,
+                            LARES_MAX(budget * 3 / 8, 100u), &dec, &pro, err);
+        if (st == LARES_ERANGE) {
+            /* a budget that cannot run one layer: the planner will not give
+             * this device any; its profile stays the micro-benchmarks' */
+            lares_log(LARES_LOG_WARN, "sched: not calibrated on %s: %s", o->disk_path, err->msg);
+            memset(&d.cal, 0, sizeof d.cal);
+            snprintf(d.cal.model, sizeof d.cal.model, "%s", cm->name[0] ? cm->name : "model");
+            d.cal.model_bytes = cm->file_bytes;
+            st = LARES_OK;
+        } else if (st != LARES_OK) {
+            lares_error_prefix(err, "calibrate: ");
+        } else {
+            st = sched_device_fit_windows(cm, &d, &dec, &pro, err);
+        }
+    }
+    sched_model_free(cm);
+    if (st != LARES_OK) {
+        return st;
     }
     if (o->gpu_probe != NULL && !o->gpu_probe(&d, o->gpu_user)) {
         d.gpu = SCHED_GPU_NONE;

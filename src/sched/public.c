@@ -1,41 +1,13 @@
 /*
- * The public face of sched (include/lares.h): profile this device, plan a
- * model over devices; JSON text in and out, so the program (app/profile.c,
- * app/plan.c) needs nothing of this module's structs.
+ * The public face of sched (include/lares.h): plan a model over devices;
+ * JSON text in and out, so the program (app/plan.c) needs nothing of this
+ * module's structs. Profiling is api/profile.c's (it runs the executor).
  */
 #include "sched/sched_impl.h"
 
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
-
-lares_profile_opts lares_profile_opts_default(void) {
-    lares_profile_opts o;
-    memset(&o, 0, sizeof o);
-    o.budget_ms = 2000;
-    return o;
-}
-
-lares_status lares_profile(const lares_profile_opts *o, char **json_out, lares_error *err) {
-    lares_profile_opts def = lares_profile_opts_default();
-    if (o == NULL) {
-        o = &def;
-    }
-    sched_profile_opts po = sched_profile_opts_default();
-    po.disk_path = o->model_path;
-    po.cache_dir = o->cache_dir;
-    po.name = o->name;
-    po.refresh = o->refresh;
-    po.n_threads = o->n_threads;
-    po.budget_ms = o->budget_ms;
-    sched_device d;
-    sched_profile_info info;
-    lares_status st = sched_profile_run(&po, &d, &info, err);
-    if (st != LARES_OK) {
-        return st;
-    }
-    return sched_profile_to_json(&d, &info, json_out, err);
-}
 
 lares_plan_opts lares_plan_opts_default(void) {
     lares_plan_opts o;

@@ -74,6 +74,8 @@ typedef struct sched_device {
     double cpu_quota;          /* cores allowed by a cgroup CPU quota; 0: none (info) */
     char cpu_model[96];        /* info */
     char isa[24];              /* kernel family measured (info) */
+    char cpu_flags[160];       /* the CPU's features when measured (quant_cpu_flags; info, part
+                                  of the profile's fingerprint) */
     sched_rates cpu_flops;     /* compute-bound rates: weights in cache */
     sched_rates cpu_flops_mem; /* memory-bound rates: weights streamed from RAM (measured;
                                   0 = not measured: the roofline of cpu_flops and mem_bw) */
@@ -111,6 +113,18 @@ typedef struct sched_device {
 
     /* network: the hop from this device to the next one in the ring */
     sched_hop net_out;
+
+    /* how the CPU rates above were fitted to real layer windows (calibrate.c) */
+    struct sched_calibration {
+        char model[96];            /* the model whose windows ran ("": not calibrated: the
+                                      rates are the micro-benchmarks') */
+        uint64_t model_bytes;      /* its file's size */
+        double scale;              /* the micro-benchmarks' rates were divided by this */
+        double decode_layer_s;     /* full-speed seconds per layer of one generated token */
+        double prompt_row_layer_s; /* full-speed seconds per layer per row of a prompt batch */
+        int32_t prompt_rows;       /* rows of that batch */
+        bool streamed;             /* the windows' weights streamed from disk */
+    } cal;
 } sched_device;
 
 /* A device with everything unknown: os linux, no GPU, hop unknown, whole model on disk. */
@@ -433,6 +447,48 @@ bool sched_parse_rate(const char *s, double *out);
  * fields of d; returns false when there is no usable GPU. */
 typedef bool (*sched_gpu_probe_fn)(sched_device *d, void *user);
 
+/* ---- calibration on the executor (calibrate.c) ----
+ *
+ * The micro-benchmarks time one kernel; a real window also runs norms,
+ * attention, RoPE, the thread pool's hand-offs, and does it inside the
+ * device's CPU quota, thread count and memory budget. The profile therefore
+ * runs a few real windows of the model being planned, decode-shaped (one row)
+ * and prompt-shaped (a batch), times them by the wall clock, and scales the
+ * CPU rates so that the latency model gives the measured full-speed time for
+ * those layers (docs/scheduling-impl.md, "Calibration"). */
+
+/* What one run of windows measured. */
+typedef struct sched_window_time {
+    int32_t l0, l1;    /* the layers each window ran */
+    int32_t n_rows;    /* rows per window: 1 (a generated token) or a prompt batch */
+    int32_t n_past;    /* positions before the rows (attention's reach) */
+    int32_t n_windows; /* windows timed, back to back, after one untimed */
+    double wall_s;     /* their wall time, the executor's waits for disk taken off */
+    bool streamed;     /* the weights streamed from disk under the memory budget */
+} sched_window_time;
+
+/* Runs the windows on this device with n_threads threads for about
+ * budget_ms: decode-shaped into *decode, prompt-shaped into *prompt
+ * (n_windows 0: not run). */
+typedef lares_status (*sched_window_fn)(void *user, const char *model_path, int32_t n_threads,
+                                        uint32_t budget_ms, sched_window_time *decode,
+                                        sched_window_time *prompt, lares_error *err);
+
+/* Full-speed seconds of work that took wall_s of wall time running without
+ * pause under d's CPU quota (the inverse of the latency model's throttling:
+ * a burst at full speed until the quota of a period is spent, then u of each
+ * period); wall_s itself without a quota. */
+double sched_full_speed_s(const sched_device *d, double wall_s);
+
+/* Scales d's CPU rates (compute-bound, memory-bound, memory bandwidth) so
+ * that the latency model's full-speed time of decode's layers on d is what
+ * decode measured, and records both runs in d->cal (prompt may be NULL or
+ * have n_windows 0). LARES_EINVAL for a run that does not fit the model
+ * (layers out of range, no windows, a time <= 0). */
+lares_status sched_device_fit_windows(const sched_model *m, sched_device *d,
+                                      const sched_window_time *decode,
+                                      const sched_window_time *prompt, lares_error *err);
+
 typedef struct sched_profile_opts {
     const char *disk_path; /* measure the disk holding this file (the model); NULL: a
                               temporary file in cache_dir (or /tmp) */
@@ -446,6 +502,10 @@ typedef struct sched_profile_opts {
     const char *sys_root;  /* prefix for /proc and /sys (tests); NULL: "/" */
     sched_gpu_probe_fn gpu_probe;
     void *gpu_user;
+    /* runs real layer windows of the model at disk_path on this device (api/calibrate.c);
+     * NULL, or no disk_path: the rates stay the micro-benchmarks' */
+    sched_window_fn run_windows;
+    void *windows_user;
 } sched_profile_opts;
 
 sched_profile_opts sched_profile_opts_default(void);

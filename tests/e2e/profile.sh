@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# lares profile: a short measurement (--time) parsed with jq, the cache (the
-# second call answers from it, --refresh measures again), the human summary,
-# and bad options.
+# lares profile: a short measurement (--time) parsed with jq, the calibration
+# on real windows of the model (-m; --no-calibrate keeps the micro-benchmarks),
+# the cache (the second call answers from it, --refresh measures again; the
+# kernel family and the model are part of its key), the human summary, and
+# bad options.
 . "$(dirname "$0")/lib.sh"
 need jq
 M=$(model stories260K.gguf)
@@ -16,6 +18,23 @@ jq -e '.name != "" and (.os | IN("linux", "android", "macos")) and .cpu.cores >=
     and .memory.available <= .memory.total and .disk.seq_read > 0 and .disk.rand_read > 0
     and (.fingerprint | test("^[0-9a-f]{16}$")) and .cached == false' "$TMP/p1.json" >/dev/null \
   && ok || fail "profile fields: $(jq -c '{cpu, memory, disk}' "$TMP/p1.json")"
+# calibrated on the model's windows: full-speed times per layer, the factor the
+# micro-benchmark rates were divided by, and the CPU flags it was made with
+jq -e '.calibration.model != "" and .calibration.model_bytes > 0 and .calibration.scale > 0
+    and .calibration.decode_layer_ms > 0 and .calibration.prompt_row_layer_ms > 0
+    and .calibration.prompt_rows > 1 and (.cpu.flags | length > 0)' "$TMP/p1.json" >/dev/null \
+  && ok || fail "calibration: $(jq -c '{calibration, flags: .cpu.flags}' "$TMP/p1.json")"
+"$LARES" profile --json --time 250 -m "$M" --no-calibrate >"$TMP/nc.json" 2>"$TMP/nc.err" \
+  && jq -e --arg fp "$(jq -r .fingerprint "$TMP/p1.json")" \
+    '(has("calibration") | not) and .fingerprint != $fp' "$TMP/nc.json" >/dev/null \
+  && ok || fail "--no-calibrate: $(cat "$TMP/nc.err") $(jq -c '{calibration, fingerprint}' "$TMP/nc.json")"
+# another kernel family is another profile (measured, under its own key)
+"$LARES" profile --json --time 250 -m "$M" --isa scalar >"$TMP/sc.json" 2>"$TMP/sc.err" \
+  && jq -e --arg fp "$(jq -r .fingerprint "$TMP/p1.json")" \
+    '.cpu.isa == "scalar" and .cached == false and .fingerprint != $fp and .calibration.scale > 0' \
+    "$TMP/sc.json" >/dev/null && ok || fail "--isa scalar: $(cat "$TMP/sc.err")"
+"$LARES" profile --json --time 250 --isa z80 >/dev/null 2>"$TMP/isa.err"
+[ $? -eq 1 ] && grep -q "z80" "$TMP/isa.err" && ok || fail "--isa z80: $(cat "$TMP/isa.err")"
 # cached per fingerprint under $XDG_CACHE_HOME/lares
 fp=$(jq -r .fingerprint "$TMP/p1.json")
 [ -f "$XDG_CACHE_HOME/lares/profile-$fp.json" ] && ok || fail "no cache file for $fp"
@@ -33,12 +52,12 @@ touch -d "8 days ago" "$XDG_CACHE_HOME/lares/profile-$fp.json"
   && jq -e '.cached == false and .name == "box" and .disk.free > 0' "$TMP/p4.json" >/dev/null \
   && ok || fail "--no-cache"
 elapsed=$(($(date +%s) - start))
-# four short profiles: seconds, not minutes (a loose bound for a shared machine)
-[ "$elapsed" -lt 60 ] && ok || fail "four 250 ms profiles took ${elapsed} s"
+# six short profiles: seconds, not minutes (a loose bound for a shared machine)
+[ "$elapsed" -lt 90 ] && ok || fail "six 250 ms profiles took ${elapsed} s"
 
 "$LARES" profile --time 250 -m "$M" >"$TMP/human.txt" 2>&1 \
   && grep -q "^memory " "$TMP/human.txt" && grep -q "^disk " "$TMP/human.txt" \
-  && grep -q "q4_k" "$TMP/human.txt" && ok || fail "human output: $(cat "$TMP/human.txt")"
+  && grep -q "q4_k" "$TMP/human.txt" && grep -q "^calibrated " "$TMP/human.txt" && ok || fail "human output: $(cat "$TMP/human.txt")"
 
 "$LARES" profile --time 5 >/dev/null 2>&1; [ $? -eq 2 ] && ok || fail "--time 5 accepted"
 "$LARES" profile --frobnicate >/dev/null 2>&1; [ $? -eq 2 ] && ok || fail "unknown option"

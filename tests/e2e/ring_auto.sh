@@ -115,6 +115,9 @@ elif wait "$HEAD_PID"; then
   # cannot hold the model)
   grep -q "failover: lost .*; new plan by planner (halda); plan head [0-9]* | [ab] [0-9]* (k=1) -> head [0-9]* | [ab] [0-9]*" "$TMP/fail.err" \
     && ok || fail "failover: the re-plan did not come from the planner over the left-out worker: $(grep -i 'cluster' "$TMP/fail.err")"
+  # and from the rates the monitor measured under the plan before (issue 16)
+  grep -Eq "cluster: measured rates: [a-z]+ computes at [0-9.]+x its profile's time" "$TMP/fail.err" \
+    && ok || fail "failover: no rates learned from the monitor: $(grep -i 'cluster' "$TMP/fail.err")"
 else
   fail "failover: $(cat "$TMP/fail.err")"
 fi
