@@ -3,7 +3,8 @@
  *
  * Owns: the thread pool (one per session; workers created once, the caller is
  * thread 0), matrix products over quantized weights (mat-vec and tiled
- * mat-mat), RMSNorm, RoPE, softmax, SiLU, and attention over a KV cache
+ * mat-mat), RMSNorm, RoPE, SiLU, and attention over a KV cache (its softmax is
+ * the cache type's kernel: quant_traits.kv_attend)
  * laid out by the caller.
  *
  * Knows nothing about files, networks or what a layer means. Weights are
@@ -127,8 +128,7 @@ void ops_pool_offload(const ops_pool *p, ops_offload_fn *fn, void **user);
 void ops_rmsnorm(const float *x, const float *w, int64_t n, float eps, float *out);
 /* x = silu(g) * u, SwiGLU (Shazeer 2020); in place into g */
 void ops_swiglu(float *g, const float *u, int64_t n);
-/* softmax in place over n values; returns nothing, max-subtracted for range */
-void ops_softmax(float *x, int64_t n);
+/* x += y */
 void ops_add(float *x, const float *y, int64_t n);
 
 /* RoPE (Su et al. 2021) on one head of head_dim values at the angles in cs

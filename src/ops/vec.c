@@ -1,4 +1,4 @@
-/* Row operations of the transformer block: RMSNorm, SwiGLU, softmax, residual add. */
+/* Row operations of the transformer block: RMSNorm, SwiGLU, residual add. */
 #include "ops/ops.h"
 
 #include <math.h>
@@ -25,22 +25,6 @@ void ops_swiglu(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float v = g[i];
         g[i] = v / (1.0f + expf(-v)) * u[i];
-    }
-}
-
-void ops_softmax(float *x, int64_t n) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++) {
-        mx = x[i] > mx ? x[i] : mx;
-    }
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int64_t i = 0; i < n; i++) {
-        x[i] *= inv;
     }
 }
 

@@ -245,62 +245,8 @@ FORCE_INLINE void kb_dotprod_q3_K(KB_ARGS, int np) {
     KB_STORE_TILE();
 }
 
-#define KB_VARIANT(T, n)                                                                           \
-    static void kb_dotprod_##T##_##n(KB_ARGS) {                                                    \
-        kb_dotprod_##T(w, g0, ng, act, pstride, tile, n);                                          \
-    }
-#define GEMM_TYPE(T)                                                                               \
-    KB_VARIANT(T, 1)                                                                               \
-    KB_VARIANT(T, 2)                                                                               \
-    KB_VARIANT(T, 3)                                                                               \
-    KB_VARIANT(T, 4)                                                                               \
-    KB_VARIANT(T, 5)                                                                               \
-    KB_VARIANT(T, 6)                                                                               \
-    KB_VARIANT(T, 7)                                                                               \
-    KB_VARIANT(T, 8)                                                                               \
-    static const kb_fn kb_##T##_np[GEMM_NP + 1] = {NULL,                                           \
-                                                   kb_dotprod_##T##_1,                             \
-                                                   kb_dotprod_##T##_2,                             \
-                                                   kb_dotprod_##T##_3,                             \
-                                                   kb_dotprod_##T##_4,                             \
-                                                   kb_dotprod_##T##_5,                             \
-                                                   kb_dotprod_##T##_6,                             \
-                                                   kb_dotprod_##T##_7,                             \
-                                                   kb_dotprod_##T##_8};                            \
-    static void gemm_dotprod_##T(int64_t k, const void *restrict x, size_t bx, int64_t n_w,        \
-                                 const void *restrict panels, int64_t n_c, float *restrict y,      \
-                                 size_t ldy) {                                                     \
-        gemm_drive(k, x, bx, n_w, panels, n_c, y, ldy, kb_##T##_np);                               \
-    }
-
-GEMM_TYPE(q4_0)
-GEMM_TYPE(q4_1)
-GEMM_TYPE(q5_0)
-GEMM_TYPE(q5_1)
-GEMM_TYPE(q8_0)
-GEMM_TYPE(iq4_nl)
-GEMM_TYPE(iq4_xs)
-GEMM_TYPE(q2_K)
-GEMM_TYPE(q3_K)
-GEMM_TYPE(q4_K)
-GEMM_TYPE(q5_K)
-GEMM_TYPE(q6_K)
-
-void quant_install_gemm_neon_dotprod(quant_traits *t) {
-#define SET(id, T)                                                                                 \
-    t[id].gemm = gemm_dotprod_##T;                                                                 \
-    t[id].panel = &panel_fmt_neon
-    SET(GGUF_TYPE_Q4_0, q4_0);
-    SET(GGUF_TYPE_Q4_1, q4_1);
-    SET(GGUF_TYPE_Q5_0, q5_0);
-    SET(GGUF_TYPE_Q5_1, q5_1);
-    SET(GGUF_TYPE_Q8_0, q8_0);
-    SET(GGUF_TYPE_IQ4_NL, iq4_nl);
-    SET(GGUF_TYPE_IQ4_XS, iq4_xs);
-    SET(GGUF_TYPE_Q2_K, q2_K);
-    SET(GGUF_TYPE_Q3_K, q3_K);
-    SET(GGUF_TYPE_Q4_K, q4_K);
-    SET(GGUF_TYPE_Q5_K, q5_K);
-    SET(GGUF_TYPE_Q6_K, q6_K);
-#undef SET
-}
+#define GEMM_FAMILY    dotprod
+#define KB_CALL_ARGS   w, g0, ng, act, pstride, tile
+#define GEMM_PANEL_FMT panel_fmt_neon
+#define GEMM_INSTALL   quant_install_gemm_neon_dotprod
+#include "quant/gemm_neon_types.h"

@@ -290,62 +290,8 @@ FORCE_INLINE void kb_i8mm_q3_K(KB_ARGS, int np) {
     KB_STORE_TILE();
 }
 
-#define KB_VARIANT(T, n)                                                                           \
-    static void kb_i8mm_##T##_##n(KB_ARGS) {                                                       \
-        kb_i8mm_##T(w, w1, g0, ng, act, pstride, tile, tile1, n);                                  \
-    }
-#define GEMM_TYPE(T)                                                                               \
-    KB_VARIANT(T, 1)                                                                               \
-    KB_VARIANT(T, 2)                                                                               \
-    KB_VARIANT(T, 3)                                                                               \
-    KB_VARIANT(T, 4)                                                                               \
-    KB_VARIANT(T, 5)                                                                               \
-    KB_VARIANT(T, 6)                                                                               \
-    KB_VARIANT(T, 7)                                                                               \
-    KB_VARIANT(T, 8)                                                                               \
-    static const kb_fn kb_##T##_np[GEMM_NP + 1] = {NULL,                                           \
-                                                   kb_i8mm_##T##_1,                                \
-                                                   kb_i8mm_##T##_2,                                \
-                                                   kb_i8mm_##T##_3,                                \
-                                                   kb_i8mm_##T##_4,                                \
-                                                   kb_i8mm_##T##_5,                                \
-                                                   kb_i8mm_##T##_6,                                \
-                                                   kb_i8mm_##T##_7,                                \
-                                                   kb_i8mm_##T##_8};                               \
-    static void gemm_i8mm_##T(int64_t k, const void *restrict x, size_t bx, int64_t n_w,           \
-                              const void *restrict panels, int64_t n_c, float *restrict y,         \
-                              size_t ldy) {                                                        \
-        gemm_drive(k, x, bx, n_w, panels, n_c, y, ldy, kb_##T##_np);                               \
-    }
-
-GEMM_TYPE(q4_0)
-GEMM_TYPE(q4_1)
-GEMM_TYPE(q5_0)
-GEMM_TYPE(q5_1)
-GEMM_TYPE(q8_0)
-GEMM_TYPE(iq4_nl)
-GEMM_TYPE(iq4_xs)
-GEMM_TYPE(q2_K)
-GEMM_TYPE(q3_K)
-GEMM_TYPE(q4_K)
-GEMM_TYPE(q5_K)
-GEMM_TYPE(q6_K)
-
-void quant_install_gemm_neon_i8mm(quant_traits *t) {
-#define SET(id, T)                                                                                 \
-    t[id].gemm = gemm_i8mm_##T;                                                                    \
-    t[id].panel = &panel_fmt_i8mm
-    SET(GGUF_TYPE_Q4_0, q4_0);
-    SET(GGUF_TYPE_Q4_1, q4_1);
-    SET(GGUF_TYPE_Q5_0, q5_0);
-    SET(GGUF_TYPE_Q5_1, q5_1);
-    SET(GGUF_TYPE_Q8_0, q8_0);
-    SET(GGUF_TYPE_IQ4_NL, iq4_nl);
-    SET(GGUF_TYPE_IQ4_XS, iq4_xs);
-    SET(GGUF_TYPE_Q2_K, q2_K);
-    SET(GGUF_TYPE_Q3_K, q3_K);
-    SET(GGUF_TYPE_Q4_K, q4_K);
-    SET(GGUF_TYPE_Q5_K, q5_K);
-    SET(GGUF_TYPE_Q6_K, q6_K);
-#undef SET
-}
+#define GEMM_FAMILY    i8mm
+#define KB_CALL_ARGS   w, w1, g0, ng, act, pstride, tile, tile1
+#define GEMM_PANEL_FMT panel_fmt_i8mm
+#define GEMM_INSTALL   quant_install_gemm_neon_i8mm
+#include "quant/gemm_neon_types.h"

@@ -59,8 +59,9 @@ __device__ __forceinline__ float kv_at(const void *base, bool f16, size_t idx) {
 
 constexpr int ATTN_THREADS = 128;
 
-/* one block per (token, head): scores into shared memory, softmax as
- * ops_softmax (max-subtracted, the sum in double), then the weighted values */
+/* one block per (token, head): scores into shared memory, softmax as the
+ * reference attention's (quant/attend.c: max-subtracted, the sum in double),
+ * then the weighted values */
 __global__ void attention_kernel(cu_attn_args a) {
     extern __shared__ float scores[]; /* n_kv_max floats, then ATTN_THREADS doubles */
     double *red = (double *)(scores + ((a.n_kv_max + 1) & ~(int64_t)1));
