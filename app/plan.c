@@ -23,7 +23,7 @@ static void plan_usage(FILE *to) {
           "      --offload METHOD   also place the model's matrices on a CUDA GPU: layers or\n"
           "                         affinity (docs/gpu.md; estimated, no GPU needed with\n"
           "                         --gpu-mem); --devices is then optional\n"
-          "      --gpu-mem SIZE     the GPU's memory for weights (default: 90%% of this\n"
+          "      --gpu-mem SIZE     the GPU's memory for weights (default: 90% of this\n"
           "                         machine's free device memory)\n"
           "      --gpu-tokens N     tokens per pass to optimise for (default 1: generation)\n"
           "\n"
