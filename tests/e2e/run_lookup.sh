@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # lares run --lookup N (speculative decoding by prompt lookup): greedy ids are
-# the ids of plain decoding for every model, with drafts proposed and some
+# the ids of plain decoding for every model (all 15), with drafts proposed and some
 # accepted on a prompt that repeats itself; sampling with a seed is
 # reproducible; bad values are refused with a message.
 . "$(dirname "$0")/lib.sh"
@@ -14,9 +14,15 @@ gen() { # file out extra-args...
     fail "$file $*: lares run failed: $(cat "$TMP/err")"
 }
 
+# every model of ../shared/models (the vocabulary-only and test-vector files have no weights)
 for f in stories260K.gguf TinyStories-656K.f16.gguf TinyStories-656K-Q8_0.raincandy.gguf \
-         derived/TinyStories-656K.llamacpp-Q4_K_M.gguf derived/TinyStories-656K.f32.qwen2-arch.gguf \
+         derived/TinyStories-656K.f32.llama.gguf derived/TinyStories-656K.f32.qwen2-arch.gguf \
+         derived/TinyStories-656K.llamacpp-Q4_0.gguf derived/TinyStories-656K.llamacpp-Q4_1.gguf \
+         derived/TinyStories-656K.llamacpp-Q4_K_M.gguf derived/TinyStories-656K.llamacpp-Q5_0.gguf \
+         derived/TinyStories-656K.llamacpp-Q5_1.gguf derived/TinyStories-656K.llamacpp-Q8_0.gguf \
+         derived/stories260K-moe4top2-identical-experts.gguf \
          derived/stories260K-moe4top2-perturbed-experts.gguf \
+         derived/TinyStories-656K-qwen2moe-4x2-shared.gguf \
          derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf; do
   base=$(basename "$f")
   gen "$f" "$TMP/$base.plain" --temp 0
