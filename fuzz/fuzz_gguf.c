@@ -1,8 +1,10 @@
 /*
  * libFuzzer target: the GGUF reader on arbitrary bytes. Whatever parses must
- * also survive every accessor the rest of lares uses on it.
+ * also survive every accessor the rest of lares uses on it, the layer plan
+ * and the model's binding of its weights.
  */
 #include "gguf/gguf.h"
+#include "model/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -51,6 +53,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     sink += gguf_header_hash(f);
+    model_plan *p = NULL;
+    if (model_plan_make(f, &p, &err) == LARES_OK) {
+        for (int32_t l = 0; l < p->hp.n_layer; l++) {
+            sink += (uint64_t)p->layers[l].n_ops + p->layers[l].bytes;
+        }
+        model_plan_free(p);
+    }
+    model *m = NULL;
+    if (model_load(f, &m, &err) == LARES_OK) {
+        sink += (uint64_t)m->hp.n_layer;
+        model_free(m);
+    }
     (void)sink;
     gguf_close(f);
     return 0;

@@ -109,8 +109,10 @@ static int greedy_agree(runner *r, const int32_t *prompt, int np, const int32_t 
  * placed counted as offloaded */
 static void compare_products(runner *r, gpu_session *s) {
     const model_layer *l = &r->m->layers[r->m->hp.n_layer - 1];
-    const ops_matrix *ws[] = {&l->wq,     &l->wk,   &l->wv,     &l->wo,
-                              &l->w_gate, &l->w_up, &l->w_down, &r->m->output};
+    const ops_matrix *ws[] = {&l->mat[MODEL_ROLE_Q],    &l->mat[MODEL_ROLE_K],
+                              &l->mat[MODEL_ROLE_V],    &l->mat[MODEL_ROLE_O],
+                              &l->mat[MODEL_ROLE_GATE], &l->mat[MODEL_ROLE_UP],
+                              &l->mat[MODEL_ROLE_DOWN], &r->m->output};
     gpu_session_info before, after;
     gpu_session_get_info(s, &before);
     for (size_t i = 0; i < LARES_ARRAY_LEN(ws); i++) {

@@ -114,17 +114,24 @@ static void check_span_random(void) {
 
 /* ---- spans of a real file ---- */
 
+/* a layer's span from its plan covers exactly the file's blk.N.* tensors */
 static void check_layers(void) {
     lares_error err = {0};
     gguf_file *f = NULL;
+    model_plan *p = NULL;
     CHECK_OK(gguf_open(fixture("stories260K.gguf"), NULL, &f, &err), &err);
     if (f == NULL) {
+        return;
+    }
+    CHECK_OK(model_plan_make(f, &p, &err), &err);
+    if (p == NULL) {
+        gguf_close(f);
         return;
     }
     uint64_t all = 0;
     for (int32_t l = 0; l < 5; l++) {
         mem_span s = {0};
-        CHECK_OK(mem_span_of_layer(f, l, NULL, &s, &err), &err);
+        CHECK_OK(mem_span_of_layer(p, l, true, &s, &err), &err);
         char prefix[16];
         snprintf(prefix, sizeof prefix, "blk.%d.", (int)l);
         uint64_t want = 0;
@@ -147,14 +154,13 @@ static void check_layers(void) {
     }
     CHECK(all > 0);
     mem_span s = {0};
-    CHECK(mem_span_of_layer(f, 5, NULL, &s, &err) == LARES_ENOTFOUND);
-    CHECKF(strstr(err.msg, "layer 5") != NULL && strstr(err.msg, "stories260K") != NULL,
-           "message: %s", err.msg);
-    /* expert ranges refuse a 2-D tensor */
+    CHECK(mem_span_of_layer(p, 5, true, &s, &err) == LARES_EINVAL);
+    CHECKF(strstr(err.msg, "layer 5") != NULL, "message: %s", err.msg);
+    /* expert ranges refuse a plain matrix */
     mem_range r;
-    CHECK(mem_expert_range(f, gguf_find_tensor(f, "blk.0.ffn_up.weight"), 0, &r, &err) ==
-          LARES_EINVAL);
+    CHECK(mem_expert_range(&p->layers[0].w[MODEL_ROLE_UP], 0, &r, &err) == LARES_EINVAL);
     CHECKF(strstr(err.msg, "blk.0.ffn_up.weight") != NULL, "message: %s", err.msg);
+    model_plan_free(p);
     gguf_close(f);
 }
 
@@ -163,15 +169,21 @@ static void check_layers(void) {
 static void check_experts(void) {
     lares_error err = {0};
     gguf_file *dense = NULL, *moe = NULL;
+    model_plan *p = NULL;
     CHECK_OK(gguf_open(fixture("stories260K.gguf"), NULL, &dense, &err), &err);
     CHECK_OK(gguf_open(fixture("derived/stories260K-moe4top2-identical-experts.gguf"), NULL, &moe,
                        &err), &err);
-    if (dense == NULL || moe == NULL) {
+    if (moe != NULL) {
+        CHECK_OK(model_plan_make(moe, &p, &err), &err);
+    }
+    if (dense == NULL || moe == NULL || p == NULL) {
         gguf_close(dense);
         gguf_close(moe);
         return;
     }
     static const char *const kinds[] = {"gate", "up", "down"};
+    static const model_role roles[] = {MODEL_ROLE_EXP_GATE, MODEL_ROLE_EXP_UP,
+                                       MODEL_ROLE_EXP_DOWN};
     int compared = 0;
     for (int l = 0; l < 5; l++) {
         for (int k = 0; k < 3; k++) {
@@ -183,10 +195,12 @@ static void check_experts(void) {
             if (dt == NULL || et == NULL) {
                 continue;
             }
+            const model_weight *w = &p->layers[l].w[roles[k]];
+            CHECK(w->t == et);
             mem_range prev = {0, 0};
             for (int64_t e = 0; e < et->ne[2]; e++) {
                 mem_range r;
-                CHECK_OK(mem_expert_range(moe, et, e, &r, &err), &err);
+                CHECK_OK(mem_expert_range(w, e, &r, &err), &err);
                 CHECK(r.hi - r.lo == dt->nbytes);
                 CHECK(e == 0 || r.lo == prev.hi); /* slices tile the tensor */
                 CHECK(r.hi <= gguf_file_bytes(moe));
@@ -196,16 +210,16 @@ static void check_experts(void) {
                 prev = r;
             }
             mem_range r;
-            CHECK(mem_expert_range(moe, et, et->ne[2], &r, &err) == LARES_EINVAL);
-            CHECK(mem_expert_range(moe, et, -1, &r, &err) == LARES_EINVAL);
+            CHECK(mem_expert_range(w, et->ne[2], &r, &err) == LARES_EINVAL);
+            CHECK(mem_expert_range(w, -1, &r, &err) == LARES_EINVAL);
             CHECKF(strstr(err.msg, "expert -1") != NULL, "message: %s", err.msg);
         }
     }
     CHECK(compared == 5 * 3 * 4);
     /* a layer's span without its experts leaves out exactly the three tensors */
     mem_span with = {0}, without = {0};
-    CHECK_OK(mem_span_of_layer(moe, 0, NULL, &with, &err), &err);
-    CHECK_OK(mem_span_of_layer(moe, 0, "_exps.", &without, &err), &err);
+    CHECK_OK(mem_span_of_layer(p, 0, true, &with, &err), &err);
+    CHECK_OK(mem_span_of_layer(p, 0, false, &without, &err), &err);
     uint64_t exps = 0;
     for (int k = 0; k < 3; k++) {
         char en[64];
@@ -215,6 +229,7 @@ static void check_experts(void) {
     CHECK(with.bytes - without.bytes == exps);
     mem_span_free(&with);
     mem_span_free(&without);
+    model_plan_free(p);
     gguf_close(dense);
     gguf_close(moe);
 }

@@ -390,14 +390,14 @@ static void check_windows(void) {
 }
 
 /* bytes of the units' spans resident now */
-static uint64_t resident_layers(const mem_file *mf, const gguf_file *f, int32_t n_layer,
+static uint64_t resident_layers(const mem_file *mf, const model_plan *p, int32_t n_layer,
                                 size_t *n_ranges) {
     uint64_t sum = 0;
     *n_ranges = 0;
     for (int32_t l = 0; l < n_layer; l++) {
         mem_span s = {0};
         lares_error err;
-        if (mem_span_of_layer(f, l, NULL, &s, &err) == LARES_OK) {
+        if (mem_span_of_layer(p, l, true, &s, &err) == LARES_OK) {
             sum += mem_resident_bytes(mf, &s);
             *n_ranges += s.n;
         }
@@ -448,7 +448,7 @@ static void check_residency(void) {
     size_t n_ranges = 0;
     const int32_t L = r.m->hp.n_layer;
     /* the copy's pages were dropped: nothing of the layers is resident */
-    CHECKF(resident_layers(&mf, r.f, L, &n_ranges) <= 2 * n_ranges * mf.page,
+    CHECKF(resident_layers(&mf, r.m->plan, L, &n_ranges) <= 2 * n_ranges * mf.page,
            "layers resident before any run");
     uint64_t total = 0, least = 0;
     lares_error err = {0};
@@ -484,7 +484,7 @@ static void check_residency(void) {
         CHECK_OK(model_embed(r.m, &tok, 1, r.x, &err), &err);
         for (int32_t l = 0; l < L; l++) {
             CHECK_OK(exec_local_forward(e, l, l + 1, pos, 1, r.x, &err), &err);
-            const uint64_t res = resident_layers(&mf, r.f, L, &n_ranges);
+            const uint64_t res = resident_layers(&mf, r.m->plan, L, &n_ranges);
             most = res > most ? res : most;
         }
         CHECK_OK(exec_local_output(e, r.x, 1, r.logits, &err), &err);

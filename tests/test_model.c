@@ -377,6 +377,81 @@ static void test_rope_scaling(void) {
 }
 
 /* bad files get errors naming the fault */
+/* The layer plan of every test model: its weights are exactly the file's
+ * blk.N.* tensors (nothing the file holds for a layer is unknown to the
+ * engine, nothing counted twice), its groups name present weights of one
+ * input width, and its operations are the pre-norm block in order. */
+static void test_plans(void) {
+    for (size_t c = 0; c < LARES_ARRAY_LEN(greedy_cases); c++) {
+        lares_error err = {0};
+        gguf_file *f = NULL;
+        model_plan *p = NULL;
+        CHECK_OK(gguf_open(fixture(greedy_cases[c].file), NULL, &f, &err), &err);
+        if (f == NULL) {
+            continue;
+        }
+        CHECK_OK(model_plan_make(f, &p, &err), &err);
+        if (p == NULL) {
+            gguf_close(f);
+            continue;
+        }
+        const model_hparams *hp = &p->hp;
+        for (int32_t l = 0; l < hp->n_layer; l++) {
+            const model_layer_plan *lp = &p->layers[l];
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "blk.%d.", (int)l);
+            uint64_t file_bytes = 0, plan_bytes = 0;
+            int file_tensors = 0, plan_tensors = 0;
+            for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+                const gguf_tensor *t = gguf_tensor_at(f, i);
+                if (strncmp(t->name, prefix, strlen(prefix)) == 0) {
+                    file_bytes += t->nbytes;
+                    file_tensors++;
+                }
+            }
+            for (int r = 0; r < MODEL_ROLE_COUNT; r++) {
+                const model_weight *w = &lp->w[r];
+                if (w->t == NULL) {
+                    continue;
+                }
+                plan_tensors++;
+                plan_bytes += w->bytes * (uint64_t)w->n_stack;
+                CHECKF(strcmp(w->t->name + strlen(prefix), model_role_name((model_role)r)) == 0,
+                       "%s: role %s bound to %s", greedy_cases[c].file,
+                       model_role_name((model_role)r), w->t->name);
+            }
+            CHECKF(plan_tensors == file_tensors && plan_bytes == file_bytes &&
+                       lp->bytes == file_bytes,
+                   "%s layer %d: plan %d tensors / %llu bytes, file %d / %llu",
+                   greedy_cases[c].file, (int)l, plan_tensors, (unsigned long long)plan_bytes,
+                   file_tensors, (unsigned long long)file_bytes);
+            for (int g = 0; g < MODEL_GROUP_COUNT; g++) {
+                for (int i = 0; i < lp->g[g].n; i++) {
+                    const model_weight *w = &lp->w[lp->g[g].member[i]];
+                    CHECK(w->t != NULL && w->n_in == lp->g[g].n_in);
+                }
+            }
+            const bool moe = hp->n_expert > 0;
+            CHECK(lp->g[MODEL_GROUP_QKV].n == 3 && lp->g[MODEL_GROUP_O].n == 1);
+            CHECK(moe ? lp->g[MODEL_GROUP_EXP_GATE_UP].n == 2 && lp->g[MODEL_GROUP_GATE_UP].n == 0
+                      : lp->g[MODEL_GROUP_GATE_UP].n == 2 && lp->g[MODEL_GROUP_ROUTER].n == 0);
+            CHECK(lp->n_ops >= 10 && lp->ops[0].kind == MODEL_OP_NORM &&
+                  lp->ops[0].arg == MODEL_ROLE_ATTN_NORM && lp->ops[1].kind == MODEL_OP_PRODUCTS &&
+                  lp->ops[1].arg == MODEL_GROUP_QKV && lp->ops[3].kind == MODEL_OP_ATTEND &&
+                  lp->ops[5].kind == MODEL_OP_RESIDUAL && lp->ops[6].kind == MODEL_OP_NORM &&
+                  lp->ops[6].arg == MODEL_ROLE_FFN_NORM &&
+                  lp->ops[lp->n_ops - 1].kind == MODEL_OP_RESIDUAL);
+            bool shared = false;
+            for (int32_t i = 0; i < lp->n_ops; i++) {
+                shared |= lp->ops[i].kind == MODEL_OP_SHARED_EXPERT;
+            }
+            CHECK(shared == (lp->w[MODEL_ROLE_SH_GATE_INP].t != NULL));
+        }
+        model_plan_free(p);
+        gguf_close(f);
+    }
+}
+
 static void test_bad_models(void) {
     lares_error err = {0};
     gguf_file *f = NULL;
@@ -385,6 +460,8 @@ static void test_bad_models(void) {
     if (f != NULL) {
         CHECK(model_load(f, &m, &err) == LARES_EUNSUPPORTED);
         CHECKF(strstr(err.msg, "unknown architecture 'phi3'") != NULL, "%s", err.msg);
+        model_plan *p = NULL;
+        CHECK(model_plan_make(f, &p, &err) == LARES_EUNSUPPORTED && p == NULL);
         gguf_close(f);
     }
     f = NULL;
@@ -404,6 +481,7 @@ int main(void) {
     test_batch_equals_sequential();
     test_moe_batch_equals_sequential();
     test_rope_scaling();
+    test_plans();
     test_bad_models();
     return check_finish("test_model");
 }

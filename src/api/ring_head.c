@@ -84,7 +84,7 @@ static lares_status device_caps(lares_session *s, api_ring *r, lares_error *err)
     uint64_t biggest = 0;
     for (int32_t l = 0; l < n_layer; l++) {
         mem_span sp = {0};
-        lares_status st = mem_span_of_layer(s->lm->file, l, NULL, &sp, err);
+        lares_status st = mem_span_of_layer(m->plan, l, true, &sp, err);
         if (st != LARES_OK) {
             mem_span_free(&sp);
             return st;

@@ -216,7 +216,7 @@ static void move_weights(lares_worker *w, const exec_window *old, int32_t n_old)
             continue;
         }
         mem_span sp = {0};
-        if (mem_span_of_layer(w->lm->file, l, NULL, &sp, NULL) == LARES_OK) {
+        if (mem_span_of_layer(m->plan, l, true, &sp, NULL) == LARES_OK) {
             if (now) {
                 mem_prefetch_async(&mf, &sp);
             } else {

@@ -13,7 +13,8 @@
  */
 #include "exec/exec_impl.h"
 
-static const char *const exps_names[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+static const model_role exps_roles[3] = {MODEL_ROLE_EXP_GATE, MODEL_ROLE_EXP_UP,
+                                         MODEL_ROLE_EXP_DOWN};
 
 static size_t slot(const exec_local *e, int32_t layer, int32_t expert) {
     return (size_t)layer * (size_t)e->x.n_expert + (size_t)expert;
@@ -40,15 +41,13 @@ lares_status exec_experts_build(exec_local *e, lares_error *err) {
         }
         uint64_t layer_bytes = 0;
         for (int k = 0; k < 3; k++) {
-            char name[GGUF_MAX_NAME_BYTES + 1];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", (int)l, exps_names[k]);
-            const gguf_tensor *t = gguf_find_tensor(m->file, name);
-            if (t == NULL) {
+            const model_weight *w = &m->plan->layers[l].w[exps_roles[k]];
+            if (w->t == NULL) {
                 continue; /* a dense layer in a MoE model */
             }
             for (int32_t ex = 0; ex < x->n_expert; ex++) {
                 mem_range r;
-                lares_status st = mem_expert_range(m->file, t, ex, &r, err);
+                lares_status st = mem_expert_range(w, ex, &r, err);
                 if (st == LARES_OK) {
                     st = mem_span_add(&x->slices[slot(e, l, ex)], r.lo, r.hi, err);
                 }

@@ -86,8 +86,7 @@ lares_status exec_units_build(exec_local *e, lares_error *err) {
             atomic_init(&u->loaded, false);
             e->unit_of_layer[l] = e->n_units++;
             /* an MoE layer's experts are read per choice (experts.c), not with the layer */
-            const char *skip = m->hp.n_expert > 0 ? "_exps." : NULL;
-            if ((st = mem_span_of_layer(m->file, l, skip, &u->span, err)) != LARES_OK) {
+            if ((st = mem_span_of_layer(m->plan, l, false, &u->span, err)) != LARES_OK) {
                 return st;
             }
         }

@@ -32,14 +32,14 @@ typedef struct builder {
     const ops_matrix **ws; /* NULL, or the matrix of each tensor */
 } builder;
 
-static void add_group(builder *b, int32_t layer, bool fuse_next, double mid_elems) {
+/* A group of products sharing one input. Nothing the runtime runs between two
+ * groups (SwiGLU, attention) runs on a device, so no group fuses with the next. */
+static void add_group(builder *b, int32_t layer) {
     gpu_group_meas *g = &b->m->groups[b->ng++];
     g->layer = layer;
-    g->fuse_next = fuse_next;
-    /* an element-wise op: read two vectors, write one, of floats */
-    const double bytes = 12.0 * mid_elems;
-    g->mid_cpu_s = fuse_next ? bytes / b->r->cpu_bw_Bps : 0;
-    g->mid_gpu_s = fuse_next ? bytes / b->r->gpu_bw_Bps + b->r->gpu_launch_s : 0;
+    g->fuse_next = false;
+    g->mid_cpu_s = 0;
+    g->mid_gpu_s = 0;
 }
 
 static void add_tensor(builder *b, int32_t layer, const char *name, const ops_matrix *w) {
@@ -78,12 +78,22 @@ lares_status gpu_estimate_with_matrices(const model *mdl, const gpu_est_rates *r
                           "gpu estimate: %d tokens per pass or a device rate not positive",
                           (int)n_tok);
     }
-    const bool moe = hp->n_expert > 0;
-    /* dense: Q K V | O | gate up -> down ; MoE: Q K V | O | router */
-    const size_t per_t = moe ? 5 : 7, per_g = moe ? 3 : 4;
+    /* the products the runtime may offload, group by group as the layer plan
+     * runs them (its ids are in execution order); the op between two groups
+     * (SwiGLU, attention) runs on the CPU whatever the placement, so no group
+     * fuses with the next one */
+    size_t n_t = 1, n_g = 1;
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        for (int gi = 0; gi < MODEL_GROUP_COUNT; gi++) {
+            const model_group *g = &mdl->plan->layers[l].g[gi];
+            if (g->n > 0 && g->on_device) {
+                n_g++;
+                n_t += (size_t)g->n;
+            }
+        }
+    }
     gpu_meas *m;
-    lares_status st = gpu_meas_create(hp->n_layer, per_t * (size_t)hp->n_layer + 1,
-                                      per_g * (size_t)hp->n_layer + 1, &m, err);
+    lares_status st = gpu_meas_create(hp->n_layer, n_t, n_g, &m, err);
     if (st != LARES_OK) {
         return st;
     }
@@ -97,35 +107,21 @@ lares_status gpu_estimate_with_matrices(const model *mdl, const gpu_est_rates *r
             return lares_fail(err, LARES_ENOMEM, "gpu estimate: out of memory");
         }
     }
-    char nm[64];
     for (int32_t l = 0; l < hp->n_layer; l++) {
-        const model_layer *ly = &mdl->layers[l];
-        add_group(&b, l, false, 0);
-        snprintf(nm, sizeof(nm), "blk.%d.attn_q.weight", (int)l);
-        add_tensor(&b, l, nm, &ly->wq);
-        snprintf(nm, sizeof(nm), "blk.%d.attn_k.weight", (int)l);
-        add_tensor(&b, l, nm, &ly->wk);
-        snprintf(nm, sizeof(nm), "blk.%d.attn_v.weight", (int)l);
-        add_tensor(&b, l, nm, &ly->wv);
-        add_group(&b, l, false, 0);
-        snprintf(nm, sizeof(nm), "blk.%d.attn_output.weight", (int)l);
-        add_tensor(&b, l, nm, &ly->wo);
-        if (moe) {
-            add_group(&b, l, false, 0);
-            snprintf(nm, sizeof(nm), "blk.%d.ffn_gate_inp.weight", (int)l);
-            add_tensor(&b, l, nm, &ly->gate_inp);
-            continue;
+        const model_layer_plan *lp = &mdl->plan->layers[l];
+        for (int gi = 0; gi < MODEL_GROUP_COUNT; gi++) {
+            const model_group *g = &lp->g[gi];
+            if (g->n == 0 || !g->on_device) {
+                continue;
+            }
+            add_group(&b, l);
+            for (int i = 0; i < g->n; i++) {
+                const model_role role = g->member[i];
+                add_tensor(&b, l, lp->w[role].t->name, &mdl->layers[l].mat[role]);
+            }
         }
-        add_group(&b, l, true, (double)hp->n_ff * n_tok);
-        snprintf(nm, sizeof(nm), "blk.%d.ffn_gate.weight", (int)l);
-        add_tensor(&b, l, nm, &ly->w_gate);
-        snprintf(nm, sizeof(nm), "blk.%d.ffn_up.weight", (int)l);
-        add_tensor(&b, l, nm, &ly->w_up);
-        add_group(&b, l, false, 0);
-        snprintf(nm, sizeof(nm), "blk.%d.ffn_down.weight", (int)l);
-        add_tensor(&b, l, nm, &ly->w_down);
     }
-    add_group(&b, hp->n_layer, false, 0);
+    add_group(&b, hp->n_layer);
     add_tensor(&b, hp->n_layer, mdl->output_tied ? "token_embd.weight" : "output.weight",
                &mdl->output);
     st = gpu_meas_validate(m, err);

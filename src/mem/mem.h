@@ -28,6 +28,7 @@
 
 #include "core/core.h"
 #include "gguf/gguf.h"
+#include "model/plan.h"
 
 /* ---- process and machine figures (stats.c) ---- */
 
@@ -81,17 +82,15 @@ bool mem_span_overlaps(const mem_span *a, const mem_span *b);
 
 /* The file range of a tensor's data. */
 mem_range mem_tensor_range(const gguf_file *f, const gguf_tensor *t);
-/* Adds the ranges of every tensor whose name starts with "blk.<layer>." except
- * those whose name contains `skip` (NULL: none), e.g. "_exps." to leave an MoE
- * layer's experts to mem_expert_range. LARES_ENOTFOUND when no tensor matched. */
-lares_status mem_span_of_layer(const gguf_file *f, int32_t layer, const char *skip, mem_span *s,
+/* Adds the ranges of a layer's weights as its plan lists them; with_experts
+ * false leaves out the stacked expert tensors (read per choice, with
+ * mem_expert_range). LARES_EINVAL for a layer the plan does not have. */
+lares_status mem_span_of_layer(const model_plan *p, int32_t layer, bool with_experts, mem_span *s,
                                lares_error *err);
-/* The slice of expert e in a stacked expert tensor (ne[2] experts of ne[0] x
- * ne[1] each, GGUF order: the expert index varies slowest, so each expert's
- * weights are one contiguous range). LARES_EINVAL for a tensor that is not 3-D
- * or an expert out of range; LARES_EFORMAT when the bytes do not split evenly. */
-lares_status mem_expert_range(const gguf_file *f, const gguf_tensor *t, int64_t e, mem_range *out,
-                              lares_error *err);
+/* The slice of expert e of a stacked expert weight (GGUF order: the expert
+ * index varies slowest, so each expert's weights are one contiguous range).
+ * LARES_EINVAL for a weight that is not stacked experts or an expert out of range. */
+lares_status mem_expert_range(const model_weight *w, int64_t e, mem_range *out, lares_error *err);
 
 /* ---- advice on the mapped file (advise.c) ---- */
 

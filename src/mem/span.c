@@ -1,6 +1,7 @@
 /*
  * Spans: the byte ranges of the model file that a layer, a tensor or one
- * expert occupies. Ranges are file offsets, sorted and merged, so a prefetch
+ * expert occupies, as the layer plan (model/plan.h) lists them. Ranges are
+ * file offsets, sorted and merged, so a prefetch
  * of a layer becomes a few long sequential reads however its tensors are
  * ordered in the file.
  */
@@ -97,52 +98,25 @@ mem_range mem_tensor_range(const gguf_file *f, const gguf_tensor *t) {
     return r;
 }
 
-lares_status mem_span_of_layer(const gguf_file *f, int32_t layer, const char *skip, mem_span *s,
-                               lares_error *err) {
-    char prefix[32];
-    const int plen = snprintf(prefix, sizeof prefix, "blk.%d.", (int)layer);
-    size_t found = 0;
-    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
-        if (strncmp(t->name, prefix, (size_t)plen) != 0) {
-            continue;
-        }
-        if (skip != NULL && strstr(t->name + plen, skip) != NULL) {
-            continue;
-        }
-        const mem_range r = mem_tensor_range(f, t);
-        lares_status st = mem_span_add(s, r.lo, r.hi, err);
-        if (st != LARES_OK) {
-            return st;
-        }
-        found++;
-    }
-    if (found == 0) {
-        return lares_fail(err, LARES_ENOTFOUND, "%s: no tensor of layer %d (blk.%d.*)",
-                          gguf_path(f), (int)layer, (int)layer);
-    }
-    return LARES_OK;
+static lares_status add_range(void *user, uint64_t lo, uint64_t hi, lares_error *err) {
+    return mem_span_add(user, lo, hi, err);
 }
 
-lares_status mem_expert_range(const gguf_file *f, const gguf_tensor *t, int64_t e, mem_range *out,
-                              lares_error *err) {
-    if (t->n_dims != 3 || t->ne[2] < 1) {
-        return lares_fail(err, LARES_EINVAL, "%s: tensor '%s' has %u dimensions, an expert "
-                          "tensor has 3", gguf_path(f), t->name, t->n_dims);
+lares_status mem_span_of_layer(const model_plan *p, int32_t layer, bool with_experts, mem_span *s,
+                               lares_error *err) {
+    return model_plan_ranges(p, layer, with_experts, add_range, s, err);
+}
+
+lares_status mem_expert_range(const model_weight *w, int64_t e, mem_range *out, lares_error *err) {
+    if (w->t == NULL || w->form != MODEL_FORM_EXPERTS) {
+        return lares_fail(err, LARES_EINVAL, "mem: tensor '%s' is not a stack of experts",
+                          w->t ? w->t->name : "(absent)");
     }
-    if (e < 0 || e >= t->ne[2]) {
-        return lares_fail(err, LARES_EINVAL, "%s: expert %" PRId64 " of tensor '%s' outside 0..%"
-                          PRId64, gguf_path(f), e, t->name, t->ne[2] - 1);
+    if (e < 0 || e >= w->n_stack) {
+        return lares_fail(err, LARES_EINVAL, "mem: expert %" PRId64 " of tensor '%s' outside 0..%d",
+                          e, w->t->name, (int)w->n_stack - 1);
     }
-    const uint64_t n_expert = (uint64_t)t->ne[2];
-    if (t->nbytes % n_expert != 0) {
-        return lares_fail(err, LARES_EFORMAT, "%s: tensor '%s' of %" PRIu64 " bytes does not "
-                          "split into %" PRIu64 " experts", gguf_path(f), t->name, t->nbytes,
-                          n_expert);
-    }
-    const uint64_t per = t->nbytes / n_expert;
-    const mem_range whole = mem_tensor_range(f, t);
-    out->lo = whole.lo + (uint64_t)e * per; /* e < n_expert: within nbytes */
-    out->hi = out->lo + per;
+    out->lo = w->lo + (uint64_t)e * w->bytes; /* e < n_stack: within the tensor */
+    out->hi = out->lo + w->bytes;
     return LARES_OK;
 }

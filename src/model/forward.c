@@ -101,7 +101,7 @@ static size_t attn_stride(const model_hparams *hp, int32_t n_ctx) {
     return group * (size_t)n_ctx + (size_t)hp->head_dim;
 }
 
-/* The activation formats any matrix of the model asks for, largest row wins. */
+/* The activation formats any product of the model asks for, largest wins. */
 static size_t act_bytes_for(const model *m, int32_t n_batch) {
     const model_hparams *hp = &m->hp;
     const int64_t widest =
@@ -109,27 +109,28 @@ static size_t act_bytes_for(const model *m, int32_t n_batch) {
                   LARES_MAX((int64_t)hp->n_head * hp->head_dim,
                             LARES_MAX((int64_t)hp->n_ff_exp, (int64_t)hp->n_ff_shexp)));
     size_t best = 0;
-    /* MoE layers quantize every (token, chosen expert) row */
-    const int64_t rows = (int64_t)n_batch * (hp->n_expert > 0 ? hp->n_expert_used : 1);
     for (int il = 0; il < hp->n_layer; il++) {
+        const model_layer_plan *lp = &m->plan->layers[il];
         const model_layer *l = &m->layers[il];
-        const ops_matrix *ms[] = {&l->wq,      &l->wk,      &l->wv,       &l->wo,      &l->w_gate,
-                                  &l->w_up,    &l->w_down,  &l->gate_inp, &l->sh_gate, &l->sh_up,
-                                  &l->sh_down, l->exp_gate, l->exp_up,    l->exp_down};
-        for (size_t i = 0; i < LARES_ARRAY_LEN(ms); i++) {
-            if (ms[i] == NULL || ms[i]->qt == NULL) {
-                continue; /* absent in this architecture */
+        for (int gi = 0; gi < MODEL_GROUP_COUNT; gi++) {
+            const model_group *g = &lp->g[gi];
+            /* an experts' group quantizes every (token, chosen expert) row */
+            const int64_t rows = (int64_t)n_batch * g->rows;
+            for (int i = 0; i < g->n; i++) {
+                const model_role r = g->member[i];
+                const bool expert = lp->w[r].form == MODEL_FORM_EXPERTS;
+                const ops_matrix *w = expert ? &l->exps[r][0] : &l->mat[r];
+                /* a smaller batch may take the other format: room for both; an
+                 * expert's rows start a panel of their own (ops_act_group_panels),
+                 * so up to a panel more per expert */
+                const uint32_t at = ops_act_type(NULL, w, rows);
+                const int64_t pad =
+                    at == OPS_ACT_PANELS && expert ? (int64_t)hp->n_expert * quant_panels()->lanes
+                                                   : 0;
+                size_t b = LARES_MAX(ops_act_bytes(w->qt->vec_dot_type, rows, widest),
+                                     ops_act_bytes(at, rows + pad, widest));
+                best = b > best ? b : best;
             }
-            /* a smaller batch may take the other format: room for both; an
-             * expert's rows start a panel of their own (ops_act_group_panels),
-             * so up to a panel more per expert */
-            const uint32_t at = ops_act_type(NULL, ms[i], rows);
-            const bool expert = ms[i] == l->exp_gate || ms[i] == l->exp_up || ms[i] == l->exp_down;
-            const int64_t pad =
-                at == OPS_ACT_PANELS && expert ? (int64_t)hp->n_expert * quant_panels()->lanes : 0;
-            size_t b = LARES_MAX(ops_act_bytes(ms[i]->qt->vec_dot_type, rows, widest),
-                                 ops_act_bytes(at, rows + pad, widest));
-            best = b > best ? b : best;
         }
     }
     const uint32_t at = ops_act_type(NULL, &m->output, n_batch);
@@ -325,21 +326,21 @@ static void prep_rows(void *vctx, int ith, int nth) {
     ops_split(p->n_tok, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
         float *q = p->cx->q + t * qd, *k = p->cx->k + t * kvd, *v = p->cx->v + t * kvd;
-        if (l->bq != NULL) {
-            ops_add(q, l->bq, qd);
-            ops_add(k, l->bk, kvd);
-            ops_add(v, l->bv, kvd);
+        if (l->vec[MODEL_ROLE_Q_BIAS] != NULL) {
+            ops_add(q, l->vec[MODEL_ROLE_Q_BIAS], qd);
+            ops_add(k, l->vec[MODEL_ROLE_K_BIAS], kvd);
+            ops_add(v, l->vec[MODEL_ROLE_V_BIAS], kvd);
         }
         const float *cs = p->cx->rope_cs + t * hp->n_rot;
         for (int64_t h = 0; h < hp->n_head; h++) {
-            if (l->q_norm != NULL) {
-                ops_rmsnorm(q + h * hd, l->q_norm, hd, hp->rms_eps, q + h * hd);
+            if (l->vec[MODEL_ROLE_Q_NORM] != NULL) {
+                ops_rmsnorm(q + h * hd, l->vec[MODEL_ROLE_Q_NORM], hd, hp->rms_eps, q + h * hd);
             }
             ops_rope(q + h * hd, hd, hp->n_rot, cs, hp->rope_mode);
         }
         for (int64_t h = 0; h < hp->n_head_kv; h++) {
-            if (l->k_norm != NULL) {
-                ops_rmsnorm(k + h * hd, l->k_norm, hd, hp->rms_eps, k + h * hd);
+            if (l->vec[MODEL_ROLE_K_NORM] != NULL) {
+                ops_rmsnorm(k + h * hd, l->vec[MODEL_ROLE_K_NORM], hd, hp->rms_eps, k + h * hd);
             }
             ops_rope(k + h * hd, hd, hp->n_rot, cs, hp->rope_mode);
         }
@@ -403,17 +404,59 @@ static void matmul_shared(model_ctx *cx, const float *x, int64_t n_rows, int64_t
     }
 }
 
-/* out = Wdown . (silu(Wgate . xn) * (Wup . xn)), SwiGLU (Shazeer 2020) */
-static void dense_ffn(model_ctx *cx, const ops_matrix *wg, const ops_matrix *wu,
-                      const ops_matrix *wd, int64_t n_ff, int32_t n_tok, int64_t e, float *out) {
-    const ops_matrix *gu_w[] = {wg, wu};
-    float *gu_y[] = {cx->gate, cx->up};
-    matmul_shared(cx, cx->xn, n_tok, e, 2, gu_w, gu_y);
-    ffn_task ft = {.gate = cx->gate, .up = cx->up, .n = (int64_t)n_tok * n_ff};
-    run_rows(cx->pool, swiglu_rows, &ft, ft.n);
-    const ops_matrix *wdl[] = {wd};
-    float *wd_y[] = {out};
-    matmul_shared(cx, cx->gate, n_tok, n_ff, 1, wdl, wd_y);
+/* The buffer a product writes. */
+static float *out_of(model_ctx *cx, model_role r) {
+    switch (r) {
+    case MODEL_ROLE_Q:
+        return cx->q;
+    case MODEL_ROLE_K:
+        return cx->k;
+    case MODEL_ROLE_V:
+        return cx->v;
+    case MODEL_ROLE_GATE:
+    case MODEL_ROLE_SH_GATE:
+        return cx->gate;
+    case MODEL_ROLE_UP:
+    case MODEL_ROLE_SH_UP:
+        return cx->up;
+    case MODEL_ROLE_ROUTER:
+        return cx->router;
+    case MODEL_ROLE_SH_DOWN:
+        return cx->og; /* added to the experts' sum behind its gate */
+    default:
+        return cx->tmp; /* O and DOWN: the block's output */
+    }
+}
+
+/* The buffer a group reads (not the experts', which gather their own). */
+static const float *in_of(const model_ctx *cx, model_input in) {
+    switch (in) {
+    case MODEL_IN_NORMED:
+        return cx->xn;
+    case MODEL_IN_ATTN:
+        return cx->att;
+    case MODEL_IN_FFN_MID:
+        return cx->gate;
+    default:
+        return NULL;
+    }
+}
+
+/* One group's products over n_tok rows. */
+static void products(model_ctx *cx, const model_layer *l, const model_group *g, int32_t n_tok) {
+    const ops_matrix *ws[MODEL_GROUP_MAX];
+    float *ys[MODEL_GROUP_MAX];
+    for (int i = 0; i < g->n; i++) {
+        ws[i] = &l->mat[g->member[i]];
+        ys[i] = out_of(cx, g->member[i]);
+    }
+    matmul_shared(cx, in_of(cx, g->input), n_tok, g->n_in, g->n, ws, ys);
+}
+
+/* gate = silu(gate) * up over n values, SwiGLU (Shazeer 2020) */
+static void swiglu(model_ctx *cx, float *gate, const float *up, int64_t n) {
+    ffn_task ft = {.gate = gate, .up = up, .n = n};
+    run_rows(cx->pool, swiglu_rows, &ft, n);
 }
 
 /* Router: softmax over every expert, the top k (ties to the lower id), then
@@ -485,16 +528,17 @@ static void scatter_rows(void *vctx, int ith, int nth) {
 static void shared_expert(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[il];
+    const model_layer_plan *lp = &m->plan->layers[il];
     const int64_t e = hp->n_embd;
-    if (l->gate_inp_sh == NULL) {
-        return;
-    }
-    dense_ffn(cx, &l->sh_gate, &l->sh_up, &l->sh_down, hp->n_ff_shexp, n_tok, e, cx->og);
+    const float *gate_w = l->vec[MODEL_ROLE_SH_GATE_INP];
+    products(cx, l, &lp->g[MODEL_GROUP_SH_GATE_UP], n_tok);
+    swiglu(cx, cx->gate, cx->up, (int64_t)n_tok * hp->n_ff_shexp);
+    products(cx, l, &lp->g[MODEL_GROUP_SH_DOWN], n_tok);
     for (int32_t t = 0; t < n_tok; t++) {
         const float *xn = cx->xn + (size_t)t * (size_t)e;
         double z = 0;
         for (int64_t i = 0; i < e; i++) {
-            z += (double)l->gate_inp_sh[i] * xn[i];
+            z += (double)gate_w[i] * xn[i];
         }
         const float g = (float)(1.0 / (1.0 + exp(-z)));
         float *dst = cx->tmp + (size_t)t * (size_t)e;
@@ -552,19 +596,20 @@ static void experts_matmul(model_ctx *cx, int n_sets, ops_matrix *const sets[2],
     }
 }
 
-/* A mixture-of-experts FFN: only the chosen experts' weights are read. Rows
- * (token, chosen expert) are grouped by expert so each expert multiplies all
- * its tokens at once, and the experts share parallel passes. */
-static void moe_ffn(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
+/* A mixture-of-experts FFN after its router's products: only the chosen
+ * experts' weights are read. Rows (token, chosen expert) are grouped by expert
+ * so each expert multiplies all its tokens at once, and the experts share
+ * parallel passes. */
+static void experts(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[il];
     const int64_t e = hp->n_embd, fe = hp->n_ff_exp;
     const int32_t k = hp->n_expert_used, ne = hp->n_expert;
     const int32_t rows = n_tok * k;
 
-    const ops_matrix *rw[] = {&l->gate_inp};
-    float *ry[] = {cx->router};
-    matmul_shared(cx, cx->xn, n_tok, e, 1, rw, ry);
+    ops_matrix *const exp_gate = l->exps[MODEL_ROLE_EXP_GATE];
+    ops_matrix *const exp_up = l->exps[MODEL_ROLE_EXP_UP];
+    ops_matrix *const exp_down = l->exps[MODEL_ROLE_EXP_DOWN];
     for (int32_t t = 0; t < n_tok; t++) {
         route(hp, cx->router + (size_t)t * (size_t)ne, cx->sel + (size_t)t * (size_t)k,
               cx->sel_w + (size_t)t * (size_t)k);
@@ -600,82 +645,94 @@ static void moe_ffn(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     /* gate and up: the gathered rows converted once per activation format
      * (panels serve both: the format is the kernel family's, not the type's) */
     ops_act ag, au;
-    if (experts_take_panels(cx, &l->exp_gate[0], rows, n_used) &&
-        experts_take_panels(cx, &l->exp_up[0], rows, n_used)) {
+    if (experts_take_panels(cx, &exp_gate[0], rows, n_used) &&
+        experts_take_panels(cx, &exp_up[0], rows, n_used)) {
         ops_act_group_panels(cx->pool, cx->xg, rows, e, start, n_used, cx->act, &ag);
         au = ag;
     } else {
-        ops_act_prepare(cx->pool, cx->xg, rows, e, l->exp_gate[0].qt->vec_dot_type, cx->act, &ag);
+        ops_act_prepare(cx->pool, cx->xg, rows, e, exp_gate[0].qt->vec_dot_type, cx->act, &ag);
         au = ag;
-        if (l->exp_up[0].qt->vec_dot_type != ag.type) {
-            ops_act_prepare(cx->pool, cx->xg, rows, e, l->exp_up[0].qt->vec_dot_type, cx->act2,
+        if (exp_up[0].qt->vec_dot_type != ag.type) {
+            ops_act_prepare(cx->pool, cx->xg, rows, e, exp_up[0].qt->vec_dot_type, cx->act2,
                             &au);
         }
     }
-    ops_matrix *const gu_sets[2] = {l->exp_gate, l->exp_up};
+    ops_matrix *const gu_sets[2] = {exp_gate, exp_up};
     const ops_act *const gu_acts[2] = {&ag, &au};
     float *const gu_out[2] = {cx->hg, cx->hu};
     experts_matmul(cx, 2, gu_sets, gu_acts, gu_out, fe, used, start, n_used, rows);
-    ffn_task ft = {.gate = cx->hg, .up = cx->hu, .n = (int64_t)rows * fe};
-    run_rows(cx->pool, swiglu_rows, &ft, ft.n);
+    swiglu(cx, cx->hg, cx->hu, (int64_t)rows * fe);
     ops_act ad;
-    if (experts_take_panels(cx, &l->exp_down[0], rows, n_used)) {
+    if (experts_take_panels(cx, &exp_down[0], rows, n_used)) {
         ops_act_group_panels(cx->pool, cx->hg, rows, fe, start, n_used, cx->act, &ad);
     } else {
-        ops_act_prepare(cx->pool, cx->hg, rows, fe, l->exp_down[0].qt->vec_dot_type, cx->act, &ad);
+        ops_act_prepare(cx->pool, cx->hg, rows, fe, exp_down[0].qt->vec_dot_type, cx->act, &ad);
     }
-    ops_matrix *const d_sets[2] = {l->exp_down, NULL};
+    ops_matrix *const d_sets[2] = {exp_down, NULL};
     const ops_act *const d_acts[2] = {&ad, NULL};
     float *const d_out[2] = {cx->og, NULL};
     experts_matmul(cx, 1, d_sets, d_acts, d_out, e, used, start, n_used, rows);
     scatter_task st = {.hp = hp, .cx = cx, .row_of = row_of, .n_tok = n_tok};
     run_rows(cx->pool, scatter_rows, &st, (int64_t)n_tok * k * e);
-    shared_expert(m, cx, il, n_tok);
 }
 
+/* Runs the layer's operations in the plan's order (plan.c, plan_ops): for a
+ * dense layer
+ *   normed = RMSNorm(x); q, k, v = products; RoPE, K and V into the cache;
+ *   attention; x += Wo . attention
+ *   normed = RMSNorm(x); gate, up = products; SwiGLU; x += Wdown . (silu(gate) * up)
+ * and for a MoE layer the router's products and the experts in place of the FFN. */
 static void layer_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t il,
                           const int32_t *pos, int32_t n_tok, float *x) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[il];
-    const int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim;
+    const model_layer_plan *lp = &m->plan->layers[il];
+    const int64_t e = hp->n_embd;
     ops_pool *pool = cx->pool;
-
-    /* attention block */
-    norm_all(pool, x, l->attn_norm, e, hp->rms_eps, n_tok, cx->xn);
-    const ops_matrix *qkv_w[] = {&l->wq, &l->wk, &l->wv};
-    float *qkv_y[] = {cx->q, cx->k, cx->v};
-    matmul_shared(cx, cx->xn, n_tok, e, 3, qkv_w, qkv_y);
-
     attn_prep ap = {
         .m = m, .l = l, .cx = cx, .kv = model_kv_view(kv, il), .pos = pos, .n_tok = n_tok};
-    run_rows(pool, prep_rows, &ap, (int64_t)n_tok * (hp->n_head + hp->n_head_kv) * hp->head_dim);
-
-    ops_attn_args aa = {.q = cx->q,
-                        .out = cx->att,
-                        .pos = pos,
-                        .n_tok = n_tok,
-                        .n_head = hp->n_head,
-                        .n_head_kv = hp->n_head_kv,
-                        .head_dim = hp->head_dim,
-                        .scale = 1.0f / sqrtf((float)hp->head_dim),
-                        .kv = ap.kv,
-                        .scratch = cx->attn_scratch,
-                        .scratch_stride = attn_stride(hp, cx->n_ctx)};
-    ops_attention(pool, &aa);
-
-    const ops_matrix *wo[] = {&l->wo};
-    float *wo_y[] = {cx->tmp};
-    matmul_shared(cx, cx->att, n_tok, qd, 1, wo, wo_y);
-    ops_add(x, cx->tmp, (int64_t)n_tok * e);
-
-    /* feed-forward block */
-    norm_all(pool, x, l->ffn_norm, e, hp->rms_eps, n_tok, cx->xn);
-    if (hp->n_expert > 0) {
-        moe_ffn(m, cx, il, n_tok);
-    } else {
-        dense_ffn(cx, &l->w_gate, &l->w_up, &l->w_down, hp->n_ff, n_tok, e, cx->tmp);
+    for (int32_t i = 0; i < lp->n_ops; i++) {
+        const model_op *op = &lp->ops[i];
+        switch (op->kind) {
+        case MODEL_OP_NORM:
+            norm_all(pool, x, l->vec[op->arg], e, hp->rms_eps, n_tok, cx->xn);
+            break;
+        case MODEL_OP_PRODUCTS:
+            products(cx, l, &lp->g[op->arg], n_tok);
+            break;
+        case MODEL_OP_ROPE_STORE:
+            run_rows(pool, prep_rows, &ap,
+                     (int64_t)n_tok * (hp->n_head + hp->n_head_kv) * hp->head_dim);
+            break;
+        case MODEL_OP_ATTEND: {
+            ops_attn_args aa = {.q = cx->q,
+                                .out = cx->att,
+                                .pos = pos,
+                                .n_tok = n_tok,
+                                .n_head = hp->n_head,
+                                .n_head_kv = hp->n_head_kv,
+                                .head_dim = hp->head_dim,
+                                .scale = 1.0f / sqrtf((float)hp->head_dim),
+                                .kv = ap.kv,
+                                .scratch = cx->attn_scratch,
+                                .scratch_stride = attn_stride(hp, cx->n_ctx)};
+            ops_attention(pool, &aa);
+            break;
+        }
+        case MODEL_OP_SWIGLU:
+            swiglu(cx, cx->gate, cx->up, (int64_t)n_tok * lp->g[op->arg].n_in);
+            break;
+        case MODEL_OP_EXPERTS:
+            experts(m, cx, il, n_tok);
+            break;
+        case MODEL_OP_SHARED_EXPERT:
+            shared_expert(m, cx, il, n_tok);
+            break;
+        case MODEL_OP_RESIDUAL:
+            ops_add(x, cx->tmp, (int64_t)n_tok * e);
+            break;
+        }
     }
-    ops_add(x, cx->tmp, (int64_t)n_tok * e);
 }
 
 lares_status model_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t l0, int32_t l1,

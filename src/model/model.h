@@ -1,8 +1,9 @@
 /*
  * model: architectures and the forward pass of a layer window.
  *
- * Owns: the hyper-parameters read from metadata, the binding of every tensor
- * the architecture needs (views into the file mapping, shapes checked), any
+ * Owns: the layer plan (plan.h: hyper-parameters, and each layer's weights,
+ * groups and operations, made once from the file), the binding of every
+ * weight the plan found (views into the file mapping, types checked), any
  * small converted copies (norm vectors stored as F16/BF16 are widened to F32
  * and counted in model_owned_bytes), the KV cache of a window, and the
  * forward pass of a window [l0, l1) over a batch of tokens. The head-only
@@ -22,75 +23,22 @@
 #include "core/core.h"
 #include "gguf/gguf.h"
 #include "ops/ops.h"
+#include "model/plan.h"
 
-typedef enum model_arch {
-    MODEL_ARCH_LLAMA = 0, /* also Mistral, and Mixtral-style MoE (ffn_*_exps) */
-    MODEL_ARCH_QWEN2,
-    MODEL_ARCH_QWEN3,
-    MODEL_ARCH_QWEN2MOE,
-    MODEL_ARCH_QWEN3MOE,
-    MODEL_ARCH_COUNT
-} model_arch;
-
-/* How a MoE router turns its logits into expert weights (all: softmax over
- * every expert's logit, then the top k). */
-typedef enum model_moe_norm {
-    MODEL_MOE_RENORM = 0, /* the k weights rescaled to sum to 1 (Mixtral, Qwen3-MoE) */
-    MODEL_MOE_RAW = 1,    /* the k softmax probabilities as they are (Qwen2-MoE) */
-} model_moe_norm;
-
-typedef struct model_hparams {
-    model_arch arch;
-    const char *arch_name;
-    int32_t n_layer;
-    int32_t n_embd;
-    int32_t n_ff;
-    int32_t n_head;
-    int32_t n_head_kv;
-    int32_t head_dim;   /* attention.key_length, else n_embd / n_head */
-    int32_t n_rot;      /* rope.dimension_count, else head_dim */
-    int32_t n_vocab;
-    int32_t n_ctx_train;
-    float rms_eps;
-    float rope_base;
-    float rope_freq_scale; /* 1 / rope.scaling.factor for linear scaling, else 1 */
-    ops_rope_mode rope_mode;
-    /* mixture of experts: n_expert == 0 for dense models */
-    int32_t n_expert;
-    int32_t n_expert_used;
-    int32_t n_ff_exp;     /* expert FFN width */
-    int32_t n_ff_shexp;   /* shared expert FFN width, 0 without one */
-    model_moe_norm moe_norm;
-} model_hparams;
-
-/* One decoder layer. Shapes in (n_in -> n_out) form; vectors are F32. */
+/* One decoder layer's weights, bound by role (plan.h): vectors as F32 (views,
+ * or widened copies counted in owned_bytes), matrices as views into the
+ * mapping, stacked experts as one view per expert. A role the layer lacks is
+ * NULL / a matrix without data. */
 typedef struct model_layer {
-    const float *attn_norm; /* (n_embd) */
-    ops_matrix wq;          /* (n_embd -> n_head * head_dim) */
-    ops_matrix wk;          /* (n_embd -> n_head_kv * head_dim) */
-    ops_matrix wv;          /* (n_embd -> n_head_kv * head_dim) */
-    ops_matrix wo;          /* (n_head * head_dim -> n_embd) */
-    const float *bq, *bk, *bv; /* optional biases (qwen2) */
-    const float *q_norm, *k_norm; /* optional per-head RMS norms (qwen3), (head_dim) */
-    const float *ffn_norm;  /* (n_embd) */
-    ops_matrix w_gate;      /* (n_embd -> n_ff), dense layers */
-    ops_matrix w_up;        /* (n_embd -> n_ff) */
-    ops_matrix w_down;      /* (n_ff -> n_embd) */
-    /* MoE layers: the router and one view per expert into the 3-D tensors */
-    ops_matrix gate_inp;    /* (n_embd -> n_expert) */
-    ops_matrix *exp_gate;   /* owned array of n_expert views (n_embd -> n_ff_exp) */
-    ops_matrix *exp_up;     /* (n_embd -> n_ff_exp) */
-    ops_matrix *exp_down;   /* (n_ff_exp -> n_embd) */
-    uint64_t exp_file_off[3]; /* file offsets of ffn_{gate,up,down}_exps */
-    uint64_t exp_stride[3];   /* bytes per expert in each of them */
-    const float *gate_inp_sh; /* shared expert's sigmoid gate (n_embd), qwen2moe */
-    ops_matrix sh_gate, sh_up, sh_down; /* shared expert (n_embd -> n_ff_shexp -> n_embd) */
-    uint64_t file_lo, file_hi; /* byte range of the layer's tensors in the file */
+    const float *vec[MODEL_ROLE_COUNT];
+    ops_matrix mat[MODEL_ROLE_COUNT];
+    ops_matrix *exps[MODEL_ROLE_COUNT]; /* owned arrays of n_expert views */
 } model_layer;
 
 typedef struct model {
     gguf_file *file;        /* borrowed */
-    model_hparams hp;
+    model_plan *plan;       /* owned: what each layer holds and does */
+    model_hparams hp;       /* the plan's, copied for brevity */
     const gguf_tensor *tok_embd; /* (n_embd) x n_vocab rows, any supported type */
     const float *output_norm;    /* (n_embd) */
     ops_matrix output;           /* (n_embd -> n_vocab); the embedding when tied */
@@ -106,7 +54,6 @@ typedef struct model {
  * shapes and unsupported tensor types are errors naming the culprit. */
 lares_status model_load(gguf_file *f, model **out, lares_error *err);
 void model_free(model *m);
-const char *model_arch_list(void); /* "llama, qwen2, qwen3" for messages */
 
 /* ---- the KV cache of one window ---- */
 

@@ -35,6 +35,8 @@
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
+#include "quant/legacy_fmt.h"
+
 /* ---- small helpers ---- */
 
 static ALWAYS_INLINE float hsum_ps(__m256 v) {
@@ -102,28 +104,6 @@ static ALWAYS_INLINE __m256i dot32_signed(__m256i x, __m256i y) {
 
 /* ---- per-format access: one switch on a constant, folded at compile time ---- */
 
-enum fmt { F_Q4_0, F_Q4_1, F_Q5_0, F_Q5_1, F_Q8_0 };
-
-static ALWAYS_INLINE size_t fmt_bytes(enum fmt f) {
-    switch (f) {
-    case F_Q4_0:
-        return sizeof(block_q4_0);
-    case F_Q4_1:
-        return sizeof(block_q4_1);
-    case F_Q5_0:
-        return sizeof(block_q5_0);
-    case F_Q5_1:
-        return sizeof(block_q5_1);
-    default:
-        return sizeof(block_q8_0);
-    }
-}
-
-/* the *_1 formats: unsigned codes, a min m, activations in Q8_1 */
-static ALWAYS_INLINE bool fmt_has_min(enum fmt f) {
-    return f == F_Q4_1 || f == F_Q5_1;
-}
-
 /* The 32 codes of a weight block in element order: signed values q - 8,
  * q - 16, q for the *_0 formats, unsigned q for the *_1 formats. */
 static ALWAYS_INLINE __m256i fmt_codes(enum fmt f, const uint8_t *blk) {
@@ -179,12 +159,8 @@ static ALWAYS_INLINE uint16_t fmt_m(const uint8_t *blk) {
 }
 
 /* activation blocks: Q8_0 {d, qs} or Q8_1 {d, s, qs} */
-static ALWAYS_INLINE size_t act_bytes(enum fmt f) {
-    return fmt_has_min(f) ? sizeof(block_q8_1) : sizeof(block_q8_0);
-}
-
 static ALWAYS_INLINE const uint8_t *act_qs(enum fmt f, const uint8_t *blk) {
-    return blk + (fmt_has_min(f) ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs));
+    return blk + act_qs_offset(f);
 }
 
 /* ---- single dot products ---- */

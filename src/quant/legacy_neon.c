@@ -33,6 +33,8 @@
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
+#include "quant/legacy_fmt.h"
+
 /* ---- small helpers ---- */
 
 static ALWAYS_INLINE uint16_t ld_u16(const void *p) {
@@ -63,27 +65,6 @@ static ALWAYS_INLINE uint8x16_t q5_high_bits(const uint8_t *qh, int half) {
 }
 
 /* ---- per-format access ---- */
-
-enum fmt { F_Q4_0, F_Q4_1, F_Q5_0, F_Q5_1, F_Q8_0 };
-
-static ALWAYS_INLINE size_t fmt_bytes(enum fmt f) {
-    switch (f) {
-    case F_Q4_0:
-        return sizeof(block_q4_0);
-    case F_Q4_1:
-        return sizeof(block_q4_1);
-    case F_Q5_0:
-        return sizeof(block_q5_0);
-    case F_Q5_1:
-        return sizeof(block_q5_1);
-    default:
-        return sizeof(block_q8_0);
-    }
-}
-
-static ALWAYS_INLINE bool fmt_has_min(enum fmt f) {
-    return f == F_Q4_1 || f == F_Q5_1;
-}
 
 /* The 32 signed codes of a weight block: elements 0..15 in *lo, 16..31 in *hi. */
 static ALWAYS_INLINE void fmt_codes(enum fmt f, const uint8_t *blk, int8x16_t *lo, int8x16_t *hi) {
@@ -133,13 +114,8 @@ static ALWAYS_INLINE uint16_t fmt_m(const uint8_t *blk) {
 }
 
 /* activation blocks: Q8_0 {d, qs} or Q8_1 {d, s, qs} */
-static ALWAYS_INLINE size_t act_bytes(enum fmt f) {
-    return fmt_has_min(f) ? sizeof(block_q8_1) : sizeof(block_q8_0);
-}
-
 static ALWAYS_INLINE const int8_t *act_qs(enum fmt f, const uint8_t *blk) {
-    return (const int8_t *)blk +
-           (fmt_has_min(f) ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs));
+    return (const int8_t *)blk + act_qs_offset(f);
 }
 
 /* Sum of the 32 products of one block in four int32 lanes. */

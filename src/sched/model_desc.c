@@ -1,6 +1,8 @@
 /*
  * The model as the planner sees it: bytes and FLOPs per token of every layer
- * by weight type, and the head's share, from the GGUF tensor directory.
+ * by weight type, and the head's share: from a file's layer plan (model/plan.h,
+ * the weights the engine reads), or tensor by tensor for a named public shape
+ * (shapes.c, sched_model_account).
  *
  * A matrix of n_in x n_out costs 2 * n_in * n_out FLOPs per token (one multiply
  * and one add per weight, Kaplan et al. 2020, "Scaling laws", section 2.1); a
@@ -8,6 +10,7 @@
  * n_expert_used experts a token is routed to. Vectors (norms, biases) cost
  * bytes but no FLOPs worth modelling.
  */
+#include "model/model.h"
 #include "sched/sched_impl.h"
 
 #include <stdlib.h>
@@ -18,26 +21,6 @@ void sched_model_free(sched_model *m) {
     }
     lares_free(m->layers);
     lares_free(m);
-}
-
-static lares_status arch_i32(const gguf_file *f, const char *arch, const char *suffix,
-                             bool required, int32_t *out, lares_error *err) {
-    char key[160];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    uint64_t v;
-    lares_status st = gguf_get_u64(f, key, &v, err);
-    if (st == LARES_ENOTFOUND && !required) {
-        return LARES_OK;
-    }
-    if (st != LARES_OK) {
-        return st;
-    }
-    if (v > INT32_MAX) {
-        return lares_fail(err, LARES_EFORMAT, "%s: %s = %" PRIu64 " is out of range", gguf_path(f),
-                          key, v);
-    }
-    *out = (int32_t)v;
-    return LARES_OK;
 }
 
 /* "blk.N." -> N, or -1 when the name is not a layer tensor. */
@@ -112,91 +95,67 @@ lares_status sched_model_account(sched_model *m, const char *name, uint32_t type
     return LARES_OK;
 }
 
+/* One weight of the layer plan: its bytes, and for a matrix 2 FLOPs per weight
+ * per token (stacked experts: the n_expert_used a token is routed to). */
+static void add_weight(sched_layer *l, const model_weight *w, int32_t n_used) {
+    if (w->t == NULL) {
+        return;
+    }
+    double flops = 0.0;
+    if (w->form != MODEL_FORM_VECTOR) {
+        flops = 2.0 * (double)w->n_in * (double)w->n_out *
+                (w->form == MODEL_FORM_EXPERTS ? (double)n_used : 1.0);
+    }
+    add_tensor(l, w->t->type, w->bytes * (uint64_t)w->n_stack, flops);
+}
+
 lares_status sched_model_from_gguf(const gguf_file *f, sched_model **out, lares_error *err) {
-    const char *path = gguf_path(f);
-    gguf_str arch;
-    lares_status st = gguf_get_str(f, "general.architecture", &arch, err);
+    model_plan *p;
+    lares_status st = model_plan_make(f, &p, err);
     if (st != LARES_OK) {
         return st;
     }
-    char a[64];
-    if (arch.len == 0 || arch.len >= sizeof a) {
-        return lares_fail(err, LARES_EFORMAT, "%s: general.architecture of %" PRIu64 " bytes", path,
-                          arch.len);
-    }
-    memcpy(a, arch.ptr, (size_t)arch.len);
-    a[arch.len] = '\0';
+    const model_hparams *hp = &p->hp;
     sched_model *m = lares_calloc(1, sizeof *m);
-    if (m == NULL) {
+    if (m != NULL) {
+        m->layers = lares_calloc((size_t)hp->n_layer, sizeof *m->layers);
+    }
+    if (m == NULL || m->layers == NULL) {
+        sched_model_free(m);
+        model_plan_free(p);
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
-    int32_t n_expert = 0, n_used = 0;
-    if ((st = arch_i32(f, a, "block_count", true, &m->n_layer, err)) ||
-        (st = arch_i32(f, a, "embedding_length", true, &m->n_embd, err)) ||
-        (st = arch_i32(f, a, "attention.head_count", true, &m->n_head, err))) {
-        goto fail;
-    }
-    m->n_head_kv = m->n_head;
-    m->n_ctx_train = 0;
-    if ((st = arch_i32(f, a, "attention.head_count_kv", false, &m->n_head_kv, err)) ||
-        (st = arch_i32(f, a, "context_length", false, &m->n_ctx_train, err)) ||
-        (st = arch_i32(f, a, "expert_count", false, &n_expert, err)) ||
-        (st = arch_i32(f, a, "expert_used_count", false, &n_used, err))) {
-        goto fail;
-    }
-    if (m->n_layer < 1 || m->n_layer > 65536 || m->n_embd < 1 || m->n_head < 1 ||
-        m->n_head_kv < 1) {
-        st = lares_fail(err, LARES_EFORMAT, "%s: %d layers, %d embedding, %d/%d heads", path,
-                        m->n_layer, m->n_embd, m->n_head, m->n_head_kv);
-        goto fail;
-    }
-    m->head_dim = m->n_embd / m->n_head;
-    if ((st = arch_i32(f, a, "attention.key_length", false, &m->head_dim, err))) {
-        goto fail;
-    }
-    if (m->head_dim < 1 || m->n_head_kv > m->n_head) {
-        st = lares_fail(err, LARES_EFORMAT, "%s: head_dim %d with %d/%d heads", path, m->head_dim,
-                        m->n_head, m->n_head_kv);
-        goto fail;
-    }
+    m->n_layer = hp->n_layer;
+    m->n_embd = hp->n_embd;
+    m->n_vocab = hp->n_vocab;
+    m->n_head = hp->n_head;
+    m->n_head_kv = hp->n_head_kv;
+    m->head_dim = hp->head_dim;
+    m->n_ctx_train = hp->n_ctx_train;
     gguf_str gname;
     if (gguf_get_str(f, "general.name", &gname, NULL) == LARES_OK && gname.len > 0) {
         snprintf(m->name, sizeof m->name, "%.*s", (int)LARES_MIN(gname.len, 90), gname.ptr);
     } else {
-        snprintf(m->name, sizeof m->name, "%s", a);
+        snprintf(m->name, sizeof m->name, "%s", hp->arch_name);
     }
-    m->layers = lares_calloc((size_t)m->n_layer, sizeof *m->layers);
-    if (m->layers == NULL) {
-        st = lares_fail(err, LARES_ENOMEM, "out of memory");
-        goto fail;
-    }
-    const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
-    if (embd == NULL) {
-        st = lares_fail(err, LARES_ENOTFOUND, "%s: missing tensor 'token_embd.weight'", path);
-        goto fail;
-    }
-    m->n_vocab = embd->ne[1] > INT32_MAX ? INT32_MAX : (int32_t)embd->ne[1];
-    bool tied = gguf_find_tensor(f, "output.weight") == NULL;
-    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const gguf_tensor *t = gguf_tensor_at(f, i);
-        if ((st = sched_model_account(m, t->name, t->type, t->n_dims, t->ne, t->nbytes, n_expert,
-                                      n_used, tied, err)) != LARES_OK) {
-            lares_error_prefix(err, "%s: ", path);
-            goto fail;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        for (int r = 0; r < MODEL_ROLE_COUNT; r++) {
+            add_weight(&m->layers[il], &p->layers[il].w[r], hp->n_expert_used);
         }
     }
-    for (int32_t il = 0; il < m->n_layer; il++) {
-        if (m->layers[il].weight_bytes == 0) {
-            st = lares_fail(err, LARES_EFORMAT, "%s: layer %d has no tensors", path, il);
-            goto fail;
-        }
+    /* the head: one embedding row read per token; the whole matrix is the output when tied */
+    uint64_t rb;
+    m->embd_row_bytes = gguf_row_bytes(p->embd.t->type, hp->n_embd, &rb) ? rb : 0;
+    if (!p->output_tied) {
+        m->embd_bytes = p->embd.bytes;
     }
+    add_weight(&m->head, &p->output, 0);
+    add_weight(&m->head, &p->output_norm, 0);
+    add_weight(&m->head, &p->rope_freqs, 0);
     m->file_bytes = gguf_file_bytes(f);
+    model_plan_free(p);
     *out = m;
     return LARES_OK;
-fail:
-    sched_model_free(m);
-    return st;
 }
 
 lares_status sched_model_from_path(const char *path, sched_model **out, lares_error *err) {

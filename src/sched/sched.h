@@ -158,10 +158,11 @@ typedef struct sched_model {
     uint64_t file_bytes; /* the GGUF file, or the sum of tensor bytes for a shape */
 } sched_model;
 
-/* The planning description of a GGUF file: every tensor named blk.N.* is
- * layer N's (experts of 3-D MoE tensors count n_expert_used / n_expert of
- * their FLOPs); the rest is the head's. Hyper-parameters come from the
- * `<arch>.*` keys, so any decoder architecture in GGUF's naming works. */
+/* The planning description of a GGUF file, from its layer plan
+ * (model_plan_make: hyper-parameters and weights as the engine reads them):
+ * each layer's weights by type (stacked experts count the n_expert_used a token
+ * is routed to in their FLOPs); embedding, output norm and output are the
+ * head's. Architectures the engine cannot run are errors. */
 lares_status sched_model_from_gguf(const gguf_file *f, sched_model **out, lares_error *err);
 lares_status sched_model_from_path(const char *path, sched_model **out, lares_error *err);
 
