@@ -242,17 +242,6 @@ static void estimates(const api_ring *r, double *ms) {
     }
 }
 
-/* "12.5 KiB", "3.80 GiB" */
-static void bytes_text(double n, char *buf, size_t cap) {
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    while (n >= 1024 && u < 4) {
-        n /= 1024;
-        u++;
-    }
-    snprintf(buf, cap, u == 0 ? "%.0f %s" : "%.2f %s", n, unit[u]);
-}
-
 lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, const int32_t *base,
                           cluster_plan *out, int32_t *members, lares_error *err) {
     double ms_all[CLUSTER_MAX_DEVICES], ms[CLUSTER_MAX_DEVICES];
@@ -278,8 +267,8 @@ lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, con
         }
         const int64_t short_layers = LARES_MAX((int64_t)n_layer - held, (int64_t)1);
         char need[32], each[32];
-        bytes_text((double)short_layers * (double)r->layer_bytes, need, sizeof need);
-        bytes_text((double)r->layer_bytes, each, sizeof each);
+        lares_fmt_bytes((double)short_layers * (double)r->layer_bytes, need, sizeof need);
+        lares_fmt_bytes((double)r->layer_bytes, each, sizeof each);
         lares_fail(err, st,
                    "the %d device%s left cannot run the model, even from disk: %s more memory "
                    "needed (%" PRId64 " layer(s) of %s)",

@@ -185,6 +185,9 @@ static inline double lares_ns_to_ms(uint64_t ns) {
 
 /* ---- misc ---- */
 
+/* n bytes for people: "512 B", "12.50 KiB", "3.80 GiB" into buf (units.c). */
+const char *lares_fmt_bytes(double n, char *buf, size_t cap);
+
 /* Number of online CPU cores (at least 1). */
 int lares_cpu_count(void);
 

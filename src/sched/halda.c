@@ -590,8 +590,8 @@ static lares_status infeasible(const sched_costs *c, size_t head, lares_error *e
     return lares_fail(err, LARES_ERANGE,
                       "these devices cannot hold this model even from disk: need %s (weights and "
                       "KV cache of %d layers at context %d), have %s",
-                      sched_fmt_bytes(need, b1, sizeof b1), c->L, c->o->n_ctx,
-                      sched_fmt_bytes(have, b2, sizeof b2));
+                      lares_fmt_bytes(need, b1, sizeof b1), c->L, c->o->n_ctx,
+                      lares_fmt_bytes(have, b2, sizeof b2));
 }
 
 /* Halda with head hd over every device that can hold a layer; *p NULL when
@@ -613,7 +613,7 @@ static lares_status run_head(halda *h, size_t hd, bool pinned, sched_plan **p, l
                               "the head '%s' cannot hold a single layer besides the output "
                               "matrix (%s of RAM to give)",
                               c->devs[hd].name,
-                              sched_fmt_bytes((double)sched_ram_of(c, hd, hd), b, sizeof b));
+                              lares_fmt_bytes((double)sched_ram_of(c, hd, hd), b, sizeof b));
         }
         return LARES_OK;
     }

@@ -330,23 +330,23 @@ lares_status sched_validate_costs(const sched_plan *p, const sched_costs *c, lar
         if (vram > c->vram_limit[a->device]) {
             st = lares_fail(err, LARES_ERANGE,
                             "plan: device '%s' has %s of GPU layers but %s of GPU memory", d->name,
-                            sched_fmt_bytes((double)vram, b1, sizeof b1),
-                            sched_fmt_bytes((double)c->vram_limit[a->device], b2, sizeof b2));
+                            lares_fmt_bytes((double)vram, b1, sizeof b1),
+                            lares_fmt_bytes((double)c->vram_limit[a->device], b2, sizeof b2));
             goto done;
         }
         if (kv_ram > ram_lim) {
             st = lares_fail(err, LARES_ERANGE,
                             "plan: device '%s' needs %s of KV cache in RAM but can give %s",
-                            d->name, sched_fmt_bytes((double)kv_ram, b1, sizeof b1),
-                            sched_fmt_bytes((double)ram_lim, b2, sizeof b2));
+                            d->name, lares_fmt_bytes((double)kv_ram, b1, sizeof b1),
+                            lares_fmt_bytes((double)ram_lim, b2, sizeof b2));
             goto done;
         }
         if (d->disk_free_bytes >= 0 && weights > ram_lim + (uint64_t)d->disk_free_bytes) {
             st = lares_fail(
                 err, LARES_ERANGE,
                 "plan: device '%s' holds %s of weights but has %s of RAM and disk", d->name,
-                sched_fmt_bytes((double)weights, b1, sizeof b1),
-                sched_fmt_bytes((double)(ram_lim + (uint64_t)d->disk_free_bytes), b2, sizeof b2));
+                lares_fmt_bytes((double)weights, b1, sizeof b1),
+                lares_fmt_bytes((double)(ram_lim + (uint64_t)d->disk_free_bytes), b2, sizeof b2));
             goto done;
         }
     }

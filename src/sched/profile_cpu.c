@@ -114,18 +114,6 @@ static void read_words(void *ctx, int ith, int nth) {
     t->sink[ith % SINK_SLOTS] += a + b + c + d;
 }
 
-static double now_s(void) {
-    return (double)lares_now_ns() / 1e9;
-}
-
-static uint64_t xorshift(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
 /* FLOP/s of a task: each thread's rows over its own CPU time, summed over the
  * threads; the best of three runs sharing slice_s. */
 static double time_task(ops_pool *pool, dot_task *t, double slice_s) {
@@ -215,7 +203,7 @@ lares_status sched_profile_cpu(sched_device *d, int32_t n_threads, uint32_t budg
     }
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < (size_t)(SEED_ROWS + 1) * N_IN; i++) {
-        x[i] = (float)((double)(xorshift(&seed) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        x[i] = (float)((double)(sched_xorshift(&seed) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
     }
     int n_dot = 0, n_streamed = 0;
     for (uint32_t t = 0; t < GGUF_TYPE_COUNT; t++) {
@@ -260,8 +248,8 @@ lares_status sched_profile_cpu(sched_device *d, int32_t n_threads, uint32_t budg
     /* read bandwidth over the (now fully written) buffer */
     read_task rt = {.p = (const uint64_t *)big, .n_words = big_bytes / 8};
     const int nth = ops_pool_size(pool);
-    double deadline = now_s() + 0.15 * budget, best = 0;
-    for (int pass = 0; pass < 32 && (pass < 2 || now_s() < deadline); pass++) {
+    double deadline = sched_now_s() + 0.15 * budget, best = 0;
+    for (int pass = 0; pass < 32 && (pass < 2 || sched_now_s() < deadline); pass++) {
         ops_pool_run(pool, read_words, &rt);
         double bw = 0;
         for (int i = 0; i < nth && i < SINK_SLOTS; i++) {

@@ -43,18 +43,6 @@
 #define SEQ_BLOCK  (4u << 20)
 #define RAND_BLOCK 4096u
 
-static double now_s(void) {
-    return (double)lares_now_ns() / 1e9;
-}
-
-static uint64_t xorshift(uint64_t *s) {
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
 /* Opens path for reads that bypass the page cache; *direct says whether they do. */
 static int open_uncached(const char *path, bool *direct) {
 #if defined(O_DIRECT)
@@ -97,7 +85,7 @@ static lares_status make_test_file(const char *dir, uint64_t bytes, uint8_t *buf
     }
     uint64_t s = 0x2545f4914f6cdd1dull;
     for (size_t i = 0; i < SEQ_BLOCK / 8; i++) {
-        uint64_t v = xorshift(&s);
+        uint64_t v = sched_xorshift(&s);
         memcpy(buf + i * 8, &v, 8);
     }
     for (uint64_t done = 0; done < bytes;) {
@@ -180,10 +168,10 @@ static double stream_rate(int fd, const char *path, uint64_t size, uint64_t star
     const uint64_t pieces = size / piece;
     uint64_t at = (start / piece) % pieces, got = 0;
     double busy = 0, cpu = 0;
-    const double t_end = now_s() + slice_s;
+    const double t_end = sched_now_s() + slice_s;
     /* whole pieces only, at least two: the rate of a tenth of a piece would be
      * the kernel's first read-ahead, not the stream */
-    for (int n = 0; n < 2 || now_s() < t_end; n++) {
+    for (int n = 0; n < 2 || sched_now_s() < t_end; n++) {
         mem_span_clear(&span);
         if (mem_span_add(&span, at * piece, (at + 1) * piece, NULL) != LARES_OK) {
             break;
@@ -193,9 +181,9 @@ static double stream_rate(int fd, const char *path, uint64_t size, uint64_t star
         if (mem_prefetch(&mf, &span, MEM_READ_DEFAULT, NULL, 0, &io, NULL) != LARES_OK) {
             break;
         }
-        const double r0 = now_s();
+        const double r0 = sched_now_s();
         (void)mem_release(&mf, &span);
-        busy += (double)io.ns / 1e9 + (now_s() - r0);
+        busy += (double)io.ns / 1e9 + (sched_now_s() - r0);
         cpu += thread_cpu_s() - c0;
         got += io.bytes;
         at = (at + 1) % pieces;
@@ -253,9 +241,9 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
     const double budget = budget_ms / 1e3;
     /* sequential: cold buffered 4 MiB blocks from the start, wrapping at the end */
     drop_cache(fdb, false);
-    double t0 = now_s(), t_end = t0 + 0.3 * budget;
+    double t0 = sched_now_s(), t_end = t0 + 0.3 * budget;
     uint64_t got = 0, off = 0;
-    while (now_s() < t_end && got < (4ull << 30)) {
+    while (sched_now_s() < t_end && got < (4ull << 30)) {
         ssize_t r = lares_pread(fdb, buf, SEQ_BLOCK, (off_t)off);
         if (r < 0) {
             int e = errno;
@@ -270,7 +258,7 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
             drop_cache(fdb, false);
         }
     }
-    double dt = now_s() - t0;
+    double dt = sched_now_s() - t0;
     d->disk_seq_Bps = dt > 0 && got > 0 ? (double)got / dt : 0;
     *test_bytes = got;
     /* streaming as the executor does, from the middle of the file (cold) */
@@ -289,11 +277,11 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
     }
 #endif
     uint64_t s = 0x9e3779b97f4a7c15ull ^ size, blocks = size / RAND_BLOCK;
-    t0 = now_s();
+    t0 = sched_now_s();
     t_end = t0 + 0.2 * budget;
     got = 0;
-    while (now_s() < t_end) {
-        uint64_t at = (xorshift(&s) % blocks) * RAND_BLOCK;
+    while (sched_now_s() < t_end) {
+        uint64_t at = (sched_xorshift(&s) % blocks) * RAND_BLOCK;
         ssize_t r = read_at(&fd, path, &direct, buf, RAND_BLOCK, at);
         if (r <= 0) {
             st = lares_fail(err, LARES_EIO, "%s: read at %" PRIu64 ": %s", path, at,
@@ -302,7 +290,7 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
         }
         got += (uint64_t)r;
     }
-    dt = now_s() - t0;
+    dt = sched_now_s() - t0;
     d->disk_rand_Bps = dt > 0 && got > 0 ? (double)got / dt : 0;
     *direct_out = direct;
     /* room for a model share on that file system (the whole model, when it is there) */

@@ -146,7 +146,20 @@ struct json_t *sched_device_json(const sched_device *d); /* NULL when out of mem
 /* Dumps and releases o into lares_alloc'd text. */
 lares_status sched_json_text(struct json_t *o, char **out, lares_error *err);
 
-/* "1.5 GiB" into buf */
-const char *sched_fmt_bytes(double n, char *buf, size_t cap);
+
+/* ---- shared by the profilers (profile_cpu.c, profile_disk.c) ---- */
+
+static inline double sched_now_s(void) {
+    return (double)lares_now_ns() / 1e9;
+}
+
+/* Marsaglia's xorshift64 (13, 7, 17): test data and random offsets, not statistics */
+static inline uint64_t sched_xorshift(uint64_t *s) {
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
 
 #endif /* LARES_SCHED_IMPL_H */

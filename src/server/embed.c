@@ -64,13 +64,7 @@ static json_t *vector_json(const float *v, size_t n, bool base64) {
 static void fail(server_job *j, const char *msg) {
     server_error e;
     server_fail(&e, 500, "server_error", NULL, NULL, "%s", msg);
-    json_t *o = server_error_json(&e);
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (s != NULL) {
-        server_job_write(j, s, strlen(s));
-        free(s);
-    }
+    server_job_write_json(j, server_error_json(&e));
     server_job_finish(j, 500);
 }
 

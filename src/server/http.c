@@ -781,13 +781,7 @@ void server_stop(server *sv) {
         sv->q_len--;
         server_error e;
         server_fail(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
-        json_t *o = server_error_json(&e);
-        char *s = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        if (s != NULL) {
-            server_job_write(j, s, strlen(s));
-            free(s);
-        }
+        server_job_write_json(j, server_error_json(&e));
         server_job_finish(j, 503);
         server_job_release(j);
     }

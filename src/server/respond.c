@@ -138,6 +138,15 @@ json_t *server_reply_base(const server_job *j, const char *model_id, bool chunk)
     return o;
 }
 
+void server_job_write_json(server_job *j, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (s != NULL) {
+        server_job_write(j, s, strlen(s));
+        free(s);
+    }
+}
+
 void server_write_event(server_job *j, json_t *o) {
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);

@@ -225,6 +225,9 @@ void server_job_release(server_job *j);
 void server_job_write(server_job *j, const char *s, size_t n);
 /* Marks the job finished; status for non-streamed replies. */
 void server_job_finish(server_job *j, int status);
+/* Writes o as one compact JSON text (takes the reference; nothing when it
+ * cannot be printed: the client then sees the status alone). */
+void server_job_write_json(server_job *j, json_t *o);
 
 /* Queue: false (and e = 503) when full or stopping. Takes a reference. */
 bool server_enqueue(server *sv, server_job *j, server_error *e);

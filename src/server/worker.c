@@ -202,24 +202,12 @@ static void write_error(server_job *j, const char *msg, int status) {
         return;
     }
     if (j->req.dialect == SERVER_ANTHROPIC) {
-        json_t *o = server_anthropic_error_json(&e);
-        char *s = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        if (s != NULL) {
-            server_job_write(j, s, strlen(s));
-            free(s);
-        }
+        server_job_write_json(j, server_anthropic_error_json(&e));
         return;
     }
     if (j->req.dialect == SERVER_OLLAMA) { /* a line of its own, streamed or not */
-        json_t *o = server_ollama_error_json(&e);
-        char *s = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        if (s != NULL) {
-            server_job_write(j, s, strlen(s));
-            server_job_write(j, "\n", 1);
-            free(s);
-        }
+        server_job_write_json(j, server_ollama_error_json(&e));
+        server_job_write(j, "\n", 1);
         return;
     }
     json_t *o = server_error_json(&e);
@@ -227,12 +215,7 @@ static void write_error(server_job *j, const char *msg, int status) {
         server_write_event(j, o);
         server_job_write(j, "data: [DONE]\n\n", 14);
     } else {
-        char *s = json_dumps(o, JSON_COMPACT);
-        json_decref(o);
-        if (s != NULL) {
-            server_job_write(j, s, strlen(s));
-            free(s);
-        }
+        server_job_write_json(j, o);
     }
 }
 
