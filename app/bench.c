@@ -6,7 +6,9 @@
  * tokens/s, and --json gives every sample and the memory figures. With -d
  * DEPTH (as the reference's -d) the KV cache first holds DEPTH tokens, filled
  * once and not timed, and each test runs on top of them: attention's cost as
- * the context fills.
+ * the context fills. With --parallel N a third test, tgNxS, generates N tokens
+ * in each of S sequences decoding together (lares_batch): the aggregate
+ * tokens/s of continuous batching.
  */
 #include "app.h"
 
@@ -15,10 +17,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct bench_opts {
     const char *model;
-    int32_t n_prompt, n_gen, repeat, depth;
+    int32_t n_prompt, n_gen, repeat, depth, parallel;
     lares_session_opts session;
     bool json;
     const char *isa;
@@ -62,7 +65,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                  "  -p N   prompt tokens of the pp test (0 skips it)\n"
                  "  -n N   generated tokens of the tg test (0 skips it)\n"
                  "  -d, --depth N   tokens already in the KV cache (filled once, not timed)\n"
-                 "                  before each test");
+                 "                  before each test\n"
+                 "  --parallel S    also tg with S sequences decoding together (aggregate t/s)");
             return APP_OK;
         }
         if (strcmp(a, "--json") == 0) {
@@ -84,6 +88,10 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             }
         } else if (strcmp(a, "-d") == 0 || strcmp(a, "--depth") == 0) {
             if (!app_parse_i32(a, v, 0, 1 << 20, &o->depth)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--parallel") == 0) {
+            if (!app_parse_i32(a, v, 1, 1024, &o->parallel)) {
                 return APP_USAGE;
             }
         } else if (strcmp(a, "-r") == 0 || strcmp(a, "--repeat") == 0) {
@@ -156,6 +164,34 @@ static lares_status run_once(lares_session *s, int32_t depth, const int32_t *pro
     return lares_generate(s, prompt, (size_t)n_prompt, &go, NULL, 0, NULL, st, err);
 }
 
+/* S sequences of one token of prompt each, generating n_gen + 1 tokens
+ * together: the aggregate tokens/s of the steps after the first token of
+ * every sequence (the same count tg's figure takes). */
+static lares_status run_parallel(lares_batch *b, const int32_t *prompt, int32_t n_gen,
+                                 double *tok_s, lares_error *err) {
+    const int32_t n_seq = lares_batch_n_seq(b);
+    lares_generate_opts go = lares_generate_opts_default();
+    go.sampler.temperature = 0;
+    go.n_predict = n_gen + 1;
+    for (int32_t i = 0; i < n_seq; i++) {
+        lares_status st = lares_batch_start(b, i, prompt, 1, &go, err);
+        if (st != LARES_OK) {
+            return st;
+        }
+    }
+    int32_t active = 0;
+    lares_status st = lares_batch_step(b, &active, err); /* every first token */
+    struct timespec a, z;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    while (st == LARES_OK && active > 0) {
+        st = lares_batch_step(b, &active, err);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &z);
+    const double s = (double)(z.tv_sec - a.tv_sec) + (double)(z.tv_nsec - a.tv_nsec) / 1e9;
+    *tok_s = s > 0 ? (double)n_seq * n_gen / s : 0;
+    return st;
+}
+
 int cmd_bench(int argc, char **argv) {
     bench_opts o;
     int rc = parse_bench(argc, argv, &o);
@@ -177,6 +213,7 @@ int cmd_bench(int argc, char **argv) {
     }
     lares_model *m = NULL;
     lares_session *s = NULL;
+    lares_batch *batch = NULL;
     int32_t *prompt = NULL;
     if (lares_model_open(o.model, NULL, &m, &err) != LARES_OK ||
         lares_session_create(m, &o.session, &s, &err) != LARES_OK) {
@@ -195,8 +232,13 @@ int cmd_bench(int argc, char **argv) {
     }
     fill_prompt(prompt, np, info.n_vocab, lares_token_bos(m));
 
-    samples pp = {0}, tg = {0};
+    samples pp = {0}, tg = {0}, tgp = {0};
     lares_stats st, last_pp = {0}, last_tg = {0};
+    if (o.parallel > 1 && o.n_gen > 0 &&
+        lares_batch_create(m, &o.session, o.parallel, &batch, &err) != LARES_OK) {
+        rc = app_fail(&err);
+        goto done;
+    }
     /* warm-up: touches every weight once so the first sample is not a cold read */
     if (run_once(s, 0, prompt, 8, 1, &st, &err) != LARES_OK) {
         rc = app_fail(&err);
@@ -226,6 +268,13 @@ int cmd_bench(int argc, char **argv) {
             tg.v[tg.n++] = st.gen_tok_s;
             last_tg = st;
         }
+        if (batch != NULL) {
+            if (run_parallel(batch, measured, o.n_gen, &tgp.v[tgp.n], &err) != LARES_OK) {
+                rc = app_fail(&err);
+                goto done;
+            }
+            tgp.n++;
+        }
     }
     char b1[32];
     /* 0: the session's automatic choice (all cores, one fewer while streaming) */
@@ -249,17 +298,22 @@ int cmd_bench(int argc, char **argv) {
         json_object_set_new(root, "depth", json_integer(o.depth));
         json_object_set_new(root, "repeat", json_integer(o.repeat));
         json_t *tests = json_array();
-        const samples *ss[2] = {&pp, &tg};
-        const lares_stats *ls[2] = {&last_pp, &last_tg};
-        const char *names[2] = {"pp", "tg"};
-        const int32_t ns[2] = {o.n_prompt, o.n_gen};
-        for (int k = 0; k < 2; k++) {
+        const samples *ss[3] = {&pp, &tg, &tgp};
+        const lares_stats *ls[3] = {&last_pp, &last_tg, &last_tg};
+        const char *names[3] = {"pp", "tg", "tg"};
+        const int32_t ns[3] = {o.n_prompt, o.n_gen, batch != NULL ? o.n_gen : 0};
+        for (int k = 0; k < 3; k++) {
             if (ns[k] == 0) {
                 continue;
             }
             json_t *t = json_object();
             char name[32];
-            snprintf(name, sizeof name, "%s%d", names[k], ns[k]);
+            if (k == 2) {
+                snprintf(name, sizeof name, "tg%dx%d", ns[k], o.parallel);
+                json_object_set_new(t, "n_seq", json_integer(o.parallel));
+            } else {
+                snprintf(name, sizeof name, "%s%d", names[k], ns[k]);
+            }
             json_object_set_new(t, "test", json_string(name));
             json_object_set_new(t, "n_tokens", json_integer(ns[k]));
             json_object_set_new(t, "n_depth", json_integer(o.depth));
@@ -306,6 +360,11 @@ int cmd_bench(int argc, char **argv) {
                    app_fmt_bytes(info.file_bytes, b1, sizeof b1), info.arch, info.file_type,
                    lares_isa(), tbuf, o.n_gen, at, mean(&tg), stddev(&tg));
         }
+        if (batch != NULL) {
+            printf("| %s | %s | %s | %s | %s | %s | tg%dx%d%s | %.2f ± %.2f |\n", base,
+                   app_fmt_bytes(info.file_bytes, b1, sizeof b1), info.arch, info.file_type,
+                   lares_isa(), tbuf, o.n_gen, o.parallel, at, mean(&tgp), stddev(&tgp));
+        }
         const lares_stats *l = o.n_gen > 0 ? &last_tg : &last_pp;
         char b2[32], b3[32];
         fprintf(stderr, "lares: peak RSS %s | major faults %" PRIu64 " | disk read %s | memory pressure %.2f %%\n",
@@ -317,6 +376,7 @@ int cmd_bench(int argc, char **argv) {
     rc = APP_OK;
 done:
     free(prompt);
+    lares_batch_free(batch);
     lares_session_free(s);
     lares_model_close(m);
     return rc;

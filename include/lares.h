@@ -316,6 +316,46 @@ LARES_API void lares_session_cancel(lares_session *s);
  * generates from tokens + kept. Cannot fail. */
 LARES_API size_t lares_session_reuse_prefix(lares_session *s, const int32_t *tokens, size_t n);
 
+/* ---- several sequences at once: continuous batching (docs/batching.md) --- */
+
+/* Up to n_seq sequences of one model decode together: every step is one
+ * forward pass over the next token of each generating sequence plus a chunk of
+ * the prompts still being read (at most n_batch rows in all, so a long prompt
+ * never stalls the others for more than a step), each sequence with its own
+ * KV cache, sampler and callbacks. The weights are read once per step for all
+ * of them: on a device where generation waits on memory, N sequences cost
+ * little more than one. Sequences start between steps. Greedy output of a
+ * sequence is the one lares_generate gives it alone (up to the summation-order
+ * differences of a few block types, docs/batching.md). One thread uses a batch. */
+typedef struct lares_batch lares_batch;
+
+/* opts as for a session; n_ctx is each sequence's. n_batch is raised to n_seq
+ * when smaller. Not yet over a ring or with weights streamed from disk
+ * (LARES_EUNSUPPORTED names the reason). */
+LARES_API lares_status lares_batch_create(lares_model *m, const lares_session_opts *opts,
+                                          int32_t n_seq, lares_batch **out, lares_error *err);
+LARES_API void lares_batch_free(lares_batch *b);
+LARES_API int32_t lares_batch_n_seq(const lares_batch *b);
+
+/* Starts sequence `seq` (free: never started, finished or released) on a
+ * prompt with its own options; the part of the prompt its cache already holds
+ * from its last use is kept. Drafting (opts.lookup) is refused. The prompt is
+ * copied. */
+LARES_API lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *prompt,
+                                         size_t n_prompt, const lares_generate_opts *opts,
+                                         lares_error *err);
+/* One forward pass for every active sequence: the tokens drawn are delivered
+ * to their on_token callbacks. *n_active: sequences still active after it
+ * (0: nothing to do, and no pass was made). */
+LARES_API lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *err);
+/* Stops a sequence at the next step (LARES_STOP_CANCELED); any thread. */
+LARES_API void lares_batch_cancel(lares_batch *b, int32_t seq);
+/* Whether the sequence is active (started and not finished). */
+LARES_API bool lares_batch_active(const lares_batch *b, int32_t seq);
+/* The figures of the sequence's current or last run (prompt_ms counts from
+ * its start to its last prompt chunk, so it includes steps shared with others). */
+LARES_API void lares_batch_stats(const lares_batch *b, int32_t seq, lares_stats *out);
+
 /* ---- scoring: perplexity and KL divergence (docs/perplexity.md) -------- */
 
 /* The running figures after each chunk. */

@@ -54,6 +54,26 @@ typedef void (*api_rows_fn)(void *user, const float *x, int32_t nb);
 lares_status api_evaluate(lares_session *s, const int32_t *tokens, size_t n, bool want_logits,
                           api_rows_fn rows, void *user, lares_error *err);
 
+/* generate.c: what a drawn token carries to the caller */
+#define MAX_LOGPROBS 20
+/* the longest token piece streamed (real vocabularies stay far below) */
+#define PIECE_MAX 2048
+
+typedef struct token_probs {
+    float logprob;
+    int32_t n_top;
+    int32_t top_ids[MAX_LOGPROBS];
+    float top_logprobs[MAX_LOGPROBS];
+} token_probs;
+
+/* log-softmax of the logits: the chosen token's value and the n most likely */
+void api_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int32_t n,
+                  token_probs *tp);
+/* Delivers a piece through the UTF-8 assembler to o->on_token; false when
+ * the caller stops. */
+bool api_deliver(const lares_generate_opts *o, text_stream *ts, int32_t tok, const char *piece,
+                 size_t n, const token_probs *tp);
+
 /* lookup.c: prompt lookup. Drafts up to max_draft tokens: those that followed
  * the most recent earlier occurrence of the last 3 (else 2) of toks[0, n).
  * Returns how many (0: no earlier occurrence). */

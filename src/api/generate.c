@@ -98,20 +98,9 @@ static void fill_residency(lares_session *s, lares_stats *fig, const exec_counte
     fig->gen_wait_ms = c_first ? lares_ns_to_ms(c_end->wait_ns - c_first->wait_ns) : 0;
 }
 
-#define MAX_LOGPROBS 20
-/* the longest token piece streamed (real vocabularies stay far below) */
-#define PIECE_MAX 2048
-
-typedef struct token_probs {
-    float logprob;
-    int32_t n_top;
-    int32_t top_ids[MAX_LOGPROBS];
-    float top_logprobs[MAX_LOGPROBS];
-} token_probs;
-
 /* log-softmax of the logits: the chosen token's value and the n most likely */
-static void compute_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int32_t n,
-                             token_probs *tp) {
+void api_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int32_t n,
+                  token_probs *tp) {
     float mx = logits[0];
     for (int32_t i = 1; i < n_vocab; i++) {
         mx = logits[i] > mx ? logits[i] : mx;
@@ -145,8 +134,8 @@ static void compute_logprobs(const float *logits, int32_t n_vocab, int32_t chose
 }
 
 /* Delivers a piece through the UTF-8 assembler; false when the caller stops. */
-static bool deliver(const lares_generate_opts *o, text_stream *ts, int32_t tok, const char *piece,
-                    size_t n, const token_probs *tp) {
+bool api_deliver(const lares_generate_opts *o, text_stream *ts, int32_t tok, const char *piece,
+                 size_t n, const token_probs *tp) {
     char buf[TEXT_STREAM_OUT_MAX(PIECE_MAX)];
     size_t len = text_stream_push(ts, piece, n, buf, sizeof buf);
     if (o->on_token == NULL) {
@@ -290,7 +279,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         }
         const int32_t tok = text_sampler_sample(smp, next_logits, s->history, (size_t)ctx_n);
         if (raw != NULL) {
-            compute_logprobs(raw, m->hp.n_vocab, tok, o.n_logprobs, &tp);
+            api_logprobs(raw, m->hp.n_vocab, tok, o.n_logprobs, &tp);
         }
         /* a verified draft: accepted when the model drew it; the first token
          * it did not draw ends the drafts, and the cache forgets the rest */
@@ -324,7 +313,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         if (plen < 0 || (size_t)plen > sizeof piece) {
             plen = 0; /* a piece longer than PIECE_MAX is not text anyone streams */
         }
-        if (!deliver(&o, &ts, tok, piece, (size_t)plen, raw ? &tp : NULL)) {
+        if (!api_deliver(&o, &ts, tok, piece, (size_t)plen, raw ? &tp : NULL)) {
             fig->stop = LARES_STOP_CALLER;
             break;
         }

@@ -117,6 +117,10 @@ void exec_local_begin_pass(exec_local *e, bool want_output);
 /* Runs layers [l0, l1) on x (n_tok rows of n_embd) at positions pos. */
 lares_status exec_local_forward(exec_local *e, int32_t l0, int32_t l1, const int32_t *pos,
                                 int32_t n_tok, float *x, lares_error *err);
+/* The same for several sequences, each with its own KV cache (model_forward_seqs). */
+lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32_t n_seqs,
+                                     int32_t l0, int32_t l1, const int32_t *pos, int32_t n_tok,
+                                     float *x, lares_error *err);
 
 /* The head's output: final norm and output matrix (model_output), with the
  * output matrix's residency managed like a layer's. */

@@ -266,8 +266,16 @@ void exec_local_begin_pass(exec_local *e, bool want_output) {
 
 lares_status exec_local_forward(exec_local *e, int32_t l0, int32_t l1, const int32_t *pos,
                                 int32_t n_tok, float *x, lares_error *err) {
+    const model_seq one = {.kv = e->kv, .row0 = 0, .n_rows = n_tok};
+    return exec_local_forward_seqs(e, &one, 1, l0, l1, pos, n_tok, x, err);
+}
+
+lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32_t n_seqs,
+                                     int32_t l0, int32_t l1, const int32_t *pos, int32_t n_tok,
+                                     float *x, lares_error *err) {
     if (!e->plan.streaming) {
-        const lares_status st = model_forward(e->m, e->kv, e->cx, l0, l1, pos, n_tok, x, err);
+        const lares_status st =
+            model_forward_seqs(e->m, seqs, n_seqs, e->cx, l0, l1, pos, n_tok, x, err);
         return st != LARES_OK ? st : gguf_check(e->m->file, err);
     }
     if (l0 < e->kv->l0 || l1 > e->kv->l1 || l0 >= l1) {
@@ -279,7 +287,8 @@ lares_status exec_local_forward(exec_local *e, int32_t l0, int32_t l1, const int
         if (u >= 0) {
             exec_stream_acquire(e, u);
         }
-        lares_status st = model_forward(e->m, e->kv, e->cx, l, l + 1, pos, n_tok, x, err);
+        lares_status st =
+            model_forward_seqs(e->m, seqs, n_seqs, e->cx, l, l + 1, pos, n_tok, x, err);
         if (u >= 0) {
             exec_stream_done(e, u);
         }

@@ -311,7 +311,8 @@ typedef struct attn_prep {
     const model_layer *l;
     model_ctx *cx;
     ops_kv_view kv;
-    const int32_t *pos;
+    const int32_t *pos; /* of every row of the pass */
+    int32_t row0;       /* the sequence's rows: [row0, row0 + n_tok) */
     int32_t n_tok;
 } attn_prep;
 
@@ -324,7 +325,7 @@ static void prep_rows(void *vctx, int ith, int nth) {
                   kvd = (int64_t)hp->n_head_kv * hd;
     int64_t lo, hi;
     ops_split(p->n_tok, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++) {
+    for (int64_t t = p->row0 + lo; t < p->row0 + hi; t++) {
         float *q = p->cx->q + t * qd, *k = p->cx->k + t * kvd, *v = p->cx->v + t * kvd;
         if (l->vec[MODEL_ROLE_Q_BIAS] != NULL) {
             ops_add(q, l->vec[MODEL_ROLE_Q_BIAS], qd);
@@ -682,15 +683,13 @@ static void experts(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
  *   attention; x += Wo . attention
  *   normed = RMSNorm(x); gate, up = products; SwiGLU; x += Wdown . (silu(gate) * up)
  * and for a MoE layer the router's products and the experts in place of the FFN. */
-static void layer_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t il,
-                          const int32_t *pos, int32_t n_tok, float *x) {
+static void layer_forward(const model *m, const model_seq *seqs, int32_t n_seqs, model_ctx *cx,
+                          int32_t il, const int32_t *pos, int32_t n_tok, float *x) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[il];
     const model_layer_plan *lp = &m->plan->layers[il];
-    const int64_t e = hp->n_embd;
+    const int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim;
     ops_pool *pool = cx->pool;
-    attn_prep ap = {
-        .m = m, .l = l, .cx = cx, .kv = model_kv_view(kv, il), .pos = pos, .n_tok = n_tok};
     for (int32_t i = 0; i < lp->n_ops; i++) {
         const model_op *op = &lp->ops[i];
         switch (op->kind) {
@@ -700,25 +699,36 @@ static void layer_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t i
         case MODEL_OP_PRODUCTS:
             products(cx, l, &lp->g[op->arg], n_tok);
             break;
-        case MODEL_OP_ROPE_STORE:
-            run_rows(pool, prep_rows, &ap,
-                     (int64_t)n_tok * (hp->n_head + hp->n_head_kv) * hp->head_dim);
-            break;
-        case MODEL_OP_ATTEND: {
-            ops_attn_args aa = {.q = cx->q,
-                                .out = cx->att,
+        case MODEL_OP_ROPE_STORE: /* each sequence into its own cache */
+            for (int32_t s = 0; s < n_seqs; s++) {
+                attn_prep ap = {.m = m,
+                                .l = l,
+                                .cx = cx,
+                                .kv = model_kv_view(seqs[s].kv, il),
                                 .pos = pos,
-                                .n_tok = n_tok,
-                                .n_head = hp->n_head,
-                                .n_head_kv = hp->n_head_kv,
-                                .head_dim = hp->head_dim,
-                                .scale = 1.0f / sqrtf((float)hp->head_dim),
-                                .kv = ap.kv,
-                                .scratch = cx->attn_scratch,
-                                .scratch_stride = attn_stride(hp, cx->n_ctx)};
-            ops_attention(pool, &aa);
+                                .row0 = seqs[s].row0,
+                                .n_tok = seqs[s].n_rows};
+                run_rows(pool, prep_rows, &ap,
+                         (int64_t)ap.n_tok * (hp->n_head + hp->n_head_kv) * hp->head_dim);
+            }
             break;
-        }
+        case MODEL_OP_ATTEND: /* each sequence over its own cache */
+            for (int32_t s = 0; s < n_seqs; s++) {
+                const size_t r0 = (size_t)seqs[s].row0;
+                ops_attn_args aa = {.q = cx->q + r0 * (size_t)qd,
+                                    .out = cx->att + r0 * (size_t)qd,
+                                    .pos = pos + r0,
+                                    .n_tok = seqs[s].n_rows,
+                                    .n_head = hp->n_head,
+                                    .n_head_kv = hp->n_head_kv,
+                                    .head_dim = hp->head_dim,
+                                    .scale = 1.0f / sqrtf((float)hp->head_dim),
+                                    .kv = model_kv_view(seqs[s].kv, il),
+                                    .scratch = cx->attn_scratch,
+                                    .scratch_stride = attn_stride(hp, cx->n_ctx)};
+                ops_attention(pool, &aa);
+            }
+            break;
         case MODEL_OP_SWIGLU:
             swiglu(cx, cx->gate, cx->up, (int64_t)n_tok * lp->g[op->arg].n_in);
             break;
@@ -735,27 +745,54 @@ static void layer_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t i
     }
 }
 
-lares_status model_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t l0, int32_t l1,
-                           const int32_t *pos, int32_t n_tok, float *x, lares_error *err) {
+lares_status model_forward_seqs(const model *m, const model_seq *seqs, int32_t n_seqs,
+                                model_ctx *cx, int32_t l0, int32_t l1, const int32_t *pos,
+                                int32_t n_tok, float *x, lares_error *err) {
     if (n_tok < 1 || n_tok > cx->n_batch) {
         return lares_fail(err, LARES_EINVAL, "forward: %d tokens (batch holds %d)", n_tok,
                           cx->n_batch);
     }
-    if (l0 < kv->l0 || l1 > kv->l1 || l0 >= l1) {
-        return lares_fail(err, LARES_EINVAL,
-                          "forward: window [%d, %d) outside the cache's [%d, %d)", l0, l1, kv->l0,
-                          kv->l1);
+    if (n_seqs < 1) {
+        return lares_fail(err, LARES_EINVAL, "forward: no sequence");
+    }
+    int32_t next = 0; /* the sequences tile the rows in order */
+    for (int32_t s = 0; s < n_seqs; s++) {
+        const model_seq *q = &seqs[s];
+        if (q->kv == NULL || q->row0 != next || q->n_rows < 1) {
+            return lares_fail(err, LARES_EINVAL,
+                              "forward: sequence %d holds rows [%d, %d), expected a run from %d",
+                              (int)s, (int)q->row0, (int)(q->row0 + q->n_rows), (int)next);
+        }
+        next += q->n_rows;
+        if (l0 < q->kv->l0 || l1 > q->kv->l1 || l0 >= l1) {
+            return lares_fail(err, LARES_EINVAL,
+                              "forward: window [%d, %d) outside the cache's [%d, %d)", l0, l1,
+                              q->kv->l0, q->kv->l1);
+        }
+        for (int32_t t = q->row0; t < q->row0 + q->n_rows; t++) {
+            if (pos[t] < 0 || pos[t] >= q->kv->n_ctx || pos[t] >= cx->n_ctx) {
+                return lares_fail(err, LARES_ERANGE,
+                                  "forward: position %d outside the context of %d", pos[t],
+                                  q->kv->n_ctx);
+            }
+        }
+    }
+    if (next != n_tok) {
+        return lares_fail(err, LARES_EINVAL, "forward: sequences hold %d of %d rows", (int)next,
+                          (int)n_tok);
     }
     for (int32_t t = 0; t < n_tok; t++) {
-        if (pos[t] < 0 || pos[t] >= kv->n_ctx || pos[t] >= cx->n_ctx) {
-            return lares_fail(err, LARES_ERANGE, "forward: position %d outside the context of %d",
-                              pos[t], kv->n_ctx);
-        }
         ops_rope_angles((float)pos[t], m->rope_inv_freq, m->hp.n_rot,
                         cx->rope_cs + (size_t)t * (size_t)m->hp.n_rot);
     }
     for (int32_t il = l0; il < l1; il++) {
-        layer_forward(m, kv, cx, il, pos, n_tok, x);
+        layer_forward(m, seqs, n_seqs, cx, il, pos, n_tok, x);
     }
     return LARES_OK;
+}
+
+lares_status model_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t l0, int32_t l1,
+                           const int32_t *pos, int32_t n_tok, float *x, lares_error *err) {
+    const model_seq one = {.kv = kv, .row0 = 0, .n_rows = n_tok};
+    return model_forward_seqs(m, &one, 1, cx, l0, l1, pos, n_tok, x, err);
 }

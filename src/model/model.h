@@ -137,6 +137,19 @@ lares_status model_embed(const model *m, const int32_t *tokens, int32_t n_tok, f
 lares_status model_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t l0, int32_t l1,
                            const int32_t *pos, int32_t n_tok, float *x, lares_error *err);
 
+/* Several sequences in one pass (continuous batching): each its own KV cache
+ * and its rows [row0, row0 + n_rows) of x, in order and tiling [0, n_tok).
+ * The products run once over every row; RoPE, the cache stores and attention
+ * run per sequence. model_forward is this with one sequence. */
+typedef struct model_seq {
+    model_kv *kv;
+    int32_t row0, n_rows;
+} model_seq;
+
+lares_status model_forward_seqs(const model *m, const model_seq *seqs, int32_t n_seqs,
+                                model_ctx *cx, int32_t l0, int32_t l1, const int32_t *pos,
+                                int32_t n_tok, float *x, lares_error *err);
+
 /* logits (n_rows x n_vocab) from the last hidden states x (n_rows x n_embd):
  * final norm, then the output matrix. x is overwritten. n_rows <= n_batch. */
 void model_output(const model *m, model_ctx *cx, float *x, int32_t n_rows, float *logits);

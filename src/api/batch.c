@@ -1,0 +1,426 @@
+/*
+ * Continuous batching (lares.h, "several sequences at once"; docs/batching.md):
+ * sequences of one model that decode together, one forward pass per step over
+ * the next token of every generating sequence and chunks of the prompts being
+ * read. Each sequence has its own KV cache, history, sampler and callbacks;
+ * the session underneath gives the threads, the working memory and the
+ * executor, and its own cache stays unused.
+ *
+ * A step's rows are grouped by sequence (model_forward_seqs): the generating
+ * sequences first, a row each, then prompt chunks while the batch has room,
+ * taken in turn from where the last step stopped so that every waiting prompt
+ * advances.
+ */
+#include "api/api.h"
+#include "api/ring.h"
+
+typedef enum seq_state {
+    SEQ_FREE = 0, /* never started, finished, or released */
+    SEQ_PROMPT,   /* reading its prompt */
+    SEQ_GEN,      /* generating: `last` is evaluated next step */
+} seq_state;
+
+typedef struct batch_seq {
+    seq_state state;
+    model_kv *kv;      /* owned */
+    int32_t *history;  /* owned: n_ctx ids in the cache, in order */
+    int32_t n_past;
+    int32_t *prompt;   /* owned copy; [at, n_prompt) still to read */
+    size_t n_prompt, at;
+    lares_generate_opts o;
+    text_sampler *smp; /* owned while active */
+    text_stream ts;
+    float *raw;        /* owned: logits before the sampler, for log-probabilities */
+    int32_t last;
+    size_t n_gen;
+    atomic_bool cancel;
+    lares_stats st;
+    uint64_t t_start, t_prompt, t_first;
+} batch_seq;
+
+struct lares_batch {
+    lares_session *s; /* owned */
+    int32_t n_seq;
+    batch_seq *seq;
+    model_seq *runs;  /* n_seq: this step's rows per sequence */
+    int32_t *tokens;  /* n_batch */
+    int32_t *out_of;  /* n_seq: the sequence of each output row */
+    float *last_x;    /* n_seq x n_embd: the hidden states whose logits are drawn from */
+    float *logits;    /* n_seq x n_vocab */
+    int32_t turn;     /* the prompt that reads first next step */
+};
+
+static void seq_release(batch_seq *q) {
+    text_sampler_free(q->smp);
+    q->smp = NULL;
+    lares_free(q->raw);
+    q->raw = NULL;
+    lares_free(q->prompt);
+    q->prompt = NULL;
+    q->state = SEQ_FREE;
+}
+
+void lares_batch_free(lares_batch *b) {
+    if (b == NULL) {
+        return;
+    }
+    for (int32_t i = 0; b->seq != NULL && i < b->n_seq; i++) {
+        seq_release(&b->seq[i]);
+        model_kv_free(b->seq[i].kv);
+        lares_free(b->seq[i].history);
+    }
+    lares_free(b->seq);
+    lares_free(b->runs);
+    lares_free(b->tokens);
+    lares_free(b->out_of);
+    lares_free(b->last_x);
+    lares_free(b->logits);
+    lares_session_free(b->s);
+    lares_free(b);
+}
+
+lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts, int32_t n_seq,
+                                lares_batch **out, lares_error *err) {
+    if (n_seq < 1 || n_seq > 1024) {
+        return lares_fail(err, LARES_EINVAL, "batch: %d sequences (1 to 1024)", (int)n_seq);
+    }
+    lares_session_opts o = opts ? *opts : lares_session_opts_default();
+    if (o.ring != NULL) {
+        return lares_fail(err, LARES_EUNSUPPORTED,
+                          "batch: several sequences at once do not run over a ring yet");
+    }
+    if ((o.n_batch > 0 && o.n_batch < n_seq) || (o.n_batch == 0 && n_seq > 128)) {
+        o.n_batch = n_seq; /* a row for each sequence's token (0: the session's default, 128) */
+    }
+    lares_batch *b = lares_calloc(1, sizeof *b);
+    if (b == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    lares_status st = lares_session_create(lm, &o, &b->s, err);
+    if (st != LARES_OK) {
+        lares_free(b);
+        return st;
+    }
+    lares_session *s = b->s;
+    const model *m = lm->m;
+    exec_plan_info pi;
+    exec_local_plan(s->exec, &pi);
+    if (pi.streaming) {
+        lares_batch_free(b);
+        return lares_fail(err, LARES_EUNSUPPORTED,
+                          "batch: the weights do not fit the memory budget and would stream from "
+                          "disk; several sequences at once need them in memory (for now)");
+    }
+    if (s->o.n_batch < n_seq) {
+        lares_batch_free(b);
+        return lares_fail(err, LARES_EINVAL,
+                          "batch: %d sequences need a batch of at least as many rows (the context "
+                          "of %d limits it to %d)",
+                          (int)n_seq, (int)s->o.n_ctx, (int)s->o.n_batch);
+    }
+    b->n_seq = n_seq;
+    b->seq = lares_calloc((size_t)n_seq, sizeof *b->seq);
+    b->runs = lares_calloc((size_t)n_seq, sizeof *b->runs);
+    b->tokens = lares_alloc_array((size_t)s->o.n_batch, sizeof *b->tokens);
+    b->out_of = lares_alloc_array((size_t)n_seq, sizeof *b->out_of);
+    b->last_x = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_embd, sizeof *b->last_x);
+    b->logits = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_vocab, sizeof *b->logits);
+    if (b->seq == NULL || b->runs == NULL || b->tokens == NULL || b->out_of == NULL ||
+        b->last_x == NULL || b->logits == NULL) {
+        lares_batch_free(b);
+        return lares_fail(err, LARES_ENOMEM, "out of memory for a batch of %d sequences",
+                          (int)n_seq);
+    }
+    for (int32_t i = 0; i < n_seq; i++) {
+        batch_seq *q = &b->seq[i];
+        atomic_init(&q->cancel, false);
+        st = model_kv_create(m, 0, m->hp.n_layer, s->o.n_ctx, s->kv->type, &q->kv, err);
+        if (st == LARES_OK &&
+            (q->history = lares_alloc_array((size_t)s->o.n_ctx, sizeof *q->history)) == NULL) {
+            st = lares_fail(err, LARES_ENOMEM, "out of memory");
+        }
+        if (st != LARES_OK) {
+            lares_error_prefix(err, "batch: sequence %d: ", (int)i);
+            lares_batch_free(b);
+            return st;
+        }
+    }
+    *out = b;
+    return LARES_OK;
+}
+
+int32_t lares_batch_n_seq(const lares_batch *b) {
+    return b->n_seq;
+}
+
+lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *prompt,
+                               size_t n_prompt, const lares_generate_opts *opts,
+                               lares_error *err) {
+    const lares_generate_opts o = opts ? *opts : lares_generate_opts_default();
+    const model *m = b->s->lm->m;
+    const int32_t n_ctx = b->s->o.n_ctx;
+    if (seq < 0 || seq >= b->n_seq) {
+        return lares_fail(err, LARES_EINVAL, "batch: sequence %d outside 0..%d", (int)seq,
+                          (int)b->n_seq - 1);
+    }
+    batch_seq *q = &b->seq[seq];
+    if (q->state != SEQ_FREE) {
+        return lares_fail(err, LARES_EBUSY, "batch: sequence %d is still active", (int)seq);
+    }
+    if (n_prompt == 0) {
+        return lares_fail(err, LARES_EINVAL, "the prompt is empty (it needs at least one token)");
+    }
+    if (o.n_logprobs < 0 || o.n_logprobs > MAX_LOGPROBS) {
+        return lares_fail(err, LARES_EINVAL, "logprobs: %d alternatives asked, 0 to %d allowed",
+                          o.n_logprobs, MAX_LOGPROBS);
+    }
+    if (o.lookup != 0) {
+        return lares_fail(err, LARES_EUNSUPPORTED,
+                          "batch: prompt lookup drafts are for one sequence (lares_generate)");
+    }
+    for (size_t i = 0; i < n_prompt; i++) {
+        if (prompt[i] < 0 || prompt[i] >= m->hp.n_vocab) {
+            return lares_fail(err, LARES_EINVAL,
+                              "prompt token %d at index %zu is outside the vocabulary of %d",
+                              prompt[i], i, m->hp.n_vocab);
+        }
+    }
+    /* the part of the prompt its cache holds from its last run stays; one
+     * token at least is read, for the logits the first token is drawn from */
+    size_t keep = 0;
+    while (keep < (size_t)q->n_past && keep + 1 < n_prompt && q->history[keep] == prompt[keep]) {
+        keep++;
+    }
+    const int64_t need = (int64_t)n_prompt + (o.n_predict > 0 ? o.n_predict : 0);
+    if (need > n_ctx) {
+        return lares_fail(err, LARES_ERANGE,
+                          "%zu prompt tokens + %d to generate need %" PRId64
+                          " positions, a sequence's context holds %d; raise -c or lower -n",
+                          n_prompt, o.n_predict > 0 ? o.n_predict : 0, need, n_ctx);
+    }
+    q->prompt = lares_alloc_array(n_prompt, sizeof *q->prompt);
+    if (q->prompt == NULL || (o.n_logprobs > 0 && (q->raw = lares_alloc_array(
+                                                       (size_t)m->hp.n_vocab, sizeof *q->raw)) ==
+                                                      NULL)) {
+        seq_release(q);
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    lares_status st = text_sampler_create(&o.sampler, m->hp.n_vocab, &q->smp, err);
+    if (st != LARES_OK) {
+        seq_release(q);
+        return st;
+    }
+    memcpy(q->prompt, prompt, n_prompt * sizeof *prompt);
+    q->n_prompt = n_prompt;
+    q->at = keep;
+    q->n_past = (int32_t)keep;
+    q->o = o;
+    q->n_gen = 0;
+    text_stream_init(&q->ts);
+    atomic_store(&q->cancel, false);
+    memset(&q->st, 0, sizeof q->st);
+    q->st.stop = LARES_STOP_NONE;
+    q->st.load_ms = b->s->lm->open_ms + b->s->create_ms;
+    q->t_start = lares_now_ns();
+    q->t_prompt = q->t_first = 0;
+    q->state = SEQ_PROMPT;
+    return LARES_OK;
+}
+
+/* The sequence's run ends: the text of a character that never completed,
+ * the figures, and the slot is free again (its cache kept for a prefix). */
+static void seq_finish(batch_seq *q, lares_stop_reason why) {
+    char tail[TEXT_STREAM_OUT_MAX(4)];
+    const size_t tl = text_stream_flush(&q->ts, tail, sizeof tail);
+    if (tl > 0 && q->o.on_token != NULL) {
+        lares_token_info info = {.token = -1, .piece = tail, .piece_len = tl};
+        q->o.on_token(&info, q->o.user);
+    }
+    const uint64_t t_end = lares_now_ns();
+    lares_stats *f = &q->st;
+    f->stop = why;
+    f->n_generated = (int32_t)q->n_gen;
+    if (q->t_prompt == 0) {
+        q->t_prompt = t_end; /* cancelled while reading its prompt */
+    }
+    f->prompt_ms = lares_ns_to_ms(q->t_prompt - q->t_start);
+    f->prompt_tok_s = f->prompt_ms > 0 ? f->n_prompt / (f->prompt_ms / 1e3) : 0;
+    f->ttft_ms = q->t_first ? lares_ns_to_ms(q->t_first - q->t_start) : 0;
+    f->gen_ms = q->t_first ? lares_ns_to_ms(t_end - q->t_first) : 0;
+    f->gen_tok_s =
+        q->n_gen > 1 && f->gen_ms > 0 ? (double)(q->n_gen - 1) / (f->gen_ms / 1e3) : 0;
+    seq_release(q);
+}
+
+/* Draws the sequence's next token from its logits; false when its run ended. */
+static bool seq_draw(lares_batch *b, batch_seq *q, float *logits) {
+    const lares_model *lm = b->s->lm;
+    const int32_t n_vocab = lm->m->hp.n_vocab;
+    if (q->o.n_predict >= 0 && q->n_gen >= (size_t)q->o.n_predict) {
+        seq_finish(q, LARES_STOP_LENGTH);
+        return false;
+    }
+    if (q->n_past >= b->s->o.n_ctx) {
+        seq_finish(q, LARES_STOP_LENGTH); /* the context is full */
+        return false;
+    }
+    if (q->o.on_logits != NULL) {
+        q->o.on_logits(logits, n_vocab, q->o.user);
+    }
+    if (q->raw != NULL) {
+        memcpy(q->raw, logits, (size_t)n_vocab * sizeof *q->raw);
+    }
+    const int32_t tok = text_sampler_sample(q->smp, logits, q->history, (size_t)q->n_past);
+    token_probs tp;
+    if (q->raw != NULL) {
+        api_logprobs(q->raw, n_vocab, tok, q->o.n_logprobs, &tp);
+    }
+    if (q->n_gen == 0) {
+        q->t_first = lares_now_ns();
+    }
+    q->n_gen++;
+    if (text_token_is_eog(lm->vocab, tok)) {
+        seq_finish(q, LARES_STOP_EOS);
+        return false;
+    }
+    char piece[PIECE_MAX];
+    int32_t plen = text_token_piece(lm->vocab, tok, false, piece, sizeof piece);
+    if (plen < 0 || (size_t)plen > sizeof piece) {
+        plen = 0;
+    }
+    if (!api_deliver(&q->o, &q->ts, tok, piece, (size_t)plen, q->raw ? &tp : NULL)) {
+        seq_finish(q, LARES_STOP_CALLER);
+        return false;
+    }
+    if (q->o.n_predict >= 0 && q->n_gen >= (size_t)q->o.n_predict) {
+        seq_finish(q, LARES_STOP_LENGTH); /* the last token needs no forward pass */
+        return false;
+    }
+    q->last = tok;
+    q->state = SEQ_GEN;
+    return true;
+}
+
+/* Adds rows [at, at + n) of `toks` for sequence q to the step. */
+static void add_rows(lares_batch *b, int32_t *n_rows, int32_t *n_runs, batch_seq *q,
+                     const int32_t *toks, int32_t n) {
+    lares_session *s = b->s;
+    model_seq *r = &b->runs[(*n_runs)++];
+    r->kv = q->kv;
+    r->row0 = *n_rows;
+    r->n_rows = n;
+    for (int32_t i = 0; i < n; i++) {
+        b->tokens[*n_rows + i] = toks[i];
+        s->pos[*n_rows + i] = q->n_past + i;
+    }
+    *n_rows += n;
+}
+
+static int32_t count_active(const lares_batch *b) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < b->n_seq; i++) {
+        n += b->seq[i].state != SEQ_FREE;
+    }
+    return n;
+}
+
+lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *err) {
+    lares_session *s = b->s;
+    const model *m = s->lm->m;
+    const size_t e = (size_t)m->hp.n_embd;
+    for (int32_t i = 0; i < b->n_seq; i++) {
+        batch_seq *q = &b->seq[i];
+        if (q->state != SEQ_FREE && atomic_load(&q->cancel)) {
+            seq_finish(q, LARES_STOP_CANCELED);
+        }
+    }
+    /* the rows: a token of every generating sequence, then prompt chunks in turn */
+    int32_t n_rows = 0, n_runs = 0, n_out = 0;
+    batch_seq *runs_of[1024];
+    for (int32_t i = 0; i < b->n_seq; i++) {
+        batch_seq *q = &b->seq[i];
+        if (q->state == SEQ_GEN) {
+            runs_of[n_runs] = q;
+            b->out_of[n_out++] = i;
+            add_rows(b, &n_rows, &n_runs, q, &q->last, 1);
+        }
+    }
+    int32_t first_prompt = -1;
+    for (int32_t k = 0; k < b->n_seq && n_rows < s->o.n_batch; k++) {
+        const int32_t i = (b->turn + k) % b->n_seq;
+        batch_seq *q = &b->seq[i];
+        if (q->state != SEQ_PROMPT) {
+            continue;
+        }
+        first_prompt = first_prompt < 0 ? i : first_prompt;
+        const int32_t take =
+            (int32_t)LARES_MIN(q->n_prompt - q->at, (size_t)(s->o.n_batch - n_rows));
+        runs_of[n_runs] = q;
+        if (q->at + (size_t)take == q->n_prompt) {
+            b->out_of[n_out++] = i;
+        }
+        add_rows(b, &n_rows, &n_runs, q, q->prompt + q->at, take);
+    }
+    if (first_prompt >= 0) {
+        b->turn = (first_prompt + 1) % b->n_seq; /* the next one reads first next time */
+    }
+    if (n_rows == 0) {
+        *n_active = 0;
+        return LARES_OK;
+    }
+    exec_local_begin_pass(s->exec, true);
+    lares_status st = model_embed(m, b->tokens, n_rows, s->x, err);
+    if (st == LARES_OK) {
+        st = exec_local_forward_seqs(s->exec, b->runs, n_runs, 0, m->hp.n_layer, s->pos, n_rows,
+                                     s->x, err);
+    }
+    if (st != LARES_OK) {
+        return st;
+    }
+    /* the cache holds the rows now; the last row of each output sequence gives logits */
+    int32_t k = 0;
+    const uint64_t now = lares_now_ns();
+    for (int32_t r = 0; r < n_runs; r++) {
+        batch_seq *q = runs_of[r];
+        const model_seq *run = &b->runs[r];
+        memcpy(q->history + q->n_past, b->tokens + run->row0, (size_t)run->n_rows * sizeof(int32_t));
+        q->n_past += run->n_rows;
+        if (q->state == SEQ_PROMPT) {
+            q->at += (size_t)run->n_rows;
+            q->st.n_prompt += run->n_rows;
+            if (q->at == q->n_prompt) {
+                q->t_prompt = now;
+            }
+        }
+        if (q->state == SEQ_GEN || q->at == q->n_prompt) {
+            memcpy(b->last_x + (size_t)k++ * e,
+                   s->x + (size_t)(run->row0 + run->n_rows - 1) * e, e * sizeof(float));
+        }
+    }
+    st = exec_local_output(s->exec, b->last_x, n_out, b->logits, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    for (int32_t j = 0; j < n_out; j++) {
+        seq_draw(b, &b->seq[b->out_of[j]], b->logits + (size_t)j * (size_t)m->hp.n_vocab);
+    }
+    *n_active = count_active(b);
+    return LARES_OK;
+}
+
+void lares_batch_cancel(lares_batch *b, int32_t seq) {
+    if (seq >= 0 && seq < b->n_seq) {
+        atomic_store(&b->seq[seq].cancel, true);
+    }
+}
+
+bool lares_batch_active(const lares_batch *b, int32_t seq) {
+    return seq >= 0 && seq < b->n_seq && b->seq[seq].state != SEQ_FREE;
+}
+
+void lares_batch_stats(const lares_batch *b, int32_t seq, lares_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (seq >= 0 && seq < b->n_seq) {
+        *out = b->seq[seq].st;
+    }
+}
