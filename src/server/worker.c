@@ -35,6 +35,7 @@ typedef struct gen {
     size_t sent_bytes;      /* completions' text_offset */
     json_t *lp;             /* non-streamed: chat content list or completion logprobs */
     server_constraint *con; /* structured output; NULL: free text */
+    server_constraint con_store; /* what con points to */
     bool hold;              /* tools: the answer is kept whole, to look for calls at the end */
     bool stop_string;       /* a stop string ended the answer */
     size_t stop_index;      /* which one */
@@ -272,16 +273,12 @@ static bool vocab_bytes(server *sv) {
     return true;
 }
 
-/* Generates choice g->index: streamed, or appended to reply's choices.
- * False when it failed (the error is written) or the client left. */
-static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_totals *tot) {
+/* Prepares choice g->index: the options to generate it with (go), and the
+ * first events of a stream. False when it failed (the error is written). */
+static bool choice_begin(server *sv, server_job *j, gen *g, lares_generate_opts *out) {
     const server_request *r = &j->req;
     if (!r->stream && r->logprobs) {
         g->lp = r->kind == SERVER_CHAT ? json_array() : server_completion_logprobs_new();
-    }
-    const size_t kept = lares_session_reuse_prefix(sv->s, j->ids, j->n_ids);
-    if (g->index == 0) {
-        tot->cached = kept;
     }
     lares_generate_opts go = lares_generate_opts_default();
     go.n_predict = r->max_tokens;
@@ -297,20 +294,20 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     go.on_token = on_token;
     go.user = g;
     g->hold = j->tool_calls;
-    server_constraint con;
     if (r->format != NULL) {
         /* the tokens left bound the value: it closes before max_tokens */
         const int64_t budget =
             r->max_tokens >= 0 ? r->max_tokens : lares_session_n_ctx(sv->s) - (int64_t)j->n_ids;
-        if (!vocab_bytes(sv) || !server_constraint_init(&con, r->format, sv->vb, budget)) {
+        if (!vocab_bytes(sv) ||
+            !server_constraint_init(&g->con_store, r->format, sv->vb, budget)) {
             if (sv->vb != NULL) {
-                server_constraint_free(&con);
+                server_constraint_free(&g->con_store);
             }
             write_error(j, "out of memory preparing structured output", 500);
             server_job_finish(j, 500);
             return false;
         }
-        g->con = &con;
+        g->con = &g->con_store;
         go.on_logits = on_logits;
     }
     if (r->stream && r->dialect == SERVER_ANTHROPIC) {
@@ -326,10 +323,21 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
         }
         server_write_event(j, o);
     }
-    lares_stats st;
-    lares_error err = {0};
-    lares_status rc =
-        lares_generate(sv->s, j->ids + kept, j->n_ids - kept, &go, NULL, 0, NULL, &st, &err);
+    *out = go;
+    return true;
+}
+
+/* Ends choice g->index after generation returned rc with figures st: the
+ * held text, the finish events or the reply's choice. `kept` prompt tokens
+ * came from the cache. False when it failed (the error is written) or the
+ * client left. */
+static bool choice_end(server *sv, server_job *j, gen *g, json_t *reply, run_totals *tot,
+                       size_t kept, lares_status rc, const lares_stats *stp, const char *msg) {
+    const server_request *r = &j->req;
+    const lares_stats st = *stp;
+    if (g->index == 0) {
+        tot->cached = kept;
+    }
     if (g->con != NULL) {
         server_constraint_free(g->con);
         g->con = NULL;
@@ -343,7 +351,7 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     tot->last = st;
     const char *finish = st.stop == LARES_STOP_LENGTH ? "length" : "stop";
     if (rc != LARES_OK || g->oom) {
-        write_error(j, rc != LARES_OK ? err.msg : "out of memory while generating", 500);
+        write_error(j, rc != LARES_OK ? msg : "out of memory while generating", 500);
         server_job_finish(j, 500);
         return false;
     }
@@ -410,23 +418,36 @@ static bool run_choice(server *sv, server_job *j, gen *g, json_t *reply, run_tot
     return !atomic_load(&j->cancel);
 }
 
-static void run(server *sv, server_job *j) {
+static void gen_free(gen *g) {
+    json_decref(g->lp);
+    lares_free(g->text);
+    lares_free(g->toks);
+    lares_free(g->all);
+}
+
+/* Whether a choice finished the job with an error. */
+static bool job_failed(server_job *j) {
+    pthread_mutex_lock(&j->mu);
+    const bool failed = j->done;
+    pthread_mutex_unlock(&j->mu);
+    return failed;
+}
+
+/* The reply object of a non-streamed OpenAI request (choices are appended
+ * to it), else NULL. */
+static json_t *job_reply(const server *sv, server_job *j) {
     const server_request *r = &j->req;
-    run_totals tot = {0};
-    json_t *reply =
-        r->stream || r->dialect != SERVER_OPENAI ? NULL : server_reply_base(j, sv->model_id, false);
-    bool ok = true, failed = false;
-    for (int32_t i = 0; i < r->n_choices && ok; i++) {
-        gen g = {.sv = sv, .j = j, .r = r, .index = i};
-        ok = run_choice(sv, j, &g, reply, &tot);
-        json_decref(g.lp);
-        lares_free(g.text);
-        lares_free(g.toks);
-        lares_free(g.all);
-        pthread_mutex_lock(&j->mu);
-        failed = j->done; /* run_choice finished it with an error */
-        pthread_mutex_unlock(&j->mu);
-    }
+    return r->stream || r->dialect != SERVER_OPENAI ? NULL
+                                                    : server_reply_base(j, sv->model_id, false);
+}
+
+/* After the last choice: the usage and the end of the reply (unless a
+ * choice failed it), and the metrics. kv_tokens: the cache's fill for them. */
+static void job_end(server *sv, server_job *j, json_t *reply, const run_totals *totp,
+                    int32_t kv_tokens) {
+    const server_request *r = &j->req;
+    const run_totals tot = *totp;
+    const bool failed = job_failed(j);
     if (failed) {
         json_decref(reply);
     } else if (r->dialect != SERVER_OPENAI) {
@@ -458,8 +479,6 @@ static void run(server *sv, server_job *j) {
         }
     }
     const lares_stats st = tot.last;
-    int32_t n_past = 0;
-    lares_session_tokens(sv->s, &n_past);
     mem_sample ms;
     mem_sample_now(&ms);
     pthread_mutex_lock(&sv->mu);
@@ -476,11 +495,37 @@ static void run(server *sv, server_job *j) {
         mx->last_gen_tok_s = st.gen_tok_s;
     }
     mx->last_mem_pressure = st.mem_pressure;
-    mx->kv_tokens = n_past;
+    mx->kv_tokens = kv_tokens;
     if (atomic_load(&j->cancel) && !sv->stopping) {
         mx->canceled++;
     }
     pthread_mutex_unlock(&sv->mu);
+}
+
+
+static void run(server *sv, server_job *j) {
+    const server_request *r = &j->req;
+    run_totals tot = {0};
+    json_t *reply = job_reply(sv, j);
+    bool ok = true;
+    for (int32_t i = 0; i < r->n_choices && ok; i++) {
+        gen g = {.sv = sv, .j = j, .r = r, .index = i};
+        lares_generate_opts go;
+        ok = choice_begin(sv, j, &g, &go);
+        if (ok) {
+            const size_t kept = lares_session_reuse_prefix(sv->s, j->ids, j->n_ids);
+            lares_stats st;
+            lares_error err = {0};
+            lares_status rc = lares_generate(sv->s, j->ids + kept, j->n_ids - kept, &go, NULL, 0,
+                                             NULL, &st, &err);
+            ok = choice_end(sv, j, &g, reply, &tot, kept, rc, &st, err.msg);
+        }
+        gen_free(&g);
+        ok = ok && !job_failed(j);
+    }
+    int32_t n_past = 0;
+    lares_session_tokens(sv->s, &n_past);
+    job_end(sv, j, reply, &tot, n_past);
 }
 
 void *server_worker_main(void *arg) {
