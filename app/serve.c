@@ -21,7 +21,8 @@ static void serve_usage(FILE *to) {
           "      --model-name NAME   the model id clients use (default: the file name)\n"
           "      --template NAME     chat format instead of the model's template (chatml, llama3,\n"
           "                          llama2, mistral, mistral-v7, gemma, phi3, zephyr, plain)\n"
-          "      --queue N           requests that may wait behind the running one (default 8)\n"
+          "      --queue N           requests that may wait behind the running ones (default 8)\n"
+          "      --parallel N        requests that decode together, continuous batching (default 1)\n"
           "      --max-body SIZE     largest request body (default 1M)\n"
           "      --max-connections N connections served at once (default 64; 4 more are kept\n"
           "                          for /health and /metrics)\n"
@@ -44,7 +45,7 @@ int cmd_serve(int argc, char **argv) {
     so.ring_profile_cache = app_profile_cache_default(); /* an automatic ring's head */
     server_opts o = server_opts_default();
     int verbosity = 0;
-    int32_t v32;
+    int32_t v32, parallel = 1;
     uint64_t v64;
     o.api_key = getenv("LARES_API_KEY");
     for (int i = 1; i < argc; i++) {
@@ -84,6 +85,11 @@ int cmd_serve(int argc, char **argv) {
         } else if (strcmp(a, "--template") == 0) {
             VALUE();
             o.template_name = v;
+        } else if (strcmp(a, "--parallel") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, 256, &parallel)) {
+                return APP_USAGE;
+            }
         } else if (strcmp(a, "--queue") == 0) {
             VALUE();
             if (!app_parse_i32(a, v, 1, 4096, &o.queue_capacity)) {
@@ -150,17 +156,34 @@ int cmd_serve(int argc, char **argv) {
     lares_error err = {0};
     lares_model *m = NULL;
     lares_session *s = NULL;
+    lares_batch *batch = NULL; /* --parallel > 1: it owns the session */
     server *sv = NULL;
     int rc = APP_FAIL;
-    if (lares_model_open(model, NULL, &m, &err) != LARES_OK ||
-        lares_session_create(m, &so, &s, &err) != LARES_OK ||
-        server_start(m, s, model, &o, &sv, &err) != LARES_OK) {
+    if (lares_model_open(model, NULL, &m, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
     }
+    if (parallel > 1) {
+        if (lares_batch_create(m, &so, parallel, &batch, &err) != LARES_OK) {
+            rc = app_fail(&err);
+            goto done;
+        }
+        o.batch = batch;
+    }
+    if ((batch == NULL && lares_session_create(m, &so, &s, &err) != LARES_OK) ||
+        server_start(m, batch ? lares_batch_session(batch) : s, model, &o, &sv, &err) !=
+            LARES_OK) {
+        rc = app_fail(&err);
+        goto done;
+    }
+    char pbuf[16];
+    snprintf(pbuf, sizeof pbuf, "%d", parallel);
     fprintf(stderr,
-            "lares: serving %s (chat template %s, context %d tokens) on http://%s%s%s:%u%s\n",
-            model, server_template(sv), lares_session_n_ctx(s), strchr(o.host, ':') ? "[" : "",
+            "lares: serving %s (chat template %s, context %d tokens%s%s) on http://%s%s%s:%u%s\n",
+            model, server_template(sv),
+            lares_session_n_ctx(batch ? lares_batch_session(batch) : s),
+            batch ? ", requests decoding together: " : "", batch ? pbuf : "",
+            strchr(o.host, ':') ? "[" : "",
             o.host, strchr(o.host, ':') ? "]" : "", (unsigned)server_port(sv),
             o.api_key ? " (API key required)" : "");
     fflush(stderr);
@@ -170,6 +193,7 @@ int cmd_serve(int argc, char **argv) {
     rc = APP_OK;
 done:
     server_stop(sv);
+    lares_batch_free(batch);
     lares_session_free(s);
     lares_model_close(m);
     return rc;

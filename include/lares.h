@@ -336,6 +336,15 @@ LARES_API lares_status lares_batch_create(lares_model *m, const lares_session_op
                                           int32_t n_seq, lares_batch **out, lares_error *err);
 LARES_API void lares_batch_free(lares_batch *b);
 LARES_API int32_t lares_batch_n_seq(const lares_batch *b);
+/* The session underneath (threads, working memory, model): its own KV cache
+ * is not a sequence's, so one-off work (lares_embed) may use it between steps
+ * on the batch's thread. Freed with the batch. */
+LARES_API lares_session *lares_batch_session(lares_batch *b);
+/* Tokens of `prompt` that sequence seq's cache holds from its last run (what
+ * lares_batch_start would keep): the slot that serves a conversation's next
+ * turn best. */
+LARES_API size_t lares_batch_cached(const lares_batch *b, int32_t seq, const int32_t *prompt,
+                                    size_t n_prompt);
 
 /* Starts sequence `seq` (free: never started, finished or released) on a
  * prompt with its own options; the part of the prompt its cache already holds

@@ -153,6 +153,23 @@ int32_t lares_batch_n_seq(const lares_batch *b) {
     return b->n_seq;
 }
 
+lares_session *lares_batch_session(lares_batch *b) {
+    return b->s;
+}
+
+size_t lares_batch_cached(const lares_batch *b, int32_t seq, const int32_t *prompt,
+                          size_t n_prompt) {
+    if (seq < 0 || seq >= b->n_seq || b->seq[seq].state != SEQ_FREE) {
+        return 0;
+    }
+    const batch_seq *q = &b->seq[seq];
+    size_t keep = 0; /* one token at least is read, for the first logits */
+    while (keep < (size_t)q->n_past && keep + 1 < n_prompt && q->history[keep] == prompt[keep]) {
+        keep++;
+    }
+    return keep;
+}
+
 lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *prompt,
                                size_t n_prompt, const lares_generate_opts *opts,
                                lares_error *err) {
@@ -185,12 +202,8 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
                               prompt[i], i, m->hp.n_vocab);
         }
     }
-    /* the part of the prompt its cache holds from its last run stays; one
-     * token at least is read, for the logits the first token is drawn from */
-    size_t keep = 0;
-    while (keep < (size_t)q->n_past && keep + 1 < n_prompt && q->history[keep] == prompt[keep]) {
-        keep++;
-    }
+    /* the part of the prompt its cache holds from its last run stays */
+    const size_t keep = lares_batch_cached(b, seq, prompt, n_prompt);
     const int64_t need = (int64_t)n_prompt + (o.n_predict > 0 ? o.n_predict : 0);
     if (need > n_ctx) {
         return lares_fail(err, LARES_ERANGE,

@@ -749,7 +749,8 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
         freeaddrinfo(ai);
     }
     if (st == LARES_OK) {
-        if (pthread_create(&sv->worker, NULL, server_worker_main, sv) != 0) {
+        void *(*main_fn)(void *) = o.batch ? server_worker_batch_main : server_worker_main;
+        if (pthread_create(&sv->worker, NULL, main_fn, sv) != 0) {
             st = lares_fail(err, LARES_EIO, "cannot start the worker thread");
         } else {
             sv->worker_started = true;

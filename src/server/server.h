@@ -42,6 +42,10 @@ typedef struct server_opts {
     int32_t idle_timeout_s;    /* no byte moved for this long closes it; default 30 */
     int32_t retry_after_s;     /* Retry-After of a 503; default 1 */
     const char *cors;          /* origins browsers may call from ("a,b" or "*"); NULL: none */
+    /* NULL: one request at a time on the session; else up to its n_seq
+     * requests decode together (continuous batching) and the session given
+     * to server_start is lares_batch_session(batch) (embeddings use it) */
+    lares_batch *batch;
 } server_opts;
 
 server_opts server_opts_default(void);

@@ -234,6 +234,8 @@ bool server_enqueue(server *sv, server_job *j, server_error *e);
 /* The client went away: stops the job where it is. */
 void server_cancel_job(server *sv, server_job *j);
 void *server_worker_main(void *arg);
+/* The same with several requests decoding together (server_opts.batch). */
+void *server_worker_batch_main(void *arg);
 /* The worker's side of /v1/embeddings (embed.c): answers and finishes j. */
 void server_run_embedding(server *sv, server_job *j);
 

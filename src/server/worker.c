@@ -423,6 +423,10 @@ static void gen_free(gen *g) {
     lares_free(g->text);
     lares_free(g->toks);
     lares_free(g->all);
+    g->lp = NULL;
+    g->text = g->all = NULL;
+    g->toks = NULL;
+    g->len = g->cap = g->n_toks = g->cap_toks = g->all_len = g->all_cap = 0;
 }
 
 /* Whether a choice finished the job with an error. */
@@ -564,4 +568,187 @@ void *server_worker_main(void *arg) {
         pthread_mutex_unlock(&sv->mu);
         server_job_release(j);
     }
+}
+
+/* ---- several requests at once (server_opts.batch, docs/batching.md) ----
+ *
+ * A slot per sequence of the batch: a job takes a free slot (the one whose
+ * cache holds most of its prompt), each step of the batch runs every slot's
+ * sequence, and a slot whose sequence ended finishes its choice, starts the
+ * job's next one, or ends the job and is free again. Embedding requests run
+ * on the batch's own session between steps. */
+
+typedef struct slot {
+    server_job *j; /* NULL: free */
+    gen g;         /* the choice in progress: its address is the callbacks' user */
+    json_t *reply;
+    run_totals tot;
+    int32_t choice;
+} slot;
+
+/* Starts the slot's current choice; false when that ended the job's choices
+ * (an error was written). */
+static bool slot_begin(server *sv, lares_batch *b, slot *sl, int32_t i) {
+    server_job *j = sl->j;
+    memset(&sl->g, 0, sizeof sl->g);
+    sl->g.sv = sv;
+    sl->g.j = j;
+    sl->g.r = &j->req;
+    sl->g.index = sl->choice;
+    lares_generate_opts go;
+    if (!choice_begin(sv, j, &sl->g, &go)) {
+        gen_free(&sl->g);
+        return false;
+    }
+    lares_error err = {0};
+    const lares_status rc = lares_batch_start(b, i, j->ids, j->n_ids, &go, &err);
+    if (rc != LARES_OK) {
+        const lares_stats none = {0};
+        choice_end(sv, j, &sl->g, sl->reply, &sl->tot, 0, rc, &none, err.msg);
+        gen_free(&sl->g);
+        return false;
+    }
+    return true;
+}
+
+static void slot_free_job(server *sv, slot *sl) {
+    job_end(sv, sl->j, sl->reply, &sl->tot, (int32_t)(sl->j->n_ids + sl->tot.generated));
+    server_job_release(sl->j);
+    sl->j = NULL;
+    sl->reply = NULL;
+}
+
+/* The slot's sequence ended (rc: LARES_OK, or the step's failure): its
+ * choice ends, the next starts, or the job ends. */
+static void slot_end(server *sv, lares_batch *b, slot *sl, int32_t i, lares_status rc,
+                     const char *msg) {
+    server_job *j = sl->j;
+    lares_stats st;
+    lares_batch_stats(b, i, &st);
+    const size_t kept = j->n_ids - LARES_MIN((size_t)st.n_prompt, j->n_ids);
+    bool ok = choice_end(sv, j, &sl->g, sl->reply, &sl->tot, kept, rc, &st, msg);
+    gen_free(&sl->g);
+    ok = ok && !job_failed(j);
+    while (ok && ++sl->choice < j->req.n_choices) {
+        if (slot_begin(sv, b, sl, i)) {
+            return; /* the next choice runs */
+        }
+        ok = false;
+    }
+    slot_free_job(sv, sl);
+}
+
+/* A job taken from the queue: into the free slot that caches most of its
+ * prompt, or answered at once (cancelled while it waited, embeddings). */
+static void slot_take(server *sv, lares_batch *b, slot *slots, int32_t n, server_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->started = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (atomic_load(&j->cancel)) {
+        server_job_finish(j, 499); /* the client left while it waited */
+        pthread_mutex_lock(&sv->mu);
+        sv->mx.canceled += !sv->stopping;
+        pthread_mutex_unlock(&sv->mu);
+        server_job_release(j);
+        return;
+    }
+    if (j->req.kind == SERVER_EMBEDDING) {
+        server_run_embedding(sv, j);
+        server_job_release(j);
+        return;
+    }
+    int32_t best = -1;
+    size_t best_kept = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (slots[i].j != NULL) {
+            continue;
+        }
+        const size_t kept = lares_batch_cached(b, i, j->ids, j->n_ids);
+        if (best < 0 || kept > best_kept) {
+            best = i;
+            best_kept = kept;
+        }
+    }
+    slot *sl = &slots[best]; /* the caller took no more jobs than free slots */
+    sl->j = j;
+    sl->reply = job_reply(sv, j);
+    memset(&sl->tot, 0, sizeof sl->tot);
+    sl->choice = 0;
+    if (!slot_begin(sv, b, sl, best)) {
+        slot_free_job(sv, sl);
+    }
+}
+
+void *server_worker_batch_main(void *arg) {
+    server *sv = arg;
+    lares_batch *b = sv->o.batch;
+    const int32_t n = lares_batch_n_seq(b);
+    slot *slots = lares_calloc((size_t)n, sizeof *slots);
+    server_job **taken = lares_calloc((size_t)n, sizeof *taken);
+    if (slots == NULL || taken == NULL) {
+        lares_free(slots);
+        lares_free(taken);
+        return server_worker_main(arg); /* one at a time, on the batch's session */
+    }
+    for (;;) {
+        int32_t busy = 0, n_taken = 0;
+        for (int32_t i = 0; i < n; i++) {
+            busy += slots[i].j != NULL;
+        }
+        pthread_mutex_lock(&sv->mu);
+        while (!sv->stopping && sv->q_len == 0 && busy == 0) {
+            pthread_cond_wait(&sv->cv, &sv->mu);
+        }
+        if (sv->stopping) { /* server_stop answered the waiting ones */
+            for (int32_t i = 0; i < n; i++) {
+                if (slots[i].j != NULL) {
+                    atomic_store(&slots[i].j->cancel, true);
+                }
+            }
+            if (busy == 0 && sv->q_len == 0) {
+                pthread_mutex_unlock(&sv->mu);
+                break;
+            }
+        }
+        while (sv->q_len > 0 && busy + n_taken < n) {
+            taken[n_taken++] = sv->queue[sv->q_head];
+            sv->q_head = (sv->q_head + 1) % (size_t)sv->o.queue_capacity;
+            sv->q_len--;
+        }
+        pthread_mutex_unlock(&sv->mu);
+        for (int32_t k = 0; k < n_taken; k++) {
+            slot_take(sv, b, slots, n, taken[k]);
+        }
+        busy = 0;
+        for (int32_t i = 0; i < n; i++) {
+            if (slots[i].j != NULL) {
+                busy++;
+                if (atomic_load(&slots[i].j->cancel)) {
+                    lares_batch_cancel(b, i); /* also while it reads its prompt */
+                }
+            }
+        }
+        if (busy == 0) {
+            continue;
+        }
+        int32_t active = 0;
+        lares_error err = {0};
+        const lares_status rc = lares_batch_step(b, &active, &err);
+        if (rc != LARES_OK) { /* every sequence of the failed step ends with its error */
+            for (int32_t i = 0; i < n; i++) {
+                lares_batch_cancel(b, i);
+            }
+            lares_error none = {0};
+            (void)lares_batch_step(b, &active, &none); /* ends them before any pass */
+        }
+        for (int32_t i = 0; i < n; i++) {
+            if (slots[i].j != NULL && !lares_batch_active(b, i)) {
+                slot_end(sv, b, &slots[i], i, rc, rc != LARES_OK ? err.msg : "");
+            }
+        }
+    }
+    lares_free(slots);
+    lares_free(taken);
+    return NULL;
 }
