@@ -62,12 +62,14 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             puts(
                 "usage: lares bench -m MODEL [-p 128] [-n 32] [-d 0] [-t THREADS] [-r|--repeat 3]\n"
-                "                   [-b BATCH] [-c CTX] [--kv-type auto|f16|f32] [--json] [--isa "
-                "NAME]\n"
+                "                   [-b BATCH] [-c CTX] [--kv-type auto|f16|f32] [--json]\n"
+                "                   [--isa NAME] [--mem-budget SIZE] [--temp T] [--seed S]\n"
                 "  -p N   prompt tokens of the pp test (0 skips it)\n"
                 "  -n N   generated tokens of the tg test (0 skips it)\n"
                 "  -d, --depth N   tokens already in the KV cache (filled once, not timed)\n"
                 "                  before each test\n"
+                "  --mem-budget SIZE   memory for the whole run, as in lares run (default:\n"
+                "                  the cgroup limit or 80% of available memory)\n"
                 "  --temp T, --seed S   tg samples at temperature T with seed S (default 0:\n"
                 "                  greedy; a synthetic model's greedy text repeats a few\n"
                 "                  tokens, so MoE routing is only realistic with T > 0)\n"
@@ -126,6 +128,14 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             }
         } else if (strcmp(a, "--isa") == 0) {
             o->isa = v;
+        } else if (strcmp(a, "--mem-budget") == 0) {
+            if (!app_parse_size(a, v, &o->session.mem_budget)) {
+                return APP_USAGE;
+            }
+            if (o->session.mem_budget == 0) {
+                app_error("%s: a budget of 0 bytes leaves nothing to run in", a);
+                return APP_USAGE;
+            }
         } else if (strcmp(a, "--temp") == 0) {
             if (!app_parse_f32(a, v, 0.0f, 10.0f, &o->temp)) {
                 return APP_USAGE;
