@@ -70,6 +70,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                 "                  before each test\n"
                 "  --mem-budget SIZE   memory for the whole run, as in lares run (default:\n"
                 "                  the cgroup limit or 80% of available memory)\n"
+                "  --expert-cache heat|lru   MoE while streaming: what the expert cache\n"
+                "                  evicts first (as in lares run)\n"
                 "  --temp T, --seed S   tg samples at temperature T with seed S (default 0:\n"
                 "                  greedy; a synthetic model's greedy text repeats a few\n"
                 "                  tokens, so MoE routing is only realistic with T > 0)\n"
@@ -134,6 +136,10 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             }
             if (o->session.mem_budget == 0) {
                 app_error("%s: a budget of 0 bytes leaves nothing to run in", a);
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--expert-cache") == 0) {
+            if (!app_parse_expert_cache(a, v, &o->session.expert_cache)) {
                 return APP_USAGE;
             }
         } else if (strcmp(a, "--temp") == 0) {

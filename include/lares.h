@@ -143,6 +143,13 @@ typedef struct lares_session lares_session;
  * greedy decoding, and precision costs nothing on a small cache. */
 typedef enum lares_kv_type { LARES_KV_AUTO = 0, LARES_KV_F16 = 1, LARES_KV_F32 = 2 } lares_kv_type;
 
+/* What an MoE expert cache evicts first while the weights stream
+ * (docs/memory.md, "MoE experts"). */
+typedef enum lares_expert_cache {
+    LARES_EXPERT_CACHE_HEAT = 0, /* the coldest per byte: uses decayed over recent tokens */
+    LARES_EXPERT_CACHE_LRU = 1   /* the least recently used */
+} lares_expert_cache;
+
 typedef struct lares_session_opts {
     int32_t n_ctx;     /* context length in tokens; 0 = the model's trained length */
     int32_t n_threads; /* 0 = number of online cores */
@@ -157,6 +164,8 @@ typedef struct lares_session_opts {
     uint64_t mem_budget;
     int32_t mem_window; /* streamed layers in memory at once; 0: as the budget allows */
     bool mem_lock;      /* lock resident weights in memory (mlock); a refusal is a warning */
+    /* MoE while streaming: which cached experts make room for new ones */
+    lares_expert_cache expert_cache;
     /* Run as the head of a ring of devices (see "rings" below): NULL for this
      * device alone, else the path of a ring.json naming the workers in ring
      * order and the layers each runs. */

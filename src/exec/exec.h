@@ -56,6 +56,7 @@ typedef struct exec_opts {
     const exec_window *windows;
     int32_t n_windows;
     mem_read_method read_method; /* how prefetches read; 0: the measured best */
+    lares_expert_cache expert_cache; /* MoE: what the expert cache evicts first */
 } exec_opts;
 
 /* What the executor decided. */

@@ -38,6 +38,8 @@ typedef struct exec_experts {
     int32_t n_expert;
     mem_span *slices;     /* owned: n_layer x n_expert, the 3 ranges of an expert */
     uint64_t *last_use;   /* owned: n_layer x n_expert, tick of last use; 0: never */
+    float *heat;          /* owned: n_layer x n_expert, uses decayed to last_use */
+    double half_life;     /* ticks in which a use's weight in heat halves */
     bool *resident;       /* owned: n_layer x n_expert */
     int32_t *missing;     /* owned: n_expert, scratch of one route call */
     uint64_t tick;
