@@ -70,7 +70,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                 "                  before each test\n"
                 "  --mem-budget SIZE   memory for the whole run, as in lares run (default:\n"
                 "                  the cgroup limit or 80% of available memory)\n"
-                "  --expert-cache heat|lru   MoE while streaming: what the expert cache\n"
+                "  --expert-cache lru|heat   MoE while streaming: what the expert cache\n"
                 "                  evicts first (as in lares run)\n"
                 "  --temp T, --seed S   tg samples at temperature T with seed S (default 0:\n"
                 "                  greedy; a synthetic model's greedy text repeats a few\n"

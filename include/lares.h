@@ -146,8 +146,8 @@ typedef enum lares_kv_type { LARES_KV_AUTO = 0, LARES_KV_F16 = 1, LARES_KV_F32 =
 /* What an MoE expert cache evicts first while the weights stream
  * (docs/memory.md, "MoE experts"). */
 typedef enum lares_expert_cache {
-    LARES_EXPERT_CACHE_HEAT = 0, /* the coldest per byte: uses decayed over recent tokens */
-    LARES_EXPERT_CACHE_LRU = 1   /* the least recently used */
+    LARES_EXPERT_CACHE_LRU = 0, /* the least recently used (measured best) */
+    LARES_EXPERT_CACHE_HEAT = 1 /* the coldest per byte: uses decayed over recent tokens */
 } lares_expert_cache;
 
 typedef struct lares_session_opts {

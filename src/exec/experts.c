@@ -7,17 +7,19 @@
  * when the layer's router has run. Then the missing slices of exactly the
  * chosen experts are requested together (their reads proceed in parallel),
  * and the caller waits for them. When the cache would overflow, slices of
- * other choices are released first: by default the coldest per byte (heat:
- * each use counts 1, halving every HEAT_HALF_LIFE tokens, so an expert chosen
- * often lately stays over one chosen once), or the least recently used
- * (LARES_EXPERT_CACHE_LRU). The cache holds at least one whole layer's
+ * other choices are released first: by default the least recently used, or
+ * the coldest per byte (LARES_EXPERT_CACHE_HEAT: each use counts 1, halving
+ * every HEAT_HALF_LIFE tokens, so an expert chosen often lately stays over
+ * one chosen once). With routers whose consecutive tokens share most experts
+ * recency predicts the next choice better than frequency: LRU hits more
+ * (docs/performance.md), so it is the default. The cache holds at least one whole layer's
  * experts, so a prompt batch that uses them all still fits.
  */
 #include "exec/exec_impl.h"
 
 #include <math.h>
 
-enum { HEAT_HALF_LIFE = 16 }; /* tokens (measured in docs/performance.md) */
+enum { HEAT_HALF_LIFE = 4 }; /* tokens: 16 hit less (docs/performance.md) */
 
 static const char *const exps_names[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
 

@@ -3,6 +3,7 @@
 # tiny Qwen3-MoE whose routers keep most experts from token to token, lares
 # bench measures that overlap and the expert cache's hit rate when a budget
 # makes the experts stream, and the same text comes out streamed or not.
+# Both eviction orders of the expert cache (lru, heat) keep the text.
 # Bad figures get one-line errors and leave no file.
 . "$(dirname "$0")/lib.sh"
 need jq
@@ -54,6 +55,14 @@ ids --mem-budget "$budget" >"$TMP/run.json"
 b=$(jq -c .generated_ids "$TMP/run.json")
 jq -e '.memory.streaming == true' "$TMP/run.json" >/dev/null && ok || fail "run did not stream: $(jq -c .memory "$TMP/run.json")"
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || fail "streamed ids $b differ from resident $a"
+c=$(ids --mem-budget "$budget" --expert-cache heat | jq -c .generated_ids)
+[ "$a" = "$c" ] && ok || fail "streamed ids with --expert-cache heat $c differ from resident $a"
+# both eviction orders count hits and misses
+bench "$TMP/moe.gguf" --mem-budget "$(least bench "$TMP/moe.gguf")" --expert-cache heat >"$TMP/h.json" \
+  2>"$TMP/err" && jq -e '.tests[0].expert_hit_rate > 0 and .tests[0].expert_hit_rate < 1' "$TMP/h.json" \
+  >/dev/null && ok || fail "heat cache figures: $(cat "$TMP/err" "$TMP/h.json")"
+"$LARES" run -m "$TMP/moe.gguf" -p "Once" -n 2 --expert-cache warm 2>"$TMP/err" && fail "--expert-cache warm accepted" \
+  || { [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "warm" "$TMP/err" && ok || fail "--expert-cache message: $(cat "$TMP/err")"; }
 
 # bad figures
 for bad in "--route-overlap 1.5" "--route-overlap x" "--route-skew -1" "--routing sometimes"; do
