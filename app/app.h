@@ -44,6 +44,8 @@ bool app_parse_f32(const char *opt, const char *s, float lo, float hi, float *ou
 /* "1024", "512M", "2G", "1.5GiB": a size with a unit; bare numbers below 4096
  * are refused as almost certainly missing their unit */
 bool app_parse_size(const char *opt, const char *s, uint64_t *out);
+/* --expert-cache: heat or lru */
+bool app_parse_expert_cache(const char *opt, const char *s, lares_expert_cache *out);
 /* the value after an option, or an error naming the option */
 const char *app_need_value(int argc, char **argv, int *i);
 

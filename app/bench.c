@@ -25,6 +25,8 @@ typedef struct bench_opts {
     lares_session_opts session;
     bool json;
     const char *isa;
+    float temp;    /* tg's sampling temperature; 0: greedy */
+    uint64_t seed; /* tg's sampling seed */
 } bench_opts;
 
 typedef struct samples {
@@ -56,17 +58,31 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
     o->n_prompt = 128;
     o->n_gen = 32;
     o->repeat = 3;
+    o->seed = 1;
     o->session = lares_session_opts_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            puts("usage: lares bench -m MODEL [-p 128] [-n 32] [-d 0] [-t THREADS] [-r|--repeat 3]\n"
-                 "                   [-b BATCH] [-c CTX] [--kv-type auto|f16|f32] [--json] [--isa NAME]\n"
-                 "  -p N   prompt tokens of the pp test (0 skips it)\n"
-                 "  -n N   generated tokens of the tg test (0 skips it)\n"
-                 "  -d, --depth N   tokens already in the KV cache (filled once, not timed)\n"
-                 "                  before each test\n"
-                 "  --parallel S    also tg with S sequences decoding together (aggregate t/s)");
+            puts(
+                "usage: lares bench -m MODEL [-p 128] [-n 32] [-d 0] [-t THREADS] [-r|--repeat 3]\n"
+                "                   [-b BATCH] [-c CTX] [--kv-type auto|f16|f32] [--json]\n"
+                "                   [--isa NAME] [--mem-budget SIZE] [--temp T] [--seed S]\n"
+                "                   [--parallel S]\n"
+                "  -p N   prompt tokens of the pp test (0 skips it)\n"
+                "  -n N   generated tokens of the tg test (0 skips it)\n"
+                "  -d, --depth N   tokens already in the KV cache (filled once, not timed)\n"
+                "                  before each test\n"
+                "  --parallel S    also tg with S sequences decoding together (aggregate t/s)\n"
+                "  --mem-budget SIZE   memory for the whole run, as in lares run (default:\n"
+                "                  the cgroup limit or 80% of available memory)\n"
+                "  --expert-cache lru|heat   MoE while streaming: what the expert cache\n"
+                "                  evicts first (as in lares run)\n"
+                "  --temp T, --seed S   tg samples at temperature T with seed S (default 0:\n"
+                "                  greedy; a synthetic model's greedy text repeats a few\n"
+                "                  tokens, so MoE routing is only realistic with T > 0)\n"
+                "MoE models: the expert cache's hit rate (when streaming), the share of a\n"
+                "token's experts the previous token chose too, and the share of each layer's\n"
+                "most chosen experts, over the tg test's tokens");
             return APP_OK;
         }
         if (strcmp(a, "--json") == 0) {
@@ -123,6 +139,26 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             }
         } else if (strcmp(a, "--isa") == 0) {
             o->isa = v;
+        } else if (strcmp(a, "--mem-budget") == 0) {
+            if (!app_parse_size(a, v, &o->session.mem_budget)) {
+                return APP_USAGE;
+            }
+            if (o->session.mem_budget == 0) {
+                app_error("%s: a budget of 0 bytes leaves nothing to run in", a);
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--expert-cache") == 0) {
+            if (!app_parse_expert_cache(a, v, &o->session.expert_cache)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--temp") == 0) {
+            if (!app_parse_f32(a, v, 0.0f, 10.0f, &o->temp)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!app_parse_u64(a, v, &o->seed)) {
+                return APP_USAGE;
+            }
         } else {
             app_error("bench: unknown option '%s'", a);
             return APP_USAGE;
@@ -155,11 +191,13 @@ static void fill_prompt(int32_t *ids, int32_t n, int32_t n_vocab, int32_t bos) {
 
 /* One measured pass over the `depth` tokens already in the cache: pp evaluates
  * the prompt only; tg generates n tokens after one. */
-static lares_status run_once(lares_session *s, int32_t depth, const int32_t *prompt,
-                             int32_t n_prompt, int32_t n_gen, lares_stats *st, lares_error *err) {
+static lares_status run_once(lares_session *s, const bench_opts *o, int32_t depth,
+                             const int32_t *prompt, int32_t n_prompt, int32_t n_gen,
+                             lares_stats *st, lares_error *err) {
     lares_session_truncate(s, depth);
     lares_generate_opts go = lares_generate_opts_default();
-    go.sampler.temperature = 0; /* greedy: sampling costs next to nothing */
+    go.sampler.temperature = o->temp; /* default greedy: sampling costs next to nothing */
+    go.sampler.seed = o->seed;
     go.n_predict = n_gen;
     return lares_generate(s, prompt, (size_t)n_prompt, &go, NULL, 0, NULL, st, err);
 }
@@ -240,19 +278,19 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     /* warm-up: touches every weight once so the first sample is not a cold read */
-    if (run_once(s, 0, prompt, 8, 1, &st, &err) != LARES_OK) {
+    if (run_once(s, &o, 0, prompt, 8, 1, &st, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
     }
     /* the depth: filled once, kept by every run (each truncates back to it) */
-    if (o.depth > 0 && run_once(s, 0, prompt, o.depth, 0, &st, &err) != LARES_OK) {
+    if (o.depth > 0 && run_once(s, &o, 0, prompt, o.depth, 0, &st, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
     }
     const int32_t *measured = prompt + o.depth;
     for (int r = 0; r < o.repeat; r++) {
         if (o.n_prompt > 0) {
-            if (run_once(s, o.depth, measured, o.n_prompt, 0, &st, &err) != LARES_OK) {
+            if (run_once(s, &o, o.depth, measured, o.n_prompt, 0, &st, &err) != LARES_OK) {
                 rc = app_fail(&err);
                 goto done;
             }
@@ -261,7 +299,7 @@ int cmd_bench(int argc, char **argv) {
         }
         if (o.n_gen > 0) {
             /* n_gen forward passes: one token of prompt, then n_gen + 1 sampled tokens */
-            if (run_once(s, o.depth, measured, 1, o.n_gen + 1, &st, &err) != LARES_OK) {
+            if (run_once(s, &o, o.depth, measured, 1, o.n_gen + 1, &st, &err) != LARES_OK) {
                 rc = app_fail(&err);
                 goto done;
             }
@@ -324,13 +362,24 @@ int cmd_bench(int argc, char **argv) {
                 json_array_append_new(sa, json_real(ss[k]->v[i]));
             }
             json_object_set_new(t, "samples", sa);
-            json_object_set_new(t, "peak_rss_bytes", json_integer((json_int_t)ls[k]->peak_rss_bytes));
+            json_object_set_new(t, "peak_rss_bytes",
+                                json_integer((json_int_t)ls[k]->peak_rss_bytes));
             json_object_set_new(t, "major_faults", json_integer((json_int_t)ls[k]->major_faults));
             json_object_set_new(t, "disk_read_bytes",
                                 ls[k]->disk_read_bytes == UINT64_MAX
                                     ? json_null()
                                     : json_integer((json_int_t)ls[k]->disk_read_bytes));
             json_object_set_new(t, "mem_pressure", json_real(ls[k]->mem_pressure));
+            if (k == 1 && ls[k]->route_overlap >= 0) { /* MoE: over the tg tokens */
+                const uint64_t h = ls[k]->expert_hits, mi = ls[k]->expert_misses;
+                json_object_set_new(t, "expert_hits", json_integer((json_int_t)h));
+                json_object_set_new(t, "expert_misses", json_integer((json_int_t)mi));
+                json_object_set_new(t, "expert_hit_rate",
+                                    h + mi > 0 ? json_real((double)h / (double)(h + mi))
+                                               : json_null());
+                json_object_set_new(t, "route_overlap", json_real(ls[k]->route_overlap));
+                json_object_set_new(t, "route_top_share", json_real(ls[k]->route_top_share));
+            }
             json_array_append_new(tests, t);
         }
         json_object_set_new(root, "tests", tests);
@@ -367,11 +416,26 @@ int cmd_bench(int argc, char **argv) {
         }
         const lares_stats *l = o.n_gen > 0 ? &last_tg : &last_pp;
         char b2[32], b3[32];
-        fprintf(stderr, "lares: peak RSS %s | major faults %" PRIu64 " | disk read %s | memory pressure %.2f %%\n",
+        fprintf(stderr,
+                "lares: peak RSS %s | major faults %" PRIu64
+                " | disk read %s | memory pressure %.2f %%\n",
                 app_fmt_bytes(l->peak_rss_bytes, b2, sizeof b2), l->major_faults,
                 l->disk_read_bytes == UINT64_MAX ? "unknown"
                                                  : app_fmt_bytes(l->disk_read_bytes, b3, sizeof b3),
                 l->mem_pressure * 100);
+        if (o.n_gen > 0 && last_tg.route_overlap >= 0) {
+            const uint64_t h = last_tg.expert_hits, mi = last_tg.expert_misses;
+            char hr[64] = "-- (weights resident)";
+            if (h + mi > 0) {
+                snprintf(hr, sizeof hr, "%.1f %% (%" PRIu64 " of %" PRIu64 ")",
+                         100.0 * (double)h / (double)(h + mi), h, h + mi);
+            }
+            fprintf(stderr,
+                    "lares: experts (tg): cache hit rate %s | shared with the previous token "
+                    "%.1f %% | taken by each layer's %d most chosen %.1f %%\n",
+                    hr, 100 * last_tg.route_overlap, info.n_expert_used,
+                    100 * last_tg.route_top_share);
+        }
     }
     rc = APP_OK;
 done:

@@ -31,6 +31,8 @@ void app_session_usage(FILE *to) {
           "                          not fit stream from disk, read ahead layer by layer\n"
           "      --mem-window N      streamed layers in memory at once (default: as fits)\n"
           "      --mem-lock          lock the weights that stay resident in memory (mlock)\n"
+          "      --expert-cache P    MoE while streaming: evict the least recently used\n"
+          "                          experts (lru, the default) or the coldest per byte (heat)\n"
           "      --ring FILE         run as the head of the ring FILE describes (docs/ring.md)\n"
           "      --insecure          the ring without encryption or keys (test networks only)\n"
           "      --rebalance on|off  move layers when a device slows down or speeds up\n"
@@ -125,6 +127,9 @@ int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
     } else if (is(a, "--mem-lock", NULL)) {
         ok = true;
         o->mem_lock = true;
+    } else if (is(a, "--expert-cache", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) != NULL &&
+             app_parse_expert_cache(a, v, &o->expert_cache);
     } else if (is(a, "--ring", NULL)) { /* the head of a ring (docs/ring.md) */
         ok = (v = app_need_value(argc, argv, i)) != NULL;
         o->ring = v;

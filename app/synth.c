@@ -25,8 +25,8 @@ void app_progress(const char *what, uint64_t done, uint64_t total, void *user) {
         return;
     }
     int bar = pct / 4;
-    fprintf(stderr, "\r%s [%.*s%*s] %3d%% %s / %s", what, bar,
-            "#########################", 25 - bar, "", pct, app_fmt_bytes(done, b1, sizeof b1),
+    fprintf(stderr, "\r%s [%.*s%*s] %3d%% %s / %s", what, bar, "#########################",
+            25 - bar, "", pct, app_fmt_bytes(done, b1, sizeof b1),
             app_fmt_bytes(total, b2, sizeof b2));
     if (done >= total) {
         fputc('\n', stderr);
@@ -39,14 +39,28 @@ int cmd_synth(int argc, char **argv) {
     o.preset = NULL;
     o.type = NULL;
     const char *out = NULL;
+    int verbosity = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            printf("usage: lares synth --preset NAME --type TYPE -o OUT.gguf --vocab-from VOCAB.gguf\n"
-                   "                   [--layers N] [--seed S] [-t THREADS]\n"
-                   "  presets: %s\n  types: %s\n",
-                   lares_synth_presets(), lares_quantize_types());
+            printf(
+                "usage: lares synth --preset NAME --type TYPE -o OUT.gguf --vocab-from VOCAB.gguf\n"
+                "                   [--layers N] [--seed S] [-t THREADS] [-v]\n"
+                "                   [--routing realistic|random] [--route-skew S]\n"
+                "                   [--route-overlap F]\n"
+                "  presets: %s\n  types: %s\n"
+                "MoE presets (docs/memory.md, \"Synthetic routing\"):\n"
+                "  --routing realistic   routers with a chosen popularity and overlap (default)\n"
+                "  --routing random      plain random routers (choices depend on the token alone)\n"
+                "  --route-skew S        expert popularity ~ rank^-S (default %.2g; 0: all alike)\n"
+                "  --route-overlap F     share of a token's experts the next token keeps\n"
+                "                        (default %.2f)\n",
+                lares_synth_presets(), lares_quantize_types(), o.route_skew, o.route_overlap);
             return APP_OK;
+        }
+        if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            verbosity = 1;
+            continue;
         }
         if ((v = app_need_value(argc, argv, &i)) == NULL) {
             return APP_USAGE;
@@ -71,6 +85,27 @@ int cmd_synth(int argc, char **argv) {
             if (!app_parse_i32(a, v, 1, 512, &o.n_threads)) {
                 return APP_USAGE;
             }
+        } else if (strcmp(a, "--routing") == 0) {
+            if (strcmp(v, "realistic") == 0) {
+                o.routing = LARES_SYNTH_ROUTING_REALISTIC;
+            } else if (strcmp(v, "random") == 0) {
+                o.routing = LARES_SYNTH_ROUTING_RANDOM;
+            } else {
+                app_error("--routing: '%s' is not realistic or random", v);
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--route-skew") == 0) {
+            float f;
+            if (!app_parse_f32(a, v, 0.0f, 4.0f, &f)) {
+                return APP_USAGE;
+            }
+            o.route_skew = f;
+        } else if (strcmp(a, "--route-overlap") == 0) {
+            float f;
+            if (!app_parse_f32(a, v, 0.01f, 0.99f, &f)) {
+                return APP_USAGE;
+            }
+            o.route_overlap = f;
         } else {
             app_error("synth: unknown option '%s'", a);
             return APP_USAGE;
@@ -80,7 +115,7 @@ int cmd_synth(int argc, char **argv) {
         app_error("synth: --preset, --type and -o are required (lares synth --help)");
         return APP_USAGE;
     }
-    app_setup_log(0);
+    app_setup_log(verbosity);
     int last = -1;
     o.progress = app_progress;
     o.user = &last;

@@ -65,6 +65,18 @@ bool app_parse_f32(const char *opt, const char *s, float lo, float hi, float *ou
     return true;
 }
 
+bool app_parse_expert_cache(const char *opt, const char *s, lares_expert_cache *out) {
+    if (strcmp(s, "heat") == 0) {
+        *out = LARES_EXPERT_CACHE_HEAT;
+    } else if (strcmp(s, "lru") == 0) {
+        *out = LARES_EXPERT_CACHE_LRU;
+    } else {
+        app_error("%s: '%s' is not heat or lru", opt, s);
+        return false;
+    }
+    return true;
+}
+
 bool app_parse_size(const char *opt, const char *s, uint64_t *out) {
     char *end;
     errno = 0;

@@ -96,6 +96,8 @@ typedef struct lares_model_info {
     uint64_t file_bytes;   /* size of the GGUF file */
     uint64_t weight_bytes; /* bytes of all tensor data */
     const char *file_type; /* dominant weight type name, e.g. "q4_0" */
+    int32_t n_expert;      /* MoE: experts per layer; 0: dense */
+    int32_t n_expert_used; /* MoE: experts each token uses */
 } lares_model_info;
 
 typedef struct lares_model_opts {
@@ -141,6 +143,13 @@ typedef struct lares_session lares_session;
  * greedy decoding, and precision costs nothing on a small cache. */
 typedef enum lares_kv_type { LARES_KV_AUTO = 0, LARES_KV_F16 = 1, LARES_KV_F32 = 2 } lares_kv_type;
 
+/* What an MoE expert cache evicts first while the weights stream
+ * (docs/memory.md, "MoE experts"). */
+typedef enum lares_expert_cache {
+    LARES_EXPERT_CACHE_LRU = 0, /* the least recently used (measured best) */
+    LARES_EXPERT_CACHE_HEAT = 1 /* the coldest per byte: uses decayed over recent tokens */
+} lares_expert_cache;
+
 typedef struct lares_session_opts {
     int32_t n_ctx;     /* context length in tokens; 0 = the model's trained length */
     int32_t n_threads; /* 0 = number of online cores */
@@ -155,6 +164,8 @@ typedef struct lares_session_opts {
     uint64_t mem_budget;
     int32_t mem_window; /* streamed layers in memory at once; 0: as the budget allows */
     bool mem_lock;      /* lock resident weights in memory (mlock); a refusal is a warning */
+    /* MoE while streaming: which cached experts make room for new ones */
+    lares_expert_cache expert_cache;
     /* Run as the head of a ring of devices (see "rings" below): NULL for this
      * device alone, else the path of a ring.json naming the workers in ring
      * order and the layers each runs. */
@@ -290,6 +301,13 @@ typedef struct lares_stats {
     /* speculative decoding (lares_generate_opts.lookup) */
     int32_t n_drafted;         /* tokens proposed */
     int32_t n_accepted;        /* of them, generated as proposed */
+    /* MoE models, over generation (the prompt's batches excluded) */
+    uint64_t expert_hits;      /* streaming: chosen experts found in the expert cache */
+    uint64_t expert_misses;    /* streaming: chosen experts read from disk */
+    double route_overlap;      /* share of a token's experts the previous token chose
+                                * too, over layers; -1: not measured */
+    double route_top_share;    /* share of the choices taken by each layer's
+                                * n_expert_used most chosen experts; -1: not measured */
 } lares_stats;
 
 /* Evaluates `prompt` (which should start with BOS when the model wants one)
@@ -483,6 +501,17 @@ LARES_API lares_status lares_chat_tokenize(const lares_model *m, const char *tem
 /* Progress of long work: `done` of `total` units (bytes) of `what`. */
 typedef void (*lares_progress_fn)(const char *what, uint64_t done, uint64_t total, void *user);
 
+/* How a synthetic MoE model's routers pick experts. REALISTIC: the routers
+ * read a slowly drifting summary of the recent tokens plus a per-expert bias,
+ * built so that popularity follows a Zipf law of exponent route_skew and
+ * consecutive tokens share about route_overlap of their experts (a real
+ * working set for expert caches); RANDOM: plain random router rows, whose
+ * choices depend on the token alone (the files before issue 18). */
+typedef enum lares_synth_routing {
+    LARES_SYNTH_ROUTING_REALISTIC = 0,
+    LARES_SYNTH_ROUTING_RANDOM = 1
+} lares_synth_routing;
+
 typedef struct lares_synth_opts {
     const char *preset;     /* see lares_synth_presets() */
     const char *type;       /* a quantization mix: "q4_k_m", "q8_0", "f16", ... */
@@ -492,6 +521,10 @@ typedef struct lares_synth_opts {
     int32_t n_threads;      /* 0: all cores */
     lares_progress_fn progress;
     void *user;
+    /* MoE presets: how the routers choose (docs/memory.md, "Synthetic routing") */
+    lares_synth_routing routing;
+    double route_skew;      /* Zipf exponent of expert popularity (0: all alike) */
+    double route_overlap;   /* share of a token's experts the next token keeps, (0, 1) */
 } lares_synth_opts;
 
 LARES_API lares_synth_opts lares_synth_opts_default(void);

@@ -14,6 +14,7 @@
 #include "lares.h"
 #include "model/model.h"
 
+#include <math.h>
 #include <unistd.h>
 
 static char tmpdir[] = "/tmp/lares-test-quantize-XXXXXX";
@@ -255,6 +256,92 @@ static void test_bad_requests(void) {
     CHECK(access(tmp_path("x.gguf"), F_OK) != 0 && access(tmp_path("y.gguf"), F_OK) != 0);
 }
 
+/* Generates n tokens from one BOS at temperature 1 (a synthetic model's
+ * greedy text repeats a few tokens) and returns the routing figures. */
+static lares_stats routed(const char *path, int32_t n) {
+    lares_error err = {0};
+    lares_model *m = NULL;
+    lares_session *s = NULL;
+    lares_stats st = {0};
+    CHECK_OK(lares_model_open(path, NULL, &m, &err), &err);
+    lares_session_opts so = lares_session_opts_default();
+    so.n_ctx = n + 8;
+    so.n_threads = 1;
+    CHECK_OK(lares_session_create(m, &so, &s, &err), &err);
+    lares_generate_opts go = lares_generate_opts_default();
+    go.sampler.temperature = 1.0f;
+    go.sampler.seed = 7;
+    go.n_predict = n;
+    const int32_t bos = lares_token_bos(m);
+    CHECK_OK(lares_generate(s, &bos, 1, &go, NULL, 0, NULL, &st, &err), &err);
+    lares_session_free(s);
+    lares_model_close(m);
+    return st;
+}
+
+/* Realistic routing (issue 18): the overlap asked for is the overlap the
+ * model shows, within what 300 tokens of 4 layers x 2-of-8 choices can tell;
+ * a lower target gives a lower overlap, plain random routers far less; more
+ * skew concentrates the choices. */
+static void test_synth_routing(void) {
+    lares_error err = {0};
+    lares_synth_opts so = lares_synth_opts_default();
+    so.preset = "qwen3moe-tiny";
+    so.type = "q8_0";
+    so.vocab_path = fixture("vocab/ggml-vocab-llama-spm.gguf");
+    so.n_threads = 1;
+    const char *path = tmp_path("route.gguf");
+    const double targets[2] = {0.87, 0.5};
+    double got[2];
+    for (int i = 0; i < 2; i++) {
+        so.route_overlap = targets[i];
+        CHECK_OK(lares_synth(&so, path, &err), &err);
+        const lares_stats st = routed(path, 300);
+        got[i] = st.route_overlap;
+        CHECK(st.route_top_share > 0 && st.route_top_share <= 1);
+        CHECK(st.expert_hits == 0 && st.expert_misses == 0); /* nothing streams */
+        printf("  routing: target overlap %.2f -> measured %.3f, top-2 share %.3f\n", targets[i],
+               got[i], st.route_top_share);
+    }
+    CHECK(fabs(got[0] - 0.87) < 0.08);
+    CHECK(fabs(got[1] - 0.5) < 0.15);
+    so.route_overlap = 0.87;
+    so.routing = LARES_SYNTH_ROUTING_RANDOM;
+    CHECK_OK(lares_synth(&so, path, &err), &err);
+    const double random_overlap = routed(path, 300).route_overlap;
+    printf("  routing: random routers -> measured overlap %.3f\n", random_overlap);
+    CHECK(random_overlap < got[0] - 0.1);
+    /* skew: the two most chosen of 8 take more with a steep Zipf law */
+    double share[2];
+    const double skews[2] = {0.0, 2.0};
+    so.routing = LARES_SYNTH_ROUTING_REALISTIC;
+    so.route_overlap = 0.5; /* many independent choices: popularity shows sooner */
+    for (int i = 0; i < 2; i++) {
+        so.route_skew = skews[i];
+        CHECK_OK(lares_synth(&so, path, &err), &err);
+        share[i] = routed(path, 300).route_top_share;
+        printf("  routing: skew %.1f -> top-2 share %.3f\n", skews[i], share[i]);
+    }
+    CHECK(share[1] > share[0] + 0.1);
+    /* a dense model measures nothing */
+    CHECK(routed(fixture("stories260K.gguf"), 4).route_overlap == -1);
+    /* bad figures: refused, no file */
+    so.route_skew = 0.6;
+    const char *bad = tmp_path("bad-route.gguf");
+    so.route_overlap = 1.0;
+    CHECK(lares_synth(&so, bad, &err) == LARES_EINVAL && strstr(err.msg, "overlap") != NULL);
+    so.route_overlap = 0.87;
+    so.route_skew = -1;
+    CHECK(lares_synth(&so, bad, &err) == LARES_EINVAL && strstr(err.msg, "skew") != NULL);
+    so.route_skew = 0.6;
+    so.routing = (lares_synth_routing)7;
+    CHECK(lares_synth(&so, bad, &err) == LARES_EINVAL && strstr(err.msg, "routing") != NULL);
+    so.routing = LARES_SYNTH_ROUTING_REALISTIC;
+    so.n_layers = 200; /* 256 wide: no room for 200 layers' routing dimensions */
+    CHECK(lares_synth(&so, bad, &err) == LARES_EINVAL && strstr(err.msg, "random") != NULL);
+    CHECK(access(bad, F_OK) != 0);
+}
+
 int main(void) {
     if (mkdtemp(tmpdir) == NULL) {
         perror("mkdtemp");
@@ -263,6 +350,7 @@ int main(void) {
     test_reference_blocks();
     test_synth_fidelity();
     test_bad_requests();
+    test_synth_routing();
     int rc = check_finish("test_quantize");
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -59,6 +59,7 @@ lares_status api_exec_opts(const lares_session *s, exec_opts *out, uint64_t *bud
     out->head = true;
     out->window_units = s->o.mem_window;
     out->lock = s->o.mem_lock;
+    out->expert_cache = s->o.expert_cache;
 
     uint64_t budget = s->o.mem_budget;
     char source[96];

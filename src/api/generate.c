@@ -44,9 +44,9 @@ static lares_status evaluate(lares_session *s, const int32_t *tokens, size_t n, 
         exec_local_begin_pass(s->exec, output_after);
         lares_status st = model_embed(m, tokens + done, nb, s->x, err);
         if (st == LARES_OK) {
-            st = s->ring != NULL ? api_ring_forward(s, nb, err)
-                                 : exec_local_forward(s->exec, 0, m->hp.n_layer, s->pos, nb, s->x,
-                                                      err);
+            st = s->ring != NULL
+                     ? api_ring_forward(s, nb, err)
+                     : exec_local_forward(s->exec, 0, m->hp.n_layer, s->pos, nb, s->x, err);
         }
         if (st != LARES_OK) {
             return st;
@@ -96,6 +96,37 @@ static void fill_residency(lares_session *s, lares_stats *fig, const exec_counte
     fig->prefetch_bytes = c_end->prefetch_bytes - c_start->prefetch_bytes;
     fig->prompt_wait_ms = lares_ns_to_ms(c_prompt->wait_ns - c_start->wait_ns);
     fig->gen_wait_ms = c_first ? lares_ns_to_ms(c_end->wait_ns - c_first->wait_ns) : 0;
+    fig->expert_hits = c_end->expert_hits - c_prompt->expert_hits;
+    fig->expert_misses = c_end->expert_misses - c_prompt->expert_misses;
+    const uint64_t pairs = c_end->route_pairs - c_prompt->route_pairs;
+    const int32_t k = s->lm->m->hp.n_expert_used;
+    fig->route_overlap =
+        pairs > 0 && k > 0
+            ? (double)(c_end->route_shared - c_prompt->route_shared) / ((double)pairs * k)
+            : -1;
+}
+
+/* Of the choices counted between two snapshots of exec_local_route_counts,
+ * the share taken by each layer's k most chosen experts; -1 when none. */
+static double route_top_share(const model_hparams *hp, const uint64_t *before, uint64_t *after) {
+    uint64_t top = 0, all = 0;
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        uint64_t *c = after + (size_t)l * (size_t)hp->n_expert;
+        const uint64_t *b = before + (size_t)l * (size_t)hp->n_expert;
+        for (int32_t x = 0; x < hp->n_expert; x++) {
+            c[x] -= b[x];
+            all += c[x];
+        }
+        for (int32_t j = 0; j < hp->n_expert_used; j++) {
+            int32_t best = 0;
+            for (int32_t x = 1; x < hp->n_expert; x++) {
+                best = c[x] > c[best] ? x : best;
+            }
+            top += c[best];
+            c[best] = 0;
+        }
+    }
+    return all > 0 ? (double)top / (double)all : -1;
 }
 
 /* log-softmax of the logits: the chosen token's value and the n most likely */
@@ -181,7 +212,8 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
                           "is %d (raise -b)",
                           o.lookup, o.lookup + 1, s->o.n_batch);
     }
-    const int64_t need = (int64_t)s->n_past + (int64_t)n_prompt + (o.n_predict > 0 ? o.n_predict : 0);
+    const int64_t need =
+        (int64_t)s->n_past + (int64_t)n_prompt + (o.n_predict > 0 ? o.n_predict : 0);
     if (need > n_ctx) {
         return lares_fail(err, LARES_ERANGE,
                           "%zu prompt tokens + %d to generate need %" PRId64
@@ -190,8 +222,10 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     }
     for (size_t i = 0; i < n_prompt; i++) {
         if (prompt[i] < 0 || prompt[i] >= m->hp.n_vocab) {
-            return lares_fail(err, LARES_EINVAL, "prompt token %d at index %zu is outside the "
-                              "vocabulary of %d", prompt[i], i, m->hp.n_vocab);
+            return lares_fail(err, LARES_EINVAL,
+                              "prompt token %d at index %zu is outside the "
+                              "vocabulary of %d",
+                              prompt[i], i, m->hp.n_vocab);
         }
     }
     /* the KV cache this call can fill: the rest of the budget holds weights */
@@ -218,6 +252,14 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     rc = api_evaluate(s, prompt, n_prompt, true, NULL, NULL, err);
     const uint64_t t_prompt = lares_now_ns();
     exec_local_counters(s->exec, &c_prompt);
+    /* MoE: expert choices counted from here (generation) to the end */
+    const model_hparams *hp = &m->hp;
+    const size_t n_routes = hp->n_expert > 0 ? (size_t)hp->n_layer * (size_t)hp->n_expert : 0;
+    uint64_t *routes0 = n_routes ? lares_alloc_array(n_routes, sizeof *routes0) : NULL;
+    uint64_t *routes1 = n_routes ? lares_alloc_array(n_routes, sizeof *routes1) : NULL;
+    if (routes0 != NULL) {
+        exec_local_route_counts(s->exec, routes0);
+    }
     if (rc == LARES_ECANCELED) {
         rc = LARES_OK;
         fig->stop = LARES_STOP_CANCELED;
@@ -235,8 +277,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     token_probs tp;
     /* logprobs need the logits before the sampler edits them */
     float *raw = NULL;
-    if (o.n_logprobs > 0 &&
-        (raw = lares_alloc_array((size_t)m->hp.n_vocab, sizeof *raw)) == NULL) {
+    if (o.n_logprobs > 0 && (raw = lares_alloc_array((size_t)m->hp.n_vocab, sizeof *raw)) == NULL) {
         rc = lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     /* prompt lookup: the token just drawn and its drafts, and their logits */
@@ -248,8 +289,8 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
                                           sizeof *spec_logits)) == NULL)) {
         rc = lares_fail(err, LARES_ENOMEM, "out of memory");
     }
-    float *next_logits = s->logits;   /* what the next token is drawn from */
-    int32_t n_spec = 0, spec_at = 0;      /* verified drafts left: spec[spec_at..n_spec) */
+    float *next_logits = s->logits;  /* what the next token is drawn from */
+    int32_t n_spec = 0, spec_at = 0; /* verified drafts left: spec[spec_at..n_spec) */
     /* drafts per pass: doubled after a pass whose drafts were all taken, else
      * one more than were taken, so that a context the model does not copy
      * costs passes of two tokens, not of lookup + 1 */
@@ -396,6 +437,13 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
                                : UINT64_MAX;
     fig->mem_pressure = mem_pressure_value(&pressure);
     fill_residency(s, fig, &c_start, &c_prompt, t_first ? &c_first : NULL, &c_end);
+    fig->route_top_share = -1;
+    if (routes0 != NULL && routes1 != NULL) {
+        exec_local_route_counts(s->exec, routes1);
+        fig->route_top_share = route_top_share(hp, routes0, routes1);
+    }
+    lares_free(routes0);
+    lares_free(routes1);
     if (n_out != NULL) {
         *n_out = n_gen < out_cap ? n_gen : out_cap;
     }

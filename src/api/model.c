@@ -97,6 +97,8 @@ void lares_model_get_info(const lares_model *lm, lares_model_info *out) {
         out->n_head_kv = hp->n_head_kv;
         out->head_dim = hp->head_dim;
         out->n_ctx_train = hp->n_ctx_train;
+        out->n_expert = hp->n_expert;
+        out->n_expert_used = hp->n_expert_used;
     }
 }
 

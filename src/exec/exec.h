@@ -56,6 +56,7 @@ typedef struct exec_opts {
     const exec_window *windows;
     int32_t n_windows;
     mem_read_method read_method; /* how prefetches read; 0: the measured best */
+    lares_expert_cache expert_cache; /* MoE: what the expert cache evicts first */
 } exec_opts;
 
 /* What the executor decided. */
@@ -87,6 +88,8 @@ typedef struct exec_counters {
     uint64_t expert_hits;    /* MoE: chosen experts found resident */
     uint64_t expert_misses;  /* MoE: chosen experts read from disk */
     uint64_t expert_bytes;   /* MoE: bytes of expert slices read */
+    uint64_t route_pairs;    /* MoE: (token, layer) choices compared with the previous token's */
+    uint64_t route_shared;   /* MoE: of their experts, chosen by the previous token too */
 } exec_counters;
 
 typedef struct exec_local exec_local;
@@ -130,5 +133,8 @@ lares_status exec_local_output(exec_local *e, float *x, int32_t n_rows, float *l
 
 void exec_local_plan(exec_local *e, exec_plan_info *out);
 void exec_local_counters(exec_local *e, exec_counters *out);
+/* MoE: times each (layer, expert) was chosen by single-token passes since
+ * creation, n_layer x n_expert into out. */
+void exec_local_route_counts(exec_local *e, uint64_t *out);
 
 #endif /* LARES_EXEC_H */

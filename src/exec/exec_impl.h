@@ -38,6 +38,8 @@ typedef struct exec_experts {
     int32_t n_expert;
     mem_span *slices;     /* owned: n_layer x n_expert, the 3 ranges of an expert */
     uint64_t *last_use;   /* owned: n_layer x n_expert, tick of last use; 0: never */
+    float *heat;          /* owned: n_layer x n_expert, uses decayed to last_use */
+    double half_life;     /* ticks in which a use's weight in heat halves */
     bool *resident;       /* owned: n_layer x n_expert */
     int32_t *missing;     /* owned: n_expert, scratch of one route call */
     uint64_t tick;
@@ -47,6 +49,18 @@ typedef struct exec_experts {
     uint64_t cached;      /* bytes resident now */
     uint64_t wait_ns, hits, misses, read_bytes, release_bytes;
 } exec_experts;
+
+/* What the routers chose (routes.c): the previous single-token choice of
+ * each layer and how often each expert was chosen by single-token passes. */
+typedef struct exec_routes {
+    int32_t n_tok;     /* tokens of the pass running now */
+    bool *prev;        /* owned: n_layer x n_expert, the layer's last choice */
+    bool *prev_ok;     /* owned: n_layer, that choice was of a single token */
+    uint64_t *counts;  /* owned: n_layer x n_expert */
+    uint64_t shared;   /* experts a token shared with the previous one, summed */
+    uint64_t pairs;    /* (token, layer) pairs compared */
+    bool to_cache;     /* streaming: choices go on to the expert cache */
+} exec_routes;
 
 typedef struct exec_stream {
     pthread_mutex_t mu;
@@ -85,6 +99,7 @@ struct exec_local {
     mem_span locked;     /* what mem_lock holds */
     bool *pin_scratch;   /* owned, n_units: a candidate plan's pinned units */
     exec_experts x;      /* MoE layers: expert slices and their cache */
+    exec_routes r;       /* MoE layers: what the routers chose */
     exec_plan_info plan;
     exec_stream st;
 };
@@ -105,6 +120,12 @@ void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, in
  * until the cache fits; `untracked` says slices may be resident without the
  * cache knowing (the weights fitted until now), so all are released. */
 void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked);
+
+/* routes.c: the router observer, installed for MoE models when there is a
+ * context; it measures choices and feeds the expert cache (r.to_cache) */
+lares_status exec_routes_build(exec_local *e, lares_error *err);
+void exec_routes_free(exec_local *e);
+void exec_routes_observe(void *user, int32_t layer, const int32_t *experts, int32_t n);
 
 /* stream.c: the prefetch thread and the caller's side of it. init/destroy
  * bracket the executor's life; start/stop bracket a streaming plan (the

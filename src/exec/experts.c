@@ -6,12 +6,20 @@
  * uses n_expert_used of n_expert experts per layer; which ones is known only
  * when the layer's router has run. Then the missing slices of exactly the
  * chosen experts are requested together (their reads proceed in parallel),
- * and the caller waits for them; least recently used slices of other
- * choices are released first when the cache would overflow. The cache holds
- * at least one whole layer's experts, so a prompt batch that uses them all
- * still fits.
+ * and the caller waits for them. When the cache would overflow, slices of
+ * other choices are released first: by default the least recently used, or
+ * the coldest per byte (LARES_EXPERT_CACHE_HEAT: each use counts 1, halving
+ * every HEAT_HALF_LIFE tokens, so an expert chosen often lately stays over
+ * one chosen once). With routers whose consecutive tokens share most experts
+ * recency predicts the next choice better than frequency: LRU hits more
+ * (docs/performance.md), so it is the default. The cache holds at least one whole layer's
+ * experts, so a prompt batch that uses them all still fits.
  */
 #include "exec/exec_impl.h"
+
+#include <math.h>
+
+enum { HEAT_HALF_LIFE = 4 }; /* tokens: 16 hit less (docs/performance.md) */
 
 static const model_role exps_roles[3] = {MODEL_ROLE_EXP_GATE, MODEL_ROLE_EXP_UP,
                                          MODEL_ROLE_EXP_DOWN};
@@ -31,8 +39,10 @@ lares_status exec_experts_build(exec_local *e, lares_error *err) {
     x->slices = lares_calloc(n, sizeof *x->slices);
     x->last_use = lares_calloc(n, sizeof *x->last_use);
     x->resident = lares_calloc(n, sizeof *x->resident);
+    x->heat = lares_calloc(n, sizeof *x->heat);
     x->missing = lares_alloc_array((size_t)x->n_expert, sizeof *x->missing);
-    if (x->slices == NULL || x->last_use == NULL || x->resident == NULL || x->missing == NULL) {
+    if (x->slices == NULL || x->last_use == NULL || x->resident == NULL || x->missing == NULL ||
+        x->heat == NULL) {
         return lares_fail(err, LARES_ENOMEM, "exec: out of memory for %zu expert slices", n);
     }
     for (int32_t l = 0; l < m->hp.n_layer; l++) {
@@ -59,7 +69,10 @@ lares_status exec_experts_build(exec_local *e, lares_error *err) {
         }
         x->bytes += layer_bytes;
         x->layer_max = LARES_MAX(x->layer_max, layer_bytes);
+        /* a tick per MoE layer a token runs */
+        x->half_life += layer_bytes > 0 ? HEAT_HALF_LIFE : 0;
     }
+    x->half_life = x->half_life > 0 ? x->half_life : HEAT_HALF_LIFE;
     return LARES_OK;
 }
 
@@ -74,8 +87,45 @@ void exec_experts_free(exec_local *e) {
     lares_free(x->slices);
     lares_free(x->last_use);
     lares_free(x->resident);
+    lares_free(x->heat);
     lares_free(x->missing);
     memset(x, 0, sizeof *x);
+}
+
+/* a slice's heat now: its uses, each halved every half_life ticks since */
+static double heat_now(const exec_experts *x, size_t i) {
+    return (double)x->heat[i] * exp2(-(double)(x->tick - x->last_use[i]) / x->half_life);
+}
+
+/* what a slice is worth keeping: heat per byte, or recency */
+static bool colder(const exec_local *e, size_t a, size_t b) {
+    const exec_experts *x = &e->x;
+    if (e->o.expert_cache == LARES_EXPERT_CACHE_LRU) {
+        return x->last_use[a] < x->last_use[b];
+    }
+    return heat_now(x, a) * (double)x->slices[b].bytes <
+           heat_now(x, b) * (double)x->slices[a].bytes;
+}
+
+/* Releases the coldest slices not chosen now until `need` more bytes fit. */
+static void make_room(exec_local *e, uint64_t need) {
+    exec_experts *x = &e->x;
+    const size_t n = (size_t)e->m->hp.n_layer * (size_t)x->n_expert;
+    while (x->cached + need > x->capacity) {
+        size_t victim = n;
+        for (size_t i = 0; i < n; i++) {
+            if (x->resident[i] && x->last_use[i] != x->tick &&
+                (victim == n || colder(e, i, victim))) {
+                victim = i;
+            }
+        }
+        if (victim == n) {
+            return; /* only this call's experts are left: capacity holds a whole layer */
+        }
+        x->release_bytes += mem_release(&e->mf, &x->slices[victim]);
+        x->resident[victim] = false;
+        x->cached -= x->slices[victim].bytes;
+    }
 }
 
 void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked) {
@@ -95,41 +145,7 @@ void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked)
     }
     x->capacity = capacity;
     x->tick++; /* nothing is "chosen now": everything may go */
-    while (x->cached > x->capacity) {
-        size_t victim = n;
-        for (size_t i = 0; i < n; i++) {
-            if (x->resident[i] && (victim == n || x->last_use[i] < x->last_use[victim])) {
-                victim = i;
-            }
-        }
-        if (victim == n) {
-            break;
-        }
-        x->release_bytes += mem_release(&e->mf, &x->slices[victim]);
-        x->resident[victim] = false;
-        x->cached -= x->slices[victim].bytes;
-    }
-}
-
-/* Releases least recently used slices not chosen now until `need` more bytes fit. */
-static void make_room(exec_local *e, uint64_t need) {
-    exec_experts *x = &e->x;
-    const size_t n = (size_t)e->m->hp.n_layer * (size_t)x->n_expert;
-    while (x->cached + need > x->capacity) {
-        size_t victim = n;
-        for (size_t i = 0; i < n; i++) {
-            if (x->resident[i] && x->last_use[i] != x->tick &&
-                (victim == n || x->last_use[i] < x->last_use[victim])) {
-                victim = i;
-            }
-        }
-        if (victim == n) {
-            return; /* only this call's experts are left: capacity holds a whole layer */
-        }
-        x->release_bytes += mem_release(&e->mf, &x->slices[victim]);
-        x->resident[victim] = false;
-        x->cached -= x->slices[victim].bytes;
-    }
+    make_room(e, 0);
 }
 
 void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, int32_t n) {
@@ -147,6 +163,7 @@ void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, in
             continue;
         }
         const size_t s = slot(e, layer, experts[i]);
+        x->heat[s] = (float)(heat_now(x, s) + 1.0);
         x->last_use[s] = x->tick;
         if (x->resident[s]) {
             x->hits++;

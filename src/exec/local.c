@@ -55,7 +55,7 @@ static lares_status build(const model *m, model_kv *kv, model_ctx *cx, const exe
     copy_windows(e, o);
     mem_file_of(m->file, &e->mf);
     if ((st = exec_units_build(e, err)) != LARES_OK || (st = exec_experts_build(e, err)) ||
-        (st = exec_stream_init(e, err))) {
+        (st = exec_routes_build(e, err)) || (st = exec_stream_init(e, err))) {
         exec_local_free(e);
         return st;
     }
@@ -169,9 +169,7 @@ static lares_status run_plan(exec_local *e, uint64_t budget, const bool *pinned,
     if (st != LARES_OK) {
         return st;
     }
-    if (e->x.bytes > 0 && e->cx != NULL) {
-        model_ctx_on_route(e->cx, exec_experts_on_route, e);
-    }
+    e->r.to_cache = e->x.bytes > 0 && e->r.counts != NULL;
     lares_log(LARES_LOG_INFO,
               "exec: streaming %s: %d of %d units pinned (%" PRIu64 " MiB), %" PRIu64
               " MiB read per pass through a window of %" PRIu64 " MiB",
@@ -227,9 +225,7 @@ lares_status exec_local_set_budget(exec_local *e, uint64_t weight_budget, lares_
         return LARES_OK;
     }
     exec_stream_stop(e);
-    if (e->cx != NULL && e->cx->route_user == e) {
-        model_ctx_on_route(e->cx, NULL, NULL);
-    }
+    e->r.to_cache = false;
     unlock_everything(e);
     return run_plan(e, weight_budget, e->pin_scratch, &p, false, err);
 }
@@ -239,9 +235,7 @@ void exec_local_free(exec_local *e) {
         return;
     }
     exec_stream_destroy(e);
-    if (e->cx != NULL && e->cx->route_user == e) {
-        model_ctx_on_route(e->cx, NULL, NULL);
-    }
+    exec_routes_free(e);
     exec_experts_free(e);
     if (e->locked.n > 0) {
         mem_unlock(&e->mf, &e->locked);
@@ -273,6 +267,7 @@ lares_status exec_local_forward(exec_local *e, int32_t l0, int32_t l1, const int
 lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32_t n_seqs,
                                      int32_t l0, int32_t l1, const int32_t *pos, int32_t n_tok,
                                      float *x, lares_error *err) {
+    e->r.n_tok = n_tok;
     if (!e->plan.streaming) {
         const lares_status st =
             model_forward_seqs(e->m, seqs, n_seqs, e->cx, l0, l1, pos, n_tok, x, err);
@@ -329,4 +324,6 @@ void exec_local_counters(exec_local *e, exec_counters *out) {
     out->expert_hits = e->x.hits;
     out->expert_misses = e->x.misses;
     out->expert_bytes = e->x.read_bytes;
+    out->route_pairs = e->r.pairs;
+    out->route_shared = e->r.shared;
 }

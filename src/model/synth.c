@@ -11,9 +11,11 @@
  */
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "model/synth_route.h"
 #include "ops/ops.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 typedef struct synth_preset {
     const char *name;
@@ -45,13 +47,18 @@ const char *lares_synth_presets(void) {
 }
 
 lares_synth_opts lares_synth_opts_default(void) {
-    lares_synth_opts o = {.preset = "llama-tiny", .type = "q8_0", .seed = 1234};
+    lares_synth_opts o = {.preset = "llama-tiny",
+                          .type = "q8_0",
+                          .seed = 1234,
+                          .routing = LARES_SYNTH_ROUTING_REALISTIC,
+                          .route_skew = 0.6,
+                          .route_overlap = 0.87};
     return o;
 }
 
 /* ---- the generator ---- */
 
-static uint64_t mix64(uint64_t z) {
+uint64_t synth_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
     return z ^ (z >> 31);
@@ -73,7 +80,7 @@ static void fill_row(float *dst, int64_t n, uint64_t key, float std) {
     /* four 16-bit uniforms centred on 0 have standard deviation 65536 / sqrt(3) */
     const float scale = std / 37837.2272f;
     for (int64_t i = 0; i < n; i++) {
-        const uint64_t r = mix64(key + (uint64_t)i * 0x9e3779b97f4a7c15u);
+        const uint64_t r = synth_mix64(key + (uint64_t)i * 0x9e3779b97f4a7c15u);
         const int32_t s4 = (int32_t)(r & 0xffff) + (int32_t)((r >> 16) & 0xffff) +
                            (int32_t)((r >> 32) & 0xffff) + (int32_t)(r >> 48) - 2 * 65536;
         dst[i] = (float)s4 * scale;
@@ -85,7 +92,8 @@ typedef struct synth_tensor {
     uint32_t n_dims;
     int64_t ne[GGUF_MAX_DIMS];
     uint32_t type;
-    bool ones; /* a norm */
+    synth_role role;
+    int32_t layer; /* -1: not a layer's */
 } synth_tensor;
 
 typedef struct fill_task {
@@ -96,6 +104,7 @@ typedef struct fill_task {
     uint64_t key;
     float *scratch; /* nth x ne[0] */
     const quant_traits *qt;
+    const synth_routing *routing; /* NULL: plain random rows */
 } fill_task;
 
 static void fill_rows(void *vctx, int ith, int nth) {
@@ -105,12 +114,15 @@ static void fill_rows(void *vctx, int ith, int nth) {
     int64_t lo, hi;
     ops_split(f->rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
-        if (f->t->ones) {
+        if (f->t->role == SYNTH_ROLE_NORM) {
             for (int64_t i = 0; i < n; i++) {
                 row[i] = 1.0f;
             }
         } else {
-            fill_row(row, n, mix64(f->key + (uint64_t)r), 0.02f);
+            fill_row(row, n, synth_mix64(f->key + (uint64_t)r), 0.02f);
+        }
+        if (f->routing != NULL) {
+            synth_routing_shape_row(f->routing, f->t->role, f->t->layer, r, row, n);
         }
         f->qt->from_float_ref(row, f->out + (size_t)r * f->row_bytes, n);
     }
@@ -124,7 +136,7 @@ typedef struct tensor_list {
 } tensor_list;
 
 static lares_status add(tensor_list *l, const char *name, uint32_t n_dims, int64_t ne0, int64_t ne1,
-                        int64_t ne2, bool ones, lares_error *err) {
+                        int64_t ne2, synth_role role, lares_error *err) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 64;
         synth_tensor *n = lares_realloc(l->t, cap * sizeof *n);
@@ -142,7 +154,11 @@ static lares_status add(tensor_list *l, const char *name, uint32_t n_dims, int64
     t->ne[1] = ne1;
     t->ne[2] = ne2;
     t->ne[3] = 1;
-    t->ones = ones;
+    t->role = role;
+    t->layer = -1;
+    if (strncmp(name, "blk.", 4) == 0) {
+        t->layer = (int32_t)strtol(name + 4, NULL, 10);
+    }
     return LARES_OK;
 }
 
@@ -151,37 +167,39 @@ static lares_status list_tensors(const synth_preset *p, int32_t n_layer, int32_t
     const int64_t e = p->n_embd, hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head,
                   qd = hd * p->n_head, kvd = hd * p->n_head_kv;
     lares_status st;
-    if ((st = add(l, "token_embd.weight", 2, e, n_vocab, 1, false, err)) ||
-        (st = add(l, "output_norm.weight", 1, e, 1, 1, true, err)) ||
-        (st = add(l, "output.weight", 2, e, n_vocab, 1, false, err))) {
+    if ((st = add(l, "token_embd.weight", 2, e, n_vocab, 1, SYNTH_ROLE_EMBD, err)) ||
+        (st = add(l, "output_norm.weight", 1, e, 1, 1, SYNTH_ROLE_NORM, err)) ||
+        (st = add(l, "output.weight", 2, e, n_vocab, 1, SYNTH_ROLE_PLAIN, err))) {
         return st;
     }
     char n[GGUF_MAX_NAME_BYTES + 1];
     for (int32_t i = 0; i < n_layer; i++) {
 #define N(s) (snprintf(n, sizeof n, "blk.%d." s, i), n)
-        if ((st = add(l, N("attn_norm.weight"), 1, e, 1, 1, true, err)) ||
-            (st = add(l, N("attn_q.weight"), 2, e, qd, 1, false, err)) ||
-            (st = add(l, N("attn_k.weight"), 2, e, kvd, 1, false, err)) ||
-            (st = add(l, N("attn_v.weight"), 2, e, kvd, 1, false, err)) ||
-            (st = add(l, N("attn_output.weight"), 2, qd, e, 1, false, err)) ||
-            (st = add(l, N("ffn_norm.weight"), 1, e, 1, 1, true, err))) {
+        if ((st = add(l, N("attn_norm.weight"), 1, e, 1, 1, SYNTH_ROLE_NORM, err)) ||
+            (st = add(l, N("attn_q.weight"), 2, e, qd, 1, SYNTH_ROLE_ATTN_Q, err)) ||
+            (st = add(l, N("attn_k.weight"), 2, e, kvd, 1, SYNTH_ROLE_ATTN_K, err)) ||
+            (st = add(l, N("attn_v.weight"), 2, e, kvd, 1, SYNTH_ROLE_ATTN_V, err)) ||
+            (st = add(l, N("attn_output.weight"), 2, qd, e, 1, SYNTH_ROLE_ATTN_OUT, err)) ||
+            (st = add(l, N("ffn_norm.weight"), 1, e, 1, 1, SYNTH_ROLE_NORM, err))) {
             return st;
         }
         if (p->n_expert > 0) {
-            if ((st = add(l, N("attn_q_norm.weight"), 1, hd, 1, 1, true, err)) ||
-                (st = add(l, N("attn_k_norm.weight"), 1, hd, 1, 1, true, err)) ||
-                (st = add(l, N("ffn_gate_inp.weight"), 2, e, p->n_expert, 1, false, err)) ||
-                (st = add(l, N("ffn_gate_exps.weight"), 3, e, p->n_ff_exp, p->n_expert, false,
+            if ((st = add(l, N("attn_q_norm.weight"), 1, hd, 1, 1, SYNTH_ROLE_NORM, err)) ||
+                (st = add(l, N("attn_k_norm.weight"), 1, hd, 1, 1, SYNTH_ROLE_NORM, err)) ||
+                (st = add(l, N("ffn_gate_inp.weight"), 2, e, p->n_expert, 1, SYNTH_ROLE_ROUTER,
                           err)) ||
-                (st = add(l, N("ffn_up_exps.weight"), 3, e, p->n_ff_exp, p->n_expert, false,
-                          err)) ||
-                (st = add(l, N("ffn_down_exps.weight"), 3, p->n_ff_exp, e, p->n_expert, false,
-                          err))) {
+                (st = add(l, N("ffn_gate_exps.weight"), 3, e, p->n_ff_exp, p->n_expert,
+                          SYNTH_ROLE_PLAIN, err)) ||
+                (st = add(l, N("ffn_up_exps.weight"), 3, e, p->n_ff_exp, p->n_expert,
+                          SYNTH_ROLE_PLAIN, err)) ||
+                (st = add(l, N("ffn_down_exps.weight"), 3, p->n_ff_exp, e, p->n_expert,
+                          SYNTH_ROLE_FFN_DOWN, err))) {
                 return st;
             }
-        } else if ((st = add(l, N("ffn_gate.weight"), 2, e, p->n_ff, 1, false, err)) ||
-                   (st = add(l, N("ffn_up.weight"), 2, e, p->n_ff, 1, false, err)) ||
-                   (st = add(l, N("ffn_down.weight"), 2, p->n_ff, e, 1, false, err))) {
+        } else if ((st = add(l, N("ffn_gate.weight"), 2, e, p->n_ff, 1, SYNTH_ROLE_PLAIN, err)) ||
+                   (st = add(l, N("ffn_up.weight"), 2, e, p->n_ff, 1, SYNTH_ROLE_PLAIN, err)) ||
+                   (st =
+                        add(l, N("ffn_down.weight"), 2, p->n_ff, e, 1, SYNTH_ROLE_FFN_DOWN, err))) {
             return st;
         }
 #undef N
@@ -206,8 +224,8 @@ static lares_status set_metadata(gguf_writer *w, const synth_preset *p, int32_t 
         (st = gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)p->n_ff, err)) ||
         (st = gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)n_layer, err)) ||
         (st = gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)p->n_head, err)) ||
-        (st = gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv,
-                                  err)) ||
+        (st =
+             gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)p->n_head_kv, err)) ||
         (st = gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_base, err)) ||
         (st = gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps, err))) {
         return st;
@@ -223,8 +241,7 @@ static lares_status set_metadata(gguf_writer *w, const synth_preset *p, int32_t 
     }
     if (p->n_expert > 0 &&
         ((st = gguf_writer_set_u32(w, KEY("expert_count"), (uint32_t)p->n_expert, err)) ||
-         (st = gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)p->n_expert_used,
-                                   err)) ||
+         (st = gguf_writer_set_u32(w, KEY("expert_used_count"), (uint32_t)p->n_expert_used, err)) ||
          (st = gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)p->n_ff_exp,
                                    err)))) {
         return st;
@@ -270,6 +287,30 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
     tensor_list tl = {0};
     uint8_t *buf = NULL;
     float *scratch = NULL;
+    synth_routing routing = {0};
+    const bool realistic = p->n_expert > 0 && o->routing == LARES_SYNTH_ROUTING_REALISTIC;
+    if (o->routing != LARES_SYNTH_ROUTING_REALISTIC && o->routing != LARES_SYNTH_ROUTING_RANDOM) {
+        return lares_fail(err, LARES_EINVAL, "synth: routing %d is not realistic or random",
+                          (int)o->routing);
+    }
+    if (realistic) {
+        const synth_route_shape rs = {.n_layer = n_layer,
+                                      .n_embd = p->n_embd,
+                                      .head_dim = p->head_dim ? p->head_dim : p->n_embd / p->n_head,
+                                      .n_expert = p->n_expert,
+                                      .n_expert_used = p->n_expert_used,
+                                      .rope_base = p->rope_base};
+        lares_status rst =
+            synth_routing_plan(&routing, &rs, o->route_skew, o->route_overlap, o->seed, err);
+        if (rst != LARES_OK) {
+            return rst;
+        }
+        lares_log(LARES_LOG_INFO,
+                  "synth: routing: window %.1f tokens (rotary pairs %d-%d), simulated overlap "
+                  "%.3f, top-%d share %.3f",
+                  (double)routing.sigma, routing.band0, routing.band0 + SYNTH_ROUTE_BAND - 1,
+                  routing.sim_overlap, p->n_expert_used, routing.sim_top_share);
+    }
     lares_status st = gguf_open(o->vocab_path, NULL, &vocab, err);
     if (st != LARES_OK) {
         goto done;
@@ -285,8 +326,7 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
         goto done;
     }
     const int32_t n_vocab = (int32_t)toks.n;
-    if ((st = list_tensors(p, n_layer, n_vocab, &tl, err)) ||
-        (st = gguf_writer_create(&w, err)) ||
+    if ((st = list_tensors(p, n_layer, n_vocab, &tl, err)) || (st = gguf_writer_create(&w, err)) ||
         (st = set_metadata(w, p, n_layer, mix, vocab, err)) ||
         (st = ops_pool_create(o->n_threads > 0 ? o->n_threads : lares_cpu_count(), &pool, err))) {
         goto done;
@@ -295,7 +335,8 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
     for (size_t i = 0; i < tl.n; i++) {
         synth_tensor *t = &tl.t[i];
         t->type = model_mix_type(mix, t->name, t->n_dims, t->ne[0], false, n_layer);
-        if (quant_traits_ref(t->type) == NULL || quant_traits_ref(t->type)->from_float_ref == NULL) {
+        if (quant_traits_ref(t->type) == NULL ||
+            quant_traits_ref(t->type)->from_float_ref == NULL) {
             st = lares_fail(err, LARES_EUNSUPPORTED, "synth: lares cannot write type %s yet",
                             gguf_type_info_of(t->type)->name);
             goto done;
@@ -325,9 +366,10 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
                        .out = buf,
                        .row_bytes = quant_row_bytes(t->type, t->ne[0]),
                        .rows = t->ne[1] * t->ne[2] * t->ne[3],
-                       .key = mix64(o->seed ^ name_hash(t->name)),
+                       .key = synth_mix64(o->seed ^ name_hash(t->name)),
                        .scratch = scratch,
-                       .qt = quant_traits_ref(t->type)};
+                       .qt = quant_traits_ref(t->type),
+                       .routing = realistic ? &routing : NULL};
         ops_pool_run(pool, fill_rows, &f);
         const uint64_t nb = gguf_writer_tensor_bytes(w, i);
         if ((st = gguf_writer_write_data(w, buf, nb, err)) != LARES_OK) {
@@ -340,6 +382,7 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
     }
     st = gguf_writer_finish(w, err);
 done:
+    synth_routing_free(&routing);
     lares_free(buf);
     lares_free(scratch);
     lares_free(tl.t);

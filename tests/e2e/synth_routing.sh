@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Realistic MoE routing (issue 18) from the command line: lares synth makes a
+# tiny Qwen3-MoE whose routers keep most experts from token to token, lares
+# bench measures that overlap and the expert cache's hit rate when a budget
+# makes the experts stream, and the same text comes out streamed or not.
+# Both eviction orders of the expert cache (lru, heat) keep the text.
+# Bad figures get one-line errors and leave no file.
+. "$(dirname "$0")/lib.sh"
+need jq
+V=$(model vocab/ggml-vocab-llama-spm.gguf)
+
+"$LARES" synth --preset qwen3moe-tiny --type q8_0 -o "$TMP/moe.gguf" --vocab-from "$V" \
+  2>"$TMP/err" && ok || fail "synth: $(cat "$TMP/err")"
+"$LARES" synth --preset qwen3moe-tiny --type q8_0 --routing random -o "$TMP/rand.gguf" \
+  --vocab-from "$V" 2>"$TMP/err" && ok || fail "synth --routing random: $(cat "$TMP/err")"
+cmp -s "$TMP/moe.gguf" "$TMP/rand.gguf" && fail "routing made no difference to the file" || ok
+
+# figures over 200 sampled tokens; everything resident: no cache figures
+bench() { "$LARES" bench -m "$1" -p 0 -n 200 -r 1 -t 1 --temp 1 --seed 3 --json "${@:2}"; }
+bench "$TMP/moe.gguf" >"$TMP/b.json" 2>"$TMP/err" && ok || fail "bench: $(cat "$TMP/err")"
+jq -e '.tests[0] | .route_overlap > 0.75 and .route_overlap < 0.97
+       and .route_top_share > 0.25 and .route_top_share <= 1 and .expert_hit_rate == null' \
+  "$TMP/b.json" >/dev/null && ok || fail "realistic routing figures: $(jq -c '.tests[0]' "$TMP/b.json")"
+bench "$TMP/rand.gguf" >"$TMP/r.json" 2>"$TMP/err" && ok || fail "bench random: $(cat "$TMP/err")"
+real=$(jq '.tests[0].route_overlap' "$TMP/b.json")
+rand=$(jq '.tests[0].route_overlap' "$TMP/r.json")
+awk -v a="$real" -v b="$rand" 'BEGIN { exit !(b < a - 0.1) }' && ok \
+  || fail "random routers overlap $rand, realistic $real"
+
+# streamed: the smallest budget each command accepts (from its own refusal), plus 1 MiB
+least() {
+  "$@" --mem-budget 1M >/dev/null 2>"$TMP/err" && { fail "a 1 MiB budget was accepted: $*"; return; }
+  local n
+  n=$(grep -o '([0-9]* bytes)' "$TMP/err" | tr -dc 0-9)
+  [ -n "$n" ] && echo $((n + 1048576)) || fail "no least budget in: $(cat "$TMP/err")"
+}
+budget=$(least bench "$TMP/moe.gguf")
+bench "$TMP/moe.gguf" --mem-budget "$budget" >"$TMP/s.json" 2>"$TMP/err" && ok \
+  || fail "bench streamed: $(cat "$TMP/err")"
+jq -e '.tests[0] | .expert_hits + .expert_misses > 0 and .expert_hit_rate > 0
+       and .expert_hit_rate < 1' "$TMP/s.json" >/dev/null && ok \
+  || fail "streamed cache figures: $(jq -c '.tests[0]' "$TMP/s.json")"
+# routing does not depend on residency: the same choices, the same overlap
+jq -e --slurpfile a "$TMP/b.json" '.tests[0].route_overlap == $a[0].tests[0].route_overlap' \
+  "$TMP/s.json" >/dev/null && ok || fail "overlap streamed $(jq .tests[0].route_overlap "$TMP/s.json") vs $real"
+# the table's line
+"$LARES" bench -m "$TMP/moe.gguf" -p 0 -n 200 -r 1 -t 1 --temp 1 --mem-budget "$budget" \
+  >/dev/null 2>"$TMP/err" && grep -Eq '^lares: experts \(tg\): cache hit rate [0-9.]+ %' "$TMP/err" \
+  && ok || fail "bench experts line: $(cat "$TMP/err")"
+# the same greedy text with and without streaming
+ids() { "$LARES" run -m "$TMP/moe.gguf" -p "Once upon a time" -n 24 --temp 0 -t 1 --json "$@"; }
+a=$(ids | jq -c .generated_ids)
+budget=$(least ids)
+ids --mem-budget "$budget" >"$TMP/run.json"
+b=$(jq -c .generated_ids "$TMP/run.json")
+jq -e '.memory.streaming == true' "$TMP/run.json" >/dev/null && ok || fail "run did not stream: $(jq -c .memory "$TMP/run.json")"
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || fail "streamed ids $b differ from resident $a"
+c=$(ids --mem-budget "$budget" --expert-cache heat | jq -c .generated_ids)
+[ "$a" = "$c" ] && ok || fail "streamed ids with --expert-cache heat $c differ from resident $a"
+# both eviction orders count hits and misses
+bench "$TMP/moe.gguf" --mem-budget "$(least bench "$TMP/moe.gguf")" --expert-cache heat >"$TMP/h.json" \
+  2>"$TMP/err" && jq -e '.tests[0].expert_hit_rate > 0 and .tests[0].expert_hit_rate < 1' "$TMP/h.json" \
+  >/dev/null && ok || fail "heat cache figures: $(cat "$TMP/err" "$TMP/h.json")"
+"$LARES" run -m "$TMP/moe.gguf" -p "Once" -n 2 --expert-cache warm 2>"$TMP/err" && fail "--expert-cache warm accepted" \
+  || { [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "warm" "$TMP/err" && ok || fail "--expert-cache message: $(cat "$TMP/err")"; }
+
+# bad figures
+for bad in "--route-overlap 1.5" "--route-overlap x" "--route-skew -1" "--routing sometimes"; do
+  # shellcheck disable=SC2086
+  "$LARES" synth --preset qwen3moe-tiny --type q8_0 $bad -o "$TMP/bad.gguf" --vocab-from "$V" \
+    2>"$TMP/err" && fail "synth $bad accepted" \
+    || { [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q -- "${bad%% *}" "$TMP/err" && ok \
+      || fail "synth $bad message: $(cat "$TMP/err")"; }
+done
+"$LARES" synth --preset qwen3moe-tiny --type q8_0 --layers 200 -o "$TMP/bad.gguf" --vocab-from "$V" \
+  2>"$TMP/err" && fail "200 layers of width 256 accepted" \
+  || { grep -q "routing random" "$TMP/err" && ok || fail "no room message: $(cat "$TMP/err")"; }
+[ ! -e "$TMP/bad.gguf" ] && ok || fail "a refused synth left a file"
+"$LARES" bench -m "$TMP/moe.gguf" --temp hot 2>"$TMP/err" && fail "--temp hot accepted" \
+  || { grep -q -- "--temp" "$TMP/err" && ok || fail "--temp message: $(cat "$TMP/err")"; }
+finish
