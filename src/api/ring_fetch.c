@@ -75,6 +75,7 @@ typedef struct xfer {
     uint64_t cur_off;  /* its next offset to request */
     uint32_t *redo;    /* items to fetch again from 0 (hash mismatch) */
     uint32_t n_redo;
+    bool redoing;      /* cur is an item fetched again: after it, the next to redo */
     uint8_t *tries;    /* per item */
     /* chunks in flight, in request order */
     uint32_t q_item[FETCH_WINDOW];
@@ -100,6 +101,9 @@ static bool next_chunk(xfer *x, uint32_t *item, uint64_t *off, uint32_t *len) {
                 x->cur_off += *len;
                 return true;
             }
+            if (x->redoing) { /* the items after it were asked for already */
+                x->cur = x->f->n_items;
+            }
             /* the next item that lacks bytes, from where the cache stops */
             uint32_t i = x->cur + 1;
             while (i < x->f->n_items && !wanted(x, i)) {
@@ -116,6 +120,7 @@ static bool next_chunk(xfer *x, uint32_t *item, uint64_t *off, uint32_t *len) {
         }
         x->cur = x->redo[--x->n_redo];
         x->cur_off = 0;
+        x->redoing = true;
     }
 }
 
