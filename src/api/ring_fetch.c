@@ -70,6 +70,7 @@ static lares_status ask_hash(api_fetch *f, uint32_t item, cluster_tensor_data *d
 
 typedef struct xfer {
     api_fetch *f;
+    const char *what; /* "weights", "the model's header" */
     const bool *need;
     uint32_t cur;      /* item being requested */
     uint64_t cur_off;  /* its next offset to request */
@@ -150,10 +151,10 @@ static void report(xfer *x, uint64_t now, bool last) {
     const double s = (double)(now - x->t0) / 1e9;
     const double rate = s > 0 ? mib(x->done) / s : 0.0;
     if (last) {
-        say(f, "fetched %.1f MiB of weights from the head in %.2f s (%.1f MiB/s); %.1f MiB from the cache",
-            mib(x->done), s, rate, mib(f->cached_bytes));
+        say(f, "fetched %.1f MiB of %s from the head in %.2f s (%.1f MiB/s); %.1f MiB from the cache",
+            mib(x->done), x->what, s, rate, mib(f->cached_bytes));
     } else {
-        say(f, "fetching weights from the head: %.1f of %.1f MiB (%.0f %%), %.1f MiB/s",
+        say(f, "fetching %s from the head: %.1f of %.1f MiB (%.0f %%), %.1f MiB/s", x->what,
             mib(x->done), mib(x->total), x->total ? 100.0 * (double)x->done / (double)x->total : 100.0,
             rate);
     }
@@ -200,8 +201,9 @@ static lares_status take_chunk(xfer *x, const cluster_tensor_data *d, lares_erro
     return LARES_OK;
 }
 
-static lares_status transfer(api_fetch *f, const bool *need, uint64_t missing, lares_error *err) {
-    xfer x = {.f = f, .need = need, .cur = UINT32_MAX - 1, .total = missing};
+static lares_status transfer(api_fetch *f, const char *what, const bool *need, uint64_t missing,
+                             lares_error *err) {
+    xfer x = {.f = f, .what = what, .need = need, .cur = UINT32_MAX - 1, .total = missing};
     x.redo = lares_calloc(f->n_items, sizeof *x.redo);
     x.tries = lares_calloc(f->n_items, sizeof *x.tries);
     if (x.redo == NULL || x.tries == NULL) {
@@ -388,7 +390,8 @@ lares_status api_fetch_model(api_fetch *f, uint64_t file_bytes, char *path, size
         uint8_t(*sh)[WCACHE_SHA256_BYTES] = f->head_sha;
         f->verified = &v;
         f->head_sha = hs;
-        st = transfer(f, &one, d.item_bytes - wcache_have(f->cache, 0), err);
+        f->cached_bytes = 0;
+        st = transfer(f, "the model's header", &one, d.item_bytes - wcache_have(f->cache, 0), err);
         f->verified = sv;
         f->head_sha = sh;
         f->n_items = 0;
@@ -507,7 +510,7 @@ lares_status api_fetch_items(api_fetch *f, const bool *need, uint64_t *fetched, 
         if (st == LARES_OK) {
             say(f, "fetching %.1f MiB of weights from the head (%.1f MiB in the cache)",
                 mib(missing), mib(f->cached_bytes));
-            st = transfer(f, need, missing, err);
+            st = transfer(f, "weights", need, missing, err);
             *fetched = f->fetched_bytes;
         }
     } else if (st == LARES_OK) {

@@ -132,7 +132,7 @@ run_ring "$M" "$TMP/full.json"
 full=$(shipped "$TMP/full.json" f)
 ring_cleanup
 ring_worker k --cache "$TMP/ck" -t 1 || exit 1; KK=$WORKER_ADDR; KPID=$WORKER_PID
-HEAD_EXTRA=', "link_delay_ms": 600' ship_json "$TMP/ring.json" '"timeout_ms": 6000, "connect_timeout_ms": 20000,' 2 k "$KK" 3
+HEAD_EXTRA=', "link_delay_ms": 1000' ship_json "$TMP/ring.json" '"timeout_ms": 6000, "connect_timeout_ms": 20000,' 2 k "$KK" 3
 "$LARES" run -m "$M" -p "Once upon a time" -n 4 --temp 0 -t 1 --ring "$TMP/ring.json" --rebalance off --failover off \
   >"$TMP/kh.out" 2>"$TMP/kh.err" &
 HPID=$!
@@ -140,7 +140,7 @@ for i in $(seq 1 200); do
   grep -q "fetching .* MiB of weights" "$TMP/k.log" && break
   sleep 0.05
 done
-sleep 1.5
+sleep 1.8
 kill -9 "$KPID"
 wait "$HPID" 2>/dev/null
 man=$(ls "$TMP"/ck/*/manifest)
