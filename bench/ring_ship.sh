@@ -6,7 +6,7 @@
 # model; the transfer time is the worker's own figure ("fetched X MiB ... in
 # Y s"), compared with X / rate. A second run on the warm cache ships nothing.
 #
-#   sudo bench/ring_ship.sh [-m MODEL] [--rates "1gbit 100mbit"] [--worker-w 4] [--layers 6]
+#   sudo bench/ring_ship.sh [-m MODEL] [--rates "none 1gbit 100mbit"] [--worker-w 4] [--layers 6]
 #
 # MODEL defaults to llama-7b Q4_K_M cut to --layers layers (lares synth, in
 # $LARES_BENCH_DIR, /tmp/lares-bench). Goal: within 1.2x of bytes / rate.
@@ -14,7 +14,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 LARES=${LARES:-$here/build/lares}
 MODEL=""
-RATES="1gbit 100mbit"
+RATES="none 1gbit 100mbit"
 WORKER_W=4
 LAYERS=6
 while [ $# -gt 0 ]; do
@@ -53,12 +53,15 @@ for rate in $RATES; do
   i=$((i + 1))
   tb_device "$i" 2 0 0 0 || exit 1
   ns=${TB_ID}n$i
-  # tbf: the burst must hold a timer tick's worth of bytes at this rate
-  bits=$(numfmt --from=si "${rate%bit}")
-  burst=$((bits / 8 / 100))
-  [ "$burst" -lt 16384 ] && burst=16384
-  tc qdisc add dev "${TB_ID}h$i" root tbf rate "$rate" burst "$burst" latency 50ms || exit 1
-  ip netns exec "$ns" tc qdisc add dev "${TB_ID}p$i" root tbf rate "$rate" burst "$burst" latency 50ms || exit 1
+  bits=0
+  if [ "$rate" != none ]; then # "none": the veth unlimited, the CPU's ceiling
+    # tbf: the burst must hold a timer tick's worth of bytes at this rate
+    bits=$(numfmt --from=si "$(echo "${rate%bit}" | tr a-z A-Z)")
+    burst=$((bits / 8 / 100))
+    [ "$burst" -lt 16384 ] && burst=16384
+    tc qdisc add dev "${TB_ID}h$i" root tbf rate "$rate" burst "$burst" latency 50ms || exit 1
+    ip netns exec "$ns" tc qdisc add dev "${TB_ID}p$i" root tbf rate "$rate" burst "$burst" latency 50ms || exit 1
+  fi
   rm -rf "$TMP/cache$i"
   LARES=$(tb_launcher "$i") RING_LISTEN="$(tb_ip "$i"):9100" ring_worker "w$i" --cache "$TMP/cache$i" || exit 1
   ADDR=$WORKER_ADDR
@@ -72,9 +75,13 @@ for rate in $RATES; do
     line=$(grep "worker fetch: fetched" "$TMP/w$i.log" | tail -1)
     if [ "$run" = cold ]; then
       secs=$(echo "$line" | sed -n 's/.* in \([0-9.]*\) s .*/\1/p')
-      ideal=$(echo "scale=3; $shipped * 8 / $bits" | bc)
-      ratio=$(echo "scale=3; $secs / $ideal" | bc)
-      echo "rate $rate: shipped $shipped bytes in $secs s; bytes / rate = $ideal s; ratio $ratio"
+      if [ "$bits" -gt 0 ]; then
+        ideal=$(echo "scale=3; $shipped * 8 / $bits" | bc)
+        ratio=$(echo "scale=3; $secs / $ideal" | bc)
+        echo "rate $rate: shipped $shipped bytes in $secs s; bytes / rate = $ideal s; ratio $ratio"
+      else
+        echo "rate $rate: shipped $shipped bytes in $secs s ($(echo "scale=1; $shipped * 8 / $secs / 1000000" | bc) Mbit/s)"
+      fi
       echo "  worker: $line"
     else
       echo "rate $rate, second run on the warm cache: shipped $shipped bytes; first token after $(jq '.timings.load_ms + .timings.ttft_ms' "$TMP/run-$i-$run.json") ms"
