@@ -263,47 +263,73 @@ static lares_status transfer(api_fetch *f, const char *what, const bool *need, u
 
 /* ---- the model's header ---- */
 
+/* The items of a model file: item 0 its header, item i tensor i - 1. */
+static lares_status item_table(const gguf_file *g, uint64_t **off, uint64_t **bytes, uint32_t *n,
+                               lares_error *err) {
+    const uint64_t nt = gguf_n_tensors(g);
+    *off = *bytes = NULL;
+    *n = 0;
+    if (nt + 1 > WCACHE_MAX_ITEMS) {
+        return lares_fail(err, LARES_EFORMAT, "%s: %" PRIu64 " tensors (at most %u)", gguf_path(g),
+                          nt, WCACHE_MAX_ITEMS - 1);
+    }
+    uint64_t *o = lares_alloc_array((size_t)nt + 1, sizeof *o);
+    uint64_t *b = lares_alloc_array((size_t)nt + 1, sizeof *b);
+    if (o == NULL || b == NULL) {
+        lares_free(o);
+        lares_free(b);
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    o[0] = 0;
+    b[0] = gguf_header_bytes(g);
+    for (uint64_t i = 0; i < nt; i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        o[i + 1] = gguf_data_offset(g) + t->offset;
+        b[i + 1] = t->nbytes;
+    }
+    *off = o;
+    *bytes = b;
+    *n = (uint32_t)nt + 1;
+    return LARES_OK;
+}
+
+/* drops what the fetcher knew of the items (another model, or a header fetched anew) */
+static void forget_items(api_fetch *f) {
+    lares_free(f->verified);
+    lares_free(f->head_sha);
+    lares_free(f->head_known);
+    f->verified = NULL;
+    f->head_sha = NULL;
+    f->head_known = NULL;
+    f->n_items = 0;
+}
+
 static lares_status set_items(api_fetch *f, const char *path, lares_error *err) {
     gguf_file *g = NULL;
     lares_status st = gguf_open(path, NULL, &g, err);
     if (st != LARES_OK) {
         return st;
     }
-    const uint64_t nt = gguf_n_tensors(g);
-    const uint32_t n = nt < WCACHE_MAX_ITEMS ? (uint32_t)nt + 1 : 0;
-    uint64_t *off = n ? lares_alloc_array(n, sizeof *off) : NULL;
-    uint64_t *bytes = n ? lares_alloc_array(n, sizeof *bytes) : NULL;
-    if (n == 0) {
-        st = lares_fail(err, LARES_EFORMAT, "%s: %" PRIu64 " tensors", path, nt);
-    } else if (off == NULL || bytes == NULL) {
-        st = lares_fail(err, LARES_ENOMEM, "out of memory");
-    } else {
-        off[0] = 0;
-        bytes[0] = gguf_header_bytes(g);
-        for (uint64_t i = 0; i < nt; i++) {
-            const gguf_tensor *t = gguf_tensor_at(g, i);
-            off[i + 1] = gguf_data_offset(g) + t->offset;
-            bytes[i + 1] = t->nbytes;
-        }
+    uint64_t *off = NULL, *bytes = NULL;
+    uint32_t n = 0;
+    st = item_table(g, &off, &bytes, &n, err);
+    if (st == LARES_OK) {
         st = wcache_set_items(f->cache, n, off, bytes, err);
-        gguf_str name;
-        if (st == LARES_OK && gguf_get_str(g, "general.name", &name, NULL) == LARES_OK) {
-            char nm[64];
-            snprintf(nm, sizeof nm, "%.*s", (int)LARES_MIN(name.len, sizeof nm - 1), name.ptr);
-            wcache_set_name(f->cache, nm);
-        }
     }
-    const uint32_t old = f->n_items;
-    if (st == LARES_OK && n != old) {
-        lares_free(f->verified);
-        lares_free(f->head_sha);
-        lares_free(f->head_known);
+    gguf_str name;
+    if (st == LARES_OK && gguf_get_str(g, "general.name", &name, NULL) == LARES_OK) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "%.*s", (int)LARES_MIN(name.len, sizeof nm - 1), name.ptr);
+        wcache_set_name(f->cache, nm);
+    }
+    if (st == LARES_OK && n != f->n_items) {
+        forget_items(f);
         f->verified = lares_calloc(n, sizeof *f->verified);
         f->head_sha = lares_calloc(n, sizeof *f->head_sha);
         f->head_known = lares_calloc(n, sizeof *f->head_known);
         f->n_items = n;
         if (f->verified == NULL || f->head_sha == NULL || f->head_known == NULL) {
-            f->n_items = 0;
+            forget_items(f);
             st = lares_fail(err, LARES_ENOMEM, "out of memory");
         }
     }
@@ -346,13 +372,7 @@ lares_status api_fetch_model(api_fetch *f, uint64_t file_bytes, char *path, size
     if (f->cache == NULL || memcmp(d.sha256, f->model_sha, WCACHE_SHA256_BYTES) != 0) {
         wcache_close(f->cache);
         f->cache = NULL;
-        lares_free(f->verified);
-        lares_free(f->head_sha);
-        lares_free(f->head_known);
-        f->verified = NULL;
-        f->head_sha = NULL;
-        f->head_known = NULL;
-        f->n_items = 0;
+        forget_items(f);
         memcpy(f->model_sha, d.sha256, WCACHE_SHA256_BYTES);
         st = open_entry(f, d.sha256, file_bytes, err);
         if (st != LARES_OK) {
@@ -394,13 +414,7 @@ lares_status api_fetch_model(api_fetch *f, uint64_t file_bytes, char *path, size
         st = transfer(f, "the model's header", &one, d.item_bytes - wcache_have(f->cache, 0), err);
         f->verified = sv;
         f->head_sha = sh;
-        f->n_items = 0;
-        lares_free(f->verified);
-        lares_free(f->head_sha);
-        lares_free(f->head_known);
-        f->verified = NULL;
-        f->head_sha = NULL;
-        f->head_known = NULL;
+        forget_items(f);
     }
     if (st == LARES_OK && f->n_items == 0) {
         st = set_items(f, wcache_file(f->cache), err);
@@ -527,44 +541,22 @@ void api_fetch_close(api_fetch *f) {
         return;
     }
     wcache_close(f->cache);
-    lares_free(f->verified);
-    lares_free(f->head_sha);
-    lares_free(f->head_known);
     f->cache = NULL;
-    f->verified = NULL;
-    f->head_sha = NULL;
-    f->head_known = NULL;
-    f->n_items = 0;
+    forget_items(f);
 }
 
 lares_status ring_ship_source(const gguf_file *g, cluster_ship_source *out, uint64_t **off,
                               uint64_t **bytes, lares_error *err) {
-    const uint64_t nt = gguf_n_tensors(g);
+    *out = (cluster_ship_source){0};
     *off = *bytes = NULL;
-    if (gguf_base(g) == NULL || nt + 1 > WCACHE_MAX_ITEMS) {
-        *out = (cluster_ship_source){0};
-        return LARES_OK; /* nothing to ship: workers without the file are refused */
+    uint32_t n = 0;
+    lares_status st = gguf_base(g) != NULL ? item_table(g, off, bytes, &n, err) : LARES_OK;
+    if (st == LARES_OK && n > 0) {
+        *out = (cluster_ship_source){.base = gguf_base(g),
+                                     .file_bytes = gguf_file_bytes(g),
+                                     .n_items = n,
+                                     .off = *off,
+                                     .bytes = *bytes};
     }
-    uint64_t *o = lares_alloc_array((size_t)nt + 1, sizeof *o);
-    uint64_t *b = lares_alloc_array((size_t)nt + 1, sizeof *b);
-    if (o == NULL || b == NULL) {
-        lares_free(o);
-        lares_free(b);
-        return lares_fail(err, LARES_ENOMEM, "out of memory");
-    }
-    o[0] = 0;
-    b[0] = gguf_header_bytes(g);
-    for (uint64_t i = 0; i < nt; i++) {
-        const gguf_tensor *t = gguf_tensor_at(g, i);
-        o[i + 1] = gguf_data_offset(g) + t->offset;
-        b[i + 1] = t->nbytes;
-    }
-    *out = (cluster_ship_source){.base = gguf_base(g),
-                                 .file_bytes = gguf_file_bytes(g),
-                                 .n_items = (uint32_t)nt + 1,
-                                 .off = o,
-                                 .bytes = b};
-    *off = o;
-    *bytes = b;
-    return LARES_OK;
+    return st;
 }
