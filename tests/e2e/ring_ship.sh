@@ -7,7 +7,8 @@
 # way, are detected (SHA-256) and fetched again, never used. A worker killed
 # mid-transfer resumes from what it had. A cache too small for the windows, and
 # a full disk, fail with a clear message. A re-plan that gives a survivor
-# layers it lacks (failover) fetches them. `--cache-list` lists the cache.
+# layers it lacks (failover) fetches them. `--cache-list` lists the cache. The
+# qwen2 and qwen3 MoE test models go through one worker's cache as well.
 . "$(dirname "$0")/lib.sh"
 . "$LARES_SRC/tests/cluster/ring_lib.sh"
 ring_trap
@@ -110,6 +111,20 @@ for case in "stories260K.gguf 1 2 2" "TinyStories-656K.f16.gguf 0 1 1"; do
   grep -q "hash mismatch\|damaged or tampered" "$TMP/a.log" && ok || fail "$rel: no word of the damaged tensor: $(grep -i warn "$TMP/a.log")"
   ring_cleanup
 done
+
+# ---- other architectures through one worker and one cache: qwen2 (biases), qwen3 MoE (experts) ----
+rm -rf "$TMP/cq"
+ring_worker q --cache "$TMP/cq" -t 1 || exit 1; QQ=$WORKER_ADDR
+for rel in derived/TinyStories-656K.f32.qwen2-arch.gguf derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf; do
+  M=$(model "$rel")
+  "$LARES" run -m "$M" -p "Once upon a time" -n 40 --temp 0 --json -t 1 >"$TMP/local.json" 2>"$TMP/local.err" \
+    || fail "$rel local run: $(cat "$TMP/local.err")"
+  ship_json "$TMP/ring.json" "" 1 q "$QQ" 1
+  run_ring "$M" "$TMP/arch.json" && [ "$(shipped "$TMP/arch.json" q)" -gt 0 ] && ok || fail "$rel: nothing shipped"
+done
+"$LARES" worker --cache-list --cache "$TMP/cq" >"$TMP/listq.out" 2>&1 && grep -q "2 model(s)" "$TMP/listq.out" \
+  && ok || fail "two models in one cache: $(cat "$TMP/listq.out")"
+ring_cleanup
 
 M=$(model stories260K.gguf)
 "$LARES" run -m "$M" -p "Once upon a time" -n 40 --temp 0 --json -t 1 >"$TMP/local.json" 2>"$TMP/local.err"
