@@ -45,6 +45,8 @@ struct json_t *app_ring_json(const lares_session *s) {
         json_object_set_new(o, "windows_run", json_integer((json_int_t)dev[d].windows_run));
         json_object_set_new(o, "compute_ms", json_real(dev[d].compute_ms));
         json_object_set_new(o, "major_faults", json_integer((json_int_t)dev[d].major_faults));
+        /* model bytes the head sent this worker (a worker without the file, issue 19) */
+        json_object_set_new(o, "shipped_bytes", json_integer((json_int_t)dev[d].shipped_bytes));
         /* per layer per generated token: the planner's figure and the moving
          * estimate measured under the plan in force (null: none) */
         json_object_set_new(o, "predicted_ms",
@@ -83,6 +85,10 @@ void app_ring_print(const lares_session *s) {
                 d == 0 ? "(head)" : dev[d].in_ring ? dev[d].address : state_text,
                 dev[d].w, dev[d].n_layers, dev[d].windows_run, dev[d].compute_ms,
                 dev[d].major_faults);
+        if (dev[d].shipped_bytes > 0) {
+            fprintf(stderr, "lares:   %-12s shipped %.1f MiB of the model to it\n", "",
+                    (double)dev[d].shipped_bytes / 1048576.0);
+        }
         if (dev[d].in_ring && (dev[d].predicted_ms >= 0 || dev[d].measured_ms >= 0)) {
             char pred[64] = "-", meas[64] = "-";
             if (dev[d].predicted_ms >= 0) {

@@ -25,6 +25,14 @@ static void worker_usage(FILE *to) {
           "                          ~/.cache/lares, as lares profile; measured again after\n"
           "                          7 days, or with another CPU, OS or lares version)\n"
           "      --no-profile-cache  measure for every head\n"
+          "      --cache DIR         without a model file (no -m, none named by ring.json):\n"
+          "                          the head ships this worker's tensors into this weight\n"
+          "                          cache (default: $XDG_CACHE_HOME/lares/models, else\n"
+          "                          ~/.cache/lares/models); a later start only checks hashes\n"
+          "      --cache-size SIZE   the most the weight cache holds (\"20GB\"; default: no\n"
+          "                          limit): least recently used models and tensors go first\n"
+          "      --no-cache          never take weights from the head\n"
+          "      --cache-list        list the models in the weight cache and exit\n"
           "      --insecure          no encryption and no keys: only on a trusted test network\n"
           "  -q, --quiet             only refusals and errors (no per-round lines)\n"
           "  -v, --verbose\n",
@@ -51,7 +59,8 @@ static void on_event(const lares_worker_event *ev, void *user) {
         [LARES_WORKER_LISTENING] = "listening", [LARES_WORKER_REFUSED] = "refused",
         [LARES_WORKER_HEAD] = "head",           [LARES_WORKER_PLAN] = "plan",
         [LARES_WORKER_ROUND] = "round",         [LARES_WORKER_HEAD_LOST] = "head lost",
-        [LARES_WORKER_STOPPED] = "stopped",     [LARES_WORKER_ERROR] = "error"};
+        [LARES_WORKER_STOPPED] = "stopped",     [LARES_WORKER_ERROR] = "error",
+        [LARES_WORKER_FETCH] = "fetch"};
     if (ev->kind == LARES_WORKER_ROUND && os->verbosity < 0) {
         return;
     }
@@ -66,12 +75,43 @@ static void on_event(const lares_worker_event *ev, void *user) {
     pthread_mutex_unlock(&os->mu);
 }
 
+/* lares worker --cache-list: the weight cache's models, most recently used first */
+static int cache_list(const char *dir) {
+    lares_cache_model *v = NULL;
+    size_t n = 0;
+    lares_error err = {0};
+    if (lares_cache_list(dir, &v, &n, &err) != LARES_OK) {
+        return app_fail(&err);
+    }
+    printf("weight cache %s: %zu model(s)\n", dir, n);
+    if (n > 0) {
+        printf("%-16s  %-24s %12s %12s %9s  %s\n", "model hash", "name", "held MiB", "model MiB",
+               "tensors", "last use (UTC)");
+    }
+    for (size_t i = 0; i < n; i++) {
+        char when[32] = "-";
+        const time_t t = (time_t)v[i].last_use;
+        struct tm tm;
+        if (v[i].last_use > 0 && gmtime_r(&t, &tm) != NULL) {
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+        }
+        char tensors[32];
+        snprintf(tensors, sizeof tensors, "%u/%u", v[i].tensors_held, v[i].tensors);
+        printf("%.16s  %-24.24s %12.1f %12.1f %9s  %s\n", v[i].hash,
+               v[i].name[0] ? v[i].name : "-", (double)v[i].bytes / 1048576.0,
+               (double)v[i].file_bytes / 1048576.0, tensors, when);
+    }
+    lares_cache_list_free(v);
+    return APP_OK;
+}
+
 int cmd_worker(int argc, char **argv) {
     lares_worker_opts o = lares_worker_opts_default();
     o.listen = NULL;
     const char **allow = calloc((size_t)argc, sizeof *allow);
     out_state os = {.verbosity = 0};
-    bool no_profile_cache = false;
+    bool no_profile_cache = false, no_cache = false, list = false;
+    int tamper = 0;
     const char *isa = NULL;
     pthread_mutex_init(&os.mu, NULL);
     int rc = APP_USAGE;
@@ -127,6 +167,25 @@ int cmd_worker(int argc, char **argv) {
         } else if (strcmp(a, "--no-profile-cache") == 0) {
             no_profile_cache = true;
             o.profile_cache_dir = NULL;
+        } else if (strcmp(a, "--cache") == 0) {
+            if ((o.cache_dir = app_need_value(argc, argv, &i)) == NULL) {
+                goto done;
+            }
+        } else if (strcmp(a, "--cache-size") == 0) {
+            if ((v = app_need_value(argc, argv, &i)) == NULL ||
+                !app_parse_size(a, v, &o.cache_size)) {
+                goto done;
+            }
+        } else if (strcmp(a, "--no-cache") == 0) {
+            no_cache = true;
+        } else if (strcmp(a, "--cache-list") == 0) {
+            list = true;
+        } else if (strcmp(a, "--test-tamper-chunks") == 0) {
+            /* tests only: damage the first N chunks of weights received */
+            if ((v = app_need_value(argc, argv, &i)) == NULL ||
+                !app_parse_i32(a, v, 0, 1000000, &tamper)) {
+                goto done;
+            }
         } else if (strcmp(a, "--insecure") == 0) {
             o.insecure = true;
         } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
@@ -140,6 +199,22 @@ int cmd_worker(int argc, char **argv) {
     }
     if (o.profile_cache_dir == NULL && !no_profile_cache) {
         o.profile_cache_dir = app_profile_cache_default();
+    }
+    static char cache_default[1100];
+    if (o.cache_dir == NULL && app_profile_cache_default() != NULL) {
+        snprintf(cache_default, sizeof cache_default, "%s/models", app_profile_cache_default());
+        o.cache_dir = cache_default;
+    }
+    if (no_cache) {
+        o.cache_dir = NULL;
+    }
+    if (list) {
+        if (o.cache_dir == NULL) {
+            app_error("worker: no weight cache (give --cache DIR)");
+            goto done;
+        }
+        rc = cache_list(o.cache_dir);
+        goto done;
     }
     if (o.listen == NULL) {
         app_error("worker: no --listen HOST:PORT");
@@ -164,6 +239,9 @@ int cmd_worker(int argc, char **argv) {
     if (lares_worker_create(&o, &w, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
+    }
+    if (tamper > 0) {
+        lares_worker_set_tamper(w, tamper);
     }
     if (o.insecure) {
         fprintf(stderr,

@@ -67,6 +67,12 @@ int main(int argc, char **argv) {
         .layer = 1, .pos0 = 2, .n_pos = 2, .row_bytes = 4, .k = rows, .v = rows + 8};
     bad |= put(argv[1], "kv-mirror", b, cluster_encode_kv_mirror(b, sizeof b, 9, &kd));
     bad |= put(argv[1], "heartbeat", b, cluster_encode_heartbeat(b, sizeof b, 9, 1));
+    const cluster_tensor_get tg = {.item = 3, .offset = 64, .length = 32};
+    bad |= put(argv[1], "tensor-get", b, cluster_encode_tensor_get(b, sizeof b, &tg));
+    const uint8_t chunk[32] = {1, 2, 3};
+    const cluster_tensor_data td = {.item = 3, .item_bytes = 96, .offset = 64, .length = 32,
+                                    .data = chunk};
+    bad |= put(argv[1], "tensor-data", b, cluster_encode_tensor_data(b, sizeof b, &td));
     bad |= put(argv[1], "stop", b, cluster_encode_stop(b, sizeof b, 9, 0));
     bad |= put(argv[1], "error", b, cluster_encode_error(b, sizeof b, 9, LARES_EBUSY, "busy"));
     bad |= put(argv[1], "link", b, cluster_encode_link(b, sizeof b, 9, CLUSTER_LINK, 1));

@@ -600,6 +600,8 @@ typedef struct lares_ring_device {
                                the plan in force did not come from the planner */
     double predicted_token_ms; /* the planner's time of this device's share of a token
                                   (compute, disk, its hop out); < 0 as above */
+    uint64_t shipped_bytes; /* model bytes the head sent it (a worker without the model
+                               file, issue 19); 0 for the head */
 } lares_ring_device;
 
 typedef struct lares_ring_stats {
@@ -680,7 +682,8 @@ typedef enum lares_worker_event_kind {
     LARES_WORKER_ROUND,         /* one window ran (round, layers, times) */
     LARES_WORKER_HEAD_LOST,     /* the head went silent; waiting for the next */
     LARES_WORKER_STOPPED,       /* the head ended its session; waiting for the next */
-    LARES_WORKER_ERROR          /* something failed; the head was told */
+    LARES_WORKER_ERROR,         /* something failed; the head was told */
+    LARES_WORKER_FETCH          /* weights fetched from the head: progress (issue 19) */
 } lares_worker_event_kind;
 
 typedef struct lares_worker_event {
@@ -706,6 +709,11 @@ typedef struct lares_worker_opts {
     bool insecure;            /* no encryption, no keys (warns) */
     const char *profile_cache_dir; /* where this device's profile is cached (automatic
                                       rings); NULL: measured at every head that asks */
+    /* Without model_path and without a path from the head: the head ships the
+     * tensors of this worker's windows into this weight cache (issue 19,
+     * docs/ring.md "Workers without the model file"); NULL: no shipping */
+    const char *cache_dir;
+    uint64_t cache_size; /* the most bytes the weight cache may hold; 0: no limit */
     lares_worker_event_fn on_event;
     void *user;
 } lares_worker_opts;
@@ -727,7 +735,26 @@ LARES_API void lares_worker_stop(lares_worker *w);
  * it), as if the device's CPU were cut to 1/factor. 1 (or less): off. Safe
  * from any thread. */
 LARES_API void lares_worker_set_slowdown(lares_worker *w, double factor);
+/* Tests only: the next n chunks of weights received are damaged (a byte
+ * flipped) before they are written, as if changed on their way. */
+LARES_API void lares_worker_set_tamper(lares_worker *w, int n);
 LARES_API void lares_worker_free(lares_worker *w);
+
+/* One model in a worker's weight cache (issue 19). */
+typedef struct lares_cache_model {
+    char hash[65];       /* SHA-256 of the model file's header, hex: the cache's key */
+    char name[64];       /* general.name; "" unknown, "(damaged)" unreadable */
+    uint64_t file_bytes; /* the whole model file */
+    uint64_t bytes;      /* held in the cache */
+    int64_t last_use;    /* seconds since the epoch */
+    uint32_t tensors, tensors_held; /* in the model, held and verified */
+} lares_cache_model;
+
+/* The models of the weight cache in dir, most recently used first; *out is
+ * freed with lares_cache_list_free. A missing dir is an empty list. */
+LARES_API lares_status lares_cache_list(const char *dir, lares_cache_model **out, size_t *n,
+                                        lares_error *err);
+LARES_API void lares_cache_list_free(lares_cache_model *list);
 
 /* ---- devices and plans (docs/scheduling-impl.md) ------------------------ */
 

@@ -6,6 +6,7 @@
  * or a member is lost, ring_switch.c puts a new plan in force between tokens.
  */
 #include "api/ring.h"
+#include "api/ring_fetch.h"
 #include "mem/mem.h"
 
 #include <stdlib.h>
@@ -260,7 +261,12 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
             snprintf(host, sizeof host, "head");
         }
         host[sizeof host - 1] = '\0';
+        /* workers without the model file get its items from here (issue 19) */
+        uint64_t *ship_off = NULL, *ship_bytes = NULL;
+        cluster_ship_source ship = {0};
+        st = ring_ship_source(s->lm->file, &ship, &ship_off, &ship_bytes, err);
         const cluster_head_opts ho = {
+            .ship = st == LARES_OK ? &ship : NULL,
             .ring = r->rc,
             .model = {gguf_file_bytes(s->lm->file), gguf_header_hash(s->lm->file)},
             .n_layer = m->hp.n_layer,
@@ -276,7 +282,11 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
             .kv_mirror = r->mirror ? mirror_rows : NULL,
             .kv_mirror_user = s,
             .kv_row_bytes = (uint32_t)model_kv_row_bytes(s->kv)};
-        st = cluster_head_open(&ho, &r->head, err);
+        if (st == LARES_OK) {
+            st = cluster_head_open(&ho, &r->head, err);
+        }
+        lares_free(ship_off);
+        lares_free(ship_bytes);
     }
     if (st == LARES_OK) {
         r->rounds = cluster_plan_rounds(&plan);
@@ -448,7 +458,8 @@ lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *
                                 .mem_free_mib = ds->mem_free_mib,
                                 .measured_ms = i >= 0 ? cluster_monitor_ms(&r->mon, d) : -1,
                                 .predicted_ms = i >= 0 ? r->predicted_ms[d] : -1,
-                                .predicted_token_ms = i >= 0 ? r->predicted_token_ms[d] : -1};
+                                .predicted_token_ms = i >= 0 ? r->predicted_token_ms[d] : -1,
+                                .shipped_bytes = cluster_head_shipped(h, d)};
     }
     return LARES_OK;
 }

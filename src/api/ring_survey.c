@@ -8,6 +8,7 @@
  * round trip), and ring.json's windows give its layers.
  */
 #include "api/ring.h"
+#include "api/ring_fetch.h"
 
 lares_status lares_ring_survey(lares_model *m, const char *ring, bool insecure,
                                lares_ring_probe *out, int32_t cap, int32_t *n, lares_error *err) {
@@ -30,7 +31,12 @@ lares_status lares_ring_survey(lares_model *m, const char *ring, bool insecure,
     }
     cluster_head *h = NULL;
     if (st == LARES_OK) {
+        /* a worker without the model file takes the header from the surveying head */
+        uint64_t *ship_off = NULL, *ship_bytes = NULL;
+        cluster_ship_source ship = {0};
+        const bool ships = ring_ship_source(m->file, &ship, &ship_off, &ship_bytes, NULL) == LARES_OK;
         const cluster_head_opts ho = {
+            .ship = ships ? &ship : NULL,
             .ring = rc,
             .model = {gguf_file_bytes(m->file), gguf_header_hash(m->file)},
             .n_layer = m->m->hp.n_layer,
@@ -42,6 +48,8 @@ lares_status lares_ring_survey(lares_model *m, const char *ring, bool insecure,
             .head_name = "lares ring status",
             .survey = true};
         st = cluster_head_open(&ho, &h, err);
+        lares_free(ship_off);
+        lares_free(ship_bytes);
     }
     cluster_plan plan = {0};
     const bool windows = st == LARES_OK && !rc->auto_windows &&

@@ -87,6 +87,7 @@ static json_t *view_json(lares_session *s) {
         json_object_set_new(j, "compute_ms", json_real(v->compute_ms));
         json_object_set_new(j, "disk_wait_ms", json_real(v->disk_wait_ms));
         json_object_set_new(j, "major_faults", json_integer((json_int_t)v->major_faults));
+        json_object_set_new(j, "shipped_bytes", json_integer((json_int_t)v->shipped_bytes));
         json_object_set_new(j, "mem_free_mib",
                             v->mem_free_mib == UINT32_MAX ? json_null()
                                                           : json_integer(v->mem_free_mib));

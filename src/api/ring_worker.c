@@ -19,6 +19,7 @@
  * (sched, cached) when the head asks, and sends the profile in WELCOME.
  */
 #include "api/ring.h"
+#include "api/ring_fetch.h"
 #include "mem/mem.h"
 #include "sched/sched.h"
 
@@ -60,6 +61,12 @@ struct lares_worker {
     int32_t n_batch;      /* of cx */
     uint64_t mem_free_ns; /* when mem_free_mib was read */
     uint32_t mem_free_mib;
+    /* a worker without the model file (issue 19, ring_fetch.c) */
+    char *cache_dir;     /* owned copy; NULL: no shipping */
+    uint64_t cache_size;
+    api_fetch fetch;     /* its link is the compute thread's channel to the head */
+    bool shipped;        /* the open model is the weight cache's sparse file */
+    atomic_int tamper;   /* tests: chunks to damage */
 };
 
 lares_worker_opts lares_worker_opts_default(void) {
@@ -100,15 +107,115 @@ static void cb_release(void *user) {
     release_windows(user);
 }
 
+static void cb_attach_ship(void *user, cluster_ship_link *link) {
+    lares_worker *w = user;
+    w->fetch.link = link;
+}
+
+static void on_fetch_progress(void *user, const char *text) {
+    lares_worker *w = user;
+    if (w->on_event != NULL) {
+        const lares_worker_event ev = {.kind = LARES_WORKER_FETCH, .text = text};
+        w->on_event(&ev, w->user);
+    }
+}
+
+/* (Re)opens the model file at path, keeping what is open when it is the same
+ * file and `again` is false. */
+static lares_status open_model(lares_worker *w, const char *path, bool again, lares_error *err) {
+    if (w->lm != NULL && strcmp(w->lm->path, path) == 0 && !again) {
+        return LARES_OK;
+    }
+    lares_model *lm = NULL;
+    lares_status st = lares_model_open(path, NULL, &lm, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    /* the executor and the context point into the old model; the KV cache does not */
+    exec_local_free(w->exec);
+    w->exec = NULL;
+    model_ctx_free(w->cx);
+    w->cx = NULL;
+    if (w->lm == NULL || strcmp(w->lm->path, path) != 0) {
+        release_windows(w);
+    }
+    lares_model_close(w->lm);
+    w->lm = lm;
+    return LARES_OK;
+}
+
+/* A worker without the model file: the header from the head into the weight
+ * cache, whose sparse file is then opened as the model. */
+static lares_status open_shipped(lares_worker *w, const cluster_hello *h, lares_error *err) {
+    char path[1200];
+    w->fetch.cache_dir = w->cache_dir;
+    w->fetch.cache_limit = w->cache_size;
+    w->fetch.progress = on_fetch_progress;
+    w->fetch.user = w;
+    lares_status st = api_fetch_model(&w->fetch, h->model.file_bytes, path, sizeof path, err);
+    if (st == LARES_OK) {
+        st = open_model(w, path, false, err);
+    }
+    w->shipped = st == LARES_OK;
+    return st;
+}
+
+/* Before a plan's windows are built: their tensors present and verified
+ * (fetched when missing); the model opened again when any came, since the
+ * loader copies a few vectors (norms not stored as F32) at open. */
+static lares_status fetch_windows(lares_worker *w, const cluster_plan_msg *p, lares_error *err) {
+    const int32_t rounds = cluster_plan_rounds(&p->plan);
+    exec_window *win = lares_calloc((size_t)rounds, sizeof *win);
+    if (win == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    int32_t n = 0;
+    for (int32_t r = 0; r < rounds; r++) {
+        int32_t l0, l1;
+        if (cluster_plan_window(&p->plan, (int32_t)p->self, r, &l0, &l1)) {
+            win[n++] = (exec_window){l0, l1};
+        }
+    }
+    bool *need = NULL;
+    uint32_t n_items = 0;
+    lares_status st = api_fetch_need(w->lm->file, win, n, &need, &n_items, err);
+    lares_free(win);
+    if (st == LARES_OK && n_items != w->fetch.n_items) {
+        st = lares_fail(err, LARES_EINVAL, "the weight cache's model is not the open one");
+    }
+    w->fetch.tamper = atomic_exchange(&w->tamper, 0);
+    uint64_t fetched = 0;
+    if (st == LARES_OK) {
+        st = api_fetch_items(&w->fetch, need, &fetched, err);
+    }
+    atomic_fetch_add(&w->tamper, w->fetch.tamper);
+    w->fetch.tamper = 0;
+    lares_free(need);
+    if (st == LARES_OK && fetched > 0) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s", w->lm->path);
+        st = open_model(w, path, true, err);
+    }
+    return st;
+}
+
 static lares_status cb_open(void *user, const cluster_hello *h, cluster_welcome *out,
                             lares_error *err) {
     lares_worker *w = user;
     const char *path = w->model_path != NULL ? w->model_path : h->model_path;
-    if (path[0] == '\0') {
+    if (path[0] == '\0' && w->cache_dir != NULL) {
+        lares_status st = open_shipped(w, h, err);
+        if (st != LARES_OK) {
+            return st;
+        }
+        path = w->lm->path;
+    } else if (path[0] == '\0') {
         return lares_fail(err, LARES_EINVAL,
                           "no model: ring.json names no \"model\" for device "
-                          "%u and the worker was started without --model",
+                          "%u and the worker was started without --model (or a --cache)",
                           h->device);
+    } else {
+        w->shipped = false;
     }
     if (w->lm == NULL || strcmp(w->lm->path, path) != 0) {
         release_windows(w);
@@ -231,8 +338,17 @@ static lares_status cb_setup(void *user, const cluster_plan_msg *p, bool keep_kv
                              cluster_ready *out, bool *kept, uint32_t *kv_row_bytes,
                              lares_error *err) {
     lares_worker *w = user;
-    const model *m = w->lm->m;
     *kept = false;
+    /* a context dropped by a reopened model is made again below; the KV cache stays */
+    const bool had_cx = w->cx != NULL;
+    if (w->shipped && !(p->flags & CLUSTER_PLAN_PROBE)) {
+        lares_status fst = fetch_windows(w, p, err);
+        if (fst != LARES_OK) {
+            release_windows(w);
+            return fst;
+        }
+    }
+    const model *m = w->lm->m;
     if (p->plan.n_layer != m->hp.n_layer || (int64_t)p->n_embd != m->hp.n_embd) {
         release_windows(w);
         return lares_fail(err, LARES_EINVAL,
@@ -242,8 +358,7 @@ static lares_status cb_setup(void *user, const cluster_plan_msg *p, bool keep_kv
     }
     const uint32_t kv_type = p->kv_f16 ? GGUF_TYPE_F16 : GGUF_TYPE_F32;
     const bool reuse = keep_kv && w->kv != NULL && w->kv->n_ctx == (int32_t)p->n_ctx &&
-                       w->kv->type == kv_type && w->cx != NULL &&
-                       w->n_batch == (int32_t)p->n_batch;
+                       w->kv->type == kv_type && had_cx && w->n_batch == (int32_t)p->n_batch;
     exec_window *old = w->windows;
     const int32_t n_old = reuse ? w->n_windows : 0;
     w->windows = NULL;
@@ -376,8 +491,10 @@ void lares_worker_free(lares_worker *w) {
     release_windows(w);
     ops_pool_free(w->pool);
     lares_model_close(w->lm);
+    api_fetch_close(&w->fetch);
     lares_free(w->model_path);
     lares_free(w->profile_cache_dir);
+    lares_free(w->cache_dir);
     lares_free(w);
 }
 
@@ -399,9 +516,13 @@ lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
         w->on_event = o->on_event;
         w->user = o->user;
         atomic_init(&w->slow_milli, 1000);
+        atomic_init(&w->tamper, 0);
+        w->cache_size = o->cache_size;
         if ((o->model_path != NULL && (w->model_path = lares_strdup(o->model_path)) == NULL) ||
             (o->profile_cache_dir != NULL && o->profile_cache_dir[0] != '\0' &&
-             (w->profile_cache_dir = lares_strdup(o->profile_cache_dir)) == NULL)) {
+             (w->profile_cache_dir = lares_strdup(o->profile_cache_dir)) == NULL) ||
+            (o->cache_dir != NULL && o->cache_dir[0] != '\0' &&
+             (w->cache_dir = lares_strdup(o->cache_dir)) == NULL)) {
             st = lares_fail(err, LARES_ENOMEM, "out of memory");
         }
     }
@@ -435,7 +556,8 @@ lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
                                                     .setup = cb_setup,
                                                     .forward = cb_forward,
                                                     .release = cb_release,
-                                                    .kv_rows = cb_kv_rows},
+                                                    .kv_rows = cb_kv_rows,
+                                                    .attach_ship = cb_attach_ship},
                                         .on_event = on_cluster_event,
                                         .user = w};
         st = cluster_worker_create(&co, &w->cw, err);
@@ -468,6 +590,44 @@ void lares_worker_stop(lares_worker *w) {
 void lares_worker_set_slowdown(lares_worker *w, double factor) {
     const double f = factor > 1 ? LARES_MIN(factor, 1000.0) : 1.0;
     atomic_store_explicit(&w->slow_milli, (unsigned)(f * 1000.0 + 0.5), memory_order_relaxed);
+}
+
+void lares_worker_set_tamper(lares_worker *w, int n) {
+    atomic_store(&w->tamper, n > 0 ? n : 0);
+}
+
+lares_status lares_cache_list(const char *dir, lares_cache_model **out, size_t *n,
+                              lares_error *err) {
+    *out = NULL;
+    *n = 0;
+    wcache_model_info *v = NULL;
+    size_t count = 0;
+    lares_status st = wcache_list(dir, &v, &count, err);
+    if (st != LARES_OK || count == 0) {
+        return st;
+    }
+    lares_cache_model *r = lares_calloc(count, sizeof *r);
+    if (r == NULL) {
+        lares_free(v);
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < count; i++) {
+        snprintf(r[i].hash, sizeof r[i].hash, "%s", v[i].sha_hex);
+        snprintf(r[i].name, sizeof r[i].name, "%s", v[i].name);
+        r[i].file_bytes = v[i].file_bytes;
+        r[i].bytes = v[i].bytes;
+        r[i].last_use = v[i].last_use;
+        r[i].tensors = v[i].items > 0 ? v[i].items - 1 : 0; /* item 0 is the header */
+        r[i].tensors_held = v[i].items_done > 0 ? v[i].items_done - (v[i].items > 0) : 0;
+    }
+    lares_free(v);
+    *out = r;
+    *n = count;
+    return LARES_OK;
+}
+
+void lares_cache_list_free(lares_cache_model *list) {
+    lares_free(list);
 }
 
 lares_status lares_keygen(const char *path, char public_key[LARES_KEY_Z85_LEN + 1],

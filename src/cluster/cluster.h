@@ -48,6 +48,9 @@
 #define CLUSTER_MAX_PROFILE       8191      /* a device profile as JSON (about 1.3 KB today) */
 #define CLUSTER_MAX_PING          (4u << 20) /* filler of a bandwidth probe */
 #define CLUSTER_MAX_PROFILE_MS    60000     /* measuring time a head may ask of a worker */
+/* the most bytes of one TENSOR_DATA answer (a request for more is malformed) */
+#define CLUSTER_MAX_CHUNK (4u << 20)
+#define CLUSTER_SHA256_BYTES 32
 
 typedef enum cluster_frame_type {
     CLUSTER_HELLO = 1,     /* head -> worker: version, model identity, device index */
@@ -70,6 +73,10 @@ typedef enum cluster_frame_type {
     /* worker -> head: KV entries it just wrote (KV_DATA's body), kept by the
      * head so that a loss costs no re-run (issue 15) */
     CLUSTER_KV_MIRROR = 18,
+    /* worker -> head: send me bytes of an item of the model file (its header
+     * or one tensor), or only its size and SHA-256 (issue 19) */
+    CLUSTER_TENSOR_GET = 19,
+    CLUSTER_TENSOR_DATA = 20, /* head -> worker: the answer: item size, SHA-256, bytes */
     CLUSTER_FRAME_TYPE_END
 } cluster_frame_type;
 
@@ -260,6 +267,28 @@ typedef struct cluster_peer_lost {
     char msg[CLUSTER_MAX_MSG + 1];
 } cluster_peer_lost;
 
+/* TENSOR_GET: item 0 is the model file's header (metadata and tensor table,
+ * file bytes [0, gguf_header_bytes)), item i >= 1 tensor i - 1 of its table;
+ * bytes [offset, offset + length) of it, length 0: only its size and hash */
+typedef struct cluster_tensor_get {
+    uint32_t item;
+    uint64_t offset;
+    uint32_t length; /* <= CLUSTER_MAX_CHUNK */
+} cluster_tensor_get;
+
+/* TENSOR_DATA: status 0 (LARES_OK) with the item's size, its SHA-256 and the
+ * bytes asked for; another lares_status (no such item, nothing to ship)
+ * with no bytes */
+typedef struct cluster_tensor_data {
+    uint32_t item;
+    uint32_t status;
+    uint64_t item_bytes;
+    uint64_t offset;
+    uint32_t length;
+    uint8_t sha256[CLUSTER_SHA256_BYTES];
+    const uint8_t *data; /* length bytes, into the frame */
+} cluster_tensor_data;
+
 typedef struct cluster_errmsg {
     uint32_t code; /* lares_status */
     char msg[CLUSTER_MAX_MSG + 1];
@@ -284,6 +313,8 @@ typedef struct cluster_frame {
         cluster_kv_get kv_get;
         cluster_kv_data kv_data;
         cluster_peer_lost peer_lost;
+        cluster_tensor_get tensor_get;
+        cluster_tensor_data tensor_data;
     } u;
 } cluster_frame;
 
@@ -333,6 +364,12 @@ size_t cluster_encode_kv_mirror(uint8_t *buf, size_t cap, uint64_t session,
  * version refusal write frames of other versions with this). */
 size_t cluster_encode_raw_header(uint8_t *buf, size_t cap, uint16_t version, uint16_t type,
                                  uint64_t session, uint32_t payload_bytes);
+
+size_t cluster_encode_tensor_get(uint8_t *buf, size_t cap, const cluster_tensor_get *g);
+/* d->data points at d->length bytes (none when d->status != 0) */
+size_t cluster_encode_tensor_data(uint8_t *buf, size_t cap, const cluster_tensor_data *d);
+/* Bytes of a TENSOR_DATA frame carrying `length` bytes. */
+size_t cluster_tensor_data_bytes(uint32_t length);
 
 /* Bytes of an ACT frame for n_tok x n_embd values and n_trace entries; 0 on overflow. */
 size_t cluster_act_bytes(uint32_t n_tok, uint32_t n_embd, uint8_t dtype, uint32_t n_trace);
@@ -446,8 +483,20 @@ lares_status cluster_ring_plan(const cluster_ring_config *c, int32_t n_layer, cl
 
 typedef struct cluster_head cluster_head;
 
+/* What the head ships to workers without the model file (issue 19): the
+ * model file's bytes and its items (item 0 the header, item i tensor i - 1),
+ * answered to TENSOR_GET by the network thread. */
+typedef struct cluster_ship_source {
+    const uint8_t *base; /* the model file, mapped; must outlive the head */
+    uint64_t file_bytes;
+    uint32_t n_items;
+    const uint64_t *off, *bytes; /* per item (copied at open) */
+} cluster_ship_source;
+
 typedef struct cluster_head_opts {
     const cluster_ring_config *ring; /* borrowed during open */
+    /* NULL: TENSOR_GET is refused (a worker without the model file cannot serve) */
+    const cluster_ship_source *ship;
     cluster_model_id model;
     int32_t n_layer, n_ctx, n_batch, n_embd;
     bool kv_f16;
@@ -573,6 +622,9 @@ lares_status cluster_head_ping(cluster_head *h, int32_t dev, uint32_t filler_byt
  * call (at the start or later). */
 int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms);
 const cluster_device_stats *cluster_head_device(const cluster_head *h, int32_t dev);
+/* Bytes of the model file shipped to ring.json device dev so far (TENSOR_DATA
+ * payloads; safe from the caller's thread while the network thread ships). */
+uint64_t cluster_head_shipped(const cluster_head *h, int32_t dev);
 const cluster_ring_device *cluster_head_ring_device(const cluster_head *h, int32_t dev);
 /* Counts a window of `layers` layers the head ran itself on n_tok tokens. */
 void cluster_head_add_local(cluster_head *h, int32_t layers, int32_t n_tok, uint64_t compute_us,
@@ -597,8 +649,22 @@ typedef struct cluster_figures {
  * thread, one at a time. Each returns LARES_OK or fills err. The prefetch of
  * the next window belongs to the executor behind forward: its cycle is the
  * device's windows in round order (api/ring_worker.c). */
+/* A worker's channel to its head for the model's bytes (issue 19): the
+ * compute callbacks send TENSOR_GET and wait for the TENSOR_DATA answers
+ * while they run (open and setup of a worker without the model file). */
+typedef struct cluster_ship_link cluster_ship_link;
+lares_status cluster_ship_send(cluster_ship_link *l, const cluster_tensor_get *g, lares_error *err);
+/* Waits up to timeout_ms for the next TENSOR_DATA; out->data stays valid
+ * until the next call. LARES_ECANCELED when the head went away (the session
+ * ended, or the worker is stopping), LARES_ENET when nothing came in time. */
+lares_status cluster_ship_recv(cluster_ship_link *l, uint32_t timeout_ms, cluster_tensor_data *out,
+                               lares_error *err);
+
 typedef struct cluster_compute {
     void *user;
+    /* optional: called once on the compute thread before anything else with
+     * the channel for the model's bytes (valid until the thread ends) */
+    void (*attach_ship)(void *user, cluster_ship_link *link);
     /* Opens (or keeps) the model `hello` names and says what it is (and, when
      * asked, its profile). */
     lares_status (*open)(void *user, const cluster_hello *hello, cluster_welcome *out,

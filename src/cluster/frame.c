@@ -28,6 +28,8 @@ static const char *const type_names[CLUSTER_FRAME_TYPE_END] = {
     [CLUSTER_KV_DATA] = "kv-data",
     [CLUSTER_PEER_LOST] = "peer-lost",
     [CLUSTER_KV_MIRROR] = "kv-mirror",
+    [CLUSTER_TENSOR_GET] = "tensor-get",
+    [CLUSTER_TENSOR_DATA] = "tensor-data",
 };
 
 const char *cluster_frame_type_name(uint32_t type) {
@@ -430,6 +432,32 @@ static void dec_kv_data(rcur *r, cluster_kv_data *d) {
     d->v = r_bytes(r, rows, "V rows");
 }
 
+#define TENSOR_DATA_FIXED_BYTES (4 + 4 + 8 + 8 + CLUSTER_SHA256_BYTES + 4)
+
+static void dec_tensor_data(rcur *r, cluster_tensor_data *d) {
+    d->item = r_u32(r, "item");
+    d->status = r_u32(r, "status");
+    d->item_bytes = r_u64(r, "item bytes");
+    d->offset = r_u64(r, "offset");
+    const uint8_t *h = r_bytes(r, CLUSTER_SHA256_BYTES, "sha-256");
+    if (h != NULL) {
+        memcpy(d->sha256, h, CLUSTER_SHA256_BYTES);
+    }
+    d->length = r_u32(r, "length");
+    d->data = NULL;
+    r_check(r, d->status < 1000, "status %u", d->status);
+    r_check(r, d->length <= CLUSTER_MAX_CHUNK, "a chunk of %u bytes (at most %u)", d->length,
+            CLUSTER_MAX_CHUNK);
+    r_check(r, d->status == 0 || d->length == 0, "a refusal (status %u) with %u bytes", d->status,
+            d->length);
+    r_check(r, d->offset <= d->item_bytes && d->item_bytes - d->offset >= d->length,
+            "bytes %" PRIu64 " + %u past the item's %" PRIu64, d->offset, d->length,
+            d->item_bytes);
+    if (r->ok) {
+        d->data = r_bytes(r, d->length, "data");
+    }
+}
+
 lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame *out,
                                   lares_error *err) {
     lares_status st = cluster_frame_header(buf, len, &out->version, &out->type, &out->session, err);
@@ -515,6 +543,19 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
         r_str(&r, out->u.peer_lost.msg, CLUSTER_MAX_MSG, "message");
         r_check(&r, out->u.peer_lost.device < CLUSTER_MAX_DEVICES, "device index %u",
                 out->u.peer_lost.device);
+        break;
+    case CLUSTER_TENSOR_GET:
+        out->u.tensor_get.item = r_u32(&r, "item");
+        out->u.tensor_get.offset = r_u64(&r, "offset");
+        out->u.tensor_get.length = r_u32(&r, "length");
+        r_check(&r, out->u.tensor_get.length <= CLUSTER_MAX_CHUNK, "a chunk of %u bytes (at most %u)",
+                out->u.tensor_get.length, CLUSTER_MAX_CHUNK);
+        r_check(&r, out->u.tensor_get.offset <= UINT64_MAX - out->u.tensor_get.length,
+                "offset %" PRIu64 " + %u bytes overflows", out->u.tensor_get.offset,
+                out->u.tensor_get.length);
+        break;
+    case CLUSTER_TENSOR_DATA:
+        dec_tensor_data(&r, &out->u.tensor_data);
         break;
     case CLUSTER_FRAME_TYPE_END:
         break;
@@ -805,4 +846,32 @@ void cluster_act_read(const cluster_act *a, float *x) {
             x[i] = rd_f32le(a->data + 4 * i);
         }
     }
+}
+
+size_t cluster_encode_tensor_get(uint8_t *buf, size_t cap, const cluster_tensor_get *g) {
+    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_TENSOR_GET, 0);
+    w_u32(&w, g->item);
+    w_u64(&w, g->offset);
+    w_u32(&w, g->length);
+    return finish(&w);
+}
+
+size_t cluster_tensor_data_bytes(uint32_t length) {
+    return (size_t)CLUSTER_HEADER_BYTES + TENSOR_DATA_FIXED_BYTES + length;
+}
+
+size_t cluster_encode_tensor_data(uint8_t *buf, size_t cap, const cluster_tensor_data *d) {
+    const uint32_t n = d->status == 0 ? d->length : 0;
+    if (n > CLUSTER_MAX_CHUNK || cluster_tensor_data_bytes(n) > cap) {
+        return 0;
+    }
+    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_TENSOR_DATA, 0);
+    w_u32(&w, d->item);
+    w_u32(&w, d->status);
+    w_u64(&w, d->item_bytes);
+    w_u64(&w, d->offset);
+    w_bytes(&w, d->sha256, CLUSTER_SHA256_BYTES);
+    w_u32(&w, n);
+    w_bytes(&w, d->data, n);
+    return finish(&w);
 }

@@ -274,6 +274,7 @@ void cluster_head_close(cluster_head *h) {
         }
     }
     net_outbox_clear(&h->io.out);
+    head_ship_free(&h->io);
     if (h->pipe != NULL) {
         zmq_close(h->pipe);
     }
@@ -419,6 +420,9 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
         h->io.hello_ms =
             h->profile_ms > 0 ? h->connect_ms + 2000 + 2 * h->profile_ms : h->connect_ms;
         h->io.delay_ms = (uint32_t)rc->dev[0].link_delay_ms;
+        st = head_ship_init(&h->io, o->ship, err);
+    }
+    if (st == LARES_OK) {
         if (net_thread_start(&h->thread, head_io_main, &h->io) != 0) {
             st = lares_fail(err, LARES_ENOMEM, "cannot start the head's network thread");
         } else {
@@ -522,4 +526,11 @@ int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms) {
     const int32_t n = h->joined;
     h->joined = 0;
     return n;
+}
+
+uint64_t cluster_head_shipped(const cluster_head *h, int32_t dev) {
+    if (dev < 1 || dev >= h->n_cfg) {
+        return 0;
+    }
+    return atomic_load(&((cluster_head *)h)->io.shipped[dev]);
 }

@@ -11,6 +11,8 @@
 
 #include "cluster/cluster_impl.h"
 
+#include <stdatomic.h>
+
 #define PIPE_TO_IO 0xffffffffu /* pipe message for the network thread itself: quit */
 
 /* a worker's connection as the network thread sees it */
@@ -50,7 +52,27 @@ typedef struct head_io {
     uint64_t hb_counter;
     net_outbox out;
     uint8_t buf[512];
+    /* shipping the model to workers without it (head_ship.c; issue 19) */
+    const uint8_t *ship_base;             /* NULL: nothing to ship */
+    uint32_t ship_n;                      /* items */
+    uint64_t *ship_off, *ship_bytes;      /* owned, ship_n each */
+    uint8_t (*ship_sha)[CLUSTER_SHA256_BYTES]; /* owned: each item's, once hashed */
+    bool *ship_hashed;                    /* owned */
+    uint8_t *ship_buf;                    /* owned: one TENSOR_DATA frame */
+    cluster_frame *ship_frame;            /* owned: decoding scratch */
+    _Atomic uint64_t shipped[CLUSTER_MAX_DEVICES]; /* bytes per device */
+    uint64_t ship_t0[CLUSTER_MAX_DEVICES];   /* first chunk of the current transfer */
+    uint64_t ship_base_bytes[CLUSTER_MAX_DEVICES]; /* shipped when it began */
+    uint64_t ship_last_ns[CLUSTER_MAX_DEVICES];  /* last chunk */
+    uint64_t ship_log_ns[CLUSTER_MAX_DEVICES];   /* last progress line */
+    uint64_t ship_note_ns[CLUSTER_MAX_DEVICES];  /* last note to the session */
 } head_io;
+
+/* head_ship.c: copies the source's tables into io (LARES_ENOMEM), frees them */
+lares_status head_ship_init(head_io *io, const cluster_ship_source *src, lares_error *err);
+void head_ship_free(head_io *io);
+/* Answers one TENSOR_GET of device dev (the network thread). */
+void head_ship_serve(head_io *io, int32_t dev, const uint8_t *f, size_t len, uint64_t now);
 
 /* The network thread's body (pthread start routine, arg: the head_io). */
 void *head_io_main(void *arg);
@@ -102,6 +124,7 @@ struct cluster_head {
     void (*kv_mirror)(void *user, int32_t layer, int32_t pos0, int32_t n_pos, const uint8_t *k,
                       const uint8_t *v);
     void *kv_mirror_user;
+    bool ship_note; /* a device is being shipped weights: waits for it restart */
 };
 
 /* filler of the bandwidth probes: a few hidden states' worth, small enough for

@@ -139,6 +139,17 @@ static void io_from_worker(head_io *io, int32_t dev, uint64_t now) {
             zmq_msg_close(&m);
             continue;
         }
+        if (type == CLUSTER_TENSOR_GET && rd_u32le(f) == CLUSTER_MAGIC &&
+            io->state[dev] != IO_FAILED && io->state[dev] != IO_IDLE) {
+            /* a worker without the model file fetches it (head_ship.c); while
+             * it fetches the header before its WELCOME, that is no silence */
+            if (io->state[dev] == IO_HELLO || io->state[dev] == IO_ASKED) {
+                io->hello_deadline_ns[dev] = now + (uint64_t)io->hello_ms * 1000000u;
+            }
+            head_ship_serve(io, dev, f, len, now);
+            zmq_msg_close(&m);
+            continue;
+        }
         if (type == CLUSTER_WELCOME &&
             (io->state[dev] == IO_HELLO || io->state[dev] == IO_ASKED)) {
             io->state[dev] = IO_ATTACHED;

@@ -255,6 +255,11 @@ lares_status head_take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_er
         take_mirror(h, *dev, &fr->u.kv_data);
         goto done;
     }
+    if (fr->type == CLUSTER_TENSOR_GET) {
+        /* the network thread's note: it ships weights to this device */
+        h->ship_note = true;
+        goto done;
+    }
     if (fr->type == CLUSTER_HEARTBEAT) {
         /* the network thread's note on a device's silence (head_impl.h) */
         const cluster_dev_state now = h->state[*dev];
@@ -314,7 +319,7 @@ void cluster_head_drain(cluster_head *h) {
  * thread keeps the devices alive) and decodes it into h->frame. */
 lares_status head_pipe_recv(cluster_head *h, int64_t timeout_ms, int32_t *dev,
                             const _Atomic bool *cancel, lares_error *err) {
-    const uint64_t t0 = lares_now_ns();
+    uint64_t t0 = lares_now_ns();
     for (;;) {
         bool timed_out;
         lares_status st = head_pipe_wait(h, timeout_ms, t0, cancel, &timed_out, err);
@@ -329,6 +334,10 @@ lares_status head_pipe_recv(cluster_head *h, int64_t timeout_ms, int32_t *dev,
         st = head_take_frame(h, dev, &mine, err);
         if (st != LARES_OK || mine) {
             return st;
+        }
+        if (h->ship_note) { /* a device is fetching weights: the wait counts from now */
+            h->ship_note = false;
+            t0 = lares_now_ns();
         }
     }
 }

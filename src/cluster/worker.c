@@ -438,7 +438,8 @@ static void on_router(cluster_worker *w, uint64_t now) {
                                                 rd_u64le(f + CLUSTER_HEADER_BYTES), 0));
         } else if (type == CLUSTER_PONG && from_head) {
             on_pong(w, &m, now);
-        } else if (from_head && (type == CLUSTER_KV_GET || type == CLUSTER_KV_DATA)) {
+        } else if (from_head && (type == CLUSTER_KV_GET || type == CLUSTER_KV_DATA ||
+                                 type == CLUSTER_TENSOR_DATA)) {
             to_compute(w, WC_FRAME, &m, now);
         } else if (from_head && type == CLUSTER_PLAN) {
             on_plan(w, &m, now);

@@ -17,8 +17,17 @@
 
 #include <pthread.h>
 
+struct cluster_ship_link {
+    worker_compute *wc;
+    cluster_frame *frame; /* owned: decoding scratch (not wc's: a HELLO or PLAN is in use) */
+    zmq_msg_t last;       /* the frame the last answer points into */
+    bool have_last;
+};
+
 struct worker_compute {
     void *pipe;
+    cluster_ship_link ship;
+    bool quit; /* a WC_QUIT arrived while a transfer waited */
     pthread_t thread;
     cluster_compute cc;
     cluster_event_fn on_event;
@@ -426,8 +435,84 @@ static void on_kv_data(worker_compute *wc, uint64_t session, const cluster_kv_da
     }
 }
 
+lares_status cluster_ship_send(cluster_ship_link *l, const cluster_tensor_get *g, lares_error *err) {
+    uint8_t f[64];
+    const size_t n = cluster_encode_tensor_get(f, sizeof f, g);
+    if (n == 0) {
+        return lares_fail(err, LARES_EINVAL, "a tensor request does not encode");
+    }
+    reply(l->wc, WC_TO_HEAD, f, n);
+    return LARES_OK;
+}
+
+lares_status cluster_ship_recv(cluster_ship_link *l, uint32_t timeout_ms, cluster_tensor_data *out,
+                               lares_error *err) {
+    worker_compute *wc = l->wc;
+    if (l->have_last) {
+        zmq_msg_close(&l->last);
+        l->have_last = false;
+    }
+    const uint64_t t0 = lares_now_ns();
+    for (;;) {
+        if (wc->quit) {
+            return lares_fail(err, LARES_ECANCELED, "the worker is stopping");
+        }
+        const uint64_t spent = (lares_now_ns() - t0) / 1000000u;
+        if (spent >= timeout_ms) {
+            return lares_fail(err, LARES_ENET, "no weights from the head within %u ms",
+                              timeout_ms);
+        }
+        zmq_pollitem_t it = {.socket = wc->pipe, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, (long)LARES_MIN((uint64_t)timeout_ms - spent, 100u)) < 0 &&
+            zmq_errno() != EINTR) {
+            return lares_fail(err, LARES_ENET, "worker pipe: %s", zmq_strerror(zmq_errno()));
+        }
+        if (!(it.revents & ZMQ_POLLIN)) {
+            continue;
+        }
+        zmq_msg_t cmd, frame;
+        zmq_msg_init(&cmd);
+        zmq_msg_init(&frame);
+        if (net_pipe_msg_recv(&cmd, wc->pipe, 0) < 0 ||
+            (zmq_msg_more(&cmd) && net_pipe_msg_recv(&frame, wc->pipe, 0) < 0)) {
+            zmq_msg_close(&cmd);
+            zmq_msg_close(&frame);
+            return lares_fail(err, LARES_ENET, "worker pipe: %s", zmq_strerror(zmq_errno()));
+        }
+        const uint8_t op =
+            zmq_msg_size(&cmd) == WC_CMD_BYTES ? ((const uint8_t *)zmq_msg_data(&cmd))[0] : WC_QUIT;
+        zmq_msg_close(&cmd);
+        if (op == WC_QUIT || op == WC_RELEASE) {
+            zmq_msg_close(&frame);
+            wc->quit = wc->quit || op == WC_QUIT;
+            return lares_fail(err, LARES_ECANCELED, "the head %s during the transfer",
+                              op == WC_QUIT ? "went away (the worker stops)" : "ended the session");
+        }
+        lares_error derr = {0};
+        if (op == WC_FRAME &&
+            cluster_frame_decode(zmq_msg_data(&frame), zmq_msg_size(&frame), l->frame, &derr) ==
+                LARES_OK &&
+            l->frame->type == CLUSTER_TENSOR_DATA) {
+            *out = l->frame->u.tensor_data;
+            l->last = frame; /* out->data points into it */
+            l->have_last = true;
+            return LARES_OK;
+        }
+        if (derr.msg[0] != '\0') {
+            zmq_msg_close(&frame);
+            return lares_fail(err, LARES_EFORMAT, "the head's answer: %s", derr.msg);
+        }
+        lares_log(LARES_LOG_DEBUG, "cluster: dropped a %s frame during a transfer",
+                  cluster_frame_type_name(l->frame->type));
+        zmq_msg_close(&frame);
+    }
+}
+
 static void *compute_main(void *arg) {
     worker_compute *wc = arg;
+    if (wc->cc.attach_ship != NULL) {
+        wc->cc.attach_ship(wc->cc.user, &wc->ship);
+    }
     for (;;) {
         zmq_msg_t cmd, frame;
         zmq_msg_init(&cmd);
@@ -475,11 +560,15 @@ static void *compute_main(void *arg) {
         }
         zmq_msg_close(&cmd);
         zmq_msg_close(&frame);
-        if (quit) {
+        if (quit || wc->quit) {
             break;
         }
     }
     release(wc);
+    if (wc->ship.have_last) {
+        zmq_msg_close(&wc->ship.last);
+        wc->ship.have_last = false;
+    }
     zmq_close(wc->pipe);
     wc->pipe = NULL;
     return NULL;
@@ -489,10 +578,15 @@ lares_status worker_compute_start(void *zctx, const char *pipe_ep, const cluster
                                   cluster_event_fn on_event, void *user, worker_compute **out,
                                   lares_error *err) {
     worker_compute *wc = lares_calloc(1, sizeof *wc);
-    if (wc == NULL || (wc->frame = lares_calloc(1, sizeof *wc->frame)) == NULL) {
+    if (wc == NULL || (wc->frame = lares_calloc(1, sizeof *wc->frame)) == NULL ||
+        (wc->ship.frame = lares_calloc(1, sizeof *wc->ship.frame)) == NULL) {
+        if (wc != NULL) {
+            lares_free(wc->frame);
+        }
         lares_free(wc);
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
+    wc->ship.wc = wc;
     wc->cc = *cc;
     wc->on_event = on_event;
     wc->user = user;
@@ -508,6 +602,7 @@ lares_status worker_compute_start(void *zctx, const char *pipe_ep, const cluster
             zmq_close(wc->pipe);
         }
         lares_free(wc->frame);
+        lares_free(wc->ship.frame);
         lares_free(wc);
         return st;
     }
@@ -521,5 +616,6 @@ void worker_compute_join(worker_compute *wc) {
     }
     pthread_join(wc->thread, NULL);
     lares_free(wc->frame);
+    lares_free(wc->ship.frame);
     lares_free(wc);
 }
