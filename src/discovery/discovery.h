@@ -222,5 +222,7 @@ typedef struct disc_pair_request {
     void *user;
 } disc_pair_request;
 lares_status disc_pair_run(const disc_pair_request *r, lares_error *err);
+/* Decodes one pairing message and drops it (the fuzz target's entry). */
+lares_status disc_pair_msg_check(const uint8_t *buf, size_t len, lares_error *err);
 
 #endif /* LARES_DISCOVERY_H */

@@ -118,6 +118,11 @@ static lares_status pair_decode(const uint8_t *buf, size_t len, pair_msg *m, lar
     return LARES_OK;
 }
 
+lares_status disc_pair_msg_check(const uint8_t *buf, size_t len, lares_error *err) {
+    pair_msg m;
+    return pair_decode(buf, len, &m, err);
+}
+
 static void curve_opts(void *s, int linger_ms, int timeout_ms) {
     const int maxmsg = 4096;
     zmq_setsockopt(s, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
