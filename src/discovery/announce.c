@@ -62,6 +62,83 @@ static void announce(disc_announcer *a) {
     }
 }
 
+/* A datagram, its sender and the address it was sent to (IP_PKTINFO). */
+static ssize_t recv_query(int fd, uint8_t *buf, size_t cap, struct sockaddr_in *from,
+                          uint32_t *to_addr) {
+    struct iovec iov = {.iov_base = buf, .iov_len = cap};
+    union {
+        struct cmsghdr align;
+        uint8_t bytes[CMSG_SPACE(sizeof(struct in_pktinfo))];
+    } ctl;
+    struct msghdr mh = {.msg_name = from,
+                        .msg_namelen = sizeof *from,
+                        .msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = ctl.bytes,
+                        .msg_controllen = sizeof ctl.bytes};
+    const ssize_t r = recvmsg(fd, &mh, 0);
+    if (r <= 0 || from->sin_family != AF_INET) {
+        return -1;
+    }
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == IPPROTO_IP && c->cmsg_type == IP_PKTINFO) {
+            struct in_pktinfo pi;
+            memcpy(&pi, CMSG_DATA(c), sizeof pi);
+            *to_addr = pi.ipi_addr.s_addr;
+        }
+    }
+    return r;
+}
+
+/* an address of one of this host's interfaces (not a broadcast or group address) */
+static bool is_own_address(uint32_t addr) {
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) {
+        return false;
+    }
+    bool own = false;
+    for (struct ifaddrs *i = ifs; i != NULL && !own; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET) {
+            continue;
+        }
+        const uint32_t a = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        const uint32_t m = i->ifa_netmask != NULL
+                               ? ((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr
+                               : 0xffffffffu;
+        /* a loopback interface owns its whole network (127.0.0.2 on lo's 127/8) */
+        own = a == addr || ((i->ifa_flags & IFF_LOOPBACK) != 0 && (a & m) == (addr & m));
+    }
+    freeifaddrs(ifs);
+    return own;
+}
+
+/* The announcement to the asker, from the address its query went to when that
+ * was one of this host's (so a worker listening on one address answers from
+ * it); from the route's address after a broadcast or multicast query. */
+static ssize_t answer(const disc_announcer *a, const struct sockaddr_in *to, uint32_t to_addr) {
+    struct iovec iov = {.iov_base = (void *)a->msg, .iov_len = a->msg_len};
+    union {
+        struct cmsghdr align;
+        uint8_t bytes[CMSG_SPACE(sizeof(struct in_pktinfo))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr mh = {.msg_name = (void *)to, .msg_namelen = sizeof *to, .msg_iov = &iov,
+                        .msg_iovlen = 1};
+    const bool unicast = to_addr != 0 && is_own_address(to_addr);
+    if (unicast) {
+        mh.msg_control = ctl.bytes;
+        mh.msg_controllen = sizeof ctl.bytes;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = IPPROTO_IP;
+        c->cmsg_type = IP_PKTINFO;
+        c->cmsg_len = CMSG_LEN(sizeof(struct in_pktinfo));
+        struct in_pktinfo pi = {.ipi_spec_dst.s_addr = to_addr};
+        memcpy(CMSG_DATA(c), &pi, sizeof pi);
+    }
+    const ssize_t r = sendmsg(a->fd, &mh, 0);
+    return r;
+}
+
 static void *run(void *arg) {
     disc_announcer *a = arg;
     uint64_t next = 0;
@@ -76,9 +153,9 @@ static void *run(void *arg) {
             continue;
         }
         uint8_t buf[512];
-        struct sockaddr_storage from;
-        socklen_t fl = sizeof from;
-        const ssize_t r = recvfrom(a->fd, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl);
+        struct sockaddr_in from;
+        uint32_t to_addr = 0;
+        const ssize_t r = recv_query(a->fd, buf, sizeof buf, &from, &to_addr);
         if (r <= 0) {
             continue;
         }
@@ -87,7 +164,7 @@ static void *run(void *arg) {
             b.type != DISC_BEACON_QUERY) {
             continue; /* others' announcements and noise */
         }
-        if (sendto(a->fd, a->msg, a->msg_len, 0, (struct sockaddr *)&from, fl) < 0) {
+        if (answer(a, &from, to_addr) < 0) {
             lares_log(LARES_LOG_DEBUG, "discovery: answering a query failed: %s",
                       strerror(errno));
         }
@@ -119,6 +196,7 @@ lares_status disc_announcer_start(const disc_opts *o, const disc_beacon *self,
                               .sin_addr.s_addr = htonl(INADDR_ANY)};
     if (a->fd < 0 || setsockopt(a->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
         setsockopt(a->fd, SOL_SOCKET, SO_BROADCAST, &one, sizeof one) != 0 ||
+        setsockopt(a->fd, IPPROTO_IP, IP_PKTINFO, &one, sizeof one) != 0 ||
         bind(a->fd, (struct sockaddr *)&sin, sizeof sin) != 0) {
         const int e = errno;
         if (a->fd >= 0) {
