@@ -100,6 +100,35 @@ static void test_beacon(void) {
     CHECK(disc_name_valid(longname));
 }
 
+/* pairing messages: valid ones pass, every truncation and a trailing byte fail */
+static void test_pair_msgs(void) {
+    lares_error err = {0};
+    uint8_t req[8 + 32 + 1 + 4];
+    memcpy(req, "LRPR\x01\x00\x01\x00", 8);
+    memset(req + 8, 7, 32);
+    req[40] = 4;
+    memcpy(req + 41, "head", 4);
+    CHECK_OK(disc_pair_msg_check(req, sizeof req, &err), &err);
+    for (size_t len = 0; len < sizeof req; len++) {
+        CHECKF(disc_pair_msg_check(req, len, &err) != LARES_OK, "length %zu", len);
+    }
+    uint8_t more[sizeof req + 1];
+    memcpy(more, req, sizeof req);
+    more[sizeof req] = 'x';
+    CHECK(disc_pair_msg_check(more, sizeof more, &err) == LARES_EFORMAT);
+    req[41] = ' '; /* a name with a space */
+    CHECK(disc_pair_msg_check(req, sizeof req, &err) == LARES_EFORMAT);
+    req[41] = 'h';
+    req[6] = 9; /* type */
+    CHECK(disc_pair_msg_check(req, sizeof req, &err) == LARES_EFORMAT);
+    req[6] = 1;
+    req[4] = 2; /* version */
+    CHECK(disc_pair_msg_check(req, sizeof req, &err) == LARES_EPROTO);
+    uint8_t confirm[12] = {'L', 'R', 'P', 'R', 1, 0, 4, 0, 0x40, 0xe2, 0x01, 0};
+    CHECK_OK(disc_pair_msg_check(confirm, sizeof confirm, &err), &err);
+    CHECK(disc_pair_msg_check(confirm, 11, &err) == LARES_EFORMAT);
+}
+
 static void test_sas(void) {
     uint8_t kh[32], kw[32], kx[32], nh[32], nw[32], nx[32];
     disc_random(kh, 32);
@@ -408,6 +437,7 @@ int main(void) {
     }
     test_beacon();
     test_sas();
+    test_pair_msgs();
     test_paired();
     test_routes();
     test_scan();
