@@ -58,19 +58,31 @@ static const char *state_of(const scan_result *r, const uint8_t *key) {
     return disc_paired_find(&r->paired, DISC_ROLE_WORKER, key) != NULL ? "paired" : "unpaired";
 }
 
+/* The options every discovery command shares, and --help: 1 taken, 0 not
+ * one of them, -1 bad (printed), 2 the usage was printed. */
+static int common_opt(int argc, char **argv, int *i, app_disc *d, void (*usage)(FILE *)) {
+    const int r = app_disc_opt(argc, argv, i, d);
+    if (r != 0) {
+        return r;
+    }
+    if (strcmp(argv[*i], "-h") == 0 || strcmp(argv[*i], "--help") == 0) {
+        usage(stdout);
+        return 2;
+    }
+    return 0;
+}
+
 int cmd_devices(int argc, char **argv) {
     app_disc d;
     app_disc_init(&d);
     bool json = false;
     for (int i = 1; i < argc; i++) {
-        const int r = app_disc_opt(argc, argv, &i, &d);
-        if (r < 0) {
-            return APP_USAGE;
-        } else if (r > 0) {
-            continue;
-        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            devices_usage(stdout);
-            return APP_OK;
+        const int r = common_opt(argc, argv, &i, &d, devices_usage);
+        if (r != 0) {
+            if (r == 1) {
+                continue;
+            }
+            return r == 2 ? APP_OK : APP_USAGE;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = true;
         } else {
@@ -204,14 +216,12 @@ int cmd_pair(int argc, char **argv) {
     const char *what = NULL;
     code_source cs = {.given = -1};
     for (int i = 1; i < argc; i++) {
-        const int r = app_disc_opt(argc, argv, &i, &d);
-        if (r < 0) {
-            return APP_USAGE;
-        } else if (r > 0) {
-            continue;
-        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            pair_usage(stdout);
-            return APP_OK;
+        const int r = common_opt(argc, argv, &i, &d, pair_usage);
+        if (r != 0) {
+            if (r == 1) {
+                continue;
+            }
+            return r == 2 ? APP_OK : APP_USAGE;
         } else if (strcmp(argv[i], "--code") == 0) {
             const char *v = app_need_value(argc, argv, &i);
             uint32_t c = 0;
@@ -306,14 +316,12 @@ int cmd_unpair(int argc, char **argv) {
     app_disc_init(&d);
     const char *what = NULL;
     for (int i = 1; i < argc; i++) {
-        const int r = app_disc_opt(argc, argv, &i, &d);
-        if (r < 0) {
-            return APP_USAGE;
-        } else if (r > 0) {
-            continue;
-        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            pair_usage(stdout);
-            return APP_OK;
+        const int r = common_opt(argc, argv, &i, &d, pair_usage);
+        if (r != 0) {
+            if (r == 1) {
+                continue;
+            }
+            return r == 2 ? APP_OK : APP_USAGE;
         } else if (argv[i][0] == '-' || what != NULL) {
             app_error("unpair: unexpected '%s' (lares unpair --help)", argv[i]);
             return APP_USAGE;
