@@ -131,9 +131,20 @@ int disc_dests(const disc_opts *o, disc_dest *out, int cap, lares_error *err) {
             }
             const uint32_t local = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
             if ((routes & DISC_ROUTE_BROADCAST) != 0 && n < cap) {
-                if ((i->ifa_flags & IFF_BROADCAST) != 0 && i->ifa_broadaddr != NULL) {
-                    set_v4(&out[n], ((struct sockaddr_in *)i->ifa_broadaddr)->sin_addr.s_addr,
-                           the_port(o));
+                if ((i->ifa_flags & IFF_BROADCAST) != 0) {
+                    /* the interface's broadcast address; when none was set (ip addr add
+                     * without brd: getifaddrs then gives the address itself), the
+                     * subnet's: the address with the host bits set */
+                    uint32_t bcast = i->ifa_broadaddr != NULL
+                                         ? ((struct sockaddr_in *)i->ifa_broadaddr)->sin_addr.s_addr
+                                         : 0;
+                    if ((bcast == 0 || bcast == local) && i->ifa_netmask != NULL) {
+                        bcast = local | ~((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr;
+                    }
+                    if (bcast == 0 || bcast == local) {
+                        continue; /* a /32: nobody else to reach */
+                    }
+                    set_v4(&out[n], bcast, the_port(o));
                 } else if ((i->ifa_flags & IFF_LOOPBACK) != 0) {
                     set_v4(&out[n], local, the_port(o)); /* loopback has no broadcast */
                 } else {
