@@ -249,12 +249,8 @@ int cmd_pair(int argc, char **argv) {
         return APP_FAIL;
     }
     int hit = -1, hits = 0;
-    const size_t wl = strlen(what);
     for (int i = 0; i < r.n; i++) {
-        char fp[DISC_FINGERPRINT_LEN + 1];
-        disc_fingerprint(r.dev[i].beacon.key, fp);
-        if (strcmp(r.dev[i].beacon.name, what) == 0 ||
-            (wl >= 4 && wl <= DISC_FINGERPRINT_LEN && strncmp(fp, what, wl) == 0)) {
+        if (disc_matches(r.dev[i].beacon.name, r.dev[i].beacon.key, what)) {
             hit = i;
             hits++;
         }

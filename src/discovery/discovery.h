@@ -158,6 +158,9 @@ lares_status disc_paired_save(const char *path, const disc_paired *p, lares_erro
 /* Adds or replaces (same role and key, or same role and name). */
 lares_status disc_paired_add(disc_paired *p, disc_role role, const char *name,
                              const uint8_t key[DISC_KEY_BYTES], lares_error *err);
+/* A device called `what` by name, or by its fingerprint or a prefix of at
+ * least 4 of its characters. */
+bool disc_matches(const char *name, const uint8_t key[DISC_KEY_BYTES], const char *what);
 /* Removes every entry whose name, or fingerprint (or a prefix of at least 4
  * of its characters), is `what`; how many were removed. */
 int disc_paired_remove(disc_paired *p, const char *what);

@@ -62,15 +62,18 @@ lares_status disc_paired_add(disc_paired *p, disc_role role, const char *name,
     return LARES_OK;
 }
 
+bool disc_matches(const char *name, const uint8_t key[DISC_KEY_BYTES], const char *what) {
+    const size_t wl = strlen(what);
+    char fp[DISC_FINGERPRINT_LEN + 1];
+    disc_fingerprint(key, fp);
+    return strcmp(name, what) == 0 ||
+           (wl >= 4 && wl <= DISC_FINGERPRINT_LEN && strncmp(fp, what, wl) == 0);
+}
+
 int disc_paired_remove(disc_paired *p, const char *what) {
     int removed = 0, o = 0;
-    const size_t wl = strlen(what);
     for (int i = 0; i < p->n; i++) {
-        char fp[DISC_FINGERPRINT_LEN + 1];
-        disc_fingerprint(p->e[i].key, fp);
-        const bool match = strcmp(p->e[i].name, what) == 0 ||
-                           (wl >= 4 && wl <= DISC_FINGERPRINT_LEN && strncmp(fp, what, wl) == 0);
-        if (match) {
+        if (disc_matches(p->e[i].name, p->e[i].key, what)) {
             removed++;
         } else {
             p->e[o++] = p->e[i];
