@@ -83,5 +83,8 @@ void app_ring_print(const lares_session *s);
 int cmd_keygen(int argc, char **argv);
 int cmd_ring(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
+int cmd_devices(int argc, char **argv);
+int cmd_pair(int argc, char **argv);
+int cmd_unpair(int argc, char **argv);
 
 #endif

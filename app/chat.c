@@ -12,6 +12,7 @@
  * Ctrl-D (end of input) quits.
  */
 #include "opts.h"
+#include "discover.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -97,6 +98,9 @@ static int parse_chat(int argc, char **argv, chat_opts *o) {
     if (o->model == NULL) {
         app_error("chat: no model given (-m MODEL)");
         return APP_USAGE;
+    }
+    if (!app_ring_auto(&o->session)) { /* --ring auto: the paired devices that answer */
+        return APP_FAIL;
     }
     if (!o->seed_given) {
         o->sampler.seed = app_clock_seed();

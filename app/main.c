@@ -20,6 +20,9 @@ static const struct {
     {"keygen", cmd_keygen, "make a key pair for a ring's head or worker"},
     {"worker", cmd_worker, "serve as a worker of a ring (several devices, one model)"},
     {"ring", cmd_ring, "ring status: which devices of a ring.json would serve now"},
+    {"devices", cmd_devices, "list the lares devices on the local network"},
+    {"pair", cmd_pair, "pair once with a worker (a code it shows, typed here)"},
+    {"unpair", cmd_unpair, "forget a paired device"},
     {"profile", cmd_profile, "measure what this device can do (for plans)"},
     {"plan", cmd_plan, "place a model's layers on devices and predict its speed"},
 };

@@ -1,6 +1,8 @@
 /* Sampling and session options shared by lares run, lares chat and lares serve. */
 #include "opts.h"
 
+#include "discover.h"
+
 #include <string.h>
 #include <time.h>
 
@@ -33,7 +35,9 @@ void app_session_usage(FILE *to) {
           "      --mem-lock          lock the weights that stay resident in memory (mlock)\n"
           "      --expert-cache P    MoE while streaming: evict the least recently used\n"
           "                          experts (lru, the default) or the coldest per byte (heat)\n"
-          "      --ring FILE         run as the head of the ring FILE describes (docs/ring.md)\n"
+          "      --ring FILE|auto    run as the head of the ring FILE describes (docs/ring.md);\n"
+          "                          auto: every paired device that answers (lares pair;\n"
+          "                          --peer, --discovery, ... as lares devices --help)\n"
           "      --insecure          the ring without encryption or keys (test networks only)\n"
           "      --rebalance on|off  move layers when a device slows down or speeds up\n"
           "                          (default: ring.json's \"rebalance\", else on)\n"
@@ -146,7 +150,8 @@ int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
         ok = (v = app_need_value(argc, argv, i)) != NULL;
         o->ring_placement = v;
     } else {
-        return app_gpu_opt(argc, argv, i, o);
+        const int r = app_disc_opt(argc, argv, i, app_session_disc()); /* --ring auto's */
+        return r != 0 ? r : app_gpu_opt(argc, argv, i, o);
     }
     return ok ? 1 : -1;
 }

@@ -1,6 +1,7 @@
 /* lares run: generate text from a prompt on this device. */
 #include "app.h"
 #include "opts.h"
+#include "discover.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -125,6 +126,9 @@ static int parse_run(int argc, char **argv, run_opts *o) {
     if (o->model == NULL) {
         app_error("run: no model given (-m MODEL)");
         return APP_USAGE;
+    }
+    if (!app_ring_auto(&o->session)) { /* --ring auto: the paired devices that answer */
+        return APP_FAIL;
     }
     if ((o->prompt == NULL) == (o->prompt_file == NULL)) {
         app_error("run: give the prompt with exactly one of -p TEXT or -f FILE");

@@ -4,6 +4,7 @@
  * taken by sigwait on the main thread, which then stops the server.
  */
 #include "opts.h"
+#include "discover.h"
 #include "server/server.h"
 
 #include <pthread.h>
@@ -142,6 +143,9 @@ int cmd_serve(int argc, char **argv) {
     if (model == NULL) {
         app_error("serve: no model given (-m MODEL)");
         return APP_USAGE;
+    }
+    if (!app_ring_auto(&so)) { /* --ring auto: the paired devices that answer */
+        return APP_FAIL;
     }
     app_setup_log(verbosity);
     /* every thread started from here on inherits the blocked signals; the

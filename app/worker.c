@@ -1,14 +1,26 @@
 /* lares worker: join rings as a worker, serving one head after another (docs/ring.md). */
 #include "app.h"
+#include "discover.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 static void worker_usage(FILE *to) {
-    fputs("usage: lares worker --listen HOST:PORT --key KEYFILE --allow HEAD_KEY... [options]\n"
+    fputs("usage: lares worker [options]   (zero setup: its key and paired heads in the config\n"
+          "                                 directory, announced on the LAN; lares pair)\n"
+          "       lares worker --listen HOST:PORT --key KEYFILE --allow HEAD_KEY... [options]\n"
+          "  Without --key: the key is the config directory's device.key (made on first use),\n"
+          "  the heads allowed are the paired ones (and --allow), it listens on 0.0.0.0:9100,\n"
+          "  takes pairing requests on 9101 while it has no paired head (or with --pair) and\n"
+          "  answers discovery on UDP 9102.\n"
+          "      --pair              take one pairing request although a head is paired\n"
+          "      --pair-listen HOST:PORT  where pairing requests come (default: --listen's host,\n"
+          "                          port 9101; 0 when --listen's port is 0)\n"
+          "      --no-discovery      neither announce nor answer queries (pairing stays)\n"
           "      --listen HOST:PORT  where heads connect (port 0: any free port, printed)\n"
           "      --key FILE          this worker's key pair (lares keygen -o FILE)\n"
           "      --allow KEY|FILE    a head allowed to use this worker: its public key (40\n"
@@ -37,7 +49,9 @@ static void worker_usage(FILE *to) {
           "  -q, --quiet             only refusals and errors (no per-round lines)\n"
           "  -v, --verbose\n",
           to);
+    app_disc_usage(to);
 }
+
 
 static lares_worker *running; /* for the signal handler */
 
@@ -105,13 +119,188 @@ static int cache_list(const char *dir) {
     return APP_OK;
 }
 
+/* ---- zero setup (issue 19): pairing and discovery around the ring worker ---- */
+
+typedef struct zero_setup {
+    app_disc d;
+    bool pair_asked;       /* --pair */
+    bool no_discovery;
+    const char *pair_listen;
+    char paired_path[1100];
+    char name[DISC_NAME_MAX + 1];
+    cluster_keypair key;
+    char key_path[1100];
+    pthread_mutex_t mu;
+    bool window_open;      /* takes a pairing request now */
+    lares_worker *w;
+    out_state *os;
+    disc_pair_service *ps;
+    disc_announcer *an;
+} zero_setup;
+
+static void say(out_state *os, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(out_state *os, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&os->mu);
+    fputs("lares: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    fflush(stderr);
+    pthread_mutex_unlock(&os->mu);
+    va_end(ap);
+}
+
+static bool zs_open(void *user) {
+    zero_setup *z = user;
+    pthread_mutex_lock(&z->mu);
+    const bool open = z->window_open;
+    pthread_mutex_unlock(&z->mu);
+    return open;
+}
+
+static lares_status zs_event(const disc_pair_event *ev, void *user, lares_error *err) {
+    zero_setup *z = user;
+    char fp[DISC_FINGERPRINT_LEN + 1], z85[DISC_KEY_Z85 + 1];
+    disc_fingerprint(ev->head_key, fp);
+    cluster_key_z85(ev->head_key, z85);
+    if (ev->kind == DISC_PAIR_CODE) {
+        say(z->os, "pairing requested by head %s (key %s): pairing code %06u (type it on the "
+                   "head)", ev->head_name, fp, ev->code);
+        return LARES_OK;
+    }
+    if (ev->kind == DISC_PAIR_REFUSED) {
+        say(z->os, "pairing with head %s (key %s) refused, nothing stored: %s", ev->head_name,
+            fp, ev->text);
+        return LARES_OK;
+    }
+    static disc_paired p; /* the service's one thread */
+    lares_status st = disc_paired_load(z->paired_path, &p, err);
+    if (st == LARES_OK) {
+        st = disc_paired_add(&p, DISC_ROLE_HEAD, ev->head_name, ev->head_key, err);
+    }
+    if (st == LARES_OK) {
+        st = disc_paired_save(z->paired_path, &p, err);
+    }
+    if (st == LARES_OK) {
+        st = lares_worker_allow(z->w, z85, err);
+    }
+    if (st == LARES_OK) {
+        pthread_mutex_lock(&z->mu);
+        z->window_open = false; /* one pairing per window */
+        pthread_mutex_unlock(&z->mu);
+        say(z->os, "paired with head %s (key %s); stored in %s", ev->head_name, fp,
+            z->paired_path);
+    } else {
+        say(z->os, "pairing with head %s failed: %s", ev->head_name, err->msg);
+    }
+    return st;
+}
+
+/* the port of "host:port" */
+static unsigned port_of(const char *addr) {
+    const char *c = strrchr(addr, ':');
+    return c != NULL ? (unsigned)atoi(c + 1) : 0;
+}
+
+/* The key, the paired heads (into allow), the default address. */
+static bool zs_prepare(zero_setup *z, lares_worker_opts *o, const char **allow) {
+    if (!app_device_key(&z->d, &z->key, z->key_path, sizeof z->key_path) ||
+        !app_paired_path(&z->d, z->paired_path, sizeof z->paired_path)) {
+        return false;
+    }
+    static disc_paired p;
+    lares_error err = {0};
+    if (disc_paired_load(z->paired_path, &p, &err) != LARES_OK) {
+        app_fail(&err);
+        return false;
+    }
+    static char keys[DISC_MAX_DEVICES][DISC_KEY_Z85 + 1];
+    int heads = 0;
+    for (int i = 0; i < p.n; i++) {
+        if (p.e[i].role == DISC_ROLE_HEAD) {
+            cluster_key_z85(p.e[i].key, keys[heads]);
+            allow[o->n_allow++] = keys[heads++];
+        }
+    }
+    o->key_path = z->key_path;
+    o->pairable = true;
+    if (o->listen == NULL) {
+        static char listen[32];
+        snprintf(listen, sizeof listen, "0.0.0.0:%d", DISC_DEFAULT_RING_PORT);
+        o->listen = listen;
+    }
+    z->window_open = heads == 0 || z->pair_asked;
+    app_device_name(&z->d, z->name);
+    return true;
+}
+
+/* Pairing service and announcements, once the ring's port is bound. */
+static bool zs_start(zero_setup *z, lares_worker *w, const char *listen) {
+    z->w = w;
+    char pair_listen[300];
+    if (z->pair_listen != NULL) {
+        snprintf(pair_listen, sizeof pair_listen, "%s", z->pair_listen);
+    } else {
+        const char *c = strrchr(listen, ':');
+        const int hl = c != NULL ? (int)(c - listen) : (int)strlen(listen);
+        snprintf(pair_listen, sizeof pair_listen, "%.*s:%d", hl, listen,
+                 port_of(listen) == 0 ? 0 : DISC_DEFAULT_PAIR_PORT);
+    }
+    const disc_pair_service_opts po = {.listen = pair_listen,
+                                       .public_z85 = z->key.public_z85,
+                                       .secret_z85 = z->key.secret_z85,
+                                       .name = z->name,
+                                       .open = zs_open,
+                                       .on_event = zs_event,
+                                       .user = z};
+    lares_error err = {0};
+    if (disc_pair_service_start(&po, &z->ps, &err) != LARES_OK) {
+        app_fail(&err);
+        return false;
+    }
+    disc_beacon self = {.type = DISC_BEACON_ANNOUNCE,
+                        .ring_port = (uint16_t)port_of(lares_worker_address(w)),
+                        .pair_port = disc_pair_service_port(z->ps)};
+    memcpy(self.key, z->key.public_key, DISC_KEY_BYTES);
+    snprintf(self.name, sizeof self.name, "%s", z->name);
+    snprintf(self.version, sizeof self.version, "%.31s", lares_version());
+    if (!z->no_discovery &&
+        disc_announcer_start(&z->d.net, &self, 5000, &z->an, &err) != LARES_OK) {
+        app_fail(&err);
+        return false;
+    }
+    char fp[DISC_FINGERPRINT_LEN + 1];
+    disc_fingerprint(z->key.public_key, fp);
+    say(z->os, "worker %s, key %s (%s): ring on port %u, pairing on port %u, discovery on UDP "
+               "%u%s",
+        z->name, fp, z->key.public_z85, self.ring_port, self.pair_port,
+        z->d.net.port != 0 ? z->d.net.port : DISC_DEFAULT_PORT,
+        z->no_discovery ? " (off)" : "");
+    if (z->window_open) {
+        say(z->os, "waiting to be paired: on the head, lares pair %s", z->name);
+    }
+    return true;
+}
+
+static void zs_stop(zero_setup *z) {
+    disc_announcer_stop(z->an);
+    disc_pair_service_stop(z->ps);
+}
+
 int cmd_worker(int argc, char **argv) {
     lares_worker_opts o = lares_worker_opts_default();
     o.listen = NULL;
-    const char **allow = calloc((size_t)argc, sizeof *allow);
+    const char **allow = calloc((size_t)argc + DISC_MAX_DEVICES, sizeof *allow); /* + paired heads */
     out_state os = {.verbosity = 0};
     bool no_profile_cache = false, no_cache = false, list = false;
     int tamper = 0;
+    static zero_setup zs;
+    int dr = 0;
+    app_disc_init(&zs.d);
+    pthread_mutex_init(&zs.mu, NULL);
+    zs.os = &os;
+    bool zero = false;
     const char *isa = NULL;
     pthread_mutex_init(&os.mu, NULL);
     int rc = APP_USAGE;
@@ -192,6 +381,18 @@ int cmd_worker(int argc, char **argv) {
             os.verbosity = -1;
         } else if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             os.verbosity++;
+        } else if (strcmp(a, "--pair") == 0) {
+            zs.pair_asked = true;
+        } else if (strcmp(a, "--no-discovery") == 0) {
+            zs.no_discovery = true;
+        } else if (strcmp(a, "--pair-listen") == 0) {
+            if ((zs.pair_listen = app_need_value(argc, argv, &i)) == NULL) {
+                goto done;
+            }
+        } else if ((dr = app_disc_opt(argc, argv, &i, &zs.d)) != 0) {
+            if (dr < 0) {
+                goto done;
+            }
         } else {
             app_error("worker: unknown option '%s' (lares worker --help lists them)", a);
             goto done;
@@ -216,11 +417,16 @@ int cmd_worker(int argc, char **argv) {
         rc = cache_list(o.cache_dir);
         goto done;
     }
+    zero = o.key_path == NULL && !o.insecure; /* zero setup (issue 19) */
+    if (zero && !zs_prepare(&zs, &o, allow)) {
+        rc = APP_FAIL;
+        goto done;
+    }
     if (o.listen == NULL) {
         app_error("worker: no --listen HOST:PORT");
         goto done;
     }
-    if (!o.insecure && (o.key_path == NULL || o.n_allow == 0)) {
+    if (!o.insecure && !zero && (o.key_path == NULL || o.n_allow == 0)) {
         app_error("worker: give --key KEYFILE and at least one --allow HEAD_KEY (or --insecure "
                   "on a trusted test network)");
         goto done;
@@ -251,6 +457,12 @@ int cmd_worker(int argc, char **argv) {
     } else {
         fprintf(stderr, "lares: worker public key %s\n", lares_worker_public_key(w));
     }
+    if (zero && !zs_start(&zs, w, o.listen)) {
+        zs_stop(&zs);
+        lares_worker_free(w);
+        rc = APP_FAIL;
+        goto done;
+    }
     running = w;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -259,9 +471,13 @@ int cmd_worker(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     rc = lares_worker_run(w, &err) == LARES_OK ? APP_OK : app_fail(&err);
     running = NULL;
+    if (zero) {
+        zs_stop(&zs);
+    }
     lares_worker_free(w);
 done:
     free(allow);
     pthread_mutex_destroy(&os.mu);
+    pthread_mutex_destroy(&zs.mu);
     return rc;
 }

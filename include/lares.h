@@ -714,6 +714,8 @@ typedef struct lares_worker_opts {
      * docs/ring.md "Workers without the model file"); NULL: no shipping */
     const char *cache_dir;
     uint64_t cache_size; /* the most bytes the weight cache may hold; 0: no limit */
+    bool pairable;            /* may start with no allowed head: heads paired later are
+                                 added with lares_worker_allow (issue 19) */
     lares_worker_event_fn on_event;
     void *user;
 } lares_worker_opts;
@@ -730,6 +732,10 @@ LARES_API const char *lares_worker_public_key(const lares_worker *w);
 LARES_API lares_status lares_worker_run(lares_worker *w, lares_error *err);
 /* Makes lares_worker_run return soon; safe from another thread or a signal handler. */
 LARES_API void lares_worker_stop(lares_worker *w);
+/* Allows one more head (its Z85 public key) from now on, e.g. one just paired;
+ * safe from any thread. */
+LARES_API lares_status lares_worker_allow(lares_worker *w, const char *head_key_z85,
+                                          lares_error *err);
 /* Tests and benchmarks only: from now on every window takes `factor` times as
  * long (the worker sleeps factor - 1 times the window's compute time after
  * it), as if the device's CPU were cut to 1/factor. 1 (or less): off. Safe

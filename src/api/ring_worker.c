@@ -540,7 +540,7 @@ lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
         for (size_t i = 0; i < o->n_allow && st == LARES_OK; i++) {
             st = cluster_allow_add(allow, o->allow[i], err);
         }
-        if (st == LARES_OK && allow->n == 0) {
+        if (st == LARES_OK && allow->n == 0 && !o->pairable) {
             st = lares_fail(err, LARES_EAUTH,
                             "worker: no head is allowed (--allow HEAD.pub), or "
                             "--insecure");
@@ -550,6 +550,7 @@ lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
         const cluster_worker_opts co = {.listen = o->listen,
                                         .key = o->insecure ? NULL : &w->key,
                                         .allow = allow,
+                                        .pairable = o->pairable,
                                         .insecure = o->insecure,
                                         .compute = {.user = w,
                                                     .open = cb_open,
@@ -573,6 +574,15 @@ lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
 
 const char *lares_worker_address(const lares_worker *w) {
     return cluster_worker_endpoint(w->cw);
+}
+
+lares_status lares_worker_allow(lares_worker *w, const char *head_key_z85, lares_error *err) {
+    uint8_t key[CLUSTER_KEY_BYTES];
+    if (w->insecure) {
+        return lares_fail(err, LARES_EINVAL, "an insecure worker has no allow-list");
+    }
+    lares_status st = cluster_key_parse(head_key_z85, key, err);
+    return st == LARES_OK ? cluster_worker_allow(w->cw, key, err) : st;
 }
 
 const char *lares_worker_public_key(const lares_worker *w) {

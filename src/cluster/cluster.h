@@ -711,6 +711,7 @@ typedef struct cluster_worker_opts {
     const char *listen;         /* "host:port"; port 0 picks a free one */
     const cluster_keypair *key; /* NULL only when insecure */
     const cluster_allow *allow; /* heads allowed to connect (copied) */
+    bool pairable; /* may start with no allowed head; heads come by cluster_worker_allow */
     bool insecure;
     cluster_compute compute;
     cluster_event_fn on_event; /* called from the worker's threads; may be NULL */
@@ -728,6 +729,9 @@ const char *cluster_worker_endpoint(const cluster_worker *w);
 lares_status cluster_worker_run(cluster_worker *w, lares_error *err);
 /* Asks run to return (from any thread or a signal handler). */
 void cluster_worker_stop(cluster_worker *w);
+/* Allows one more head key from now on (a pairing done while running); any thread. */
+lares_status cluster_worker_allow(cluster_worker *w, const uint8_t key[CLUSTER_KEY_BYTES],
+                                  lares_error *err);
 void cluster_worker_free(cluster_worker *w);
 
 /* ---- monitoring and the decision to re-plan (issue 9) ----

@@ -25,6 +25,7 @@ struct cluster_worker {
     cluster_worker_opts o;
     cluster_keypair key;
     cluster_allow allow;
+    pthread_mutex_t allow_mu; /* heads paired while running are added (cluster_worker_allow) */
     void *zctx;
     void *router, *router_mon, *zap;
     void *next, *next_mon; /* the link to the successor, while a plan needs one */
@@ -68,6 +69,28 @@ struct cluster_worker {
     cluster_frame *frame; /* owned: decoding scratch */
     uint8_t buf[1024];
 };
+
+static bool allowed(cluster_worker *w, const uint8_t key[CLUSTER_KEY_BYTES]) {
+    pthread_mutex_lock(&w->allow_mu);
+    const bool ok = cluster_allow_has(&w->allow, key);
+    pthread_mutex_unlock(&w->allow_mu);
+    return ok;
+}
+
+lares_status cluster_worker_allow(cluster_worker *w, const uint8_t key[CLUSTER_KEY_BYTES],
+                                  lares_error *err) {
+    lares_status st = LARES_OK;
+    pthread_mutex_lock(&w->allow_mu);
+    if (!cluster_allow_has(&w->allow, key)) {
+        if (w->allow.n == CLUSTER_MAX_ALLOW) {
+            st = lares_fail(err, LARES_ERANGE, "at most %d allowed heads", CLUSTER_MAX_ALLOW);
+        } else {
+            memcpy(w->allow.keys[w->allow.n++], key, CLUSTER_KEY_BYTES);
+        }
+    }
+    pthread_mutex_unlock(&w->allow_mu);
+    return st;
+}
 
 static void emit(cluster_worker *w, cluster_event_kind kind, const char *fmt, ...)
     LARES_PRINTF(3, 4);
@@ -226,7 +249,7 @@ static void on_zap(cluster_worker *w) {
     const uint8_t *key = has_key ? zmq_msg_data(&part[6]) : NULL;
     bool ok = false;
     if (key != NULL) {
-        ok = cluster_allow_has(&w->allow, key);
+        ok = allowed(w, key);
         if (!ok && w->session != 0 && w->plan->self >= 2) {
             ok = memcmp(key, w->plan->keys[w->plan->self - 1], CLUSTER_KEY_BYTES) == 0;
         }
@@ -277,7 +300,7 @@ static void on_hello(cluster_worker *w, const uint8_t *rid, size_t rid_len, zmq_
     const cluster_hello *h = &w->frame->u.hello;
     uint8_t key[CLUSTER_KEY_BYTES] = {0};
     const bool keyed = user_key(m, key);
-    if (!w->o.insecure && (!keyed || !cluster_allow_has(&w->allow, key))) {
+    if (!w->o.insecure && (!keyed || !allowed(w, key))) {
         emit(w, CLUSTER_EV_REFUSED,
              "refused a hello from %s: its key is not a head's in the "
              "allow-list",
@@ -890,12 +913,14 @@ void cluster_worker_free(cluster_worker *w) {
     lares_free(w->plan);
     lares_free(w->frame);
     lares_free(w->ping_buf);
+    pthread_mutex_destroy(&w->allow_mu);
     lares_free(w);
 }
 
 lares_status cluster_worker_create(const cluster_worker_opts *o, cluster_worker **out,
                                    lares_error *err) {
-    if (!o->insecure && (o->key == NULL || o->allow == NULL || o->allow->n == 0)) {
+    if (!o->insecure &&
+        (o->key == NULL || ((o->allow == NULL || o->allow->n == 0) && !o->pairable))) {
         return lares_fail(err, LARES_EAUTH,
                           "a worker needs its key pair and at least one allowed "
                           "head key (or --insecure)");
@@ -913,6 +938,7 @@ lares_status cluster_worker_create(const cluster_worker_opts *o, cluster_worker 
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     w->o = *o;
+    pthread_mutex_init(&w->allow_mu, NULL);
     w->o.key = NULL;
     w->o.allow = NULL;
     if (o->key != NULL) {

@@ -13,6 +13,8 @@ TMP=$(mktemp -d "${LARES_TEST_TMP:-/tmp}/$TEST_NAME.XXXXXX")
 # profiles are cached under $XDG_CACHE_HOME (lares profile, workers, ring
 # heads): a test never writes into the user's home
 export XDG_CACHE_HOME="$TMP/xdg"
+# keys and paired devices of zero-setup rings live under $XDG_CONFIG_HOME (issue 19): the same
+export XDG_CONFIG_HOME="$TMP/xdg-config"
 trap 'rm -rf "$TMP"' EXIT
 FAILURES=0
 CHECKS=0
