@@ -201,7 +201,7 @@ lares_status ring_plan_auto(lares_session *s, api_ring *r, const int32_t *cand, 
         r->so.n_ctx = s->o.n_ctx;
         r->so.head = 0;
         r->so.keep_order = true;
-        r->so.kv_elem_bytes = s->o.kv_type == LARES_KV_F16 ? 2 : 4;
+        r->so.kv_elem_bytes = (uint32_t)ops_kv_elem_bytes(s->kv->type);
         r->so.hidden_elem_bytes = r->rc->act_dtype == CLUSTER_DTYPE_F16 ? 2 : 4;
         r->so.rounds = r->rc->rounds;
         if (n_cand == n) {

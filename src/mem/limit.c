@@ -6,13 +6,16 @@
  * from /proc/self/cgroup (the path) and /proc/self/mountinfo (where that
  * hierarchy is mounted), so containers with their own mount roots work too.
  * Anything unreadable counts as "no limit": a wrong guess here only changes
- * whether lares streams, never what it computes.
+ * whether lares streams, never what it computes. Every file is read through
+ * the read gate (core/fault.c), so fault injection reaches these reads too.
  */
 #include "mem/mem.h"
 
 #include <stdio.h>
 
-#define LINE_MAX_BYTES 4096
+#define TEXT_MAX_BYTES (64u << 10)
+/* a container's mount table can be long */
+#define MOUNTINFO_MAX_BYTES (1u << 20)
 /* v1 reports "no limit" as a huge page-rounded number */
 #define V1_UNLIMITED ((uint64_t)1 << 62)
 
@@ -21,16 +24,37 @@ static const mem_limit_src default_src = {.proc_cgroup = "/proc/self/cgroup",
                                           .proc_meminfo = "/proc/meminfo",
                                           .root = ""};
 
+/* A text file read whole (at most cap - 1 bytes): lares_alloc'd, NULL when
+ * it cannot be read. */
+static char *read_text(const char *path, size_t cap) {
+    char *buf = lares_alloc(cap);
+    if (buf != NULL && lares_read_small_file(path, buf, cap) < 0) {
+        lares_free(buf);
+        buf = NULL;
+    }
+    return buf;
+}
+
+/* The next line of the text at *p, cut in place; NULL after the last. */
+static char *next_line(char **p) {
+    char *line = *p;
+    if (*line == '\0') {
+        return NULL;
+    }
+    char *nl = strchr(line, '\n');
+    if (nl != NULL) {
+        *nl = '\0';
+        *p = nl + 1;
+    } else {
+        *p = line + strlen(line);
+    }
+    return line;
+}
+
 /* a number, or "max"; false when the file is missing or holds neither */
 static bool read_limit_file(const char *path, uint64_t *out) {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        return false;
-    }
     char buf[64] = {0};
-    const bool got = fgets(buf, sizeof buf, f) != NULL;
-    fclose(f);
-    if (!got) {
+    if (lares_read_small_file(path, buf, sizeof buf) <= 0) {
         return false;
     }
     if (strncmp(buf, "max", 3) == 0) {
@@ -63,14 +87,13 @@ static bool has_word(const char *list, size_t len, const char *word) {
 /* The cgroup path of this process in the v1 memory hierarchy (version 1) or
  * the unified one (version 2), from /proc/self/cgroup. */
 static bool cgroup_path(const char *file, int version, char *out, size_t cap) {
-    FILE *f = fopen(file, "r");
-    if (f == NULL) {
+    char *text = read_text(file, TEXT_MAX_BYTES);
+    if (text == NULL) {
         return false;
     }
-    char line[LINE_MAX_BYTES];
     bool found = false;
-    while (!found && fgets(line, sizeof line, f) != NULL) {
-        line[strcspn(line, "\n")] = '\0';
+    char *at = text, *line;
+    while (!found && (line = next_line(&at)) != NULL) {
         char *c1 = strchr(line, ':');
         char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (c2 == NULL) {
@@ -83,21 +106,20 @@ static bool cgroup_path(const char *file, int version, char *out, size_t cap) {
             found = snprintf(out, cap, "%s", c2 + 1) < (int)cap;
         }
     }
-    fclose(f);
+    lares_free(text);
     return found;
 }
 
 /* The mount point and mount root of the v1 memory hierarchy or of cgroup2. */
 static bool cgroup_mount(const char *file, int version, char *mnt, size_t mcap, char *root,
                          size_t rcap) {
-    FILE *f = fopen(file, "r");
-    if (f == NULL) {
+    char *text = read_text(file, MOUNTINFO_MAX_BYTES);
+    if (text == NULL) {
         return false;
     }
-    char line[LINE_MAX_BYTES];
     bool found = false;
-    while (!found && fgets(line, sizeof line, f) != NULL) {
-        line[strcspn(line, "\n")] = '\0';
+    char *at = text, *line;
+    while (!found && (line = next_line(&at)) != NULL) {
         /* id parent maj:min root mountpoint options [optional...] - fstype source superopts */
         char *sep = strstr(line, " - ");
         if (sep == NULL) {
@@ -120,7 +142,7 @@ static bool cgroup_mount(const char *file, int version, char *mnt, size_t mcap, 
         }
         found = snprintf(mnt, mcap, "%s", m) < (int)mcap && snprintf(root, rcap, "%s", r) < (int)rcap;
     }
-    fclose(f);
+    lares_free(text);
     return found;
 }
 
@@ -173,12 +195,12 @@ static uint64_t hierarchy_limit(const mem_limit_src *src, int version) {
 static void read_meminfo(const char *file, uint64_t *total, uint64_t *avail) {
     *total = UINT64_MAX;
     *avail = UINT64_MAX;
-    FILE *f = fopen(file, "r");
-    if (f == NULL) {
+    char *text = read_text(file, TEXT_MAX_BYTES);
+    if (text == NULL) {
         return;
     }
-    char line[256];
-    while (fgets(line, sizeof line, f) != NULL) {
+    char *at = text, *line;
+    while ((line = next_line(&at)) != NULL) {
         unsigned long long kb;
         if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) {
             *total = (uint64_t)kb * 1024;
@@ -186,7 +208,7 @@ static void read_meminfo(const char *file, uint64_t *total, uint64_t *avail) {
             *avail = (uint64_t)kb * 1024;
         }
     }
-    fclose(f);
+    lares_free(text);
 }
 
 void mem_limit_read(const mem_limit_src *src, mem_limit *out) {
