@@ -532,6 +532,23 @@ static void run(server *sv, server_job *j) {
     job_end(sv, j, reply, &tot, n_past);
 }
 
+/* A job leaves the queue: its HTTP thread learns it started. False when the
+ * client left while it waited (then it is answered 499 here). */
+static bool job_start(server *sv, server_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->started = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (!atomic_load(&j->cancel)) {
+        return true;
+    }
+    server_job_finish(j, 499);
+    pthread_mutex_lock(&sv->mu);
+    sv->mx.canceled += !sv->stopping;
+    pthread_mutex_unlock(&sv->mu);
+    return false;
+}
+
 void *server_worker_main(void *arg) {
     server *sv = arg;
     for (;;) {
@@ -549,19 +566,12 @@ void *server_worker_main(void *arg) {
         sv->running = j;
         pthread_mutex_unlock(&sv->mu);
 
-        pthread_mutex_lock(&j->mu);
-        j->started = true;
-        pthread_cond_broadcast(&j->cv);
-        pthread_mutex_unlock(&j->mu);
-        if (atomic_load(&j->cancel)) {
-            server_job_finish(j, 499); /* the client left while it waited */
-            pthread_mutex_lock(&sv->mu);
-            sv->mx.canceled += !sv->stopping;
-            pthread_mutex_unlock(&sv->mu);
-        } else if (j->req.kind == SERVER_EMBEDDING) {
-            server_run_embedding(sv, j);
-        } else {
-            run(sv, j);
+        if (job_start(sv, j)) { /* else the client left while it waited */
+            if (j->req.kind == SERVER_EMBEDDING) {
+                server_run_embedding(sv, j);
+            } else {
+                run(sv, j);
+            }
         }
         pthread_mutex_lock(&sv->mu);
         sv->running = NULL;
@@ -641,15 +651,7 @@ static void slot_end(server *sv, lares_batch *b, slot *sl, int32_t i, lares_stat
 /* A job taken from the queue: into the free slot that caches most of its
  * prompt, or answered at once (cancelled while it waited, embeddings). */
 static void slot_take(server *sv, lares_batch *b, slot *slots, int32_t n, server_job *j) {
-    pthread_mutex_lock(&j->mu);
-    j->started = true;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    if (atomic_load(&j->cancel)) {
-        server_job_finish(j, 499); /* the client left while it waited */
-        pthread_mutex_lock(&sv->mu);
-        sv->mx.canceled += !sv->stopping;
-        pthread_mutex_unlock(&sv->mu);
+    if (!job_start(sv, j)) { /* the client left while it waited */
         server_job_release(j);
         return;
     }
