@@ -71,7 +71,7 @@ char *server_metrics_text(server *sv) {
     pthread_mutex_lock(&sv->mu);
     const server_metrics mx = sv->mx;
     const size_t waiting = sv->q_len;
-    const int running = sv->running != NULL;
+    const int running = sv->running != NULL ? 1 : (int)sv->n_running;
     pthread_mutex_unlock(&sv->mu);
     mem_sample ms;
     mem_sample_now(&ms);
@@ -110,7 +110,7 @@ char *server_metrics_text(server *sv) {
     add(&b, "lares_queue_length %zu\n", waiting);
     metric(&b, "lares_queue_capacity", "gauge", "requests that may wait before 503");
     add(&b, "lares_queue_capacity %d\n", sv->o.queue_capacity);
-    metric(&b, "lares_requests_running", "gauge", "requests generating now (0 or 1)");
+    metric(&b, "lares_requests_running", "gauge", "requests generating now (at most 1, or --parallel)");
     add(&b, "lares_requests_running %d\n", running);
     metric(&b, "lares_kv_cache_tokens", "gauge", "tokens in the session's context");
     add(&b, "lares_kv_cache_tokens %d\n", mx.kv_tokens);

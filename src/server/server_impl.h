@@ -208,6 +208,7 @@ struct server {
     server_job **queue; /* owned ring of queue_capacity */
     size_t q_head, q_len;
     server_job *running;
+    int32_t n_running;  /* the batch worker's busy slots (server_opts.batch) */
     int active; /* replies in progress (the stop waits for them to drain) */
     bool stopping;
     pthread_t worker;

@@ -731,6 +731,9 @@ void *server_worker_batch_main(void *arg) {
                 }
             }
         }
+        pthread_mutex_lock(&sv->mu);
+        sv->n_running = busy;
+        pthread_mutex_unlock(&sv->mu);
         if (busy == 0) {
             continue;
         }
@@ -750,6 +753,9 @@ void *server_worker_batch_main(void *arg) {
             }
         }
     }
+    pthread_mutex_lock(&sv->mu);
+    sv->n_running = 0;
+    pthread_mutex_unlock(&sv->mu);
     lares_free(slots);
     lares_free(taken);
     return NULL;
