@@ -66,13 +66,19 @@ typedef struct token_probs {
     float top_logprobs[MAX_LOGPROBS];
 } token_probs;
 
-/* log-softmax of the logits: the chosen token's value and the n most likely */
-void api_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int32_t n,
-                  token_probs *tp);
-/* Delivers a piece through the UTF-8 assembler to o->on_token; false when
- * the caller stops. */
-bool api_deliver(const lares_generate_opts *o, text_stream *ts, int32_t tok, const char *piece,
-                 size_t n, const token_probs *tp);
+/* Draws the next token from logits after o->on_logits may change them; with
+ * raw (n_vocab floats) tp gets the log-probabilities of the changed logits. */
+int32_t api_draw(const lares_generate_opts *o, text_sampler *smp, float *logits,
+                 int32_t n_vocab, const int32_t *history, size_t n_hist, float *raw,
+                 token_probs *tp);
+/* Hands a drawn token to o->on_token through the UTF-8 assembler:
+ * LARES_STOP_EOS for an end-of-generation token (not delivered),
+ * LARES_STOP_CALLER when the callback stops, else LARES_STOP_NONE. */
+lares_stop_reason api_emit(const lares_generate_opts *o, const text_vocab *vocab,
+                           text_stream *ts, int32_t tok, const token_probs *tp);
+/* At the end of a run: the bytes of a character that never completed, to
+ * o->on_token with token -1. */
+void api_flush(const lares_generate_opts *o, text_stream *ts);
 
 /* lookup.c: prompt lookup. Drafts up to max_draft tokens: those that followed
  * the most recent earlier occurrence of the last 3 (else 2) of toks[0, n).

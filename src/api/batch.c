@@ -243,12 +243,7 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
 /* The sequence's run ends: the text of a character that never completed,
  * the figures, and the slot is free again (its cache kept for a prefix). */
 static void seq_finish(batch_seq *q, lares_stop_reason why) {
-    char tail[TEXT_STREAM_OUT_MAX(4)];
-    const size_t tl = text_stream_flush(&q->ts, tail, sizeof tail);
-    if (tl > 0 && q->o.on_token != NULL) {
-        lares_token_info info = {.token = -1, .piece = tail, .piece_len = tl};
-        q->o.on_token(&info, q->o.user);
-    }
+    api_flush(&q->o, &q->ts);
     const uint64_t t_end = lares_now_ns();
     lares_stats *f = &q->st;
     f->stop = why;
@@ -277,32 +272,16 @@ static bool seq_draw(lares_batch *b, batch_seq *q, float *logits) {
         seq_finish(q, LARES_STOP_LENGTH); /* the context is full */
         return false;
     }
-    if (q->o.on_logits != NULL) {
-        q->o.on_logits(logits, n_vocab, q->o.user);
-    }
-    if (q->raw != NULL) {
-        memcpy(q->raw, logits, (size_t)n_vocab * sizeof *q->raw);
-    }
-    const int32_t tok = text_sampler_sample(q->smp, logits, q->history, (size_t)q->n_past);
     token_probs tp;
-    if (q->raw != NULL) {
-        api_logprobs(q->raw, n_vocab, tok, q->o.n_logprobs, &tp);
-    }
+    const int32_t tok =
+        api_draw(&q->o, q->smp, logits, n_vocab, q->history, (size_t)q->n_past, q->raw, &tp);
     if (q->n_gen == 0) {
         q->t_first = lares_now_ns();
     }
     q->n_gen++;
-    if (text_token_is_eog(lm->vocab, tok)) {
-        seq_finish(q, LARES_STOP_EOS);
-        return false;
-    }
-    char piece[PIECE_MAX];
-    int32_t plen = text_token_piece(lm->vocab, tok, false, piece, sizeof piece);
-    if (plen < 0 || (size_t)plen > sizeof piece) {
-        plen = 0;
-    }
-    if (!api_deliver(&q->o, &q->ts, tok, piece, (size_t)plen, q->raw ? &tp : NULL)) {
-        seq_finish(q, LARES_STOP_CALLER);
+    const lares_stop_reason why = api_emit(&q->o, lm->vocab, &q->ts, tok, q->raw ? &tp : NULL);
+    if (why != LARES_STOP_NONE) {
+        seq_finish(q, why);
         return false;
     }
     if (q->o.n_predict >= 0 && q->n_gen >= (size_t)q->o.n_predict) {

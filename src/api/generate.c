@@ -130,8 +130,8 @@ static double route_top_share(const model_hparams *hp, const uint64_t *before, u
 }
 
 /* log-softmax of the logits: the chosen token's value and the n most likely */
-void api_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int32_t n,
-                  token_probs *tp) {
+static void logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int32_t n,
+                     token_probs *tp) {
     float mx = logits[0];
     for (int32_t i = 1; i < n_vocab; i++) {
         mx = logits[i] > mx ? logits[i] : mx;
@@ -165,8 +165,8 @@ void api_logprobs(const float *logits, int32_t n_vocab, int32_t chosen, int32_t 
 }
 
 /* Delivers a piece through the UTF-8 assembler; false when the caller stops. */
-bool api_deliver(const lares_generate_opts *o, text_stream *ts, int32_t tok, const char *piece,
-                 size_t n, const token_probs *tp) {
+static bool deliver(const lares_generate_opts *o, text_stream *ts, int32_t tok, const char *piece,
+                    size_t n, const token_probs *tp) {
     char buf[TEXT_STREAM_OUT_MAX(PIECE_MAX)];
     size_t len = text_stream_push(ts, piece, n, buf, sizeof buf);
     if (o->on_token == NULL) {
@@ -180,6 +180,44 @@ bool api_deliver(const lares_generate_opts *o, text_stream *ts, int32_t tok, con
         info.top_logprobs = tp->top_logprobs;
     }
     return o->on_token(&info, o->user);
+}
+
+int32_t api_draw(const lares_generate_opts *o, text_sampler *smp, float *logits,
+                 int32_t n_vocab, const int32_t *history, size_t n_hist, float *raw,
+                 token_probs *tp) {
+    if (o->on_logits != NULL) {
+        o->on_logits(logits, n_vocab, o->user);
+    }
+    if (raw != NULL) {
+        memcpy(raw, logits, (size_t)n_vocab * sizeof *raw);
+    }
+    const int32_t tok = text_sampler_sample(smp, logits, history, n_hist);
+    if (raw != NULL) {
+        logprobs(raw, n_vocab, tok, o->n_logprobs, tp);
+    }
+    return tok;
+}
+
+lares_stop_reason api_emit(const lares_generate_opts *o, const text_vocab *vocab,
+                           text_stream *ts, int32_t tok, const token_probs *tp) {
+    if (text_token_is_eog(vocab, tok)) {
+        return LARES_STOP_EOS;
+    }
+    char piece[PIECE_MAX];
+    int32_t plen = text_token_piece(vocab, tok, false, piece, sizeof piece);
+    if (plen < 0 || (size_t)plen > sizeof piece) {
+        plen = 0; /* a piece longer than PIECE_MAX is not text anyone streams */
+    }
+    return deliver(o, ts, tok, piece, (size_t)plen, tp) ? LARES_STOP_NONE : LARES_STOP_CALLER;
+}
+
+void api_flush(const lares_generate_opts *o, text_stream *ts) {
+    char tail[TEXT_STREAM_OUT_MAX(4)];
+    const size_t tl = text_stream_flush(ts, tail, sizeof tail);
+    if (tl > 0 && o->on_token != NULL) {
+        lares_token_info info = {.token = -1, .piece = tail, .piece_len = tl};
+        o->on_token(&info, o->user);
+    }
 }
 
 lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_prompt,
@@ -273,7 +311,6 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     text_stream_init(&ts);
     uint64_t t_first = 0;
     size_t n_gen = 0;
-    char piece[PIECE_MAX];
     token_probs tp;
     /* logprobs need the logits before the sampler edits them */
     float *raw = NULL;
@@ -312,16 +349,8 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         }
         /* a constraint sees each row in the order its token is drawn, drafts
          * or not: it never sees a token that is not delivered */
-        if (o.on_logits != NULL) {
-            o.on_logits(next_logits, m->hp.n_vocab, o.user);
-        }
-        if (raw != NULL) {
-            memcpy(raw, next_logits, (size_t)m->hp.n_vocab * sizeof *raw);
-        }
-        const int32_t tok = text_sampler_sample(smp, next_logits, s->history, (size_t)ctx_n);
-        if (raw != NULL) {
-            api_logprobs(raw, m->hp.n_vocab, tok, o.n_logprobs, &tp);
-        }
+        const int32_t tok = api_draw(&o, smp, next_logits, m->hp.n_vocab, s->history,
+                                     (size_t)ctx_n, raw, &tp);
         /* a verified draft: accepted when the model drew it; the first token
          * it did not draw ends the drafts, and the cache forgets the rest */
         bool evaluated = false;
@@ -346,16 +375,9 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
             out[n_gen] = tok;
         }
         n_gen++;
-        if (text_token_is_eog(s->lm->vocab, tok)) {
-            fig->stop = LARES_STOP_EOS;
-            break;
-        }
-        int32_t plen = text_token_piece(s->lm->vocab, tok, false, piece, sizeof piece);
-        if (plen < 0 || (size_t)plen > sizeof piece) {
-            plen = 0; /* a piece longer than PIECE_MAX is not text anyone streams */
-        }
-        if (!api_deliver(&o, &ts, tok, piece, (size_t)plen, raw ? &tp : NULL)) {
-            fig->stop = LARES_STOP_CALLER;
+        const lares_stop_reason why = api_emit(&o, s->lm->vocab, &ts, tok, raw ? &tp : NULL);
+        if (why != LARES_STOP_NONE) {
+            fig->stop = why;
             break;
         }
         if (o.n_predict >= 0 && n_gen >= (size_t)o.n_predict) {
@@ -409,13 +431,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     }
     lares_free(spec);
     lares_free(spec_logits);
-    /* bytes of a character that never completed */
-    char tail[TEXT_STREAM_OUT_MAX(4)];
-    size_t tl = text_stream_flush(&ts, tail, sizeof tail);
-    if (tl > 0 && o.on_token != NULL) {
-        lares_token_info info = {.token = -1, .piece = tail, .piece_len = tl};
-        o.on_token(&info, o.user);
-    }
+    api_flush(&o, &ts);
     lares_free(raw);
     const uint64_t t_end = lares_now_ns();
     exec_local_counters(s->exec, &c_end);
