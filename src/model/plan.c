@@ -443,9 +443,6 @@ static lares_status plan_layer(const gguf_file *f, const arch_desc *ad, const mo
         }
         const model_weight *w = &lp->w[r];
         lp->bytes += w->bytes * (uint64_t)w->n_stack;
-        if (w->form == MODEL_FORM_EXPERTS) {
-            lp->expert_bytes += w->bytes;
-        }
     }
     plan_ops(hp, lp);
     return LARES_OK;

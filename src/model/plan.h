@@ -160,7 +160,6 @@ typedef struct model_layer_plan {
     model_op ops[MODEL_OPS_MAX];       /* in the order layer_forward runs them */
     int32_t n_ops;
     uint64_t bytes;         /* every weight of the layer */
-    uint64_t expert_bytes;  /* of those, one expert's share of the stacked tensors */
 } model_layer_plan;
 
 typedef struct model_plan {
