@@ -1,7 +1,8 @@
 /*
  * bench_gemm: the prompt-processing product of one weight matrix on one
  * thread, per kernel family: the packed-activation GEMM (quant.h) against the
- * row-tile path it replaces, and the machine's int8 multiply-accumulate peak
+ * row-tile path it replaces, the few-row product where c <= QUANT_ROWS_MAX
+ * (quant.h: quant_rows_fmt), and the machine's int8 multiply-accumulate peak
  * measured with a loop of independent VPDPBUSD (or the AVX2 VPMADDUBSW pair)
  * so the GEMM's figure can be read as a fraction of it.
  *
@@ -239,8 +240,29 @@ int main(int argc, char **argv) {
             }
             lares_free_aligned(panels);
         }
+        /* the few-row product (decoding up to QUANT_ROWS_MAX sequences together) */
+        double best_rows = 0;
+        if (t->rows != NULL && c <= QUANT_ROWS_MAX && k % QUANT_ROWS_GROUP == 0) {
+            const size_t ab = quant_rows_bytes(k);
+            uint8_t *act = lares_alloc_aligned(ab * (size_t)c, 64);
+            best_rows = 1e30;
+            for (int r = 0; r < reps; r++) {
+                const double t0 = cpu_now();
+                for (int64_t j = 0; j < c; j++) {
+                    t->rows_fmt->from_float(x + j * k, k, act + (size_t)j * ab);
+                }
+                t->rows(k, w, rb, n, act, ab, c, y, (size_t)n);
+                const double dt = cpu_now() - t0;
+                best_rows = dt < best_rows ? dt : best_rows;
+            }
+            lares_free_aligned(act);
+        }
         printf("{\"family\": \"%s\", \"int8_peak_gmacs\": %.1f, \"tile_gmacs\": %.1f", fams[f].name,
                peak / 1e9, macs / best_tile / 1e9);
+        if (best_rows > 0) {
+            printf(", \"rows_gmacs\": %.1f, \"rows_over_tile\": %.2f", macs / best_rows / 1e9,
+                   best_tile / best_rows);
+        }
         if (best_gemm > 0) {
             printf(", \"gemm_lanes\": %d, \"gemm_gmacs\": %.1f, \"gemm_of_peak\": %.3f, "
                    "\"gemm_over_tile\": %.2f",

@@ -57,10 +57,24 @@ lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int
     return LARES_OK;
 }
 
+#include <stdlib.h>
+static int64_t rows_min(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("LARES_ROWS_MIN");
+        v = e ? atoi(e) : 2;
+    }
+    return v;
+}
+
 uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows) {
     ops_offload_fn off;
     void *off_user;
     ops_pool_offload(pool, &off, &off_user);
+    if (off == NULL && w->qt->rows != NULL && n_rows >= rows_min() && n_rows <= QUANT_ROWS_MAX &&
+        w->n_in % QUANT_ROWS_GROUP == 0) {
+        return OPS_ACT_ROWS;
+    }
     if (off == NULL && w->qt->gemm != NULL && n_rows >= OPS_GEMM_MIN_ROWS &&
         w->n_in % QUANT_PANEL_GROUP == 0) {
         return OPS_ACT_PANELS;
@@ -75,6 +89,9 @@ size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in) {
             return 0;
         }
         return (size_t)((n_rows + f->lanes - 1) / f->lanes) * quant_panel_bytes(f, n_in);
+    }
+    if (type == OPS_ACT_ROWS) {
+        return (size_t)n_rows * quant_rows_bytes(n_in);
     }
     return (size_t)n_rows * quant_row_bytes(type, n_in);
 }
@@ -165,12 +182,47 @@ static void act_rows(void *vctx, int ith, int nth) {
     }
 }
 
+/* The rows format is the same for every type that has one (quant.h) */
+static const quant_rows_fmt *rows_fmt_of(void) {
+    const quant_traits *qt = quant_traits_of(GGUF_TYPE_Q8_0);
+    return qt != NULL ? qt->rows_fmt : NULL;
+}
+
+typedef struct rows_task {
+    const float *x;
+    int64_t n_rows, n_in;
+    const quant_rows_fmt *f;
+    uint8_t *buf;
+} rows_task;
+
+static void act_rows_fmt(void *vctx, int ith, int nth) {
+    const rows_task *t = vctx;
+    const size_t rb = quant_rows_bytes(t->n_in);
+    int64_t lo, hi;
+    ops_split(t->n_rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        t->f->from_float(t->x + r * t->n_in, t->n_in, t->buf + (size_t)r * rb);
+    }
+}
+
 void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_in, uint32_t type,
                      void *buf, ops_act *out) {
     out->type = type;
     out->n_rows = n_rows;
     out->n_in = n_in;
     out->row_bytes = quant_row_bytes(type, n_in);
+    if (type == OPS_ACT_ROWS) {
+        rows_task t = {.x = x, .n_rows = n_rows, .n_in = n_in, .f = rows_fmt_of(), .buf = buf};
+        out->row_bytes = quant_rows_bytes(n_in);
+        if (pool != NULL && n_rows > 1) {
+            ops_pool_run_n(pool, act_rows_fmt, &t,
+                           ops_pool_threads_for(pool, (double)n_rows * n_in, MIN_ELEMS_PER_THREAD));
+        } else {
+            act_rows_fmt(&t, 0, 1);
+        }
+        out->data = buf;
+        return;
+    }
     if (type == GGUF_TYPE_F32) {
         out->data = x;
         return;
@@ -217,6 +269,11 @@ static void mm_rows(const ops_matrix *w, const ops_act *a, float *y, int64_t r0,
     if (a->type == OPS_ACT_PANELS) {
         qt->gemm(w->n_in, wd + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, ad, a->n_rows,
                  y + r0, (size_t)n_out);
+        return;
+    }
+    if (a->type == OPS_ACT_ROWS) {
+        qt->rows(w->n_in, wd + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, ad, a->row_bytes,
+                 a->n_rows, y + r0, (size_t)n_out);
         return;
     }
     if (a->n_rows == 1) {

@@ -76,12 +76,15 @@ typedef struct ops_act {
 /* The activation format of the packed GEMM (quant.h: quant_panel_fmt); never a
  * GGUF type id. */
 #define OPS_ACT_PANELS 0x10000u
+/* The activation format of the few-row product (quant.h: quant_rows_fmt) */
+#define OPS_ACT_ROWS 0x10001u
 /* The fewest activation rows that take the packed GEMM: below a panel's worth
  * most of its lanes would multiply zeros. */
 #define OPS_GEMM_MIN_ROWS 8
 /* The activation format for multiplying w by n_rows rows on this pool:
  * OPS_ACT_PANELS where the dispatched kernels have a GEMM for w's type and
- * n_rows is large enough, else w's vec_dot_type. With an offload hook set
+ * n_rows is large enough, OPS_ACT_ROWS where they have a few-row product
+ * for it and n_rows is small, else w's vec_dot_type. With an offload hook set
  * (a GPU session) always the row format, which the device's kernels read.
  * Matrices sharing an input share one conversion when their formats are equal. */
 uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows);

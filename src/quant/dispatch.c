@@ -235,6 +235,7 @@ static void install(quant_traits *t, quant_isa isa) {
     } else if (isa == QUANT_ISA_AVX512) {
         quant_install_avx512_kquants(t);
         quant_install_gemm_avx512(t);
+        quant_install_rows_avx512(t);
     }
 #endif
 #if defined(LARES_HAVE_ARM64)

@@ -87,6 +87,8 @@ void quant_install_gemm_avx2(quant_traits *t); /* gemm_avx2.c: no VNNI */
 void quant_install_gemm_neon_dotprod(quant_traits *t);
 void quant_install_gemm_neon_i8mm(quant_traits *t); /* gemm_neon_i8mm.c */
 void quant_install_gemm_avx512(quant_traits *t);
+/* The few-row product (quant.h: quant_rows_fmt) with AVX-512 VNNI (rows_avx512.c) */
+void quant_install_rows_avx512(quant_traits *t);
 void quant_install_neon_kquants(quant_traits *t, bool dotprod);
 
 #endif /* LARES_QUANT_KERNELS_H */

@@ -79,6 +79,33 @@ typedef void (*quant_gemm_fn)(int64_t k, const void *restrict x, size_t bx, int6
                               const void *restrict panels, int64_t n_c, float *restrict y,
                               size_t ldy);
 
+/* ---- a few activation rows (several sequences decoding together) ----
+ * With 1 to QUANT_ROWS_MAX activation rows, where panels would mostly hold
+ * zeros, each row is quantized as vec_dot's Q8_0 activations are (the same
+ * codes and fp16-rounded scales) and stored in the order the family's
+ * few-row product reads (for AVX-512: rows_avx512.c), taking
+ * quant_rows_bytes(k); k is a multiple of QUANT_ROWS_GROUP. */
+#define QUANT_ROWS_MAX   8
+#define QUANT_ROWS_GROUP 64
+typedef struct quant_rows_fmt {
+    void (*from_float)(const float *restrict x, int64_t k, void *restrict row);
+    /* the row back as Q8_0 blocks (tests: it must be the reference's) */
+    void (*to_q8_0)(const void *restrict row, int64_t k, void *restrict blocks);
+} quant_rows_fmt;
+
+/* k codes and room for two floats per 32 of them, padded to 64 bytes */
+static inline size_t quant_rows_bytes(int64_t k) {
+    const size_t b = (size_t)k + 8 * (size_t)(k / 32);
+    return (b + 63) & ~(size_t)63;
+}
+
+/* y[c * ldy + r] = dot(weight row r, activation row c) for r < n_w (rows at x,
+ * bx bytes apart) and c < n_c <= QUANT_ROWS_MAX (rows at act, ab bytes apart,
+ * in the rows format). Each row's result is the same whatever n_c is. */
+typedef void (*quant_rows_fn)(int64_t k, const void *restrict x, size_t bx, int64_t n_w,
+                              const void *restrict act, size_t ab, int64_t n_c,
+                              float *restrict y, size_t ldy);
+
 typedef struct quant_traits {
     const char *name;
     uint32_t type;          /* GGUF type id */
@@ -93,6 +120,8 @@ typedef struct quant_traits {
     quant_vec_dot_tile_fn vec_dot_tile; /* NULL: callers loop over vec_dot */
     quant_gemm_fn gemm;                 /* NULL: no packed-activation GEMM for this type */
     const quant_panel_fmt *panel;       /* the panels gemm reads (with gemm) */
+    quant_rows_fn rows;                 /* NULL: no few-row product for this type */
+    const quant_rows_fmt *rows_fmt;     /* the activation rows `rows` reads */
     quant_kv_attend_fn kv_attend;       /* NULL: this type cannot hold a KV cache */
 } quant_traits;
 

@@ -1,0 +1,312 @@
+/*
+ * The product of a weight matrix with a few activation rows (quant.h:
+ * quant_rows_fmt) on AVX-512 VNNI: decoding several sequences at once, or
+ * one, where the packed GEMM's 16-lane panels would mostly multiply zeros.
+ *
+ * A weight row is walked 256 elements (eight blocks of 32) at a time. Its
+ * codes are decoded once into four registers of 64 signed bytes, each holding
+ * 8 consecutive elements of every block (lanes 4L .. 4L + 1: block L, lanes
+ * 4L + 2 .. 4L + 3: block L + 4, in each 128-bit quarter L), and those meet
+ * each activation row's codes, stored in the same order, in four VPDPBUSD:
+ * every int32 lane then sums 16 products of one block, and one conversion,
+ * one multiplication by the row's scales and one FMA by the weights' scales
+ * per 256 elements make them floats. The activation codes are stored plus
+ * 128 so that they are VPDPBUSD's unsigned operand; the 128 * sum(w) this
+ * adds is taken off by starting each row's sums from -128 * sum(w), computed
+ * once per 256 weights for all rows. A row's last k % 256 elements go 64 at a
+ * time (two blocks, eight lanes each). Every row runs the same instructions
+ * whatever the number of rows, so a sequence's logits do not depend on what
+ * it is batched with.
+ *
+ * Layout of an activation row (quant_rows_bytes(k)): the codes, for each
+ * 256 elements the four 64-byte vectors above (byte 16L + 8h + e of vector v:
+ * element 8v + e of block L + 4h), then the last k % 256 in element order;
+ * then for each 256 elements 16 floats, the scale of each int32 lane's block;
+ * then one float per block of the last k % 256.
+ */
+#include "quant/kernels.h"
+#include "quant/q8_avx2.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define FORCE_INLINE static inline __attribute__((always_inline))
+#define SUPER        256 /* elements decoded at once */
+
+/* ---- activations ---- */
+
+/* the block of a 256-element chunk whose scale lane j of a sum holds */
+static int lane_block(int j) {
+    return (j / 4) + 4 * ((j % 4) / 2);
+}
+
+static void rows_from_float(const float *restrict x, int64_t k, void *restrict row) {
+    uint8_t *codes = row;
+    const int64_t n_super = k / SUPER;
+    float *dsup = (float *)(void *)(codes + k);
+    float *dtail = dsup + 16 * n_super;
+    for (int64_t g = 0; g < k / QUANT_PANEL_GROUP; g++) {
+        __m256i q[4];
+        /* the codes of vec_dot's Q8_0 activations, and their fp16-rounded scale */
+        const float d = _cvtsh_ss(_cvtss_sh(q8_codes_avx2(x + g * QUANT_PANEL_GROUP, q), 0));
+        uint8_t c[32];
+        _mm256_storeu_si256((__m256i *)(void *)c,
+                            _mm256_xor_si256(q8_pack_avx2(q), _mm256_set1_epi8((char)0x80)));
+        const int64_t sc = g / 8;
+        if (sc < n_super) {
+            const int b = (int)(g % 8), L = b % 4, h = b / 4;
+            uint8_t *v = codes + sc * SUPER;
+            for (int vi = 0; vi < 4; vi++) {
+                memcpy(v + 64 * vi + 16 * L + 8 * h, c + 8 * vi, 8);
+            }
+            for (int j = 0; j < 16; j++) {
+                if (lane_block(j) == b) {
+                    dsup[16 * sc + j] = d;
+                }
+            }
+        } else {
+            memcpy(codes + g * QUANT_PANEL_GROUP, c, 32);
+            dtail[g - 8 * n_super] = d;
+        }
+    }
+}
+
+static void rows_to_q8_0(const void *restrict row, int64_t k, void *restrict blocks) {
+    const uint8_t *codes = row;
+    const int64_t n_super = k / SUPER;
+    const float *dsup = (const float *)(const void *)(codes + k);
+    const float *dtail = dsup + 16 * n_super;
+    block_q8_0 *out = blocks;
+    for (int64_t g = 0; g < k / QUANT_PANEL_GROUP; g++) {
+        const int64_t sc = g / 8;
+        float d;
+        uint8_t c[32];
+        if (sc < n_super) {
+            const int b = (int)(g % 8), L = b % 4, h = b / 4;
+            for (int vi = 0; vi < 4; vi++) {
+                memcpy(c + 8 * vi, codes + sc * SUPER + 64 * vi + 16 * L + 8 * h, 8);
+            }
+            d = dsup[16 * sc + 4 * L + 2 * h];
+        } else {
+            memcpy(c, codes + g * QUANT_PANEL_GROUP, 32);
+            d = dtail[g - 8 * n_super];
+        }
+        out[g].d = (lares_f16)_cvtss_sh(d, 0);
+        for (int e = 0; e < 32; e++) {
+            out[g].qs[e] = (int8_t)(c[e] ^ 0x80);
+        }
+    }
+}
+
+static const quant_rows_fmt rows_fmt = {.from_float = rows_from_float, .to_q8_0 = rows_to_q8_0};
+
+/* ---- weights ---- */
+
+/* [d0 x 8, d1 x 8] from two fp16 scales */
+FORCE_INLINE __m512 scale_pair(lares_f16 d0, lares_f16 d1) {
+    return _mm512_mask_broadcastss_ps(_mm512_set1_ps(_cvtsh_ss(d0)), 0xff00,
+                                      _mm_set_ss(_cvtsh_ss(d1)));
+}
+
+/* the lane scales of eight blocks (lane_block), from their fp16 scales */
+FORCE_INLINE __m512 scale_eight(const uint8_t *p, size_t bb) {
+    lares_f16 d[8];
+    for (int b = 0; b < 8; b++) {
+        memcpy(&d[b], p + (size_t)b * bb, 2);
+    }
+    const __m256 f = _mm256_cvtph_ps(_mm_setr_epi16((short)d[0], (short)d[4], (short)d[1],
+                                                    (short)d[5], (short)d[2], (short)d[6],
+                                                    (short)d[3], (short)d[7]));
+    return _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), _mm512_castps256_ps512(f));
+}
+
+/* 16 bytes of each of four blocks, bb bytes apart, one per 128-bit quarter */
+FORCE_INLINE __m512i load_quarters(const uint8_t *p, size_t bb) {
+    const __m256i a = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p)),
+        _mm_loadu_si128((const __m128i *)(const void *)(p + bb)), 1);
+    const __m256i c = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p + 2 * bb))),
+        _mm_loadu_si128((const __m128i *)(const void *)(p + 3 * bb)), 1);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+}
+
+/* Eight Q4_0 blocks as the four vectors of the layout: qs byte j holds
+ * element j (low nibble) and j + 16 (high) */
+FORCE_INLINE void eight_q4_0(const uint8_t *p, __m512i v[4], __m512 *dw) {
+    const size_t bb = sizeof(block_q4_0);
+    const __m512i t = load_quarters(p + offsetof(block_q4_0, qs), bb);
+    const __m512i u = load_quarters(p + 4 * bb + offsetof(block_q4_0, qs), bb);
+    const __m512i lo = _mm512_unpacklo_epi64(t, u), hi = _mm512_unpackhi_epi64(t, u);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), k8 = _mm512_set1_epi8(8);
+    v[0] = _mm512_sub_epi8(_mm512_and_si512(lo, m4), k8);
+    v[1] = _mm512_sub_epi8(_mm512_and_si512(hi, m4), k8);
+    v[2] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(lo, 4), m4), k8);
+    v[3] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(hi, 4), m4), k8);
+    *dw = scale_eight(p, bb);
+}
+
+/* Eight Q8_0 blocks: elements 0-15 and 16-31 of each block in quarters */
+FORCE_INLINE void eight_q8_0(const uint8_t *p, __m512i v[4], __m512 *dw) {
+    const size_t bb = sizeof(block_q8_0);
+    const uint8_t *q = p + offsetof(block_q8_0, qs);
+    const __m512i t = load_quarters(q, bb), t2 = load_quarters(q + 16, bb);
+    const __m512i u = load_quarters(q + 4 * bb, bb), u2 = load_quarters(q + 4 * bb + 16, bb);
+    v[0] = _mm512_unpacklo_epi64(t, u);
+    v[1] = _mm512_unpackhi_epi64(t, u);
+    v[2] = _mm512_unpacklo_epi64(t2, u2);
+    v[3] = _mm512_unpackhi_epi64(t2, u2);
+    *dw = scale_eight(p, bb);
+}
+
+/* the 64 codes of blocks b and b + 1 of a Q4_0 row, signed, in element order */
+FORCE_INLINE __m512i pair_q4_0(const block_q4_0 *b) {
+    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs));
+    const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].qs));
+    const __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+    const __m512i u = _mm512_and_si512(
+        _mm512_srlv_epi64(t, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
+    return _mm512_sub_epi8(u, _mm512_set1_epi8(8));
+}
+
+FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)b[0].qs)),
+        _mm256_loadu_si256((const __m256i *)(const void *)b[1].qs), 1);
+}
+
+enum rows_type { R_Q4_0, R_Q8_0 };
+
+FORCE_INLINE size_t block_bytes(enum rows_type t) {
+    return t == R_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+}
+
+/* -128 * (sum of the four products' weights) per lane: what the +128 of the
+ * activation codes adds to every row's sums */
+FORCE_INLINE __m512i minus_128_sum(__m512i acc, __m512i w) {
+    return _mm512_dpbusd_epi32(acc, _mm512_set1_epi8((char)0x80), w);
+}
+
+/* One weight row against NC activation rows. */
+FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                           const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
+    const size_t bb = block_bytes(t);
+    const int64_t n_super = k / SUPER;
+    const float *dsup = (const float *)(const void *)(act + k);
+    const float *dtail = dsup + 16 * n_super;
+    __m512 acc[8];
+    for (int c = 0; c < NC; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+    for (int64_t j = 0; j < n_super; j++) {
+        __m512i v[4];
+        __m512 dw;
+        const uint8_t *p = w + (size_t)j * 8 * bb;
+        if (t == R_Q4_0) {
+            eight_q4_0(p, v, &dw);
+        } else {
+            eight_q8_0(p, v, &dw);
+        }
+        __m512i base = minus_128_sum(_mm512_setzero_si512(), v[0]);
+        base = minus_128_sum(base, v[1]);
+        base = minus_128_sum(base, v[2]);
+        base = _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(base, v[3]));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
+            const float *ds =
+                (const float *)(const void *)((const uint8_t *)(dsup + 16 * j) + (size_t)c * ab);
+            __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), v[0]);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 64)), v[1]);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 128)), v[2]);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 192)), v[3]);
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_loadu_ps(ds)),
+                                     dw, acc[c]);
+        }
+    }
+    /* the rest, 64 elements at a time: lanes 0-7 the first block, 8-15 the second */
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    for (int64_t j = 0; j < (k % SUPER) / 64; j++) {
+        const uint8_t *p = w + (size_t)(n_super * 8 + 2 * j) * bb;
+        __m512i wc;
+        __m512 dw;
+        if (t == R_Q4_0) {
+            const block_q4_0 *b = (const block_q4_0 *)(const void *)p;
+            wc = pair_q4_0(b);
+            dw = scale_pair(b[0].d, b[1].d);
+        } else {
+            const block_q8_0 *b = (const block_q8_0 *)(const void *)p;
+            wc = pair_q8_0(b);
+            dw = scale_pair(b[0].d, b[1].d);
+        }
+        const __m512i base =
+            _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(_mm512_setzero_si512(), wc));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = act + (size_t)c * ab + (size_t)(n_super * SUPER + 64 * j);
+            const float *ds =
+                (const float *)(const void *)((const uint8_t *)(dtail + 2 * j) + (size_t)c * ab);
+            const __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), wc);
+            const __m512 da = _mm512_permutexvar_ps(
+                spread, _mm512_castps128_ps512(
+                            _mm_castpd_ps(_mm_load_sd((const double *)(const void *)ds))));
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), da), dw, acc[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+        y[(size_t)c * ldy] = _mm512_reduce_add_ps(acc[c]);
+    }
+}
+
+FORCE_INLINE void rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx,
+                             int64_t n_w, const void *restrict act, size_t ab, int64_t n_c,
+                             float *restrict y, size_t ldy) {
+    const uint8_t *w = x;
+    for (int64_t r = 0; r < n_w; r++) {
+        const uint8_t *wr = w + (size_t)r * bx;
+        switch (n_c) {
+        case 1:
+            row_dots(t, 1, k, wr, act, ab, y + r, ldy);
+            break;
+        case 2:
+            row_dots(t, 2, k, wr, act, ab, y + r, ldy);
+            break;
+        case 3:
+            row_dots(t, 3, k, wr, act, ab, y + r, ldy);
+            break;
+        case 4:
+            row_dots(t, 4, k, wr, act, ab, y + r, ldy);
+            break;
+        case 5:
+            row_dots(t, 5, k, wr, act, ab, y + r, ldy);
+            break;
+        case 6:
+            row_dots(t, 6, k, wr, act, ab, y + r, ldy);
+            break;
+        case 7:
+            row_dots(t, 7, k, wr, act, ab, y + r, ldy);
+            break;
+        default:
+            row_dots(t, 8, k, wr, act, ab, y + r, ldy);
+            break;
+        }
+    }
+}
+
+#define DEFINE_ROWS(name, type)                                                                    \
+    static void name(int64_t k, const void *restrict x, size_t bx, int64_t n_w,                    \
+                     const void *restrict act, size_t ab, int64_t n_c, float *restrict y,          \
+                     size_t ldy) {                                                                 \
+        rows_drive(type, k, x, bx, n_w, act, ab, n_c, y, ldy);                                     \
+    }
+
+DEFINE_ROWS(rows_q4_0_avx512, R_Q4_0)
+DEFINE_ROWS(rows_q8_0_avx512, R_Q8_0)
+
+void quant_install_rows_avx512(quant_traits *t) {
+    t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avx512;
+    t[GGUF_TYPE_Q8_0].rows = rows_q8_0_avx512;
+    t[GGUF_TYPE_Q4_0].rows_fmt = &rows_fmt;
+    t[GGUF_TYPE_Q8_0].rows_fmt = &rows_fmt;
+}

@@ -1,0 +1,273 @@
+/*
+ * The few-row product (quant.h: quant_rows_fmt, quant_rows_fn) of every
+ * family this build and CPU carry, for every type that has one:
+ *  1. the format: a row's codes and scales are the reference Q8_0
+ *     quantization of it (the codes vec_dot's activations get), stored plus
+ *     128, and s = d * sum of the codes;
+ *  2. the product against a float64 oracle on the same quantized data (the
+ *     weights dequantized by the scalar reference, the activations read back
+ *     from the format): only float32 accumulation separates them;
+ *  3. a row's result does not depend on how many rows are multiplied with it
+ *     (bit for bit), so a sequence decodes the same alone and in a batch;
+ *  4. ragged shapes (k with and without a part past the last 256, 1 to 8 rows,
+ *     17 weight rows, output strides wider than the rows; nothing written
+ *     outside the product) and the largest codes of each type against +-127.
+ * A family this CPU lacks, or one without the product, is skipped.
+ */
+#include "check.h"
+#include "quant/half.h"
+#include "quant/kernels.h"
+
+#include <stdint.h>
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_u64(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+static float rng_gauss(void) {
+    float u = (float)((rng_u64() >> 40) + 1) / (float)(1u << 24);
+    float v = (float)(rng_u64() >> 40) / (float)(1u << 24);
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+static float act_value(int64_t r, int64_t i) {
+    if (r % 5 == 3 && (i / 32) % 3 == 1) {
+        return 0.0f; /* a whole group of zeros: d = 0 */
+    }
+    float v = rng_gauss();
+    if (r % 7 == 2 && i % 61 == 0) {
+        v *= 40.0f; /* an outlier channel */
+    }
+    return v;
+}
+
+static const struct {
+    const char *name;
+    quant_isa isa;
+} families[] = {{"avx2", QUANT_ISA_AVX2},   {"avxvnni", QUANT_ISA_AVXVNNI},
+                {"avx512", QUANT_ISA_AVX512}, {"neon", QUANT_ISA_NEON},
+                {"neon-i8mm", QUANT_ISA_NEON_I8MM}};
+
+static const uint32_t types[] = {GGUF_TYPE_Q4_0,  GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,
+                                 GGUF_TYPE_Q8_0,  GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K,
+                                 GGUF_TYPE_IQ4_NL, GGUF_TYPE_IQ4_XS};
+
+/* a row in the format as Q8_0 blocks, and its elements as floats */
+static void row_values(const quant_rows_fmt *f, const uint8_t *row, int64_t k, double *out) {
+    block_q8_0 *b = malloc(sizeof(block_q8_0) * (size_t)(k / 32));
+    f->to_q8_0(row, k, b);
+    for (int64_t i = 0; i < k; i++) {
+        out[i] = (double)f16_to_f32(b[i / 32].d) * b[i / 32].qs[i % 32];
+    }
+    free(b);
+}
+
+static void test_format(const char *fam, const quant_rows_fmt *f) {
+    const int64_t ks[] = {64, 192, 256, 320, 2048};
+    for (size_t ki = 0; ki < LARES_ARRAY_LEN(ks); ki++) {
+        const int64_t k = ks[ki];
+        float *x = malloc(sizeof(float) * (size_t)k);
+        uint8_t *row = lares_alloc_aligned(quant_rows_bytes(k) + 64, 64);
+        block_q8_0 *ref = malloc(sizeof(block_q8_0) * (size_t)(k / 32));
+        block_q8_0 *got = malloc(sizeof(block_q8_0) * (size_t)(k / 32));
+        int bad = 0, overrun = 0;
+        for (int64_t r = 0; r < 6; r++) {
+            for (int64_t i = 0; i < k; i++) {
+                x[i] = act_value(r, i);
+            }
+            memset(row, 0xa5, quant_rows_bytes(k) + 64);
+            f->from_float(x, k, row);
+            for (int i = 0; i < 64; i++) {
+                overrun += row[quant_rows_bytes(k) + (size_t)i] != 0xa5;
+            }
+            quant_q8_0_ref(x, ref, k);
+            f->to_q8_0(row, k, got);
+            bad += memcmp(ref, got, sizeof(block_q8_0) * (size_t)(k / 32)) != 0;
+        }
+        CHECKF(bad == 0, "%s: k %lld: the rows format holds the reference Q8_0 (%d rows differ)",
+               fam, (long long)k, bad);
+        CHECKF(overrun == 0, "%s: k %lld: written past quant_rows_bytes", fam, (long long)k);
+        free(got);
+        free(ref);
+        lares_free_aligned(row);
+        free(x);
+    }
+}
+
+/* One shape: returns the worst error relative to sum |w a| */
+static double test_shape(const char *fam, const quant_traits *t, int64_t k, int64_t n_w,
+                         int64_t n_c) {
+    const size_t rb = quant_row_bytes(t->type, k);
+    const size_t ab = quant_rows_bytes(k);
+    const size_t ldy = (size_t)n_w + 3;
+    uint8_t *w = malloc(rb * (size_t)n_w);
+    float *wf = malloc(sizeof(float) * (size_t)k);
+    float *x = malloc(sizeof(float) * (size_t)k);
+    uint8_t *act = lares_alloc_aligned(ab * QUANT_ROWS_MAX, 64);
+    float *y = malloc(sizeof(float) * ldy * QUANT_ROWS_MAX);
+    float *y1 = malloc(sizeof(float) * (size_t)n_w);
+    for (int64_t r = 0; r < n_w; r++) {
+        for (int64_t i = 0; i < k; i++) {
+            wf[i] = rng_gauss() * (r % 3 == 1 ? 0.02f : 1.0f);
+        }
+        t->from_float_ref(wf, w + (size_t)r * rb, k);
+    }
+    for (int64_t c = 0; c < n_c; c++) {
+        for (int64_t i = 0; i < k; i++) {
+            x[i] = act_value(c, i);
+        }
+        t->rows_fmt->from_float(x, k, act + (size_t)c * ab);
+    }
+    for (size_t i = 0; i < ldy * QUANT_ROWS_MAX; i++) {
+        y[i] = -777.0f;
+    }
+    t->rows(k, w, rb, n_w, act, ab, n_c, y, ldy);
+    double worst = 0;
+    int outside = 0, differs_alone = 0;
+    for (int64_t c = 0; c < QUANT_ROWS_MAX; c++) {
+        for (size_t r = 0; r < ldy; r++) {
+            if (c >= n_c || r >= (size_t)n_w) {
+                outside += y[(size_t)c * ldy + r] != -777.0f;
+            }
+        }
+    }
+    for (int64_t c = 0; c < n_c; c++) {
+        /* the row alone: the same bits */
+        t->rows(k, w, rb, n_w, act + (size_t)c * ab, ab, 1, y1, 1);
+        for (int64_t r = 0; r < n_w; r++) {
+            differs_alone += memcmp(&y1[r], &y[(size_t)c * ldy + (size_t)r], sizeof(float)) != 0;
+        }
+    }
+    double *av = malloc(sizeof(double) * (size_t)(k * n_c));
+    for (int64_t c = 0; c < n_c; c++) {
+        row_values(t->rows_fmt, act + (size_t)c * ab, k, av + c * k);
+    }
+    for (int64_t r = 0; r < n_w; r++) {
+        t->to_float(w + (size_t)r * rb, wf, k);
+        for (int64_t c = 0; c < n_c; c++) {
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < k; i++) {
+                exact += (double)wf[i] * av[c * k + i];
+                mag += fabs((double)wf[i] * av[c * k + i]);
+            }
+            const double e = fabs(y[(size_t)c * ldy + (size_t)r] - exact) / (mag + 1e-30);
+            worst = e > worst ? e : worst;
+        }
+    }
+    free(av);
+    CHECKF(outside == 0, "%s/%s k %lld n_w %lld n_c %lld: %d values written outside", fam,
+           t->name, (long long)k, (long long)n_w, (long long)n_c, outside);
+    CHECKF(differs_alone == 0,
+           "%s/%s k %lld n_c %lld: %d results differ from the row multiplied alone", fam, t->name,
+           (long long)k, (long long)n_c, differs_alone);
+    free(y1);
+    free(y);
+    lares_free_aligned(act);
+    free(x);
+    free(wf);
+    free(w);
+    return worst;
+}
+
+/* the largest codes of the type against activations of +-127 */
+static void test_extremes(const char *fam, const quant_traits *t) {
+    const int64_t k = 256, n_w = 4;
+    const size_t rb = quant_row_bytes(t->type, k), ab = quant_rows_bytes(k);
+    uint8_t *w = malloc(rb * (size_t)n_w);
+    float *wf = malloc(sizeof(float) * (size_t)k);
+    float *x = malloc(sizeof(float) * (size_t)k);
+    uint8_t *act = lares_alloc_aligned(ab * 2, 64);
+    float y[2 * 4];
+    for (int64_t r = 0; r < n_w; r++) {
+        for (int64_t i = 0; i < k; i++) {
+            wf[i] = (r % 2 == 0) ? -1.0f : (i % 2 ? 1.0f : -1.0f); /* the most negative code */
+        }
+        t->from_float_ref(wf, w + (size_t)r * rb, k);
+    }
+    for (int c = 0; c < 2; c++) {
+        for (int64_t i = 0; i < k; i++) {
+            x[i] = c == 0 ? -1.0f : 1.0f;
+        }
+        t->rows_fmt->from_float(x, k, act + (size_t)c * ab);
+    }
+    t->rows(k, w, rb, n_w, act, ab, 2, y, (size_t)n_w);
+    double worst = 0;
+    double av[2 * 256];
+    row_values(t->rows_fmt, act, k, av);
+    row_values(t->rows_fmt, act + ab, k, av + k);
+    for (int64_t r = 0; r < n_w; r++) {
+        t->to_float(w + (size_t)r * rb, wf, k);
+        for (int c = 0; c < 2; c++) {
+            double exact = 0, mag = 0;
+            for (int64_t i = 0; i < k; i++) {
+                const double a = av[c * k + i];
+                exact += (double)wf[i] * a;
+                mag += fabs((double)wf[i] * a);
+            }
+            worst = fmax(worst, fabs(y[c * n_w + r] - exact) / (mag + 1e-30));
+        }
+    }
+    CHECKF(worst <= 1e-5, "%s/%s: largest codes: %.2e of sum |w a|", fam, t->name, worst);
+    lares_free_aligned(act);
+    free(x);
+    free(wf);
+    free(w);
+}
+
+static int test_family(const char *fam, quant_isa isa) {
+    int tested = 0;
+    const quant_rows_fmt *fmt = NULL;
+    for (size_t ti = 0; ti < LARES_ARRAY_LEN(types); ti++) {
+        const quant_traits *t = quant_traits_isa(types[ti], isa);
+        if (t == NULL || t->rows == NULL) {
+            continue;
+        }
+        CHECK(t->rows_fmt != NULL);
+        if (fmt == NULL) {
+            fmt = t->rows_fmt;
+            test_format(fam, fmt);
+        }
+        CHECKF(t->rows_fmt == fmt, "%s: one rows format per family", fam);
+        const int64_t ks[] = {64, 192, 256, 576, 2048};
+        double worst = 0;
+        for (size_t a = 0; a < LARES_ARRAY_LEN(ks); a++) {
+            if (ks[a] % t->blck_elems != 0) {
+                continue;
+            }
+            for (int64_t n_c = 1; n_c <= QUANT_ROWS_MAX; n_c++) {
+                worst = fmax(worst, test_shape(fam, t, ks[a], ks[a] == 2048 ? 5 : 17, n_c));
+            }
+        }
+        CHECKF(worst <= 1e-5, "%s/%s: %.2e of sum |w a| from the float64 product", fam, t->name,
+               worst);
+        test_extremes(fam, t);
+        printf("  %s/%s: rows %.2e of the exact product\n", fam, t->name, worst);
+        tested++;
+    }
+    if (tested == 0) {
+        printf("  %s: no few-row product in this family\n", fam);
+    }
+    return tested;
+}
+
+int main(void) {
+    int tested = 0;
+    for (size_t i = 0; i < LARES_ARRAY_LEN(families); i++) {
+        if (quant_traits_isa(GGUF_TYPE_Q4_0, families[i].isa) == NULL) {
+            printf("  %s: skipped, this CPU or build lacks it\n", families[i].name);
+            continue;
+        }
+        tested += test_family(families[i].name, families[i].isa);
+    }
+    if (tested == 0) {
+        printf("rows: no family with a few-row product on this machine (AVX-512 VNNI), nothing "
+               "to test\n");
+        return 77;
+    }
+    return check_finish("rows");
+}
