@@ -24,6 +24,8 @@ static void serve_usage(FILE *to) {
           "                          llama2, mistral, mistral-v7, gemma, phi3, zephyr, plain)\n"
           "      --queue N           requests that may wait behind the running ones (default 8)\n"
           "      --parallel N        requests that decode together, continuous batching (default 1)\n"
+          "      --prompt-share N    with --parallel: prompt tokens a step reads while other\n"
+          "                          requests decode (default 8: they are not held up; 0: no limit)\n"
           "      --max-body SIZE     largest request body (default 1M)\n"
           "      --max-connections N connections served at once (default 64; 4 more are kept\n"
           "                          for /health and /metrics)\n"
@@ -46,7 +48,7 @@ int cmd_serve(int argc, char **argv) {
     so.ring_profile_cache = app_profile_cache_default(); /* an automatic ring's head */
     server_opts o = server_opts_default();
     int verbosity = 0;
-    int32_t v32, parallel = 1;
+    int32_t v32, parallel = 1, prompt_share = LARES_BATCH_SHARED_PROMPT_ROWS;
     uint64_t v64;
     o.api_key = getenv("LARES_API_KEY");
     for (int i = 1; i < argc; i++) {
@@ -89,6 +91,11 @@ int cmd_serve(int argc, char **argv) {
         } else if (strcmp(a, "--parallel") == 0) {
             VALUE();
             if (!app_parse_i32(a, v, 1, 256, &parallel)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--prompt-share") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 0, 1 << 20, &prompt_share)) {
                 return APP_USAGE;
             }
         } else if (strcmp(a, "--queue") == 0) {
@@ -172,6 +179,7 @@ int cmd_serve(int argc, char **argv) {
             rc = app_fail(&err);
             goto done;
         }
+        lares_batch_set_shared_prompt_rows(batch, prompt_share);
         o.batch = batch;
     }
     if ((batch == NULL && lares_session_create(m, &so, &s, &err) != LARES_OK) ||

@@ -338,8 +338,8 @@ LARES_API size_t lares_session_reuse_prefix(lares_session *s, const int32_t *tok
 
 /* Up to n_seq sequences of one model decode together: every step is one
  * forward pass over the next token of each generating sequence plus a chunk of
- * the prompts still being read (at most n_batch rows in all, so a long prompt
- * never stalls the others for more than a step), each sequence with its own
+ * the prompts still being read (shortest first; a few rows while others are
+ * active, so a long prompt never stalls them), each sequence with its own
  * KV cache, sampler and callbacks. The weights are read once per step for all
  * of them: on a device where generation waits on memory, N sequences cost
  * little more than one. Sequences start between steps. Greedy output of a
@@ -375,6 +375,13 @@ LARES_API lares_status lares_batch_start(lares_batch *b, int32_t seq, const int3
  * to their on_token callbacks. *n_active: sequences still active after it
  * (0: nothing to do, and no pass was made). */
 LARES_API lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *err);
+/* Prompt rows a step reads while another sequence is active (default
+ * LARES_BATCH_SHARED_PROMPT_ROWS; 0: as many as the batch holds). Few rows
+ * keep every step about as short as one of generation, so tokens keep coming
+ * and a new request's first token waits little; a prompt read alone always
+ * takes whole batches. Prompts are read shortest first. */
+#define LARES_BATCH_SHARED_PROMPT_ROWS 8
+LARES_API void lares_batch_set_shared_prompt_rows(lares_batch *b, int32_t rows);
 /* Stops a sequence at the next step (LARES_STOP_CANCELED); any thread. */
 LARES_API void lares_batch_cancel(lares_batch *b, int32_t seq);
 /* Whether the sequence is active (started and not finished). */

@@ -7,9 +7,9 @@
  * executor, and its own cache stays unused.
  *
  * A step's rows are grouped by sequence (model_forward_seqs): the generating
- * sequences first, a row each, then prompt chunks while the batch has room,
- * taken in turn from where the last step stopped so that every waiting prompt
- * advances.
+ * sequences first, a row each, then prompt chunks, shortest prompt first,
+ * while the batch has room (a few rows only while other sequences are
+ * active: lares_batch_set_shared_prompt_rows).
  */
 #include "api/api.h"
 #include "api/ring.h"
@@ -47,7 +47,9 @@ struct lares_batch {
     int32_t *out_of;  /* n_seq: the sequence of each output row */
     float *last_x;    /* n_seq x n_embd: the hidden states whose logits are drawn from */
     float *logits;    /* n_seq x n_vocab */
-    int32_t turn;     /* the prompt that reads first next step */
+    int32_t turn;     /* among prompts of equal length, the one that reads first next step */
+    int32_t shared_prompt_rows; /* prompt rows per step while another sequence is active */
+    int32_t *order;   /* n_seq: this step's prompts, shortest first */
 };
 
 static void seq_release(batch_seq *q) {
@@ -73,6 +75,7 @@ void lares_batch_free(lares_batch *b) {
     lares_free(b->runs);
     lares_free(b->tokens);
     lares_free(b->out_of);
+    lares_free(b->order);
     lares_free(b->last_x);
     lares_free(b->logits);
     lares_session_free(b->s);
@@ -123,9 +126,12 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     b->runs = lares_calloc((size_t)n_seq, sizeof *b->runs);
     b->tokens = lares_alloc_array((size_t)s->o.n_batch, sizeof *b->tokens);
     b->out_of = lares_alloc_array((size_t)n_seq, sizeof *b->out_of);
+    b->order = lares_alloc_array((size_t)n_seq, sizeof *b->order);
+    b->shared_prompt_rows = LARES_BATCH_SHARED_PROMPT_ROWS;
     b->last_x = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_embd, sizeof *b->last_x);
     b->logits = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_vocab, sizeof *b->logits);
     if (b->seq == NULL || b->runs == NULL || b->tokens == NULL || b->out_of == NULL ||
+        b->order == NULL ||
         b->last_x == NULL || b->logits == NULL) {
         lares_batch_free(b);
         return lares_fail(err, LARES_ENOMEM, "out of memory for a batch of %d sequences",
@@ -337,16 +343,34 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             add_rows(b, &n_rows, &n_runs, q, &q->last, 1);
         }
     }
-    int32_t first_prompt = -1;
-    for (int32_t k = 0; k < b->n_seq && n_rows < s->o.n_batch; k++) {
+    /* the prompts, shortest rest first (a short request's first token does not
+     * wait for a long prompt), equal ones in turn from where the last step
+     * stopped; while another sequence is active a step reads at most
+     * shared_prompt_rows of them, so that it stays about as short as a step of
+     * generation (docs/batching.md) */
+    int32_t n_prompts = 0;
+    for (int32_t k = 0; k < b->n_seq; k++) {
         const int32_t i = (b->turn + k) % b->n_seq;
-        batch_seq *q = &b->seq[i];
-        if (q->state != SEQ_PROMPT) {
+        if (b->seq[i].state != SEQ_PROMPT) {
             continue;
         }
+        const size_t rest = b->seq[i].n_prompt - b->seq[i].at;
+        int32_t j = n_prompts++;
+        for (; j > 0 && b->seq[b->order[j - 1]].n_prompt - b->seq[b->order[j - 1]].at > rest; j--) {
+            b->order[j] = b->order[j - 1];
+        }
+        b->order[j] = i;
+    }
+    int32_t limit = s->o.n_batch;
+    if (b->shared_prompt_rows > 0 && count_active(b) > 1) {
+        limit = (int32_t)LARES_MIN((int64_t)limit, (int64_t)n_rows + b->shared_prompt_rows);
+    }
+    int32_t first_prompt = -1;
+    for (int32_t k = 0; k < n_prompts && n_rows < limit; k++) {
+        const int32_t i = b->order[k];
+        batch_seq *q = &b->seq[i];
         first_prompt = first_prompt < 0 ? i : first_prompt;
-        const int32_t take =
-            (int32_t)LARES_MIN(q->n_prompt - q->at, (size_t)(s->o.n_batch - n_rows));
+        const int32_t take = (int32_t)LARES_MIN(q->n_prompt - q->at, (size_t)(limit - n_rows));
         runs_of[n_runs] = q;
         if (q->at + (size_t)take == q->n_prompt) {
             b->out_of[n_out++] = i;
@@ -398,6 +422,10 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     }
     *n_active = count_active(b);
     return LARES_OK;
+}
+
+void lares_batch_set_shared_prompt_rows(lares_batch *b, int32_t rows) {
+    b->shared_prompt_rows = rows > 0 ? rows : 0;
 }
 
 void lares_batch_cancel(lares_batch *b, int32_t seq) {

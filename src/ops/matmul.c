@@ -6,8 +6,10 @@
  * chunks of output rows from a shared counter, so a thread that runs slower
  * (another program on its core) simply takes fewer chunks. With one
  * activation row (generation) a chunk is about GEMV_CHUNK_BYTES of weight
- * rows, one dot product per row. With several
- * activation rows (prompt processing) the dispatched kernels' packed GEMM
+ * rows. Up to QUANT_ROWS_MAX rows (generation, several sequences decoding
+ * together) take the few-row product where the dispatched kernels have one
+ * for the type (quant.h: quant_rows_fmt), else one dot product per row. With
+ * more activation rows (prompt processing) the dispatched kernels' packed GEMM
  * takes the chunk when it has one for the type (activations quantized once
  * into panels, quant.h); otherwise each chunk is walked in tiles of up to
  * QUANT_TILE_MAX weight rows x activation rows, so every weight block loaded
@@ -57,21 +59,14 @@ lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int
     return LARES_OK;
 }
 
-#include <stdlib.h>
-static int64_t rows_min(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("LARES_ROWS_MIN");
-        v = e ? atoi(e) : 2;
-    }
-    return v;
-}
-
 uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows) {
     ops_offload_fn off;
     void *off_user;
     ops_pool_offload(pool, &off, &off_user);
-    if (off == NULL && w->qt->rows != NULL && n_rows >= rows_min() && n_rows <= QUANT_ROWS_MAX &&
+    /* from one row: where the few-row product exists it also beats the
+     * single-row dot (docs/kernels.md), and a row's result is then the same
+     * alone and in a batch */
+    if (off == NULL && w->qt->rows != NULL && n_rows <= QUANT_ROWS_MAX &&
         w->n_in % QUANT_ROWS_GROUP == 0) {
         return OPS_ACT_ROWS;
     }

@@ -92,6 +92,11 @@ if "$LARES" serve -m "$M" --parallel 0 2>"$TMP/bad.err"; then
 else
   grep -q -- "--parallel" "$TMP/bad.err" && ok || fail "--parallel 0: $(cat "$TMP/bad.err")"
 fi
+if "$LARES" serve -m "$M" --parallel 2 --prompt-share -1 2>"$TMP/bad.err"; then
+  fail "--prompt-share -1 accepted"
+else
+  grep -q -- "--prompt-share" "$TMP/bad.err" && ok || fail "--prompt-share -1: $(cat "$TMP/bad.err")"
+fi
 stop_server par TERM
 stop_server one TERM
 finish

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Throughput and first-token latency of `lares serve --parallel N` (issue 20).
+
+  bench/serve_parallel.py LARES_BINARY MODEL [--streams "1 4 8"] [--tokens 64]
+                          [--reps 3] [--threads 2] [--long 1536]
+
+For each S in --streams: starts `lares serve --parallel S` (S = 1: without
+--parallel, the one-request-at-a-time server) and sends S streamed
+completions at once, each a different short prompt and --tokens tokens
+(`max_tokens`), --reps times; the figure is the aggregate generated tokens per
+second between the first token of the last stream to start and the end of the
+last to finish (the prompts are not counted; the "tgNxS" of `lares bench`),
+and the median over the reps.
+
+Then the first-token latency of a short request (streamed, 1 token) on a
+server with --parallel 2: idle (median of --reps), and while another request's
+prompt of --long tokens is being read (the short one sent 0.3 s after it).
+
+Prints one JSON object; exits 1 when a reply is malformed or the server fails.
+"""
+import argparse
+import http.client
+import json
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+
+def start(lares, model, parallel, threads, ctx):
+    args = [lares, "serve", "-m", model, "--port", "0", "-t", str(threads), "-c", str(ctx)]
+    if parallel > 1:
+        args += ["--parallel", str(parallel)]
+    srv = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    log = []
+    while time.time() - t0 < 120:
+        line = srv.stderr.readline()
+        if not line:
+            break
+        log.append(line)
+        m = re.search(r" on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in srv.stderr], daemon=True).start()
+            return srv, int(m.group(1))
+    srv.kill()
+    sys.exit("serve_parallel: the server did not start: " + "".join(log))
+
+
+def stream(port, prompt, max_tokens, out):
+    """One streamed completion; out gets (t_sent, t_first, t_end, tokens)."""
+    body = json.dumps({"model": "lares", "prompt": prompt, "max_tokens": max_tokens,
+                       "stream": True, "temperature": 0})
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    t_sent = time.time()
+    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        out.append(("error", r.status, r.read()[:200]))
+        return
+    first = None
+    n = 0
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        line = line.decode().strip()
+        if not line.startswith("data: "):
+            continue
+        data = line[6:]
+        if data == "[DONE]":
+            break
+        o = json.loads(data)
+        if o["choices"][0].get("text"):
+            n += 1
+            if first is None:
+                first = time.time()
+    c.close()
+    out.append((t_sent, first, time.time(), n))
+
+
+def throughput(port, s, tokens, rep):
+    outs = [[] for _ in range(s)]
+    th = [threading.Thread(target=stream, args=(port, f"Story {rep} number {i}: once upon a time",
+                                                tokens, outs[i])) for i in range(s)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    res = [o[0] for o in outs]
+    for r in res:
+        if r[0] == "error" or r[1] is None:
+            sys.exit(f"serve_parallel: a stream failed: {r}")
+    begin = max(r[1] for r in res)
+    end = max(r[2] for r in res)
+    # tokens after every stream's first token: each stream's tokens past the
+    # moment the last one started, estimated by its own rate
+    after = 0.0
+    for (t_sent, t_first, t_end, n) in res:
+        if n > 1 and t_end > t_first:
+            after += (n - 1) * max(0.0, t_end - max(begin, t_first)) / (t_end - t_first)
+    return after / (end - begin) if end > begin else 0.0
+
+
+def ttft(port, prompt):
+    out = []
+    stream(port, prompt, 1, out)
+    r = out[0]
+    if r[0] == "error" or r[1] is None:
+        sys.exit(f"serve_parallel: a request failed: {r}")
+    return r[1] - r[0]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("lares")
+    ap.add_argument("model")
+    ap.add_argument("--streams", default="1 4 8")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--long", type=int, default=1536)
+    a = ap.parse_args()
+    result = {"model": a.model, "tokens": a.tokens, "threads": a.threads, "streams": {}}
+    for s in [int(x) for x in a.streams.split()]:
+        srv, port = start(a.lares, a.model, s, a.threads, 512 * max(s, 1))
+        try:
+            throughput(port, s, 8, -1)  # warm-up
+            figs = [throughput(port, s, a.tokens, rep) for rep in range(a.reps)]
+        finally:
+            srv.terminate()
+            srv.wait(timeout=60)
+        result["streams"][str(s)] = {"aggregate_tps": round(statistics.median(figs), 2),
+                                     "runs": [round(f, 2) for f in figs]}
+    one = result["streams"].get("1", {}).get("aggregate_tps")
+    if one:
+        for k, v in result["streams"].items():
+            v["over_one"] = round(v["aggregate_tps"] / one, 2)
+    # first token of a short request: idle, and while a long prompt is read
+    srv, port = start(a.lares, a.model, 2, a.threads, 4096)
+    try:
+        ttft(port, "warm up")
+        idle = statistics.median(ttft(port, f"Hello number {i}") for i in range(a.reps))
+        long_prompt = " ".join(["the quick brown fox jumps over the lazy dog"] * (a.long // 9))
+        busy = []
+        for i in range(a.reps):
+            out = []
+            t = threading.Thread(target=stream, args=(port, f"{i} {long_prompt}", 4, out))
+            t.start()
+            time.sleep(0.3)
+            busy.append(ttft(port, f"Hello again {i}"))
+            t.join()
+            if out[0][0] == "error":
+                sys.exit(f"serve_parallel: the long request failed: {out[0]}")
+        result["ttft_idle_s"] = round(idle, 4)
+        result["ttft_during_long_prompt_s"] = round(statistics.median(busy), 4)
+        result["ttft_ratio"] = round(statistics.median(busy) / idle, 2)
+    finally:
+        srv.terminate()
+        srv.wait(timeout=60)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
