@@ -376,10 +376,12 @@ LARES_API lares_status lares_batch_start(lares_batch *b, int32_t seq, const int3
  * (0: nothing to do, and no pass was made). */
 LARES_API lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *err);
 /* Prompt rows a step reads while another sequence is active (default
- * LARES_BATCH_SHARED_PROMPT_ROWS; 0: as many as the batch holds). Few rows
- * keep every step about as short as one of generation, so tokens keep coming
- * and a new request's first token waits little; a prompt read alone always
- * takes whole batches. Prompts are read shortest first. */
+ * LARES_BATCH_SHARED_PROMPT_ROWS; 0: as many as the batch holds, and no
+ * slices). Few rows keep every step about as short as one of generation, so
+ * tokens keep coming and a new request's first token waits little. A prompt
+ * read alone takes whole batches, each through the layers a slice per step,
+ * so that a sequence started meanwhile waits for a slice, not the chunk.
+ * Prompts are read shortest first. */
 #define LARES_BATCH_SHARED_PROMPT_ROWS 8
 LARES_API void lares_batch_set_shared_prompt_rows(lares_batch *b, int32_t rows);
 /* Stops a sequence at the next step (LARES_STOP_CANCELED); any thread. */

@@ -271,6 +271,34 @@ static void test_interactive(void) {
         CHECK(agree(&ll.c, &want_long) == want_long.n && ll.c.n == want_long.n);
         lares_batch_free(b);
     }
+    /* a long prompt read alone goes through the layers a slice per step: a
+     * short prompt started after its first slice gets its first token at the
+     * next step, and the long one then finishes its chunk */
+    b = NULL;
+    CHECK_OK(lares_batch_create(m, &so, 2, &b, &err), &err);
+    if (b != NULL) {
+        int step = 0, active = 0;
+        step_log ll = {.first_step = -1, .step = &step}, ls = {.first_step = -1, .step = &step};
+        lares_generate_opts ol = gen_opts(&ll.c, false), os = gen_opts(&ls.c, false);
+        ol.on_token = os.on_token = on_token_step;
+        ol.user = &ll;
+        os.user = &ls;
+        CHECK_OK(lares_batch_start(b, 0, longp, 120, &ol, &err), &err);
+        CHECK_OK(lares_batch_step(b, &active, &err), &err);
+        step++;
+        CHECKF(active == 1 && ll.first_step < 0, "the long prompt is still in flight: %d", active);
+        CHECK_OK(lares_batch_start(b, 1, shrt, n_short, &os, &err), &err);
+        while (active > 0 && step < 400) {
+            CHECK_OK(lares_batch_step(b, &active, &err), &err);
+            step++;
+        }
+        CHECKF(ls.first_step == 1 && ll.first_step > 1,
+               "first tokens: the short prompt's at step %d, the long one's at step %d",
+               ls.first_step, ll.first_step);
+        CHECK(agree(&ls.c, &want_short) == want_short.n && ls.c.n == want_short.n);
+        CHECK(agree(&ll.c, &want_long) == want_long.n && ll.c.n == want_long.n);
+        lares_batch_free(b);
+    }
     lares_free(ids);
     lares_free(shrt);
     lares_free(gen);

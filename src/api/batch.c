@@ -9,7 +9,9 @@
  * A step's rows are grouped by sequence (model_forward_seqs): the generating
  * sequences first, a row each, then prompt chunks, shortest prompt first,
  * while the batch has room (a few rows only while other sequences are
- * active: lares_batch_set_shared_prompt_rows).
+ * active: lares_batch_set_shared_prompt_rows). A prompt read alone goes in
+ * whole chunks, each through the layers a slice per step (b->chunk), so that
+ * a sequence started meanwhile joins after a slice.
  */
 #include "api/api.h"
 #include "api/ring.h"
@@ -18,6 +20,7 @@ typedef enum seq_state {
     SEQ_FREE = 0, /* never started, finished, or released */
     SEQ_PROMPT,   /* reading its prompt */
     SEQ_GEN,      /* generating: `last` is evaluated next step */
+    SEQ_CHUNK,    /* a chunk of its prompt is partway through the layers (b->chunk) */
 } seq_state;
 
 typedef struct batch_seq {
@@ -50,6 +53,16 @@ struct lares_batch {
     int32_t turn;     /* among prompts of equal length, the one that reads first next step */
     int32_t shared_prompt_rows; /* prompt rows per step while another sequence is active */
     int32_t *order;   /* n_seq: this step's prompts, shortest first */
+    /* A prompt read alone goes through the layers a slice per step, so that a
+     * request arriving meanwhile waits for a slice, not for the whole chunk */
+    struct {
+        int32_t seq;     /* -1: none */
+        int32_t n_rows;
+        int32_t layer;   /* the next layer to run */
+        int32_t *tokens; /* n_batch */
+        int32_t *pos;    /* n_batch */
+        float *x;        /* n_batch x n_embd: the rows' hidden states */
+    } chunk;
 };
 
 static void seq_release(batch_seq *q) {
@@ -76,6 +89,9 @@ void lares_batch_free(lares_batch *b) {
     lares_free(b->tokens);
     lares_free(b->out_of);
     lares_free(b->order);
+    lares_free(b->chunk.tokens);
+    lares_free(b->chunk.pos);
+    lares_free(b->chunk.x);
     lares_free(b->last_x);
     lares_free(b->logits);
     lares_session_free(b->s);
@@ -128,10 +144,14 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     b->out_of = lares_alloc_array((size_t)n_seq, sizeof *b->out_of);
     b->order = lares_alloc_array((size_t)n_seq, sizeof *b->order);
     b->shared_prompt_rows = LARES_BATCH_SHARED_PROMPT_ROWS;
+    b->chunk.seq = -1;
+    b->chunk.tokens = lares_alloc_array((size_t)s->o.n_batch, sizeof *b->chunk.tokens);
+    b->chunk.pos = lares_alloc_array((size_t)s->o.n_batch, sizeof *b->chunk.pos);
+    b->chunk.x = lares_alloc_array((size_t)s->o.n_batch * (size_t)m->hp.n_embd, sizeof *b->chunk.x);
     b->last_x = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_embd, sizeof *b->last_x);
     b->logits = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_vocab, sizeof *b->logits);
     if (b->seq == NULL || b->runs == NULL || b->tokens == NULL || b->out_of == NULL ||
-        b->order == NULL ||
+        b->order == NULL || b->chunk.tokens == NULL || b->chunk.pos == NULL || b->chunk.x == NULL ||
         b->last_x == NULL || b->logits == NULL) {
         lares_batch_free(b);
         return lares_fail(err, LARES_ENOMEM, "out of memory for a batch of %d sequences",
@@ -322,6 +342,62 @@ static int32_t count_active(const lares_batch *b) {
     return n;
 }
 
+/* Sets up sequence i's next take rows as the chunk in flight. */
+static lares_status chunk_begin(lares_batch *b, int32_t i, int32_t take, lares_error *err) {
+    batch_seq *q = &b->seq[i];
+    memcpy(b->chunk.tokens, q->prompt + q->at, (size_t)take * sizeof *b->chunk.tokens);
+    for (int32_t r = 0; r < take; r++) {
+        b->chunk.pos[r] = q->n_past + r;
+    }
+    b->chunk.seq = i;
+    b->chunk.n_rows = take;
+    b->chunk.layer = 0;
+    q->state = SEQ_CHUNK;
+    return model_embed(b->s->lm->m, b->chunk.tokens, take, b->chunk.x, err);
+}
+
+/* Runs the chunk in flight through its next slice of layers: about as long
+ * as a pass of shared_prompt_rows rows; after the last, the sequence has read
+ * the chunk (and draws its first token when that ended its prompt). */
+static lares_status chunk_slice(lares_batch *b, lares_error *err) {
+    lares_session *s = b->s;
+    const model *m = s->lm->m;
+    const int32_t n_layer = m->hp.n_layer;
+    batch_seq *q = &b->seq[b->chunk.seq];
+    const int32_t n = b->chunk.n_rows;
+    const int32_t per = (int32_t)LARES_MAX(
+        1, (int64_t)n_layer * LARES_MAX(b->shared_prompt_rows, 1) / LARES_MAX(n, 1));
+    const int32_t l1 = LARES_MIN(n_layer, b->chunk.layer + per);
+    const model_seq run = {.kv = q->kv, .row0 = 0, .n_rows = n};
+    exec_local_begin_pass(s->exec, l1 == n_layer);
+    lares_status st = exec_local_forward_seqs(s->exec, &run, 1, b->chunk.layer, l1,
+                                              b->chunk.pos, n, b->chunk.x, err);
+    if (st != LARES_OK) {
+        return st;
+    }
+    b->chunk.layer = l1;
+    if (l1 < n_layer) {
+        return LARES_OK;
+    }
+    b->chunk.seq = -1;
+    memcpy(q->history + q->n_past, b->chunk.tokens, (size_t)n * sizeof(int32_t));
+    q->n_past += n;
+    q->at += (size_t)n;
+    q->st.n_prompt += n;
+    q->state = SEQ_PROMPT;
+    if (q->at < q->n_prompt) {
+        return LARES_OK;
+    }
+    q->t_prompt = lares_now_ns();
+    const size_t e = (size_t)m->hp.n_embd;
+    memcpy(b->last_x, b->chunk.x + (size_t)(n - 1) * e, e * sizeof(float));
+    st = exec_local_output(s->exec, b->last_x, 1, b->logits, err);
+    if (st == LARES_OK) {
+        seq_draw(b, q, b->logits);
+    }
+    return st;
+}
+
 lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *err) {
     lares_session *s = b->s;
     const model *m = s->lm->m;
@@ -329,6 +405,9 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     for (int32_t i = 0; i < b->n_seq; i++) {
         batch_seq *q = &b->seq[i];
         if (q->state != SEQ_FREE && atomic_load(&q->cancel)) {
+            if (i == b->chunk.seq) {
+                b->chunk.seq = -1; /* its rows beyond n_past are simply not kept */
+            }
             seq_finish(q, LARES_STOP_CANCELED);
         }
     }
@@ -362,8 +441,23 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         b->order[j] = i;
     }
     int32_t limit = s->o.n_batch;
-    if (b->shared_prompt_rows > 0 && count_active(b) > 1) {
+    const bool shared = count_active(b) > 1;
+    if (b->shared_prompt_rows > 0 && shared) {
         limit = (int32_t)LARES_MIN((int64_t)limit, (int64_t)n_rows + b->shared_prompt_rows);
+    }
+    /* a prompt read alone, more rows than a shared step: in slices of layers */
+    if (!shared && n_prompts == 1 && b->shared_prompt_rows > 0 && b->chunk.seq < 0 &&
+        m->hp.n_layer > 1) {
+        const batch_seq *q = &b->seq[b->order[0]];
+        const int32_t take = (int32_t)LARES_MIN(q->n_prompt - q->at, (size_t)limit);
+        if (take > b->shared_prompt_rows) {
+            lares_status st = chunk_begin(b, b->order[0], take, err);
+            if (st == LARES_OK) {
+                st = chunk_slice(b, err);
+            }
+            *n_active = count_active(b);
+            return st;
+        }
     }
     int32_t first_prompt = -1;
     for (int32_t k = 0; k < n_prompts && n_rows < limit; k++) {
@@ -381,8 +475,9 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         b->turn = (first_prompt + 1) % b->n_seq; /* the next one reads first next time */
     }
     if (n_rows == 0) {
-        *n_active = 0;
-        return LARES_OK;
+        lares_status st = b->chunk.seq >= 0 ? chunk_slice(b, err) : LARES_OK;
+        *n_active = count_active(b);
+        return st;
     }
     exec_local_begin_pass(s->exec, true);
     lares_status st = model_embed(m, b->tokens, n_rows, s->x, err);
@@ -420,8 +515,10 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     for (int32_t j = 0; j < n_out; j++) {
         seq_draw(b, &b->seq[b->out_of[j]], b->logits + (size_t)j * (size_t)m->hp.n_vocab);
     }
+    /* the chunk in flight goes on a slice after the others' tokens */
+    st = b->chunk.seq >= 0 ? chunk_slice(b, err) : LARES_OK;
     *n_active = count_active(b);
-    return LARES_OK;
+    return st;
 }
 
 void lares_batch_set_shared_prompt_rows(lares_batch *b, int32_t rows) {
