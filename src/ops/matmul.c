@@ -177,12 +177,6 @@ static void act_rows(void *vctx, int ith, int nth) {
     }
 }
 
-/* The rows format is the same for every type that has one (quant.h) */
-static const quant_rows_fmt *rows_fmt_of(void) {
-    const quant_traits *qt = quant_traits_of(GGUF_TYPE_Q8_0);
-    return qt != NULL ? qt->rows_fmt : NULL;
-}
-
 typedef struct rows_task {
     const float *x;
     int64_t n_rows, n_in;
@@ -207,7 +201,7 @@ void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_i
     out->n_in = n_in;
     out->row_bytes = quant_row_bytes(type, n_in);
     if (type == OPS_ACT_ROWS) {
-        rows_task t = {.x = x, .n_rows = n_rows, .n_in = n_in, .f = rows_fmt_of(), .buf = buf};
+        rows_task t = {.x = x, .n_rows = n_rows, .n_in = n_in, .f = quant_rows(), .buf = buf};
         out->row_bytes = quant_rows_bytes(n_in);
         if (pool != NULL && n_rows > 1) {
             ops_pool_run_n(pool, act_rows_fmt, &t,

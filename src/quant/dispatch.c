@@ -232,6 +232,7 @@ static void install(quant_traits *t, quant_isa isa) {
     } else if (isa == QUANT_ISA_AVXVNNI) {
         quant_install_avxvnni_kquants(t);
         quant_install_gemm_avxvnni(t);
+        quant_install_rows_avxvnni(t);
     } else if (isa == QUANT_ISA_AVX512) {
         quant_install_avx512_kquants(t);
         quant_install_gemm_avx512(t);
@@ -347,6 +348,16 @@ const quant_traits *quant_traits_isa(uint32_t type, quant_isa isa) {
         return NULL;
     }
     return &t[type];
+}
+
+const quant_rows_fmt *quant_rows(void) {
+    pthread_once(&table_once, fill);
+    for (uint32_t i = 0; i < GGUF_TYPE_COUNT; i++) {
+        if (table[i].rows != NULL) {
+            return table[i].rows_fmt;
+        }
+    }
+    return NULL;
 }
 
 const quant_panel_fmt *quant_panels(void) {

@@ -89,6 +89,8 @@ void quant_install_gemm_neon_i8mm(quant_traits *t); /* gemm_neon_i8mm.c */
 void quant_install_gemm_avx512(quant_traits *t);
 /* The few-row product (quant.h: quant_rows_fmt) with AVX-512 VNNI (rows_avx512.c) */
 void quant_install_rows_avx512(quant_traits *t);
+/* ... and at 256 bits with AVX-VNNI (rows_avxvnni.c) */
+void quant_install_rows_avxvnni(quant_traits *t);
 void quant_install_neon_kquants(quant_traits *t, bool dotprod);
 
 #endif /* LARES_QUANT_KERNELS_H */

@@ -83,7 +83,7 @@ typedef void (*quant_gemm_fn)(int64_t k, const void *restrict x, size_t bx, int6
  * With 1 to QUANT_ROWS_MAX activation rows, where panels would mostly hold
  * zeros, each row is quantized as vec_dot's Q8_0 activations are (the same
  * codes and fp16-rounded scales) and stored in the order the family's
- * few-row product reads (for AVX-512: rows_avx512.c), taking
+ * few-row product reads (rows_avx512.c, rows_avxvnni.c), taking
  * quant_rows_bytes(k); k is a multiple of QUANT_ROWS_GROUP. */
 #define QUANT_ROWS_MAX   8
 #define QUANT_ROWS_GROUP 64
@@ -131,6 +131,8 @@ const quant_traits *quant_traits_of(uint32_t type);
 /* The scalar reference traits (the oracle of the tests), or NULL. */
 const quant_traits *quant_traits_ref(uint32_t type);
 
+/* The rows format of the dispatched family's few-row product, or NULL. */
+const quant_rows_fmt *quant_rows(void);
 /* The panel format of the dispatched family's GEMM, or NULL when it has none. */
 const quant_panel_fmt *quant_panels(void);
 

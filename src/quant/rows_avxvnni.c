@@ -1,0 +1,278 @@
+/*
+ * The few-row product (quant.h: quant_rows_fmt) at 256 bits with AVX-VNNI's
+ * VPDPBUSD (Intel 12th generation on, AMD Zen 4/5), Q4_0 and Q8_0.
+ *
+ * As in rows_avx512.c (whose comment explains the +128 and the -128 * sum(w)
+ * base), a weight row is walked 256 elements (eight blocks of 32) at a time,
+ * but here an int32 lane holds one whole block: eight registers of 32 codes,
+ * register v holding elements 4v .. 4v + 3 of blocks 0..7 in lanes 0..7, so
+ * each row costs eight VPDPBUSD, one conversion, one multiplication by the
+ * row's block scales and one FMA by the weights' per 256 elements, and the
+ * scales are plain vectors of eight blocks. The weights are transposed into
+ * that order once for all rows (4 x 4 transposes of 32-bit words). A row's
+ * last k % 256 elements go a block at a time, its eight lanes all of that
+ * block. With AVX2 alone (VPMADDUBSW + VPMADDWD + VPADDD for each VPDPBUSD)
+ * the same walk measured no faster than the row tiles (bench_gemm: 0.9-1.03x),
+ * so that family keeps them.
+ *
+ * Layout of an activation row: the codes plus 128, for each 256 elements the
+ * eight 32-byte vectors above (byte 4b + i of vector v: element 4v + i of
+ * block b), then the last k % 256 in element order; then one float per block
+ * of 32 (its scale), in element order.
+ */
+#include "quant/kernels.h"
+#include "quant/q8_avx2.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define FORCE_INLINE static inline __attribute__((always_inline))
+#define SUPER        256
+
+/* ---- activations ---- */
+
+static void rows_from_float(const float *restrict x, int64_t k, void *restrict row) {
+    uint8_t *codes = row;
+    const int64_t n_super = k / SUPER;
+    float *d = (float *)(void *)(codes + k);
+    for (int64_t g = 0; g < k / QUANT_PANEL_GROUP; g++) {
+        __m256i q[4];
+        /* the codes of vec_dot's Q8_0 activations, and their fp16-rounded scale */
+        d[g] = _cvtsh_ss(_cvtss_sh(q8_codes_avx2(x + g * QUANT_PANEL_GROUP, q), 0));
+        uint8_t c[32];
+        _mm256_storeu_si256((__m256i *)(void *)c,
+                            _mm256_xor_si256(q8_pack_avx2(q), _mm256_set1_epi8((char)0x80)));
+        if (g / 8 < n_super) {
+            uint8_t *v = codes + (g / 8) * SUPER;
+            const int b = (int)(g % 8);
+            for (int vi = 0; vi < 8; vi++) {
+                memcpy(v + 32 * vi + 4 * b, c + 4 * vi, 4);
+            }
+        } else {
+            memcpy(codes + g * QUANT_PANEL_GROUP, c, 32);
+        }
+    }
+}
+
+static void rows_to_q8_0(const void *restrict row, int64_t k, void *restrict blocks) {
+    const uint8_t *codes = row;
+    const int64_t n_super = k / SUPER;
+    const float *d = (const float *)(const void *)(codes + k);
+    block_q8_0 *out = blocks;
+    for (int64_t g = 0; g < k / QUANT_PANEL_GROUP; g++) {
+        uint8_t c[32];
+        if (g / 8 < n_super) {
+            const uint8_t *v = codes + (g / 8) * SUPER;
+            for (int vi = 0; vi < 8; vi++) {
+                memcpy(c + 4 * vi, v + 32 * vi + 4 * (g % 8), 4);
+            }
+        } else {
+            memcpy(c, codes + g * QUANT_PANEL_GROUP, 32);
+        }
+        out[g].d = (lares_f16)_cvtss_sh(d[g], 0);
+        for (int e = 0; e < 32; e++) {
+            out[g].qs[e] = (int8_t)(c[e] ^ 0x80);
+        }
+    }
+}
+
+static const quant_rows_fmt rows_fmt = {.from_float = rows_from_float,
+                                                   .to_q8_0 = rows_to_q8_0};
+
+/* ---- products ---- */
+
+/* acc + the sums of four products of unsigned a and signed w per int32 lane */
+FORCE_INLINE __m256i dot4(__m256i acc, __m256i a, __m256i w) {
+    return _mm256_dpbusd_avx_epi32(acc, a, w);
+}
+
+/* the eight blocks' fp16 scales, bb bytes apart, as floats */
+FORCE_INLINE __m256 scales8(const uint8_t *p, size_t bb) {
+    lares_f16 d[8];
+#pragma GCC unroll 8
+    for (int b = 0; b < 8; b++) {
+        memcpy(&d[b], p + (size_t)b * bb, 2);
+    }
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)d[0], (short)d[1], (short)d[2], (short)d[3],
+                                          (short)d[4], (short)d[5], (short)d[6], (short)d[7]));
+}
+
+/* word j of the 16 bytes at p + b * bb, for blocks b = 0..7, in t[j] */
+FORCE_INLINE void transpose8x4(const uint8_t *p, size_t bb, __m256i t[4]) {
+    __m256i y[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        y[i] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p + i * bb))),
+            _mm_loadu_si128((const __m128i *)(const void *)(p + (4 + (size_t)i) * bb)), 1);
+    }
+    const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+    t[0] = _mm256_unpacklo_epi64(t0, t2);
+    t[1] = _mm256_unpackhi_epi64(t0, t2);
+    t[2] = _mm256_unpacklo_epi64(t1, t3);
+    t[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+enum rows_type { R_Q4_0, R_Q8_0 };
+
+/* Eight blocks as the eight vectors of the layout, and their scales */
+FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8], __m256 *dw) {
+    if (t == R_Q4_0) {
+        const size_t bb = sizeof(block_q4_0);
+        __m256i w[4];
+        transpose8x4(p + offsetof(block_q4_0, qs), bb, w);
+        const __m256i m4 = _mm256_set1_epi8(0x0f), k8 = _mm256_set1_epi8(8);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) { /* qs byte i: element i (low), i + 16 (high) */
+            v[j] = _mm256_sub_epi8(_mm256_and_si256(w[j], m4), k8);
+            v[j + 4] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(w[j], 4), m4), k8);
+        }
+        *dw = scales8(p, bb);
+        return;
+    }
+    const size_t bb = sizeof(block_q8_0);
+    transpose8x4(p + offsetof(block_q8_0, qs), bb, v);
+    transpose8x4(p + offsetof(block_q8_0, qs) + 16, bb, v + 4);
+    *dw = scales8(p, bb);
+}
+
+FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                           const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
+    const size_t bb = t == R_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const int64_t n_super = k / SUPER;
+    const float *dact = (const float *)(const void *)(act + k);
+    const __m256i k128 = _mm256_set1_epi8((char)0x80);
+    __m256 acc[8];
+    for (int c = 0; c < NC; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int64_t j = 0; j < n_super; j++) {
+        __m256i v[8];
+        __m256 dw;
+        eight_blocks(t, w + (size_t)j * 8 * bb, v, &dw);
+        __m256i base = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            base = dot4(base, k128, v[i]);
+        }
+        base = _mm256_sub_epi32(_mm256_setzero_si256(), base);
+        /* register by register, every row in turn: 16 ymm registers hold the
+         * rows' sums and the weights in use, not all eight weight registers
+         * and every row's float sums at once */
+        __m256i sum[8];
+        const uint8_t *a0 = act + (size_t)j * SUPER;
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            sum[c] = dot4(base, _mm256_loadu_si256((const __m256i *)(const void *)(a0 + (size_t)c * ab)),
+                          v[0]);
+        }
+#pragma GCC unroll 7
+        for (int i = 1; i < 8; i++) {
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                sum[c] = dot4(sum[c],
+                              _mm256_loadu_si256(
+                                  (const __m256i *)(const void *)(a0 + (size_t)c * ab + 32 * (size_t)i)),
+                              v[i]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const float *da =
+                (const float *)(const void *)((const uint8_t *)(dact + 8 * j) + (size_t)c * ab);
+            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_loadu_ps(da)),
+                                     dw, acc[c]);
+        }
+    }
+    /* the rest, a block at a time */
+    for (int64_t g = n_super * 8; g < k / QUANT_PANEL_GROUP; g++) {
+        const uint8_t *p = w + (size_t)g * bb;
+        __m256i wc;
+        float dwf;
+        if (t == R_Q4_0) {
+            const block_q4_0 *b = (const block_q4_0 *)(const void *)p;
+            const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)b->qs);
+            const __m256i u = _mm256_and_si256(
+                _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+                _mm256_set1_epi8(0x0f));
+            wc = _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+            dwf = _cvtsh_ss(b->d);
+        } else {
+            const block_q8_0 *b = (const block_q8_0 *)(const void *)p;
+            wc = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
+            dwf = _cvtsh_ss(b->d);
+        }
+        const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                              dot4(_mm256_setzero_si256(), k128, wc));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = act + (size_t)c * ab + (size_t)g * QUANT_PANEL_GROUP;
+            const float da = *(const float *)(const void *)((const uint8_t *)(dact + g) +
+                                                            (size_t)c * ab);
+            const __m256i s0 =
+                dot4(base, _mm256_loadu_si256((const __m256i *)(const void *)a), wc);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(dwf * da), acc[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[c]), _mm256_extractf128_ps(acc[c], 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        y[(size_t)c * ldy] = _mm_cvtss_f32(h);
+    }
+}
+
+FORCE_INLINE void rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx,
+                             int64_t n_w, const void *restrict act, size_t ab, int64_t n_c,
+                             float *restrict y, size_t ldy) {
+    const uint8_t *w = x;
+    for (int64_t r = 0; r < n_w; r++) {
+        const uint8_t *wr = w + (size_t)r * bx;
+        switch (n_c) {
+        case 1:
+            row_dots(t, 1, k, wr, act, ab, y + r, ldy);
+            break;
+        case 2:
+            row_dots(t, 2, k, wr, act, ab, y + r, ldy);
+            break;
+        case 3:
+            row_dots(t, 3, k, wr, act, ab, y + r, ldy);
+            break;
+        case 4:
+            row_dots(t, 4, k, wr, act, ab, y + r, ldy);
+            break;
+        case 5:
+            row_dots(t, 5, k, wr, act, ab, y + r, ldy);
+            break;
+        case 6:
+            row_dots(t, 6, k, wr, act, ab, y + r, ldy);
+            break;
+        case 7:
+            row_dots(t, 7, k, wr, act, ab, y + r, ldy);
+            break;
+        default:
+            row_dots(t, 8, k, wr, act, ab, y + r, ldy);
+            break;
+        }
+    }
+}
+
+static void rows_q4_0_avxvnni(int64_t k, const void *restrict x, size_t bx, int64_t n_w,
+                                 const void *restrict act, size_t ab, int64_t n_c,
+                                 float *restrict y, size_t ldy) {
+    rows_drive(R_Q4_0, k, x, bx, n_w, act, ab, n_c, y, ldy);
+}
+
+static void rows_q8_0_avxvnni(int64_t k, const void *restrict x, size_t bx, int64_t n_w,
+                                 const void *restrict act, size_t ab, int64_t n_c,
+                                 float *restrict y, size_t ldy) {
+    rows_drive(R_Q8_0, k, x, bx, n_w, act, ab, n_c, y, ldy);
+}
+
+void quant_install_rows_avxvnni(quant_traits *t) {
+    t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avxvnni;
+    t[GGUF_TYPE_Q4_0].rows_fmt = &rows_fmt;
+    t[GGUF_TYPE_Q8_0].rows = rows_q8_0_avxvnni;
+    t[GGUF_TYPE_Q8_0].rows_fmt = &rows_fmt;
+}
