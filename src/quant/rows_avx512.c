@@ -200,7 +200,7 @@ FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
         _mm256_loadu_si256((const __m256i *)(const void *)b[1].qs), 1);
 }
 
-enum rows_type { R_Q4_0, R_Q8_0 };
+enum rows_type { R_Q4_0, R_Q8_0, R_Q4_K, R_Q5_K, R_Q6_K };
 
 FORCE_INLINE size_t block_bytes(enum rows_type t) {
     return t == R_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
@@ -283,51 +283,6 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         y[(size_t)c * ldy] = _mm512_reduce_add_ps(acc[c]);
     }
 }
-
-FORCE_INLINE void rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx,
-                             int64_t n_w, const void *restrict act, size_t ab, int64_t n_c,
-                             float *restrict y, size_t ldy) {
-    const uint8_t *w = x;
-    for (int64_t r = 0; r < n_w; r++) {
-        const uint8_t *wr = w + (size_t)r * bx;
-        switch (n_c) {
-        case 1:
-            row_dots(t, 1, k, wr, act, ab, y + r, ldy);
-            break;
-        case 2:
-            row_dots(t, 2, k, wr, act, ab, y + r, ldy);
-            break;
-        case 3:
-            row_dots(t, 3, k, wr, act, ab, y + r, ldy);
-            break;
-        case 4:
-            row_dots(t, 4, k, wr, act, ab, y + r, ldy);
-            break;
-        case 5:
-            row_dots(t, 5, k, wr, act, ab, y + r, ldy);
-            break;
-        case 6:
-            row_dots(t, 6, k, wr, act, ab, y + r, ldy);
-            break;
-        case 7:
-            row_dots(t, 7, k, wr, act, ab, y + r, ldy);
-            break;
-        default:
-            row_dots(t, 8, k, wr, act, ab, y + r, ldy);
-            break;
-        }
-    }
-}
-
-#define DEFINE_ROWS(name, type)                                                                    \
-    static void name(int64_t k, const void *restrict x, size_t bx, int64_t n_w,                    \
-                     const void *restrict act, size_t ab, int64_t n_c, float *restrict y,          \
-                     size_t ldy) {                                                                 \
-        rows_drive(type, k, x, bx, n_w, act, ab, n_c, y, ldy);                                     \
-    }
-
-DEFINE_ROWS(rows_q4_0_avx512, R_Q4_0)
-DEFINE_ROWS(rows_q8_0_avx512, R_Q8_0)
 
 /* ---- K-quant weights: one super-block is one 256-element chunk ---- */
 
@@ -451,17 +406,15 @@ FORCE_INLINE void super_q6_K(const uint8_t *p, __m512i v[4], __m512 dw[2], __m51
                           d);
 }
 
-enum k_type { K_Q4, K_Q5, K_Q6 };
-
 /* One K-quant weight row against NC activation rows (k a multiple of 256).
  * Q4_K/Q5_K: sum_s d sc_s sum(w y) - dmin m_s sum(y), the second from the
  * activations' block sums, in an accumulator of its own; Q6_K: two sums per
  * lane (the block's halves), each with its scales. */
-FORCE_INLINE void row_dots_k(enum k_type t, const int NC, int64_t k, const uint8_t *restrict w,
+FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                              const uint8_t *restrict act, size_t ab, float *restrict y,
                              size_t ldy) {
-    const size_t bb = t == K_Q4 ? sizeof(block_q4_K)
-                                : (t == K_Q5 ? sizeof(block_q5_K) : sizeof(block_q6_K));
+    const size_t bb = t == R_Q4_K ? sizeof(block_q4_K)
+                                : (t == R_Q5_K ? sizeof(block_q5_K) : sizeof(block_q6_K));
     const int64_t n_super = k / SUPER;
     const float *dsup = (const float *)(const void *)(act + k);
     __m512 acc[8];
@@ -478,14 +431,14 @@ FORCE_INLINE void row_dots_k(enum k_type t, const int NC, int64_t k, const uint8
         __m256 mw = _mm256_setzero_ps();
         const uint8_t *p = w + (size_t)j * bb;
         const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j); /* row 0's floats */
-        if (t == K_Q4) {
+        if (t == R_Q4_K) {
             super_q4_K(p, v, &dw[0], &mw);
-        } else if (t == K_Q5) {
+        } else if (t == R_Q5_K) {
             super_q5_K(p, v, &dw[0], &mw);
         } else {
             super_q6_K(p, v, dw, base6);
         }
-        if (t != K_Q6) {
+        if (t != R_Q6_K) {
             /* the codes are 0..31: their sums over the four vectors fit a byte */
             const __m512i wsum =
                 _mm512_add_epi8(_mm512_add_epi8(v[0], v[1]), _mm512_add_epi8(v[2], v[3]));
@@ -528,51 +481,63 @@ FORCE_INLINE void row_dots_k(enum k_type t, const int NC, int64_t k, const uint8
     }
 }
 
-FORCE_INLINE void rows_drive_k(enum k_type t, int64_t k, const void *restrict x, size_t bx,
-                               int64_t n_w, const void *restrict act, size_t ab, int64_t n_c,
+FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
+                               const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
                                float *restrict y, size_t ldy) {
+    if (t == R_Q4_0 || t == R_Q8_0) {
+        row_dots(t, NC, k, w, act, ab, y, ldy);
+    } else {
+        row_dots_k(t, NC, k, w, act, ab, y, ldy);
+    }
+}
+
+FORCE_INLINE void rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx,
+                             int64_t n_w, const void *restrict act, size_t ab, int64_t n_c,
+                             float *restrict y, size_t ldy) {
     const uint8_t *w = x;
     for (int64_t r = 0; r < n_w; r++) {
         const uint8_t *wr = w + (size_t)r * bx;
         switch (n_c) {
         case 1:
-            row_dots_k(t, 1, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 1, k, wr, act, ab, y + r, ldy);
             break;
         case 2:
-            row_dots_k(t, 2, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 2, k, wr, act, ab, y + r, ldy);
             break;
         case 3:
-            row_dots_k(t, 3, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 3, k, wr, act, ab, y + r, ldy);
             break;
         case 4:
-            row_dots_k(t, 4, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 4, k, wr, act, ab, y + r, ldy);
             break;
         case 5:
-            row_dots_k(t, 5, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 5, k, wr, act, ab, y + r, ldy);
             break;
         case 6:
-            row_dots_k(t, 6, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 6, k, wr, act, ab, y + r, ldy);
             break;
         case 7:
-            row_dots_k(t, 7, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 7, k, wr, act, ab, y + r, ldy);
             break;
         default:
-            row_dots_k(t, 8, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 8, k, wr, act, ab, y + r, ldy);
             break;
         }
     }
 }
 
-#define DEFINE_ROWS_K(name, type)                                                                  \
+#define DEFINE_ROWS(name, type)                                                                    \
     static void name(int64_t k, const void *restrict x, size_t bx, int64_t n_w,                    \
                      const void *restrict act, size_t ab, int64_t n_c, float *restrict y,          \
                      size_t ldy) {                                                                 \
-        rows_drive_k(type, k, x, bx, n_w, act, ab, n_c, y, ldy);                                   \
+        rows_drive(type, k, x, bx, n_w, act, ab, n_c, y, ldy);                                     \
     }
 
-DEFINE_ROWS_K(rows_q4_K_avx512, K_Q4)
-DEFINE_ROWS_K(rows_q5_K_avx512, K_Q5)
-DEFINE_ROWS_K(rows_q6_K_avx512, K_Q6)
+DEFINE_ROWS(rows_q4_0_avx512, R_Q4_0)
+DEFINE_ROWS(rows_q8_0_avx512, R_Q8_0)
+DEFINE_ROWS(rows_q4_K_avx512, R_Q4_K)
+DEFINE_ROWS(rows_q5_K_avx512, R_Q5_K)
+DEFINE_ROWS(rows_q6_K_avx512, R_Q6_K)
 
 void quant_install_rows_avx512(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avx512;
