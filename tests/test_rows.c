@@ -3,7 +3,8 @@
  * family this build and CPU carry, for every type that has one:
  *  1. the format: a row's codes and scales are the reference Q8_0
  *     quantization of it (the codes vec_dot's activations get), stored plus
- *     128, and s = d * sum of the codes;
+ *     128, and for each block of 32 in the row's whole 256s
+ *     s = d * (sum of the codes), which the K-quants' minimums need;
  *  2. the product against a float64 oracle on the same quantized data (the
  *     weights dequantized by the scalar reference, the activations read back
  *     from the format): only float32 accumulation separates them;
@@ -11,7 +12,9 @@
  *     (bit for bit), so a sequence decodes the same alone and in a batch;
  *  4. ragged shapes (k with and without a part past the last 256, 1 to 8 rows,
  *     17 weight rows, output strides wider than the rows; nothing written
- *     outside the product) and the largest codes of each type against +-127.
+ *     outside the product) and the largest codes of each type against +-127;
+ *  5. weight blocks of random bytes (every code, scale and minimum a block
+ *     can hold, not only what the quantizer writes), with sane fp16 scales.
  * A family this CPU lacks, or one without the product, is skipped.
  */
 #include "check.h"
@@ -75,7 +78,9 @@ static void test_format(const char *fam, const quant_rows_fmt *f) {
         uint8_t *row = lares_alloc_aligned(quant_rows_bytes(k) + 64, 64);
         block_q8_0 *ref = malloc(sizeof(block_q8_0) * (size_t)(k / 32));
         block_q8_0 *got = malloc(sizeof(block_q8_0) * (size_t)(k / 32));
-        int bad = 0, overrun = 0;
+        const int64_t n_sums = 8 * (k / 256);
+        float *sums = malloc(sizeof(float) * (size_t)(n_sums + 1));
+        int bad = 0, overrun = 0, bad_sums = 0;
         for (int64_t r = 0; r < 6; r++) {
             for (int64_t i = 0; i < k; i++) {
                 x[i] = act_value(r, i);
@@ -88,7 +93,21 @@ static void test_format(const char *fam, const quant_rows_fmt *f) {
             quant_q8_0_ref(x, ref, k);
             f->to_q8_0(row, k, got);
             bad += memcmp(ref, got, sizeof(block_q8_0) * (size_t)(k / 32)) != 0;
+            if (f->to_sums != NULL) {
+                f->to_sums(row, k, sums);
+            }
+            for (int64_t b = 0; f->to_sums != NULL && b < n_sums; b++) {
+                int sum = 0;
+                for (int e = 0; e < 32; e++) {
+                    sum += ref[b].qs[e];
+                }
+                const float want = f16_to_f32(ref[b].d) * (float)sum;
+                bad_sums += memcmp(&want, &sums[b], sizeof(float)) != 0;
+            }
         }
+        CHECKF(bad_sums == 0, "%s: k %lld: %d block sums are not d * (sum of the codes)", fam,
+               (long long)k, bad_sums);
+        free(sums);
         CHECKF(bad == 0, "%s: k %lld: the rows format holds the reference Q8_0 (%d rows differ)",
                fam, (long long)k, bad);
         CHECKF(overrun == 0, "%s: k %lld: written past quant_rows_bytes", fam, (long long)k);
@@ -99,9 +118,49 @@ static void test_format(const char *fam, const quant_rows_fmt *f) {
     }
 }
 
-/* One shape: returns the worst error relative to sum |w a| */
+/* Random bytes for n blocks of a type, with small positive fp16 scales
+ * (offsets of its fp16 fields); false for a type this does not know. */
+static bool random_blocks(uint32_t type, uint8_t *w, int64_t n) {
+    size_t bb, f16_at[2];
+    int n_f16;
+    switch (type) {
+    case GGUF_TYPE_Q4_0:
+        bb = sizeof(block_q4_0), n_f16 = 1, f16_at[0] = offsetof(block_q4_0, d);
+        break;
+    case GGUF_TYPE_Q8_0:
+        bb = sizeof(block_q8_0), n_f16 = 1, f16_at[0] = offsetof(block_q8_0, d);
+        break;
+    case GGUF_TYPE_Q4_K:
+        bb = sizeof(block_q4_K), n_f16 = 2, f16_at[0] = offsetof(block_q4_K, d),
+        f16_at[1] = offsetof(block_q4_K, dmin);
+        break;
+    case GGUF_TYPE_Q5_K:
+        bb = sizeof(block_q5_K), n_f16 = 2, f16_at[0] = offsetof(block_q5_K, d),
+        f16_at[1] = offsetof(block_q5_K, dmin);
+        break;
+    case GGUF_TYPE_Q6_K:
+        bb = sizeof(block_q6_K), n_f16 = 1, f16_at[0] = offsetof(block_q6_K, d);
+        break;
+    default:
+        return false;
+    }
+    for (int64_t b = 0; b < n; b++) {
+        uint8_t *p = w + (size_t)b * bb;
+        for (size_t i = 0; i < bb; i++) {
+            p[i] = (uint8_t)(rng_u64() >> 56);
+        }
+        for (int f = 0; f < n_f16; f++) {
+            const lares_f16 h = f32_to_f16(0.001f + 0.01f * (float)(rng_u64() >> 40) / 16777216.0f);
+            memcpy(p + f16_at[f], &h, sizeof(h));
+        }
+    }
+    return true;
+}
+
+/* One shape: returns the worst error relative to sum |w a| (< 0: weights of
+ * random bytes asked for a type random_blocks does not know) */
 static double test_shape(const char *fam, const quant_traits *t, int64_t k, int64_t n_w,
-                         int64_t n_c) {
+                         int64_t n_c, bool random_bytes) {
     const size_t rb = quant_row_bytes(t->type, k);
     const size_t ab = quant_rows_bytes(k);
     const size_t ldy = (size_t)n_w + 3;
@@ -111,11 +170,19 @@ static double test_shape(const char *fam, const quant_traits *t, int64_t k, int6
     uint8_t *act = lares_alloc_aligned(ab * QUANT_ROWS_MAX, 64);
     float *y = malloc(sizeof(float) * ldy * QUANT_ROWS_MAX);
     float *y1 = malloc(sizeof(float) * (size_t)n_w);
-    for (int64_t r = 0; r < n_w; r++) {
+    for (int64_t r = 0; r < n_w && !random_bytes; r++) {
         for (int64_t i = 0; i < k; i++) {
             wf[i] = rng_gauss() * (r % 3 == 1 ? 0.02f : 1.0f);
         }
         t->from_float_ref(wf, w + (size_t)r * rb, k);
+    }
+    if (random_bytes && !random_blocks(t->type, w, n_w * (k / t->blck_elems))) {
+        free(y);
+        lares_free_aligned(act);
+        free(x);
+        free(wf);
+        free(w);
+        return -1;
     }
     for (int64_t c = 0; c < n_c; c++) {
         for (int64_t i = 0; i < k; i++) {
@@ -240,13 +307,22 @@ static int test_family(const char *fam, quant_isa isa) {
                 continue;
             }
             for (int64_t n_c = 1; n_c <= QUANT_ROWS_MAX; n_c++) {
-                worst = fmax(worst, test_shape(fam, t, ks[a], ks[a] == 2048 ? 5 : 17, n_c));
+                worst = fmax(worst, test_shape(fam, t, ks[a], ks[a] == 2048 ? 5 : 17, n_c, false));
             }
         }
         CHECKF(worst <= 1e-5, "%s/%s: %.2e of sum |w a| from the float64 product", fam, t->name,
                worst);
+        double worst_random = 0;
+        for (int64_t n_c = 1; n_c <= QUANT_ROWS_MAX; n_c++) {
+            worst_random = fmax(worst_random, test_shape(fam, t, 512, 9, n_c, true));
+        }
+        CHECKF(worst_random >= 0, "%s/%s: the test makes no random blocks of this type", fam,
+               t->name);
+        CHECKF(worst_random <= 1e-5, "%s/%s: random blocks: %.2e of sum |w a|", fam, t->name,
+               worst_random);
         test_extremes(fam, t);
-        printf("  %s/%s: rows %.2e of the exact product\n", fam, t->name, worst);
+        printf("  %s/%s: rows %.2e of the exact product (random blocks %.2e)\n", fam, t->name,
+               worst, worst_random);
         tested++;
     }
     if (tested == 0) {

@@ -91,11 +91,15 @@ typedef struct quant_rows_fmt {
     void (*from_float)(const float *restrict x, int64_t k, void *restrict row);
     /* the row back as Q8_0 blocks (tests: it must be the reference's) */
     void (*to_q8_0)(const void *restrict row, int64_t k, void *restrict blocks);
+    /* d * (sum of the codes) of each block of 32 in the row's whole 256s,
+     * which the K-quants' minimums are taken with (tests); NULL where the
+     * family's format has none (no K-quant product) */
+    void (*to_sums)(const void *restrict row, int64_t k, float *restrict sums);
 } quant_rows_fmt;
 
-/* k codes and room for two floats per 32 of them, padded to 64 bytes */
+/* k codes and room for three floats per 32 of them, padded to 64 bytes */
 static inline size_t quant_rows_bytes(int64_t k) {
-    const size_t b = (size_t)k + 8 * (size_t)(k / 32);
+    const size_t b = (size_t)k + 12 * (size_t)(k / 32);
     return (b + 63) & ~(size_t)63;
 }
 

@@ -18,11 +18,20 @@
  * whatever the number of rows, so a sequence's logits do not depend on what
  * it is batched with.
  *
+ * The K-quants (Q4_K, Q5_K, Q6_K) read the same rows: a super-block of 256
+ * is decoded into the same four vectors (sub-block = block of 32). Q4_K and
+ * Q5_K take their minimums, -dmin * m_s * sum(y over sub-block s), from the
+ * row's block sums with one more FMA per 256 elements (an accumulator of its
+ * own, 8 lanes); Q6_K's scales are per 16 elements, and lanes sum elements
+ * of both halves of a block (vectors 0-1: elements 0..15, 2-3: 16..31), so
+ * it keeps two sums per lane, each with its own scales.
+ *
  * Layout of an activation row (quant_rows_bytes(k)): the codes, for each
  * 256 elements the four 64-byte vectors above (byte 16L + 8h + e of vector v:
  * element 8v + e of block L + 4h), then the last k % 256 in element order;
- * then for each 256 elements 16 floats, the scale of each int32 lane's block;
- * then one float per block of the last k % 256.
+ * then for each 256 elements 24 floats: the scale d of each int32 lane's
+ * block (16), then s_b = d_b * (sum of block b's codes) for b = 0..7; then
+ * one float (d) per block of the last k % 256.
  */
 #include "quant/kernels.h"
 #include "quant/q8_avx2.h"
@@ -32,6 +41,8 @@
 
 #define FORCE_INLINE static inline __attribute__((always_inline))
 #define SUPER        256 /* elements decoded at once */
+#define SUPER_FLOATS 24  /* per 256 elements: 16 lane scales, 8 block sums */
+#define SUMS         16  /* where the block sums start among them */
 
 /* ---- activations ---- */
 
@@ -44,7 +55,7 @@ static void rows_from_float(const float *restrict x, int64_t k, void *restrict r
     uint8_t *codes = row;
     const int64_t n_super = k / SUPER;
     float *dsup = (float *)(void *)(codes + k);
-    float *dtail = dsup + 16 * n_super;
+    float *dtail = dsup + SUPER_FLOATS * n_super;
     for (int64_t g = 0; g < k / QUANT_PANEL_GROUP; g++) {
         __m256i q[4];
         /* the codes of vec_dot's Q8_0 activations, and their fp16-rounded scale */
@@ -61,9 +72,14 @@ static void rows_from_float(const float *restrict x, int64_t k, void *restrict r
             }
             for (int j = 0; j < 16; j++) {
                 if (lane_block(j) == b) {
-                    dsup[16 * sc + j] = d;
+                    dsup[SUPER_FLOATS * sc + j] = d;
                 }
             }
+            int sum = 0;
+            for (int e = 0; e < 32; e++) {
+                sum += (int8_t)(c[e] ^ 0x80);
+            }
+            dsup[SUPER_FLOATS * sc + SUMS + b] = d * (float)sum;
         } else {
             memcpy(codes + g * QUANT_PANEL_GROUP, c, 32);
             dtail[g - 8 * n_super] = d;
@@ -75,7 +91,7 @@ static void rows_to_q8_0(const void *restrict row, int64_t k, void *restrict blo
     const uint8_t *codes = row;
     const int64_t n_super = k / SUPER;
     const float *dsup = (const float *)(const void *)(codes + k);
-    const float *dtail = dsup + 16 * n_super;
+    const float *dtail = dsup + SUPER_FLOATS * n_super;
     block_q8_0 *out = blocks;
     for (int64_t g = 0; g < k / QUANT_PANEL_GROUP; g++) {
         const int64_t sc = g / 8;
@@ -86,7 +102,7 @@ static void rows_to_q8_0(const void *restrict row, int64_t k, void *restrict blo
             for (int vi = 0; vi < 4; vi++) {
                 memcpy(c + 8 * vi, codes + sc * SUPER + 64 * vi + 16 * L + 8 * h, 8);
             }
-            d = dsup[16 * sc + 4 * L + 2 * h];
+            d = dsup[SUPER_FLOATS * sc + 4 * L + 2 * h];
         } else {
             memcpy(c, codes + g * QUANT_PANEL_GROUP, 32);
             d = dtail[g - 8 * n_super];
@@ -98,7 +114,15 @@ static void rows_to_q8_0(const void *restrict row, int64_t k, void *restrict blo
     }
 }
 
-static const quant_rows_fmt rows_fmt = {.from_float = rows_from_float, .to_q8_0 = rows_to_q8_0};
+static void rows_to_sums(const void *restrict row, int64_t k, float *restrict sums) {
+    const float *dsup = (const float *)(const void *)((const uint8_t *)row + k);
+    for (int64_t sc = 0; sc < k / SUPER; sc++) {
+        memcpy(sums + 8 * sc, dsup + SUPER_FLOATS * sc + SUMS, 8 * sizeof(float));
+    }
+}
+
+static const quant_rows_fmt rows_fmt = {
+    .from_float = rows_from_float, .to_q8_0 = rows_to_q8_0, .to_sums = rows_to_sums};
 
 /* ---- weights ---- */
 
@@ -176,7 +200,7 @@ FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
         _mm256_loadu_si256((const __m256i *)(const void *)b[1].qs), 1);
 }
 
-enum rows_type { R_Q4_0, R_Q8_0 };
+enum rows_type { R_Q4_0, R_Q8_0, R_Q4_K, R_Q5_K, R_Q6_K };
 
 FORCE_INLINE size_t block_bytes(enum rows_type t) {
     return t == R_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
@@ -194,7 +218,7 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
     const size_t bb = block_bytes(t);
     const int64_t n_super = k / SUPER;
     const float *dsup = (const float *)(const void *)(act + k);
-    const float *dtail = dsup + 16 * n_super;
+    const float *dtail = dsup + SUPER_FLOATS * n_super;
     __m512 acc[8];
     for (int c = 0; c < NC; c++) {
         acc[c] = _mm512_setzero_ps();
@@ -216,7 +240,8 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
             const float *ds =
-                (const float *)(const void *)((const uint8_t *)(dsup + 16 * j) + (size_t)c * ab);
+                (const float *)(const void *)((const uint8_t *)(dsup + SUPER_FLOATS * j) +
+                                              (size_t)c * ab);
             __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), v[0]);
             s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 64)), v[1]);
             s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 128)), v[2]);
@@ -259,6 +284,213 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
     }
 }
 
+/* ---- K-quant weights: one super-block is one 256-element chunk ---- */
+
+/* Q4_K / Q5_K: the 6-bit scales and minimums of the eight sub-blocks, as
+ * bytes 0..7 (scales) and 8..15 (minimums). Of the 12 bytes, as 32-bit words
+ * u0 u1 u2: scale j and minimum j are the low 6 bits of byte j of u0 and u1
+ * for j < 4; for j >= 4, the low (scale) and high (minimum) nibble of byte
+ * j - 4 of u2 hold their low 4 bits, and the top 2 bits of byte j - 4 of u0
+ * (scale) and u1 (minimum) their high 2. s is followed by 4 more bytes. */
+FORCE_INLINE __m128i scales_mins_k4(const uint8_t *s) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)s);
+    /* u0, u2, u1, u2 >> 4 */
+    const __m128i low =
+        _mm_srlv_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4));
+    /* the top 2 bits of u0, u1's bytes as bits 4, 5 of words 1, 3 */
+    const __m128i top =
+        _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    const __m128i keep = _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f);
+    return _mm_ternarylogic_epi32(low, keep, top, 0xea); /* (low & keep) | top */
+}
+
+/* byte b of the lane order (lane_block): lanes 4L, 4L + 1 block L, 4L + 2,
+ * 4L + 3 block L + 4 */
+#define LANE_BYTES 0, 0, 4, 4, 1, 1, 5, 5, 2, 2, 6, 6, 3, 3, 7, 7
+
+/* d * scale of each lane's sub-block, and dmin * minimum of sub-blocks 0..7 */
+FORCE_INLINE void scale_k4(const uint8_t *s, lares_f16 d, lares_f16 dmin, __m512 *dw,
+                           __m256 *mw) {
+    const __m128i sm = scales_mins_k4(s);
+    const __m128i lanes = _mm_shuffle_epi8(sm, _mm_setr_epi8(LANE_BYTES));
+    *dw = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lanes)),
+                        _mm512_set1_ps(_cvtsh_ss(d)));
+    *mw = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
+                        _mm256_set1_ps(_cvtsh_ss(dmin)));
+}
+
+/* The 4-bit codes (0..15) of a Q4_K/Q5_K super-block as the four vectors of
+ * the layout: qs byte 32 * (s / 2) + i holds element i of sub-block s, in the
+ * low nibble for even s and the high nibble for odd s. Quarter L of vector v
+ * takes bytes 8v.. of pair L / 2 (sub-block L) and of pair 2 + L / 2
+ * (sub-block L + 4), the nibble L % 2. */
+FORCE_INLINE void nibbles_k(const uint8_t *qs, __m512i v[4]) {
+    const __m512i a = _mm512_loadu_si512((const void *)qs);        /* pairs 0, 1 */
+    const __m512i b = _mm512_loadu_si512((const void *)(qs + 64)); /* pairs 2, 3 */
+    const __m512i shift = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512i idx = _mm512_setr_epi64(i, 8 + i, i, 8 + i, 4 + i, 12 + i, 4 + i, 12 + i);
+        v[i] = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutex2var_epi64(a, idx, b), shift), m4);
+    }
+}
+
+FORCE_INLINE void super_q4_K(const uint8_t *p, __m512i v[4], __m512 *dw, __m256 *mw) {
+    const block_q4_K *b = (const block_q4_K *)(const void *)p;
+    nibbles_k(b->qs, v);
+    scale_k4(b->scales, b->d, b->dmin, dw, mw);
+}
+
+/* Q5_K: the codes of Q4_K plus 16 where bit s of qh byte i is set (element i
+ * of sub-block s) */
+FORCE_INLINE void super_q5_K(const uint8_t *p, __m512i v[4], __m512 *dw, __m256 *mw) {
+    const block_q5_K *b = (const block_q5_K *)(const void *)p;
+    nibbles_k(b->qs, v);
+    /* the bit of quarter L's two sub-blocks, L and L + 4, in every byte */
+    const __m512i bit = _mm512_setr_epi64(0x0101010101010101, 0x1010101010101010,
+                                          0x0202020202020202, 0x2020202020202020,
+                                          0x0404040404040404, 0x4040404040404040,
+                                          0x0808080808080808, (long long)0x8080808080808080ull);
+    const __m512i k16 = _mm512_set1_epi8(16);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        long long h;
+        memcpy(&h, b->qh + 8 * i, 8);
+        const __mmask64 set = _mm512_test_epi8_mask(_mm512_set1_epi64(h), bit);
+        v[i] = _mm512_mask_add_epi8(v[i], set, v[i], k16);
+    }
+    scale_k4(b->scales, b->d, b->dmin, dw, mw);
+}
+
+/* Q6_K: element e of half h = e / 128 (sub-blocks 4h .. 4h + 3), part
+ * j = (e % 128) / 32, l = e % 32: low 4 bits in ql byte 64h + 32 (j % 2) + l
+ * (nibble j / 2), high 2 in qh byte 32h + l (bits 2j, 2j + 1); codes minus 32.
+ * Sub-blocks L and L + 4 (quarter L) are part L of the two halves. Scales
+ * per 16 elements: lanes sum products of both halves of a block, vectors 0-1
+ * the first 16 elements and 2-3 the second, so each half gets its own scales
+ * (dw[0]: of elements 0..15 of each lane's block, dw[1]: 16..31). */
+FORCE_INLINE void super_q6_K(const uint8_t *p, __m512i v[4], __m512 dw[2], __m512i base[2]) {
+    const block_q6_K *b = (const block_q6_K *)(const void *)p;
+    const __m512i l0 = _mm512_loadu_si512((const void *)b->ql);        /* half 0 */
+    const __m512i l1 = _mm512_loadu_si512((const void *)(b->ql + 64)); /* half 1 */
+    const __m512i hb = _mm512_loadu_si512((const void *)b->qh);
+    /* low nibble for parts 0, 1, high for 2, 3; bits 2j, 2j + 1 rotated to 4, 5 */
+    const __m512i nib = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m512i rot = _mm512_setr_epi64(4, 4, 2, 2, 0, 0, 62, 62);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    __m512i u[4]; /* the codes, 0..63 */
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512i il =
+            _mm512_setr_epi64(i, 8 + i, 4 + i, 12 + i, i, 8 + i, 4 + i, 12 + i);
+        const __m512i ih = _mm512_setr_epi64(i, 4 + i, i, 4 + i, i, 4 + i, i, 4 + i);
+        const __m512i lo = _mm512_srlv_epi64(_mm512_permutex2var_epi64(l0, il, l1), nib);
+        const __m512i hi =
+            _mm512_and_si512(_mm512_rolv_epi64(_mm512_permutexvar_epi64(ih, hb), rot), m30);
+        u[i] = _mm512_ternarylogic_epi32(lo, m4, hi, 0xea); /* (lo & 0x0f) | hi */
+        v[i] = _mm512_sub_epi8(u[i], _mm512_set1_epi8(32));
+    }
+    /* -128 * sum(code - 32) per lane and half: 8 codes of each, summed in a byte */
+    const __m512i k = _mm512_set1_epi32(128 * 32 * 8), m128 = _mm512_set1_epi8((char)-128);
+    base[0] = _mm512_dpbusd_epi32(k, _mm512_add_epi8(u[0], u[1]), m128);
+    base[1] = _mm512_dpbusd_epi32(k, _mm512_add_epi8(u[2], u[3]), m128);
+    const __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
+    const __m128i first = _mm_setr_epi8(0, 0, 8, 8, 2, 2, 10, 10, 4, 4, 12, 12, 6, 6, 14, 14);
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
+    dw[0] = _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, first))), d);
+    dw[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(
+                              sc, _mm_add_epi8(first, _mm_set1_epi8(1))))),
+                          d);
+}
+
+/* One K-quant weight row against NC activation rows (k a multiple of 256).
+ * Q4_K/Q5_K: sum_s d sc_s sum(w y) - dmin m_s sum(y), the second from the
+ * activations' block sums, in an accumulator of its own; Q6_K: two sums per
+ * lane (the block's halves), each with its scales. */
+FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                             const uint8_t *restrict act, size_t ab, float *restrict y,
+                             size_t ldy) {
+    const size_t bb = t == R_Q4_K ? sizeof(block_q4_K)
+                                : (t == R_Q5_K ? sizeof(block_q5_K) : sizeof(block_q6_K));
+    const int64_t n_super = k / SUPER;
+    const float *dsup = (const float *)(const void *)(act + k);
+    __m512 acc[8];
+    __m256 accm[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        acc[c] = _mm512_setzero_ps();
+        accm[c] = _mm256_setzero_ps();
+    }
+    for (int64_t j = 0; j < n_super; j++) {
+        __m512i v[4];
+        __m512 dw[2];
+        __m512i base6[2];
+        __m256 mw = _mm256_setzero_ps();
+        const uint8_t *p = w + (size_t)j * bb;
+        const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j); /* row 0's floats */
+        if (t == R_Q4_K) {
+            super_q4_K(p, v, &dw[0], &mw);
+        } else if (t == R_Q5_K) {
+            super_q5_K(p, v, &dw[0], &mw);
+        } else {
+            super_q6_K(p, v, dw, base6);
+        }
+        if (t != R_Q6_K) {
+            /* the codes are 0..31: their sums over the four vectors fit a byte */
+            const __m512i wsum =
+                _mm512_add_epi8(_mm512_add_epi8(v[0], v[1]), _mm512_add_epi8(v[2], v[3]));
+            const __m512i base = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wsum,
+                                                     _mm512_set1_epi8((char)-128));
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
+                const float *ds = (const float *)(const void *)(fj + (size_t)c * ab);
+                __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), v[0]);
+                s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 64)), v[1]);
+                s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 128)), v[2]);
+                s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 192)), v[3]);
+                acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_loadu_ps(ds)),
+                                         dw[0], acc[c]);
+                accm[c] = _mm256_fmadd_ps(_mm256_loadu_ps(ds + SUMS), mw, accm[c]);
+            }
+        } else {
+            const __m512i base0 = base6[0], base1 = base6[1];
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
+                const float *ds = (const float *)(const void *)(fj + (size_t)c * ab);
+                __m512i s0 = _mm512_dpbusd_epi32(base0, _mm512_loadu_si512((const void *)a), v[0]);
+                __m512i s1 =
+                    _mm512_dpbusd_epi32(base1, _mm512_loadu_si512((const void *)(a + 128)), v[2]);
+                s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 64)), v[1]);
+                s1 = _mm512_dpbusd_epi32(s1, _mm512_loadu_si512((const void *)(a + 192)), v[3]);
+                const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), dw[1],
+                                                 _mm512_mul_ps(_mm512_cvtepi32_ps(s0), dw[0]));
+                acc[c] = _mm512_fmadd_ps(f, _mm512_loadu_ps(ds), acc[c]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        /* the minimums' sums off lanes 0..7 */
+        y[(size_t)c * ldy] =
+            _mm512_reduce_add_ps(_mm512_sub_ps(acc[c], _mm512_zextps256_ps512(accm[c])));
+    }
+}
+
+FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
+                               const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
+                               float *restrict y, size_t ldy) {
+    if (t == R_Q4_0 || t == R_Q8_0) {
+        row_dots(t, NC, k, w, act, ab, y, ldy);
+    } else {
+        row_dots_k(t, NC, k, w, act, ab, y, ldy);
+    }
+}
+
 FORCE_INLINE void rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx,
                              int64_t n_w, const void *restrict act, size_t ab, int64_t n_c,
                              float *restrict y, size_t ldy) {
@@ -267,28 +499,28 @@ FORCE_INLINE void rows_drive(enum rows_type t, int64_t k, const void *restrict x
         const uint8_t *wr = w + (size_t)r * bx;
         switch (n_c) {
         case 1:
-            row_dots(t, 1, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 1, k, wr, act, ab, y + r, ldy);
             break;
         case 2:
-            row_dots(t, 2, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 2, k, wr, act, ab, y + r, ldy);
             break;
         case 3:
-            row_dots(t, 3, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 3, k, wr, act, ab, y + r, ldy);
             break;
         case 4:
-            row_dots(t, 4, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 4, k, wr, act, ab, y + r, ldy);
             break;
         case 5:
-            row_dots(t, 5, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 5, k, wr, act, ab, y + r, ldy);
             break;
         case 6:
-            row_dots(t, 6, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 6, k, wr, act, ab, y + r, ldy);
             break;
         case 7:
-            row_dots(t, 7, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 7, k, wr, act, ab, y + r, ldy);
             break;
         default:
-            row_dots(t, 8, k, wr, act, ab, y + r, ldy);
+            row_dots_any(t, 8, k, wr, act, ab, y + r, ldy);
             break;
         }
     }
@@ -303,10 +535,19 @@ FORCE_INLINE void rows_drive(enum rows_type t, int64_t k, const void *restrict x
 
 DEFINE_ROWS(rows_q4_0_avx512, R_Q4_0)
 DEFINE_ROWS(rows_q8_0_avx512, R_Q8_0)
+DEFINE_ROWS(rows_q4_K_avx512, R_Q4_K)
+DEFINE_ROWS(rows_q5_K_avx512, R_Q5_K)
+DEFINE_ROWS(rows_q6_K_avx512, R_Q6_K)
 
 void quant_install_rows_avx512(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avx512;
     t[GGUF_TYPE_Q8_0].rows = rows_q8_0_avx512;
-    t[GGUF_TYPE_Q4_0].rows_fmt = &rows_fmt;
-    t[GGUF_TYPE_Q8_0].rows_fmt = &rows_fmt;
+    t[GGUF_TYPE_Q4_K].rows = rows_q4_K_avx512;
+    t[GGUF_TYPE_Q5_K].rows = rows_q5_K_avx512;
+    t[GGUF_TYPE_Q6_K].rows = rows_q6_K_avx512;
+    const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
+                              GGUF_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        t[types[i]].rows_fmt = &rows_fmt;
+    }
 }
