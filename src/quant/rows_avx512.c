@@ -491,40 +491,8 @@ FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
     }
 }
 
-FORCE_INLINE void rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx,
-                             int64_t n_w, const void *restrict act, size_t ab, int64_t n_c,
-                             float *restrict y, size_t ldy) {
-    const uint8_t *w = x;
-    for (int64_t r = 0; r < n_w; r++) {
-        const uint8_t *wr = w + (size_t)r * bx;
-        switch (n_c) {
-        case 1:
-            row_dots_any(t, 1, k, wr, act, ab, y + r, ldy);
-            break;
-        case 2:
-            row_dots_any(t, 2, k, wr, act, ab, y + r, ldy);
-            break;
-        case 3:
-            row_dots_any(t, 3, k, wr, act, ab, y + r, ldy);
-            break;
-        case 4:
-            row_dots_any(t, 4, k, wr, act, ab, y + r, ldy);
-            break;
-        case 5:
-            row_dots_any(t, 5, k, wr, act, ab, y + r, ldy);
-            break;
-        case 6:
-            row_dots_any(t, 6, k, wr, act, ab, y + r, ldy);
-            break;
-        case 7:
-            row_dots_any(t, 7, k, wr, act, ab, y + r, ldy);
-            break;
-        default:
-            row_dots_any(t, 8, k, wr, act, ab, y + r, ldy);
-            break;
-        }
-    }
-}
+#define ROW_DOTS row_dots_any
+#include "quant/rows_drive.h"
 
 #define DEFINE_ROWS(name, type)                                                                    \
     static void name(int64_t k, const void *restrict x, size_t bx, int64_t n_w,                    \

@@ -223,40 +223,8 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
     }
 }
 
-FORCE_INLINE void rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx,
-                             int64_t n_w, const void *restrict act, size_t ab, int64_t n_c,
-                             float *restrict y, size_t ldy) {
-    const uint8_t *w = x;
-    for (int64_t r = 0; r < n_w; r++) {
-        const uint8_t *wr = w + (size_t)r * bx;
-        switch (n_c) {
-        case 1:
-            row_dots(t, 1, k, wr, act, ab, y + r, ldy);
-            break;
-        case 2:
-            row_dots(t, 2, k, wr, act, ab, y + r, ldy);
-            break;
-        case 3:
-            row_dots(t, 3, k, wr, act, ab, y + r, ldy);
-            break;
-        case 4:
-            row_dots(t, 4, k, wr, act, ab, y + r, ldy);
-            break;
-        case 5:
-            row_dots(t, 5, k, wr, act, ab, y + r, ldy);
-            break;
-        case 6:
-            row_dots(t, 6, k, wr, act, ab, y + r, ldy);
-            break;
-        case 7:
-            row_dots(t, 7, k, wr, act, ab, y + r, ldy);
-            break;
-        default:
-            row_dots(t, 8, k, wr, act, ab, y + r, ldy);
-            break;
-        }
-    }
-}
+#define ROW_DOTS row_dots
+#include "quant/rows_drive.h"
 
 static void rows_q4_0_avxvnni(int64_t k, const void *restrict x, size_t bx, int64_t n_w,
                                  const void *restrict act, size_t ab, int64_t n_c,

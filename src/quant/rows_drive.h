@@ -1,0 +1,49 @@
+/*
+ * The drive of the few-row product, shared by rows_avx512.c and
+ * rows_avxvnni.c: each weight row against the n_c (1..QUANT_ROWS_MAX)
+ * activation rows, with the row count a constant in the call so that every
+ * count gets its own unrolled body. The includer defines ROW_DOTS(t, NC, k,
+ * w, act, ab, y, ldy): one weight row w of type t against NC rows, the
+ * results NC floats ldy apart from y.
+ */
+#ifndef LARES_QUANT_ROWS_DRIVE_H
+#define LARES_QUANT_ROWS_DRIVE_H
+
+#include <stdint.h>
+
+static inline __attribute__((always_inline)) void
+rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx, int64_t n_w,
+           const void *restrict act, size_t ab, int64_t n_c, float *restrict y, size_t ldy) {
+    const uint8_t *w = x;
+    for (int64_t r = 0; r < n_w; r++) {
+        const uint8_t *wr = w + (size_t)r * bx;
+        switch (n_c) {
+        case 1:
+            ROW_DOTS(t, 1, k, wr, act, ab, y + r, ldy);
+            break;
+        case 2:
+            ROW_DOTS(t, 2, k, wr, act, ab, y + r, ldy);
+            break;
+        case 3:
+            ROW_DOTS(t, 3, k, wr, act, ab, y + r, ldy);
+            break;
+        case 4:
+            ROW_DOTS(t, 4, k, wr, act, ab, y + r, ldy);
+            break;
+        case 5:
+            ROW_DOTS(t, 5, k, wr, act, ab, y + r, ldy);
+            break;
+        case 6:
+            ROW_DOTS(t, 6, k, wr, act, ab, y + r, ldy);
+            break;
+        case 7:
+            ROW_DOTS(t, 7, k, wr, act, ab, y + r, ldy);
+            break;
+        default:
+            ROW_DOTS(t, 8, k, wr, act, ab, y + r, ldy);
+            break;
+        }
+    }
+}
+
+#endif /* LARES_QUANT_ROWS_DRIVE_H */
