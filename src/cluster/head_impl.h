@@ -35,6 +35,10 @@ typedef struct head_io {
     uint64_t hello_deadline_ns[CLUSTER_MAX_DEVICES];
     char last_event[CLUSTER_MAX_DEVICES][200];
     int handshake_fails[CLUSTER_MAX_DEVICES]; /* handshakes the worker closed on us */
+    /* a refusal (wrong key, mechanism mismatch) seen before the HELLO was
+     * queued, which ZeroMQ does not retry: the HELLO then fails at once with
+     * it; "" when none */
+    char refusal[CLUSTER_MAX_DEVICES][200];
     /* the connection (not the device): a handshake succeeded and it has not
      * dropped since; a HELLO queued before that may never have left */
     bool conn_up[CLUSTER_MAX_DEVICES];

@@ -90,6 +90,9 @@ static bool io_from_pipe(head_io *io, uint64_t now) {
             io->silence_told[dev] = false;
             io->hello_deadline_ns[dev] = now + (uint64_t)io->hello_ms * 1000000u;
             io_hello_drop(io, (int32_t)dev);
+            if (io->refusal[dev][0] != '\0') {
+                io_fault(io, (int32_t)dev, LARES_EAUTH, "%s", io->refusal[dev]);
+            }
         }
         if (io->state[dev] != IO_FAILED &&
             net_outbox_send(&io->out, io->delay_ms, io->dealer[dev], NULL, 0, f, len) != 0) {
@@ -176,6 +179,7 @@ static void io_events(head_io *io, int32_t dev) {
         lares_log(LARES_LOG_DEBUG, "cluster: device %d (%s): %s", dev, addr, io->last_event[dev]);
         if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
             io->handshake_fails[dev] = 0;
+            io->refusal[dev][0] = '\0';
             io->conn_up[dev] = true;
             if (io->state[dev] == IO_HELLO && !io->hello_kept[dev]) {
                 io->state[dev] = IO_ASKED; /* the HELLO queued before it goes out now */
@@ -193,8 +197,13 @@ static void io_events(head_io *io, int32_t dev) {
         }
         /* a worker that closes every handshake holds another key than ring.json
          * says (or runs --insecure): three in a row is no network hiccup */
-        if ((io->state[dev] == IO_HELLO || io->state[dev] == IO_ASKED) &&
-            (net_event_fatal(ev, value) || io->handshake_fails[dev] >= 3)) {
+        const bool refused = net_event_fatal(ev, value) || io->handshake_fails[dev] >= 3;
+        if (refused && io->state[dev] == IO_IDLE) {
+            /* before the HELLO (the connection is made when the ring opens):
+             * ZeroMQ does not retry a refused handshake, so keep it for then */
+            snprintf(io->refusal[dev], sizeof io->refusal[dev], "%s", io->last_event[dev]);
+        }
+        if ((io->state[dev] == IO_HELLO || io->state[dev] == IO_ASKED) && refused) {
             /* a refusal, not silence: the start does not go on without it */
             io_fault(io, dev, LARES_EAUTH, "%s", io->last_event[dev]);
         } else if (io->state[dev] == IO_ASKED && was_up && ev == ZMQ_EVENT_DISCONNECTED) {
