@@ -508,7 +508,8 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
                    s->x + (size_t)(run->row0 + run->n_rows - 1) * e, e * sizeof(float));
         }
     }
-    st = exec_local_output(s->exec, b->last_x, n_out, b->logits, err);
+    /* a step of prompt chunks that end no prompt has no logits to draw from */
+    st = n_out > 0 ? exec_local_output(s->exec, b->last_x, n_out, b->logits, err) : LARES_OK;
     if (st != LARES_OK) {
         return st;
     }

@@ -66,7 +66,7 @@ uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows)
     /* from one row: where the few-row product exists it also beats the
      * single-row dot (docs/kernels.md), and a row's result is then the same
      * alone and in a batch */
-    if (off == NULL && w->qt->rows != NULL && n_rows <= QUANT_ROWS_MAX &&
+    if (off == NULL && w->qt->rows != NULL && n_rows >= 1 && n_rows <= QUANT_ROWS_MAX &&
         w->n_in % QUANT_ROWS_GROUP == 0) {
         return OPS_ACT_ROWS;
     }

@@ -15,7 +15,7 @@ static inline __attribute__((always_inline)) void
 rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx, int64_t n_w,
            const void *restrict act, size_t ab, int64_t n_c, float *restrict y, size_t ldy) {
     const uint8_t *w = x;
-    for (int64_t r = 0; r < n_w; r++) {
+    for (int64_t r = 0; r < n_w && n_c > 0; r++) {
         const uint8_t *wr = w + (size_t)r * bx;
         switch (n_c) {
         case 1:
