@@ -29,32 +29,8 @@
 
 #include <stdint.h>
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static uint64_t rng_u64(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dull;
-}
-
-static float rng_gauss(void) {
-    float u = (float)((rng_u64() >> 40) + 1) / (float)(1u << 24);
-    float v = (float)(rng_u64() >> 40) / (float)(1u << 24);
-    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
-}
-
-/* an activation value: gaussian, some rows with outliers, some blocks zero */
-static float act_value(int64_t r, int64_t i) {
-    if (r % 5 == 3 && (i / 32) % 3 == 1) {
-        return 0.0f; /* a whole group of zeros: d = 0 */
-    }
-    float v = rng_gauss();
-    if (r % 7 == 2 && i % 61 == 0) {
-        v *= 40.0f; /* an outlier channel */
-    }
-    return v;
-}
+#define QUANT_ACTS_SEED 0x2545f4914f6cdd1dull
+#include "quant_acts.h"
 
 /* the value of activation row c, element i, as the panels hold it */
 static double panel_value(const quant_panel_fmt *f, const uint8_t *panels, int64_t k, int64_t c,
@@ -70,15 +46,6 @@ static double panel_value(const quant_panel_fmt *f, const uint8_t *panels, int64
     memcpy(&d, g + 32 * L + 4 * lane, 4);
     return (double)d * q;
 }
-
-static const struct {
-    const char *name;
-    quant_isa isa;
-} families[] = {{"avx2", QUANT_ISA_AVX2},
-                {"avxvnni", QUANT_ISA_AVXVNNI},
-                {"avx512", QUANT_ISA_AVX512},
-                {"neon", QUANT_ISA_NEON},
-                {"neon-i8mm", QUANT_ISA_NEON_I8MM}};
 
 static const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0,
                                  GGUF_TYPE_Q5_1,   GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K,
