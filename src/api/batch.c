@@ -16,6 +16,11 @@
 #include "api/api.h"
 #include "api/ring.h"
 
+/* The rows of a chunk read alone: a slice (a layer of them, llama-1b Q4_0 on
+ * 2 cores: about 11 ms) is what a request arriving meanwhile waits for, and
+ * the GEMM reads 64 rows at 0.92x the speed of 128 (docs/batching.md) */
+#define LONE_CHUNK_ROWS 64
+
 typedef enum seq_state {
     SEQ_FREE = 0, /* never started, finished, or released */
     SEQ_PROMPT,   /* reading its prompt */
@@ -59,9 +64,9 @@ struct lares_batch {
         int32_t seq;     /* -1: none */
         int32_t n_rows;
         int32_t layer;   /* the next layer to run */
-        int32_t *tokens; /* n_batch */
-        int32_t *pos;    /* n_batch */
-        float *x;        /* n_batch x n_embd: the rows' hidden states */
+        int32_t *tokens; /* LONE_CHUNK_ROWS */
+        int32_t *pos;    /* LONE_CHUNK_ROWS */
+        float *x;        /* LONE_CHUNK_ROWS x n_embd: the rows' hidden states */
     } chunk;
 };
 
@@ -145,9 +150,10 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     b->order = lares_alloc_array((size_t)n_seq, sizeof *b->order);
     b->shared_prompt_rows = LARES_BATCH_SHARED_PROMPT_ROWS;
     b->chunk.seq = -1;
-    b->chunk.tokens = lares_alloc_array((size_t)s->o.n_batch, sizeof *b->chunk.tokens);
-    b->chunk.pos = lares_alloc_array((size_t)s->o.n_batch, sizeof *b->chunk.pos);
-    b->chunk.x = lares_alloc_array((size_t)s->o.n_batch * (size_t)m->hp.n_embd, sizeof *b->chunk.x);
+    b->chunk.tokens = lares_alloc_array(LONE_CHUNK_ROWS, sizeof *b->chunk.tokens);
+    b->chunk.pos = lares_alloc_array(LONE_CHUNK_ROWS, sizeof *b->chunk.pos);
+    b->chunk.x = lares_alloc_array((size_t)LONE_CHUNK_ROWS * (size_t)m->hp.n_embd,
+                                   sizeof *b->chunk.x);
     b->last_x = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_embd, sizeof *b->last_x);
     b->logits = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_vocab, sizeof *b->logits);
     if (b->seq == NULL || b->runs == NULL || b->tokens == NULL || b->out_of == NULL ||
@@ -341,11 +347,6 @@ static int32_t count_active(const lares_batch *b) {
     }
     return n;
 }
-
-/* The rows of a chunk read alone: a slice (a layer of them, llama-1b Q4_0 on
- * 2 cores: about 11 ms) is what a request arriving meanwhile waits for, and
- * the GEMM reads 64 rows at 0.92x the speed of 128 (docs/batching.md) */
-#define LONE_CHUNK_ROWS 64
 
 /* Sets up sequence i's next take rows as the chunk in flight. */
 static lares_status chunk_begin(lares_batch *b, int32_t i, int32_t take, lares_error *err) {
