@@ -3,6 +3,7 @@
 #include "discover.h"
 
 #include <jansson.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -11,7 +12,9 @@ static void devices_usage(FILE *to) {
     fputs("usage: lares devices [--json] [discovery options]\n"
           "  lists the lares workers that answer on the local network: name, address, key\n"
           "  fingerprint, state (paired, unpaired, this device; paired devices that did not\n"
-          "  answer too) and version. A device seen is not trusted: lares pair NAME.\n",
+          "  answer too) and version; under a paired device, the models its weight cache\n"
+          "  holds (sealed for this head: nobody else can read them). A device seen is not\n"
+          "  trusted: lares pair NAME.\n",
           to);
     app_disc_usage(to);
 }
@@ -72,6 +75,40 @@ static int common_opt(int argc, char **argv, int *i, app_disc *d, void (*usage)(
     return 0;
 }
 
+/* The cache summary device b sealed for this head: models (n >= 0), or -1
+ * none for us (unpaired, an older worker, a worker without a cache), or -2
+ * one that does not decode (said in why). */
+static int cached_of(const scan_result *r, const disc_beacon *b, disc_cached *m, char *why,
+                     size_t cap) {
+    uint8_t sk[DISC_KEY_BYTES];
+    lares_error err = {0};
+    int n = 0;
+    if (cluster_key_parse(r->self.secret_z85, sk, &err) != LARES_OK) {
+        snprintf(why, cap, "%s", err.msg);
+        return -2;
+    }
+    const lares_status st =
+        disc_cached_open(b, r->self.public_key, sk, m, DISC_CACHED_MAX, &n, &err);
+    sodium_memzero(sk, sizeof sk);
+    if (st == LARES_ENOTFOUND) {
+        return -1;
+    }
+    if (st != LARES_OK) {
+        snprintf(why, cap, "%s", err.msg);
+        return -2;
+    }
+    return n;
+}
+
+/* "llama-7b 1.2 GiB of 3.8 GiB (120/291 tensors)" */
+static void cached_text(const disc_cached *c, char *buf, size_t cap) {
+    char held[32], whole[32];
+    lares_fmt_bytes((double)c->bytes, held, sizeof held);
+    lares_fmt_bytes((double)c->file_bytes, whole, sizeof whole);
+    snprintf(buf, cap, "%.47s %s of %s (%u/%u tensors)", c->name[0] ? c->name : "(unnamed)", held,
+             whole, c->tensors_held, c->tensors);
+}
+
 int cmd_devices(int argc, char **argv) {
     app_disc d;
     app_disc_init(&d);
@@ -106,6 +143,9 @@ int cmd_devices(int argc, char **argv) {
         disc_fingerprint(b->key, fp);
         cluster_key_z85(b->key, z85);
         const char *state = state_of(&r, b->key);
+        disc_cached m[DISC_CACHED_MAX];
+        char why[LARES_ERROR_MSG_MAX] = "";
+        const int nc = strcmp(state, "paired") == 0 ? cached_of(&r, b, m, why, sizeof why) : -1;
         if (json) {
             json_t *o = json_object();
             json_object_set_new(o, "name", json_string(b->name));
@@ -118,9 +158,40 @@ int cmd_devices(int argc, char **argv) {
             json_object_set_new(o, "route", json_string(r.dev[i].route == DISC_ROUTE_PEERS
                                                              ? "peer"
                                                              : "lan"));
+            if (nc >= 0) {
+                json_t *c = json_array();
+                for (int k = 0; k < nc; k++) {
+                    json_t *e = json_object();
+                    json_object_set_new(e, "name", json_string(m[k].name));
+                    json_object_set_new(e, "bytes", json_integer((json_int_t)m[k].bytes));
+                    json_object_set_new(e, "file_bytes",
+                                        json_integer((json_int_t)m[k].file_bytes));
+                    json_object_set_new(e, "tensors_held", json_integer(m[k].tensors_held));
+                    json_object_set_new(e, "tensors", json_integer(m[k].tensors));
+                    json_array_append_new(c, e);
+                }
+                json_object_set_new(o, "cached_models", c);
+            } else if (nc == -2) {
+                json_object_set_new(o, "cached_models_error", json_string(why));
+            }
             json_array_append_new(arr, o);
         } else {
             printf("%-20s %-22s %-19s %-20s %s\n", b->name, addr, fp, state, b->version);
+            if (nc == 0) {
+                printf("    cache: empty\n");
+            }
+            for (int k = 0; k < nc; k++) {
+                char t[160];
+                cached_text(&m[k], t, sizeof t);
+                printf("    cache: %s\n", t);
+            }
+            if (nc == -2) {
+                printf("    cache: unreadable summary (%s)\n", why);
+            } else if (nc == -1 && strcmp(state, "paired") == 0) {
+                printf("    cache: not reported (a worker without a weight cache, an older lares, "
+                       "or one with more than %d paired heads)\n",
+                       DISC_SEALED_MAX);
+            }
         }
     }
     /* paired devices that did not answer */

@@ -226,9 +226,18 @@ bool app_ring_auto(lares_session_opts *o) {
         return false;
     }
     static disc_device found[DISC_MAX_DEVICES];
+    /* the scan ends once every paired worker has answered: a ring needs no
+     * more, and a warm start is then a round trip, not the whole wait */
+    static uint8_t want[DISC_MAX_DEVICES][DISC_KEY_BYTES];
+    int n_want = 0;
+    for (int i = 0; i < paired.n; i++) {
+        if (paired.e[i].role == DISC_ROLE_WORKER) {
+            memcpy(want[n_want++], paired.e[i].key, DISC_KEY_BYTES);
+        }
+    }
     int n = 0, bad = 0;
-    if (disc_scan(&d->net, (uint32_t)d->wait_ms, found, DISC_MAX_DEVICES, &n, &bad, &err) !=
-        LARES_OK) {
+    if (disc_scan_for(&d->net, (uint32_t)d->wait_ms, (const uint8_t(*)[DISC_KEY_BYTES])want,
+                      n_want, found, DISC_MAX_DEVICES, &n, &bad, &err) != LARES_OK) {
         app_fail(&err);
         return false;
     }

@@ -136,6 +136,7 @@ typedef struct zero_setup {
     out_state *os;
     disc_pair_service *ps;
     disc_announcer *an;
+    const char *cache_dir; /* the weight cache; NULL: none */
 } zero_setup;
 
 static void say(out_state *os, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -235,6 +236,43 @@ static bool zs_prepare(zero_setup *z, lares_worker_opts *o, const char **allow) 
     return true;
 }
 
+/* Before an announcement goes out (the announcer's thread): the weight
+ * cache's models, sealed for the paired heads (the last paired, when more
+ * than an announcement carries), so `lares devices` on those heads shows
+ * them and nobody else can read them. */
+static void zs_refresh(void *user, disc_beacon *b) {
+    zero_setup *z = user;
+    b->n_sealed = 0;
+    static disc_paired p; /* the announcer's one thread */
+    lares_cache_model *v = NULL;
+    size_t n = 0;
+    lares_error err = {0};
+    if (z->cache_dir == NULL || disc_paired_load(z->paired_path, &p, &err) != LARES_OK ||
+        lares_cache_list(z->cache_dir, &v, &n, &err) != LARES_OK) {
+        return; /* the announcement goes without it; the scan says "not reported" */
+    }
+    disc_cached m[DISC_CACHED_MAX];
+    const int k = (int)LARES_MIN(n, (size_t)DISC_CACHED_MAX); /* most recently used first */
+    for (int i = 0; i < k; i++) {
+        snprintf(m[i].name, sizeof m[i].name, "%.*s", DISC_CACHED_NAME_MAX, v[i].name);
+        m[i].bytes = v[i].bytes;
+        m[i].file_bytes = v[i].file_bytes;
+        m[i].tensors_held = v[i].tensors_held;
+        m[i].tensors = v[i].tensors;
+    }
+    lares_cache_list_free(v);
+    for (int i = p.n - 1; i >= 0 && b->n_sealed < DISC_SEALED_MAX; i--) {
+        if (p.e[i].role != DISC_ROLE_HEAD) {
+            continue;
+        }
+        const size_t len = disc_cached_seal(m, k, p.e[i].key, b->sealed[b->n_sealed],
+                                            sizeof b->sealed[b->n_sealed]);
+        if (len > 0) {
+            b->sealed_len[b->n_sealed++] = (uint16_t)len;
+        }
+    }
+}
+
 /* Pairing service and announcements, once the ring's port is bound. */
 static bool zs_start(zero_setup *z, lares_worker *w, const char *listen) {
     z->w = w;
@@ -266,7 +304,7 @@ static bool zs_start(zero_setup *z, lares_worker *w, const char *listen) {
     snprintf(self.name, sizeof self.name, "%s", z->name);
     snprintf(self.version, sizeof self.version, "%.31s", lares_version());
     if (!z->no_discovery &&
-        disc_announcer_start(&z->d.net, &self, 5000, &z->an, &err) != LARES_OK) {
+        disc_announcer_start(&z->d.net, &self, 5000, zs_refresh, z, &z->an, &err) != LARES_OK) {
         app_fail(&err);
         return false;
     }
@@ -418,6 +456,7 @@ int cmd_worker(int argc, char **argv) {
         goto done;
     }
     zero = o.key_path == NULL && !o.insecure; /* zero setup (issue 19) */
+    zs.cache_dir = o.cache_dir;
     if (zero && !zs_prepare(&zs, &o, allow)) {
         rc = APP_FAIL;
         goto done;

@@ -1,9 +1,10 @@
 /*
  * libFuzzer target: what discovery reads from the network (issue 19). The
  * first byte picks the decoder: 'P' a pairing message (disc_pair_msg_check),
- * anything else a UDP beacon (disc_beacon_decode). A beacon that decodes must
- * encode back to the same bytes (one encoding per beacon), and its name must
- * be one a device may carry. Seeds: fuzz/corpus_discovery.
+ * 'C' a cache summary as it is once unsealed (disc_cached_decode), anything
+ * else a UDP beacon (disc_beacon_decode). A beacon or summary that decodes
+ * must encode back to the same bytes (one encoding each), and a beacon's name
+ * must be one a device may carry. Seeds: fuzz/corpus_discovery.
  */
 #include "discovery/discovery.h"
 
@@ -18,6 +19,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lares_error err;
     if (data[0] == 'P') {
         (void)disc_pair_msg_check(data + 1, size - 1, &err);
+        return 0;
+    }
+    if (data[0] == 'C') {
+        disc_cached m[DISC_CACHED_MAX];
+        int n = 0;
+        if (disc_cached_decode(data + 1, size - 1, m, DISC_CACHED_MAX, &n, &err) != LARES_OK) {
+            return 0;
+        }
+        uint8_t back[DISC_SEALED_BYTES_MAX];
+        const size_t k = disc_cached_encode(m, n, back, sizeof back);
+        if (k != size - 1 || memcmp(back, data + 1, k) != 0) {
+            abort(); /* the decoder accepted what the encoder would not write */
+        }
         return 0;
     }
     disc_beacon b;

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <sodium.h>
 #include <zmq.h>
 
 static disc_beacon sample(void) {
@@ -41,12 +42,12 @@ static void test_beacon(void) {
         CHECKF(disc_beacon_decode(cut, len, &d, &err) != LARES_OK, "length %zu", len);
         free(cut);
     }
-    /* a trailing byte */
+    /* a byte more: a count of 0 sealed summaries (the section is absent, not empty) */
     uint8_t more[DISC_BEACON_MAX + 1];
     memcpy(more, buf, n);
     more[n] = 0;
     CHECK(disc_beacon_decode(more, n + 1, &d, &err) == LARES_EFORMAT);
-    CHECK(strstr(err.msg, "trailing") != NULL);
+    CHECK(strstr(err.msg, "0 sealed summaries") != NULL);
     /* forged fields */
     uint8_t f[DISC_BEACON_MAX];
     memcpy(f, buf, n);
@@ -98,6 +99,166 @@ static void test_beacon(void) {
     CHECK(!disc_name_valid(longname));
     longname[63] = '\0';
     CHECK(disc_name_valid(longname));
+}
+
+/* a head's key pair for the sealed summaries */
+static void head_keys(uint8_t pk[32], uint8_t sk[32]) {
+    CHECK(sodium_init() >= 0);
+    crypto_box_keypair(pk, sk);
+}
+
+static disc_cached cached_sample(int i) {
+    disc_cached c = {.bytes = 1000u + (uint64_t)i,
+                     .file_bytes = 5000000000ull,
+                     .tensors_held = 3,
+                     .tensors = 291};
+    snprintf(c.name, sizeof c.name, "model-%d", i);
+    return c;
+}
+
+/* the cache summary: plaintext limits, sealing for one head, the beacon's section */
+static void test_cached(void) {
+    lares_error err = {0};
+    disc_cached m[DISC_CACHED_MAX + 2], d[DISC_CACHED_MAX];
+    for (int i = 0; i < DISC_CACHED_MAX + 2; i++) {
+        m[i] = cached_sample(i);
+    }
+    uint8_t buf[DISC_SEALED_BYTES_MAX];
+    int n = -1;
+    /* round trip; more models than a summary lists: the first ones */
+    size_t len = disc_cached_encode(m, DISC_CACHED_MAX + 2, buf, sizeof buf);
+    CHECK(len > 0 && buf[0] == DISC_CACHED_MAX);
+    CHECK_OK(disc_cached_decode(buf, len, d, DISC_CACHED_MAX, &n, &err), &err);
+    CHECK(n == DISC_CACHED_MAX);
+    for (int i = 0; i < n; i++) {
+        CHECK(strcmp(d[i].name, m[i].name) == 0 && d[i].bytes == m[i].bytes &&
+              d[i].file_bytes == m[i].file_bytes && d[i].tensors_held == 3 &&
+              d[i].tensors == 291);
+    }
+    /* every truncation refused; a trailing byte; a count over the caller's room */
+    for (size_t k = 0; k < len; k++) {
+        CHECKF(disc_cached_decode(buf, k, d, DISC_CACHED_MAX, &n, &err) != LARES_OK, "%zu", k);
+    }
+    uint8_t more[DISC_SEALED_BYTES_MAX + 1];
+    memcpy(more, buf, len);
+    more[len] = 0;
+    CHECK(disc_cached_decode(more, len + 1, d, DISC_CACHED_MAX, &n, &err) == LARES_EFORMAT);
+    CHECK(strstr(err.msg, "trailing") != NULL);
+    CHECK(disc_cached_decode(buf, len, d, 2, &n, &err) == LARES_EFORMAT && n == 0);
+    /* forged: more held than the whole; a control byte in a name; a name over the limit */
+    len = disc_cached_encode(m, 1, buf, sizeof buf);
+    const size_t name_len = buf[1];
+    uint8_t f[DISC_SEALED_BYTES_MAX];
+    memcpy(f, buf, len);
+    wr_u64le(f + 2 + name_len, 6000000000ull);
+    CHECK(disc_cached_decode(f, len, d, DISC_CACHED_MAX, &n, &err) == LARES_EFORMAT);
+    CHECK(strstr(err.msg, "more than the whole") != NULL);
+    memcpy(f, buf, len);
+    wr_u32le(f + 2 + name_len + 16, 300); /* tensors held > tensors */
+    CHECK(disc_cached_decode(f, len, d, DISC_CACHED_MAX, &n, &err) == LARES_EFORMAT);
+    memcpy(f, buf, len);
+    f[2] = '\n';
+    CHECK(disc_cached_decode(f, len, d, DISC_CACHED_MAX, &n, &err) == LARES_EFORMAT);
+    memcpy(f, buf, len);
+    f[1] = DISC_CACHED_NAME_MAX + 1;
+    CHECK(disc_cached_decode(f, len, d, DISC_CACHED_MAX, &n, &err) == LARES_EFORMAT);
+    /* the encoder cuts long names, replaces what is not printable, clamps held to the whole */
+    disc_cached odd = cached_sample(0);
+    memset(odd.name, 'n', sizeof odd.name - 1);
+    odd.name[sizeof odd.name - 1] = '\0';
+    odd.name[3] = '\t';
+    odd.bytes = odd.file_bytes + 1;
+    len = disc_cached_encode(&odd, 1, buf, sizeof buf);
+    CHECK_OK(disc_cached_decode(buf, len, d, DISC_CACHED_MAX, &n, &err), &err);
+    CHECK(n == 1 && strlen(d[0].name) == DISC_CACHED_NAME_MAX && d[0].name[3] == '?' &&
+          d[0].bytes == d[0].file_bytes);
+    CHECK(disc_cached_encode(m, 2, buf, 10) == 0); /* no room */
+    /* an empty cache is a summary of 0 models */
+    len = disc_cached_encode(m, 0, buf, sizeof buf);
+    CHECK(len == 1);
+    CHECK_OK(disc_cached_decode(buf, len, d, DISC_CACHED_MAX, &n, &err), &err);
+    CHECK(n == 0);
+
+    /* sealed for head A: A opens it, B (another head, unpaired) cannot */
+    uint8_t apk[32], ask[32], bpk[32], bsk[32];
+    head_keys(apk, ask);
+    head_keys(bpk, bsk);
+    disc_beacon b = sample(), got;
+    b.sealed_len[0] = (uint16_t)disc_cached_seal(m, 2, apk, b.sealed[0], sizeof b.sealed[0]);
+    CHECK(b.sealed_len[0] > 48);
+    b.n_sealed = 1;
+    CHECK_OK(disc_cached_open(&b, apk, ask, d, DISC_CACHED_MAX, &n, &err), &err);
+    CHECK(n == 2 && strcmp(d[1].name, "model-1") == 0);
+    CHECK(disc_cached_open(&b, bpk, bsk, d, DISC_CACHED_MAX, &n, &err) == LARES_ENOTFOUND);
+    /* two heads' summaries in one announcement, through the wire */
+    b.sealed_len[1] = (uint16_t)disc_cached_seal(m, 1, bpk, b.sealed[1], sizeof b.sealed[1]);
+    b.n_sealed = 2;
+    uint8_t wire[DISC_BEACON_MAX + 1];
+    const size_t wn = disc_beacon_encode(&b, wire, sizeof wire);
+    CHECK(wn == 8 + 4 + 32 + 1 + strlen(b.name) + 1 + strlen(b.version) + 1 + 2 +
+                    b.sealed_len[0] + 2 + b.sealed_len[1]);
+    CHECK_OK(disc_beacon_decode(wire, wn, &got, &err), &err);
+    CHECK(got.n_sealed == 2 && got.sealed_len[1] == b.sealed_len[1]);
+    CHECK_OK(disc_cached_open(&got, bpk, bsk, d, DISC_CACHED_MAX, &n, &err), &err);
+    CHECK(n == 1 && strcmp(d[0].name, "model-0") == 0);
+    CHECK_OK(disc_cached_open(&got, apk, ask, d, DISC_CACHED_MAX, &n, &err), &err);
+    CHECK(n == 2);
+    /* every truncation refused, but the one at the section's start: that is
+     * an announcement without it (so it says nothing of a cache) */
+    const size_t fixed = wn - (1 + 2 + b.sealed_len[0] + 2 + b.sealed_len[1]);
+    for (size_t k = 0; k < wn; k++) {
+        if (k == fixed) {
+            CHECK_OK(disc_beacon_decode(wire, k, &got, &err), &err);
+            CHECK(got.n_sealed == 0);
+            continue;
+        }
+        CHECKF(disc_beacon_decode(wire, k, &got, &err) != LARES_OK, "length %zu", k);
+    }
+    uint8_t big[DISC_BEACON_MAX + 2];
+    memcpy(big, wire, wn);
+    big[wn] = 0;
+    CHECK(disc_beacon_decode(big, wn + 1, &got, &err) == LARES_EFORMAT);
+    CHECK(strstr(err.msg, "trailing") != NULL);
+    /* a damaged box does not open (and is not taken for another head's) */
+    const size_t at = wn - b.sealed_len[1] - 2 - 5; /* inside the first box */
+    memcpy(big, wire, wn);
+    big[at] ^= 1;
+    CHECK_OK(disc_beacon_decode(big, wn, &got, &err), &err);
+    CHECK(disc_cached_open(&got, apk, ask, d, DISC_CACHED_MAX, &n, &err) == LARES_ENOTFOUND);
+    /* the section's own limits: 3 summaries, a box shorter than the overhead */
+    memcpy(big, wire, wn);
+    big[fixed] = 3;
+    CHECK(disc_beacon_decode(big, wn, &got, &err) == LARES_EFORMAT);
+    memcpy(big, wire, wn);
+    wr_u16le(big + fixed + 1, 40);
+    CHECK(disc_beacon_decode(big, wn, &got, &err) == LARES_EFORMAT);
+    /* the encoder refuses what the decoder would */
+    b.n_sealed = 3;
+    CHECK(disc_beacon_encode(&b, wire, sizeof wire) == 0);
+    b.n_sealed = 1;
+    b.sealed_len[0] = 10;
+    CHECK(disc_beacon_encode(&b, wire, sizeof wire) == 0);
+    b.sealed_len[0] = DISC_SEALED_BYTES_MAX + 1;
+    CHECK(disc_beacon_encode(&b, wire, sizeof wire) == 0);
+    /* the largest announcement fits the limit */
+    b = sample();
+    memset(b.name, 'n', DISC_NAME_MAX);
+    b.name[DISC_NAME_MAX] = '\0';
+    memset(b.version, 'v', DISC_VERSION_MAX);
+    b.version[DISC_VERSION_MAX] = '\0';
+    b.n_sealed = DISC_SEALED_MAX;
+    for (int i = 0; i < DISC_SEALED_MAX; i++) {
+        b.sealed_len[i] = DISC_SEALED_BYTES_MAX;
+        memset(b.sealed[i], 0xa5, DISC_SEALED_BYTES_MAX);
+    }
+    CHECK(disc_beacon_encode(&b, wire, DISC_BEACON_MAX) == DISC_BEACON_MAX);
+    /* the most a summary holds seals within its limit */
+    for (int i = 0; i < DISC_CACHED_MAX; i++) {
+        memset(m[i].name, 'x', DISC_CACHED_NAME_MAX);
+        m[i].name[DISC_CACHED_NAME_MAX] = '\0';
+    }
+    CHECK(disc_cached_seal(m, DISC_CACHED_MAX, apk, b.sealed[0], sizeof b.sealed[0]) ==
+          DISC_SEALED_BYTES_MAX);
 }
 
 /* pairing messages: valid ones pass, every truncation and a trailing byte fail */
@@ -282,6 +443,47 @@ static uint16_t free_udp_port(void) {
     return ntohs(sin.sin_port);
 }
 
+/* a worker's refresh: one model in its cache, sealed for the head key in user */
+static int refreshes;
+static void refresh_sealed(void *user, disc_beacon *b) {
+    const disc_cached m = cached_sample(7);
+    b->sealed_len[0] = (uint16_t)disc_cached_seal(&m, 1, user, b->sealed[0], sizeof b->sealed[0]);
+    b->n_sealed = 1;
+    refreshes++;
+}
+
+/* the announcement refreshed before it goes out, and a scan that ends once
+ * the device it waits for answered */
+static void test_scan_refresh(void) {
+    disc_beacon self = sample();
+    disc_opts o = {.routes = DISC_ROUTE_PEERS, .port = free_udp_port(), .n_peers = 1};
+    snprintf(o.peers[0], sizeof o.peers[0], "127.0.0.1:%u", o.port);
+    disc_opts quiet = o;
+    quiet.n_peers = 0;
+    uint8_t pk[32], sk[32];
+    head_keys(pk, sk);
+    lares_error err = {0};
+    disc_announcer *a = NULL;
+    CHECK_OK(disc_announcer_start(&quiet, &self, 60000, refresh_sealed, pk, &a, &err), &err);
+    disc_device devs[4];
+    int n = 0, bad = 0;
+    const uint64_t t0 = lares_now_ns();
+    CHECK_OK(disc_scan_for(&o, 20000, (const uint8_t(*)[DISC_KEY_BYTES])self.key, 1, devs, 4, &n,
+                           &bad, &err),
+             &err);
+    const double s = (double)(lares_now_ns() - t0) / 1e9;
+    CHECKF(s < 15, "the scan waited %.1f s for a device that answered", s);
+    CHECK(n == 1 && bad == 0 && refreshes >= 1);
+    if (n == 1) {
+        disc_cached d[DISC_CACHED_MAX];
+        int k = 0;
+        CHECK(devs[0].beacon.n_sealed == 1);
+        CHECK_OK(disc_cached_open(&devs[0].beacon, pk, sk, d, DISC_CACHED_MAX, &k, &err), &err);
+        CHECK(k == 1 && strcmp(d[0].name, "model-7") == 0);
+    }
+    disc_announcer_stop(a);
+}
+
 static void test_scan(void) {
     disc_beacon self = sample();
     disc_opts o = {.routes = DISC_ROUTE_PEERS, .port = free_udp_port(), .n_peers = 1};
@@ -290,7 +492,7 @@ static void test_scan(void) {
     disc_announcer *a = NULL;
     disc_opts quiet = o;
     quiet.n_peers = 0; /* its own announcements go nowhere */
-    CHECK_OK(disc_announcer_start(&quiet, &self, 60000, &a, &err), &err);
+    CHECK_OK(disc_announcer_start(&quiet, &self, 60000, NULL, NULL, &a, &err), &err);
     disc_device devs[4];
     int n = 0, bad = 0;
     CHECK_OK(disc_scan(&o, 1500, devs, 4, &n, &bad, &err), &err);
@@ -436,11 +638,13 @@ int main(void) {
         return 1;
     }
     test_beacon();
+    test_cached();
     test_sas();
     test_pair_msgs();
     test_paired();
     test_routes();
     test_scan();
+    test_scan_refresh();
     test_pairing();
     rmdir(tmpdir);
     return check_finish("test_discovery");

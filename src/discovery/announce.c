@@ -3,7 +3,9 @@
  * to the asker's address and port) and announces itself every interval over
  * the routes, so that a device that only listens sees it too. One UDP socket
  * on the discovery port of every address, a member of the multicast group on
- * each chosen interface; one thread.
+ * each chosen interface; one thread. A refresh function lets the worker
+ * change what it says (its cache summary) between announcements: it is
+ * called on this thread at most once a second, just before one goes out.
  */
 #include "discovery/discovery.h"
 
@@ -18,8 +20,14 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
+#define REFRESH_EVERY_MS 1000u
+
 struct disc_announcer {
     disc_opts o;
+    disc_beacon self;
+    disc_refresh_fn refresh;
+    void *user;
+    uint64_t refreshed_ms; /* when refresh last ran */
     uint8_t msg[DISC_BEACON_MAX];
     size_t msg_len;
     uint32_t interval_ms;
@@ -48,6 +56,27 @@ static void join_groups(const disc_announcer *a) {
         }
     }
     freeifaddrs(ifs);
+}
+
+/* Lets the worker update its announcement; a refresh that makes it invalid
+ * is dropped (the last valid one stays). */
+static void refresh(disc_announcer *a, uint64_t now_ms) {
+    if (a->refresh == NULL || now_ms - a->refreshed_ms < REFRESH_EVERY_MS) {
+        return;
+    }
+    a->refreshed_ms = now_ms;
+    disc_beacon b = a->self;
+    a->refresh(a->user, &b);
+    uint8_t msg[DISC_BEACON_MAX];
+    const size_t n = disc_beacon_encode(&b, msg, sizeof msg);
+    if (n == 0 || b.type != DISC_BEACON_ANNOUNCE) {
+        lares_log(LARES_LOG_WARN, "discovery: a refreshed announcement is invalid; the last "
+                                  "one stays");
+        return;
+    }
+    a->self = b;
+    memcpy(a->msg, msg, n);
+    a->msg_len = n;
 }
 
 static void announce(disc_announcer *a) {
@@ -145,6 +174,7 @@ static void *run(void *arg) {
     while (!atomic_load(&a->stop)) {
         const uint64_t now = lares_now_ns() / 1000000u;
         if (now >= next) {
+            refresh(a, now);
             announce(a);
             next = now + a->interval_ms;
         }
@@ -152,7 +182,7 @@ static void *run(void *arg) {
         if (poll(&p, 1, 200) <= 0) {
             continue;
         }
-        uint8_t buf[512];
+        uint8_t buf[DISC_BEACON_MAX + 1]; /* one more: a longer datagram is refused, not cut */
         struct sockaddr_in from;
         uint32_t to_addr = 0;
         const ssize_t r = recv_query(a->fd, buf, sizeof buf, &from, &to_addr);
@@ -164,6 +194,7 @@ static void *run(void *arg) {
             b.type != DISC_BEACON_QUERY) {
             continue; /* others' announcements and noise */
         }
+        refresh(a, lares_now_ns() / 1000000u);
         if (answer(a, &from, to_addr) < 0) {
             lares_log(LARES_LOG_DEBUG, "discovery: answering a query failed: %s",
                       strerror(errno));
@@ -173,13 +204,17 @@ static void *run(void *arg) {
 }
 
 lares_status disc_announcer_start(const disc_opts *o, const disc_beacon *self,
-                                  uint32_t interval_ms, disc_announcer **out, lares_error *err) {
+                                  uint32_t interval_ms, disc_refresh_fn refresh_fn, void *user,
+                                  disc_announcer **out, lares_error *err) {
     disc_announcer *a = lares_calloc(1, sizeof *a);
     if (a == NULL) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     a->o = *o;
     a->interval_ms = interval_ms > 0 ? interval_ms : 5000;
+    a->self = *self;
+    a->refresh = refresh_fn;
+    a->user = user;
     a->msg_len = disc_beacon_encode(self, a->msg, sizeof a->msg);
     atomic_init(&a->stop, false);
     if (a->msg_len == 0 || self->type != DISC_BEACON_ANNOUNCE) {

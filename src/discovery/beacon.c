@@ -1,8 +1,9 @@
 /*
  * The UDP beacon (docs/protocol.md "Discovery and pairing"): a query (8
  * bytes) or an announcement (a device's name, ports, public key and lares
- * version). Written and read byte by byte; the decoder checks the magic, the
- * version, the type, every length against the bytes left and its limit, the
+ * version, and optionally its cache summary sealed for each paired head).
+ * Written and read byte by byte; the decoder checks the magic, the version,
+ * the type, every length against the bytes left and its limit, the
  * characters of every string, and that nothing trails. A beacon proves
  * nothing: anyone can send one with any key; pairing is what gives trust.
  */
@@ -12,6 +13,8 @@
 
 #define BEACON_MAGIC "LRDB"
 #define BEACON_HEADER 8 /* magic, u16 version, u16 type */
+/* a sealed part: the box's overhead and at least the count byte */
+#define SEALED_MIN (crypto_box_SEALBYTES + 1)
 
 bool disc_name_valid(const char *name) {
     const size_t n = strlen(name);
@@ -86,6 +89,21 @@ size_t disc_beacon_encode(const disc_beacon *b, uint8_t *buf, size_t cap) {
         memcpy(buf + o, strs[i], n);
         o += n;
     }
+    if (b->n_sealed < 0 || b->n_sealed > DISC_SEALED_MAX) {
+        return 0;
+    }
+    if (b->n_sealed > 0) {
+        buf[o++] = (uint8_t)b->n_sealed;
+    }
+    for (int i = 0; i < b->n_sealed; i++) {
+        const size_t n = b->sealed_len[i];
+        if (n < SEALED_MIN || n > DISC_SEALED_BYTES_MAX) {
+            return 0;
+        }
+        wr_u16le(buf + o, (uint16_t)n);
+        memcpy(buf + o + 2, b->sealed[i], n);
+        o += 2 + n;
+    }
     return o;
 }
 
@@ -151,6 +169,31 @@ lares_status disc_beacon_decode(const uint8_t *buf, size_t len, disc_beacon *out
         !version_valid(out->version)) {
         return lares_fail(err, LARES_EFORMAT,
                           "announcement: the version is truncated, too long or not printable");
+    }
+    if (o < len) { /* the sealed summaries, when the worker has paired heads and a cache */
+        const int n = buf[o++];
+        if (n < 1 || n > DISC_SEALED_MAX) {
+            return lares_fail(err, LARES_EFORMAT,
+                              "announcement with %d sealed summaries (1 to %d)", n,
+                              DISC_SEALED_MAX);
+        }
+        for (int i = 0; i < n; i++) {
+            if (len - o < 2) {
+                return lares_fail(err, LARES_EFORMAT, "announcement: sealed summary %d truncated",
+                                  i);
+            }
+            const size_t k = rd_u16le(buf + o);
+            if (k < SEALED_MIN || k > DISC_SEALED_BYTES_MAX || k > len - o - 2) {
+                return lares_fail(err, LARES_EFORMAT,
+                                  "announcement: sealed summary %d of %zu bytes (%d to %d, "
+                                  "within the datagram)",
+                                  i, k, SEALED_MIN, DISC_SEALED_BYTES_MAX);
+            }
+            out->sealed_len[i] = (uint16_t)k;
+            memcpy(out->sealed[i], buf + o + 2, k);
+            o += 2 + k;
+        }
+        out->n_sealed = n;
     }
     if (o != len) {
         return lares_fail(err, LARES_EFORMAT, "announcement with %zu trailing bytes", len - o);

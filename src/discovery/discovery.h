@@ -12,6 +12,8 @@
  * - sas.c: the short authentication code of a pairing (SHA-256, libsodium).
  * - pair.c: the pairing exchange over a CURVE connection (both sides).
  * - paired.c: the paired-keys store in the user's config directory.
+ * - cached.c: what a worker holds in its weight cache, sealed in its
+ *   announcement for each paired head (only they can read it).
  *
  * Owns: its own sockets and one ZeroMQ context per pairing service; never
  * prints (events go to a callback). Knows nothing about models.
@@ -28,7 +30,13 @@
 #define DISC_NAME_MAX 63     /* bytes of a device name: [A-Za-z0-9._-] */
 #define DISC_VERSION_MAX 31  /* bytes of the lares version string */
 #define DISC_PROTO_VERSION 1 /* of the beacon and the pairing messages */
-#define DISC_BEACON_MAX 160  /* the largest valid beacon */
+#define DISC_CACHED_MAX 6       /* models a cache summary lists (the most recently used) */
+#define DISC_CACHED_NAME_MAX 47 /* bytes of a model's name there (longer ones cut) */
+#define DISC_SEALED_MAX 2       /* sealed summaries an announcement carries (paired heads) */
+/* a sealed summary: libsodium's sealed-box overhead (48) + count + the models */
+#define DISC_SEALED_BYTES_MAX (48 + 1 + DISC_CACHED_MAX * (1 + DISC_CACHED_NAME_MAX + 24))
+/* the largest valid beacon: the fixed part (140) + the sealed summaries */
+#define DISC_BEACON_MAX (140 + 1 + DISC_SEALED_MAX * (2 + DISC_SEALED_BYTES_MAX))
 #define DISC_DEFAULT_PORT 9102 /* UDP: queries and announcements */
 #define DISC_DEFAULT_RING_PORT 9100
 #define DISC_DEFAULT_PAIR_PORT 9101
@@ -49,6 +57,12 @@ typedef struct disc_beacon {
     uint8_t key[DISC_KEY_BYTES];          /* announce: the worker's CURVE public key */
     char name[DISC_NAME_MAX + 1];         /* announce */
     char version[DISC_VERSION_MAX + 1];   /* announce: lares version */
+    /* announce, optional: the worker's cache summary sealed for each paired
+     * head (cached.c); opaque here, 0 of them is the announcement without
+     * the section (byte for byte the version-1 layout before it existed) */
+    int n_sealed;
+    uint16_t sealed_len[DISC_SEALED_MAX];
+    uint8_t sealed[DISC_SEALED_MAX][DISC_SEALED_BYTES_MAX];
 } disc_beacon;
 
 /* Writes b into buf (cap >= DISC_BEACON_MAX): its length, 0 when a field is invalid. */
@@ -60,6 +74,35 @@ lares_status disc_beacon_decode(const uint8_t *buf, size_t len, disc_beacon *out
 bool disc_name_valid(const char *name);
 /* "abcd-ef01-2345-6789": the first 8 bytes of SHA-256 of the key, in hex. */
 void disc_fingerprint(const uint8_t key[DISC_KEY_BYTES], char out[DISC_FINGERPRINT_LEN + 1]);
+
+/* ---- a worker's cache summary (cached.c) ---- */
+
+typedef struct disc_cached {
+    char name[DISC_CACHED_NAME_MAX + 1]; /* printable ASCII; "" unknown */
+    uint64_t bytes, file_bytes;          /* held in the cache, of the whole file */
+    uint32_t tensors_held, tensors;
+} disc_cached;
+
+/* The plaintext: u8 count, then per model str name, u64 bytes, u64 file
+ * bytes, u32 tensors held, u32 tensors. Names are cut to
+ * DISC_CACHED_NAME_MAX and bytes outside printable ASCII become '?'; at most
+ * DISC_CACHED_MAX models (the first ones). Returns the length (0: cap too small). */
+size_t disc_cached_encode(const disc_cached *m, int n, uint8_t *buf, size_t cap);
+/* Reads a plaintext summary: every length and limit checked, held <= whole,
+ * no trailing bytes. */
+lares_status disc_cached_decode(const uint8_t *buf, size_t len, disc_cached *out, int cap,
+                                int *n, lares_error *err);
+/* The summary sealed for one head's public key (a sealed box: anyone can
+ * write one, only that head can open it); its length, 0 on failure. */
+size_t disc_cached_seal(const disc_cached *m, int n, const uint8_t head_key[DISC_KEY_BYTES],
+                        uint8_t *out, size_t cap);
+/* The summary an announcement sealed for this head (its key pair): LARES_OK
+ * with the models, LARES_ENOTFOUND when none of its sealed parts opens with
+ * this key (an unpaired head, or a worker without a cache), another status
+ * when one opens but does not decode. */
+lares_status disc_cached_open(const disc_beacon *b, const uint8_t public_key[DISC_KEY_BYTES],
+                              const uint8_t secret_key[DISC_KEY_BYTES], disc_cached *out,
+                              int cap, int *n, lares_error *err);
 
 /* ---- routes ---- */
 
@@ -98,11 +141,16 @@ bool disc_send_to(int fd, const disc_dest *d, const uint8_t *buf, size_t len);
 /* ---- a worker's responder ---- */
 
 typedef struct disc_announcer disc_announcer;
+/* Called on the announcer's thread before an announcement goes out (at most
+ * once a second): may change what *b says (its sealed summaries). */
+typedef void (*disc_refresh_fn)(void *user, disc_beacon *b);
 /* Binds the UDP port (any address), joins the multicast group on the chosen
  * interfaces, and from a thread answers every query with `self` (unicast to
- * the asker) and announces it every interval_ms over the routes. */
+ * the asker) and announces it every interval_ms over the routes. With a
+ * refresh function, `self` is refreshed by it before it is sent. */
 lares_status disc_announcer_start(const disc_opts *o, const disc_beacon *self,
-                                  uint32_t interval_ms, disc_announcer **out, lares_error *err);
+                                  uint32_t interval_ms, disc_refresh_fn refresh, void *user,
+                                  disc_announcer **out, lares_error *err);
 void disc_announcer_stop(disc_announcer *a);
 
 /* ---- a head's scan ---- */
@@ -118,6 +166,11 @@ typedef struct disc_device {
  * counted in *n_bad (may be NULL) and dropped. */
 lares_status disc_scan(const disc_opts *o, uint32_t wait_ms, disc_device *out, int cap,
                        int *n_out, int *n_bad, lares_error *err);
+/* The same, ending as soon as every key of want[0..n_want) has answered (a
+ * ring of paired devices needs no more; n_want 0: the whole wait). */
+lares_status disc_scan_for(const disc_opts *o, uint32_t wait_ms,
+                           const uint8_t (*want)[DISC_KEY_BYTES], int n_want, disc_device *out,
+                           int cap, int *n_out, int *n_bad, lares_error *err);
 
 /* ---- the short authentication code (sas.c) ---- */
 

@@ -38,8 +38,31 @@ static disc_route route_of(const disc_dest *d, int n, const struct sockaddr_in *
     return n > 0 ? d[0].route : DISC_ROUTE_BROADCAST;
 }
 
+#define SCAN_SETTLE_MS 250u /* a LAN's round trip many times over, on a loaded device */
+
+/* every key of want[0..n_want) among the answers so far */
+static bool all_found(const uint8_t (*want)[DISC_KEY_BYTES], int n_want, const disc_device *out,
+                      int n_out) {
+    for (int w = 0; w < n_want; w++) {
+        bool seen = false;
+        for (int i = 0; i < n_out && !seen; i++) {
+            seen = memcmp(out[i].beacon.key, want[w], DISC_KEY_BYTES) == 0;
+        }
+        if (!seen) {
+            return false;
+        }
+    }
+    return n_want > 0;
+}
+
 lares_status disc_scan(const disc_opts *o, uint32_t wait_ms, disc_device *out, int cap,
                        int *n_out, int *n_bad, lares_error *err) {
+    return disc_scan_for(o, wait_ms, NULL, 0, out, cap, n_out, n_bad, err);
+}
+
+lares_status disc_scan_for(const disc_opts *o, uint32_t wait_ms,
+                           const uint8_t (*want)[DISC_KEY_BYTES], int n_want, disc_device *out,
+                           int cap, int *n_out, int *n_bad, lares_error *err) {
     *n_out = 0;
     if (n_bad != NULL) {
         *n_bad = 0;
@@ -73,19 +96,24 @@ lares_status disc_scan(const disc_opts *o, uint32_t wait_ms, disc_device *out, i
     send_queries(fd, d, nd);
     for (;;) {
         const uint64_t now = lares_now_ns() / 1000000u;
-        if (now >= end) {
+        /* the answers of one round trip all count (devices not asked for
+         * are reported too), then the wanted ones end the wait */
+        if (now >= end || (now >= t0 + SCAN_SETTLE_MS && all_found(want, n_want, out, *n_out))) {
             break;
         }
         if (!resent && now >= resend) {
             send_queries(fd, d, nd);
             resent = true;
         }
-        const uint64_t until = resent ? end : resend;
+        uint64_t until = resent ? end : resend;
+        if (n_want > 0 && now < t0 + SCAN_SETTLE_MS) {
+            until = LARES_MIN(until, t0 + SCAN_SETTLE_MS); /* wake to look again then */
+        }
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, (int)(until - now)) <= 0) {
             continue;
         }
-        uint8_t buf[512];
+        uint8_t buf[DISC_BEACON_MAX + 1]; /* one more: a longer datagram is refused, not cut */
         struct sockaddr_in from;
         socklen_t fl = sizeof from;
         const ssize_t r = recvfrom(fd, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl);

@@ -3,10 +3,14 @@
 # loopback discovery: subnet A (a bridge: the head and workers w1, w2) and
 # subnet B (worker w3) joined by a router namespace, so broadcast and
 # multicast stay on A and w3 is reachable only by a seed. Every worker runs
-# with the default ports and a fresh config directory. Broadcast alone and
-# multicast alone find w1 and w2; only a seed finds w3; pairing w1 and w3
-# with the codes they show; --ring auto gives the greedy ids of one device
-# and never connects to the unpaired w2. Everything made here is removed.
+# with the default ports and a fresh config directory; w1 and w3 have no
+# model file, only an empty weight cache. Broadcast alone and multicast
+# alone find w1 and w2; only a seed finds w3; pairing w1 and w3 with the
+# codes they show; --ring auto ships w1 and w3 their windows' weights, gives
+# the greedy ids of one device and never connects to the unpaired w2; a
+# second run ships nothing and reaches its first token in under 2 s; lares
+# devices then shows each paired worker's cached model (and nothing of the
+# unpaired w2's). Everything made here is removed.
 # Skips (77) without root or network namespaces.
 . "$(dirname "$0")/lib.sh"
 . "$LARES_SRC/tests/cluster/ring_lib.sh"
@@ -61,10 +65,11 @@ mkdir -p "$HOME"
 H="$TMP/cfg-head"
 head_lares() { LARES_CONFIG_DIR="$H" ip netns exec "${ID}h" "$LARES" "$@"; }
 
-# ns_worker NAME: lares worker in its namespace, default ports, a fresh config directory
+# ns_worker NAME [options]: lares worker in its namespace, default ports, a fresh config directory
 ns_worker() {
   local name=$1
-  LARES_CONFIG_DIR="$TMP/cfg-$name" ip netns exec "${ID}$name" "$LARES" worker --name "$name" -m "$MODEL" -t 1 \
+  shift
+  LARES_CONFIG_DIR="$TMP/cfg-$name" ip netns exec "${ID}$name" "$LARES" worker --name "$name" -t 1 "$@" \
     >"$TMP/$name.out" 2>"$TMP/$name.log" &
   RING_PIDS+=($!)
   local i
@@ -75,7 +80,10 @@ ns_worker() {
   echo "worker $name did not start: $(cat "$TMP/$name.log")" >&2
   return 1
 }
-for w in w1 w2 w3; do ns_worker "$w" || { fail "worker $w"; finish; }; done
+# w1 and w3 without the model file: their weights come from the head
+ns_worker w1 --cache "$TMP/cache-w1" || { fail "worker w1"; finish; }
+ns_worker w2 -m "$MODEL" --cache "$TMP/cache-w2" || { fail "worker w2"; finish; }
+ns_worker w3 --cache "$TMP/cache-w3" || { fail "worker w3"; finish; }
 grep -q 'ring on port 9100, pairing on port 9101, discovery on UDP 9102' "$TMP/w1.log" && ok \
   || fail "default ports: $(cat "$TMP/w1.log")"
 
@@ -118,13 +126,47 @@ grep -q '^worker w1 ' "$H/paired" && grep -q '^worker w3 ' "$H/paired" && ok || 
 "$LARES" run -m "$MODEL" -p "$PROMPT" -n 24 --temp 0 -t 1 --json >"$TMP/local.json" 2>"$TMP/local.err" \
   || fail "local run: $(cat "$TMP/local.err")"
 want=$(jq -c .generated_ids "$TMP/local.json")
-if head_lares run -m "$MODEL" -p "$PROMPT" -n 24 --temp 0 -t 1 --json --ring auto --placement even --rebalance off \
-    "${SEED[@]}" >"$TMP/auto.json" 2>"$TMP/auto.err"; then
-  [ "$(jq -c .generated_ids "$TMP/auto.json")" = "$want" ] && ok || fail "--ring auto: $(jq -c .generated_ids "$TMP/auto.json"), one device: $want"
-  jq -e '[.ring.device[] | select(.name == "w1" or .name == "w3") | .layers > 0 and .windows_run > 0] | (length == 2 and all)' \
-    "$TMP/auto.json" >/dev/null && ok || fail "--ring auto devices: $(jq -c .ring.device "$TMP/auto.json")"
-else
-  fail "--ring auto: $(cat "$TMP/auto.err")"
-fi
+for run in first second; do
+  if head_lares run -m "$MODEL" -p "$PROMPT" -n 24 --temp 0 -t 1 --json --ring auto --placement even --rebalance off \
+      "${SEED[@]}" >"$TMP/auto-$run.json" 2>"$TMP/auto-$run.err"; then
+    [ "$(jq -c .generated_ids "$TMP/auto-$run.json")" = "$want" ] && ok \
+      || fail "--ring auto ($run run): $(jq -c .generated_ids "$TMP/auto-$run.json"), one device: $want"
+    jq -e '[.ring.device[] | select(.name == "w1" or .name == "w3") | .layers > 0 and .windows_run > 0] | (length == 2 and all)' \
+      "$TMP/auto-$run.json" >/dev/null && ok || fail "--ring auto devices: $(jq -c .ring.device "$TMP/auto-$run.json")"
+  else
+    fail "--ring auto ($run run): $(cat "$TMP/auto-$run.err")"
+  fi
+done
+# the first run shipped each worker its windows; the second only checked the caches
+jq -e '[.ring.device[] | select(.name == "w1" or .name == "w3") | .shipped_bytes > 0] | (length == 2 and all)' \
+  "$TMP/auto-first.json" >/dev/null && ok || fail "first run shipped: $(jq -c '[.ring.device[] | {name, shipped_bytes}]' "$TMP/auto-first.json")"
+grep -q 'worker fetch: fetched' "$TMP/w1.log" && grep -q 'worker fetch: fetched' "$TMP/w3.log" && ok \
+  || fail "no fetch progress on the workers: $(tail -3 "$TMP/w1.log")"
+jq -e '[.ring.device[] | .shipped_bytes // 0] | add == 0' "$TMP/auto-second.json" >/dev/null && ok \
+  || fail "second run shipped: $(jq -c '[.ring.device[] | {name, shipped_bytes}]' "$TMP/auto-second.json")"
+# the whole command to its first token from the warm caches (-n 1: the wall
+# clock of the command is at least its time to first token)
+t0=$(date +%s%N)
+head_lares run -m "$MODEL" -p "$PROMPT" -n 1 --temp 0 -t 1 --json --ring auto --placement even --rebalance off \
+  "${SEED[@]}" >"$TMP/auto-warm.json" 2>"$TMP/auto-warm.err" || fail "warm run: $(cat "$TMP/auto-warm.err")"
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+echo "a run from the caches: the whole command (discovery, connection, one token) took $ms ms"
+[ "$ms" -lt 2000 ] && ok || fail "a run from the caches took $ms ms to its first token (bound 2000)"
 grep -q 'connected' "$TMP/w2.log" && fail "the unpaired w2 was used" || ok
+
+# ---- lares devices: the paired workers' caches, sealed for this head ----
+head_lares devices --json "${SEED[@]}" >"$TMP/dev-cache.json" 2>"$TMP/dev-cache.err" || fail "devices: $(cat "$TMP/dev-cache.err")"
+for w in w1 w3; do
+  # what the worker's own listing of its cache says (tensors held / in the model)
+  held=$("$LARES" worker --cache "$TMP/cache-$w" --cache-list 2>/dev/null | sed -n 3p | awk '{print $(NF-2)}')
+  jq -e --arg w "$w" --arg h "$held" '.devices[] | select(.name == $w) | .cached_models
+      | length == 1 and .[0].bytes > 0 and .[0].bytes <= .[0].file_bytes and .[0].tensors_held > 0
+        and "\(.[0].tensors_held)/\(.[0].tensors)" == $h' "$TMP/dev-cache.json" >/dev/null \
+    && ok || fail "devices: $w's cache (its own listing: $held): $(cat "$TMP/dev-cache.json")"
+done
+jq -e '.devices[] | select(.name == "w2") | has("cached_models") | not' "$TMP/dev-cache.json" >/dev/null \
+  && ok || fail "devices: the unpaired w2's cache was readable: $(cat "$TMP/dev-cache.json")"
+head_lares devices "${SEED[@]}" >"$TMP/dev-cache.txt" 2>&1
+grep -A1 '^w1 ' "$TMP/dev-cache.txt" | grep -q '^    cache: .* of .* tensors)' && ok \
+  || fail "devices table: $(cat "$TMP/dev-cache.txt")"
 finish
