@@ -105,8 +105,16 @@ static void check_entry(void) {
     /* a wrong hash (a chunk damaged on its way): dropped, never done */
     CHECK(wcache_verify(c, 2, s1, &err) == LARES_EFORMAT && has(err.msg, "tampered"));
     CHECK(wcache_have(c, 2) == 0 && !wcache_done(c, 2, NULL));
+    /* accepted by a hash the caller took as it wrote: a wrong one drops the item too */
+    CHECK_OK(wcache_write(c, 2, 0, t2, 4000, &err), &err);
+    CHECK(wcache_accept(c, 2, s2, s2, &err) == LARES_EINVAL && has(err.msg, "not held whole"));
+    CHECK_OK(wcache_write(c, 2, 4000, t2 + 4000, 1000, &err), &err);
+    CHECK(wcache_accept(c, 2, s1, s2, &err) == LARES_EFORMAT && has(err.msg, "tampered"));
+    CHECK(wcache_have(c, 2) == 0 && !wcache_done(c, 2, NULL));
     CHECK_OK(wcache_write(c, 2, 0, t2, 5000, &err), &err);
-    CHECK_OK(wcache_verify(c, 2, s2, &err), &err);
+    CHECK_OK(wcache_accept(c, 2, s2, s2, &err), &err);
+    CHECK(wcache_done(c, 2, got) && memcmp(got, s2, sizeof got) == 0);
+    CHECK_OK(wcache_verify(c, 2, s2, &err), &err); /* and read back, the same */
     /* the bytes on disk are the item's, at its offset */
     FILE *f = fopen(wcache_file(c), "rb");
     uint8_t back[5000];

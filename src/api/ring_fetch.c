@@ -84,6 +84,12 @@ typedef struct xfer {
     uint32_t q_len[FETCH_WINDOW];
     uint32_t q_head, q_n;
     uint64_t total, done, t0, last_report, last_sync;
+    /* the item being received, hashed as its chunks come (they come in
+     * order), so a finished item need not be read back; an item resumed in
+     * the middle (bytes from an earlier transfer) is read back instead */
+    wcache_sha256 *h;
+    uint32_t h_item;
+    uint64_t h_off;
 } xfer;
 
 static bool wanted(const xfer *x, uint32_t i) {
@@ -160,6 +166,35 @@ static void report(xfer *x, uint64_t now, bool last) {
     }
 }
 
+/* the bytes just written go into the running hash of their item when they
+ * continue it (a chunk at offset 0 starts one) */
+static void hash_chunk(xfer *x, const cluster_tensor_data *d) {
+    if (d->offset == 0) {
+        uint8_t junk[WCACHE_SHA256_BYTES];
+        if (x->h != NULL) {
+            wcache_sha256_end(x->h, junk);
+        }
+        x->h = wcache_sha256_begin(); /* NULL (no memory): the item is read back */
+        x->h_item = d->item;
+        x->h_off = 0;
+    }
+    if (x->h != NULL && x->h_item == d->item && x->h_off == d->offset) {
+        wcache_sha256_add(x->h, d->data, d->length);
+        x->h_off += d->length;
+    }
+}
+
+/* true with the digest when item was hashed whole as it came */
+static bool hashed_whole(xfer *x, uint32_t item, uint8_t out[WCACHE_SHA256_BYTES]) {
+    if (x->h == NULL || x->h_item != item ||
+        x->h_off != wcache_item_bytes(x->f->cache, item)) {
+        return false;
+    }
+    wcache_sha256_end(x->h, out);
+    x->h = NULL;
+    return true;
+}
+
 /* one chunk came: into the cache; a finished item is verified */
 static lares_status take_chunk(xfer *x, const cluster_tensor_data *d, lares_error *err) {
     api_fetch *f = x->f;
@@ -179,11 +214,15 @@ static lares_status take_chunk(xfer *x, const cluster_tensor_data *d, lares_erro
         return st;
     }
     x->done += d->length;
+    hash_chunk(x, d);
     if (wcache_have(f->cache, item) < wcache_item_bytes(f->cache, item)) {
         return LARES_OK;
     }
     lares_error verr = {0};
-    if (wcache_verify(f->cache, item, f->head_sha[item], &verr) == LARES_OK) {
+    uint8_t got[WCACHE_SHA256_BYTES];
+    const bool hashed = hashed_whole(x, item, got);
+    if ((hashed ? wcache_accept(f->cache, item, got, f->head_sha[item], &verr)
+                : wcache_verify(f->cache, item, f->head_sha[item], &verr)) == LARES_OK) {
         f->verified[item] = true;
         return LARES_OK;
     }
@@ -255,6 +294,10 @@ static lares_status transfer(api_fetch *f, const char *what, const bool *need, u
     lares_error serr = {0};
     if (wcache_sync(f->cache, &serr) != LARES_OK && st == LARES_OK) {
         st = lares_fail(err, serr.code, "%s", serr.msg);
+    }
+    if (x.h != NULL) {
+        uint8_t junk[WCACHE_SHA256_BYTES];
+        wcache_sha256_end(x.h, junk);
     }
     lares_free(x.redo);
     lares_free(x.tries);

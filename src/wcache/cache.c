@@ -434,6 +434,15 @@ lares_status wcache_verify(wcache *c, uint32_t item, const uint8_t expect[WCACHE
     if (st != LARES_OK) {
         return st;
     }
+    return wcache_accept(c, item, got, expect, err);
+}
+
+lares_status wcache_accept(wcache *c, uint32_t item, const uint8_t got[WCACHE_SHA256_BYTES],
+                           const uint8_t expect[WCACHE_SHA256_BYTES], lares_error *err) {
+    if (item >= c->n_items || c->items[item].have != c->items[item].bytes) {
+        return lares_fail(err, LARES_EINVAL, "weight cache: item %u is not held whole", item);
+    }
+    wcache_item *it = &c->items[item];
     if (memcmp(got, expect, WCACHE_SHA256_BYTES) != 0) {
         char g[WCACHE_HEX_BYTES + 1], e[WCACHE_HEX_BYTES + 1];
         wcache_hex(got, g);

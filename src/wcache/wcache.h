@@ -77,6 +77,12 @@ lares_status wcache_write(wcache *c, uint32_t item, uint64_t off, const void *p,
  * item is done; else it is dropped and LARES_EFORMAT says so. */
 lares_status wcache_verify(wcache *c, uint32_t item, const uint8_t expect[WCACHE_SHA256_BYTES],
                            lares_error *err);
+/* The same for an item held whole whose SHA-256 the caller computed over the
+ * very bytes it wrote, in order (a transfer hashing as it receives, so it
+ * need not read the item back): got equal to expect, the item is done; else
+ * dropped, LARES_EFORMAT. */
+lares_status wcache_accept(wcache *c, uint32_t item, const uint8_t got[WCACHE_SHA256_BYTES],
+                           const uint8_t expect[WCACHE_SHA256_BYTES], lares_error *err);
 /* Drops what is held of an item (a hole punched where possible). */
 void wcache_forget(wcache *c, uint32_t item);
 /* Marks the item used now (for eviction). */
