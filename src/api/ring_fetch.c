@@ -92,6 +92,11 @@ typedef struct xfer {
     uint64_t h_off;
 } xfer;
 
+/* the cache holds some of item i (so the head's hash checks it before use) */
+static bool held_some(const api_fetch *f, uint32_t i) {
+    return wcache_have(f->cache, i) > 0 || wcache_done(f->cache, i, NULL);
+}
+
 static bool wanted(const xfer *x, uint32_t i) {
     return x->need[i] && wcache_have(x->f->cache, i) < wcache_item_bytes(x->f->cache, i);
 }
@@ -204,7 +209,13 @@ static lares_status take_chunk(xfer *x, const cluster_tensor_data *d, lares_erro
         uint8_t *p = (uint8_t *)d->data;
         p[d->length / 2] ^= 0x5a;
     }
-    if (d->item_bytes != wcache_item_bytes(f->cache, item) ||
+    /* (the header's one-item transfer knows its hash: no table yet) */
+    bool known = f->head_known == NULL || f->head_known[item];
+    if (!known && d->offset == 0 && d->item_bytes == wcache_item_bytes(f->cache, item)) {
+        memcpy(f->head_sha[item], d->sha256, WCACHE_SHA256_BYTES); /* not asked ahead */
+        f->head_known[item] = known = true;
+    }
+    if (!known || d->item_bytes != wcache_item_bytes(f->cache, item) ||
         memcmp(d->sha256, f->head_sha[item], WCACHE_SHA256_BYTES) != 0) {
         return lares_fail(err, LARES_EPROTO,
                           "item %u changed on the head during the transfer (size or hash)", item);
@@ -240,8 +251,9 @@ static lares_status take_chunk(xfer *x, const cluster_tensor_data *d, lares_erro
     return LARES_OK;
 }
 
+/* the transfer's clock starts at t0: the hashes asked before it count */
 static lares_status transfer(api_fetch *f, const char *what, const bool *need, uint64_t missing,
-                             lares_error *err) {
+                             uint64_t t0, lares_error *err) {
     xfer x = {.f = f, .what = what, .need = need, .cur = UINT32_MAX - 1, .total = missing};
     x.redo = lares_calloc(f->n_items, sizeof *x.redo);
     x.tries = lares_calloc(f->n_items, sizeof *x.tries);
@@ -256,7 +268,8 @@ static lares_status transfer(api_fetch *f, const char *what, const bool *need, u
         x.cur++;
     }
     x.cur_off = x.cur < f->n_items ? wcache_have(f->cache, x.cur) : 0;
-    x.t0 = x.last_report = x.last_sync = lares_now_ns();
+    x.t0 = t0;
+    x.last_report = x.last_sync = lares_now_ns();
     lares_status st = send_more(&x, err);
     while (st == LARES_OK && x.q_n > 0) {
         const uint32_t k = x.q_head;
@@ -454,7 +467,8 @@ lares_status api_fetch_model(api_fetch *f, uint64_t file_bytes, char *path, size
         f->verified = &v;
         f->head_sha = hs;
         f->cached_bytes = 0;
-        st = transfer(f, "the model's header", &one, d.item_bytes - wcache_have(f->cache, 0), err);
+        st = transfer(f, "the model's header", &one, d.item_bytes - wcache_have(f->cache, 0),
+                      lares_now_ns(), err);
         f->verified = sv;
         f->head_sha = sh;
         forget_items(f);
@@ -505,18 +519,20 @@ lares_status api_fetch_items(api_fetch *f, const bool *need, uint64_t *fetched, 
     if (f->cache == NULL || f->n_items == 0) {
         return lares_fail(err, LARES_EINVAL, "no model in the weight cache");
     }
-    /* the head's hashes of what is needed, all asked at once */
-    uint32_t asked = 0;
+    /* The head's hashes of what the cache holds some of, all asked at once,
+     * to check it; an item not held at all gets its hash with its first
+     * chunk, so the head hashes it as the transfer reaches it (while the
+     * chunks already asked for travel) rather than all before the first. */
+    const uint64_t t0 = lares_now_ns();
     lares_status st = LARES_OK;
     for (uint32_t i = 1; i < f->n_items && st == LARES_OK; i++) {
-        if (need[i] && !f->head_known[i]) {
+        if (need[i] && !f->head_known[i] && held_some(f, i)) {
             const cluster_tensor_get g = {.item = i};
             st = cluster_ship_send(f->link, &g, err);
-            asked++;
         }
     }
     for (uint32_t i = 1; i < f->n_items && st == LARES_OK; i++) {
-        if (need[i] && !f->head_known[i]) {
+        if (need[i] && !f->head_known[i] && held_some(f, i)) {
             cluster_tensor_data d;
             st = recv_answer(f, i, 0, 0, &d, err);
             if (st == LARES_OK && d.item_bytes != wcache_item_bytes(f->cache, i)) {
@@ -531,7 +547,6 @@ lares_status api_fetch_items(api_fetch *f, const bool *need, uint64_t *fetched, 
             }
         }
     }
-    (void)asked;
     /* what the cache holds: the same hash, read back once per process */
     uint64_t missing = 0;
     for (uint32_t i = 1; i < f->n_items && st == LARES_OK; i++) {
@@ -539,7 +554,7 @@ lares_status api_fetch_items(api_fetch *f, const bool *need, uint64_t *fetched, 
             continue;
         }
         uint8_t sha[WCACHE_SHA256_BYTES];
-        if (wcache_done(f->cache, i, sha)) {
+        if (f->head_known[i] && wcache_done(f->cache, i, sha)) {
             if (memcmp(sha, f->head_sha[i], WCACHE_SHA256_BYTES) != 0) {
                 wcache_forget(f->cache, i); /* the head's file changed */
                 f->verified[i] = false;
@@ -567,7 +582,7 @@ lares_status api_fetch_items(api_fetch *f, const bool *need, uint64_t *fetched, 
         if (st == LARES_OK) {
             say(f, "fetching %.1f MiB of weights from the head (%.1f MiB in the cache)",
                 mib(missing), mib(f->cached_bytes));
-            st = transfer(f, "weights", need, missing, err);
+            st = transfer(f, "weights", need, missing, t0, err);
             *fetched = f->fetched_bytes;
         }
     } else if (st == LARES_OK) {

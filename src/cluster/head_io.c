@@ -151,7 +151,10 @@ static void io_from_worker(head_io *io, int32_t dev, uint64_t now) {
             }
             head_ship_serve(io, dev, f, len, now);
             zmq_msg_close(&m);
-            continue;
+            /* one chunk per turn of the loop: the first chunk of an item hashes
+             * all of it (a second for a large one), and the other devices'
+             * heartbeats and frames must not wait for a whole window's worth */
+            return;
         }
         if (type == CLUSTER_WELCOME &&
             (io->state[dev] == IO_HELLO || io->state[dev] == IO_ASKED)) {
