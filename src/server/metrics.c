@@ -135,6 +135,10 @@ char *server_metrics_text(server *sv) {
     add(&b, "lares_resident_memory_bytes %" PRIu64 "\n", ms.rss_bytes);
     metric(&b, "lares_peak_resident_memory_bytes", "gauge", "high-water mark of the resident set");
     add(&b, "lares_peak_resident_memory_bytes %" PRIu64 "\n", ms.peak_rss_bytes);
+    metric(&b, "lares_heap_bytes", "gauge",
+           "bytes lares's own allocations hold now (the KV cache, buffers, requests), beside "
+           "the mapped weights and the libraries' own memory");
+    add(&b, "lares_heap_bytes %zu\n", lares_mem_in_use());
     metric(&b, "lares_major_page_faults_total", "counter", "major page faults of the process");
     add(&b, "lares_major_page_faults_total %" PRIu64 "\n", ms.major_faults);
     metric(&b, "lares_memory_pressure", "gauge",
