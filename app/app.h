@@ -58,6 +58,12 @@ void app_setup_log(int verbosity);
  * NULL when neither is set (then nothing is cached). The same for `lares
  * profile`, `lares worker` and the head of an automatic ring. */
 const char *app_profile_cache_default(void);
+/* Where the head of the ring in ring_json keeps its live picture for lares
+ * ring status: $XDG_RUNTIME_DIR/lares (else /tmp/lares-UID, made 0700 and
+ * refused when another user owns it or others may write it), a file named
+ * by the SHA-256 of the ring.json's real path. False (said) when there is
+ * none. */
+bool app_ring_state_path(const char *ring_json, char *out, size_t cap);
 
 /* Human-readable byte size into buf ("12.3 MiB"). */
 const char *app_fmt_bytes(uint64_t n, char *buf, size_t cap);

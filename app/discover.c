@@ -203,8 +203,18 @@ static int by_name(const void *a, const void *b) {
     return strcmp(((const disc_device *)a)->beacon.name, ((const disc_device *)b)->beacon.name);
 }
 
+/* The ring's live picture for lares ring status (app_ring_state_path). */
+static void ring_state(lares_session_opts *o) {
+    static char path[1200];
+    if (o->ring != NULL && o->ring_state_path == NULL &&
+        app_ring_state_path(o->ring, path, sizeof path)) {
+        o->ring_state_path = path;
+    }
+}
+
 bool app_ring_auto(lares_session_opts *o) {
     if (o->ring == NULL || strcmp(o->ring, "auto") != 0) {
+        ring_state(o);
         return true;
     }
     if (o->ring_insecure) {
@@ -306,5 +316,6 @@ bool app_ring_auto(lares_session_opts *o) {
         return false;
     }
     o->ring = ring_path;
+    ring_state(o);
     return true;
 }

@@ -2,6 +2,10 @@
 #include "app.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <sodium.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -197,4 +201,32 @@ const char *app_profile_cache_default(void) {
         }
     }
     return dir[0] != '\0' ? dir : NULL;
+}
+
+bool app_ring_state_path(const char *ring_json, char *out, size_t cap) {
+    char real[PATH_MAX];
+    if (realpath(ring_json, real) == NULL) {
+        return false; /* the ring cannot open either: it says why */
+    }
+    char dir[1024];
+    const char *run = getenv("XDG_RUNTIME_DIR");
+    if (run != NULL && run[0] == '/') {
+        snprintf(dir, sizeof dir, "%.1000s/lares", run);
+    } else {
+        snprintf(dir, sizeof dir, "/tmp/lares-%ld", (long)getuid());
+    }
+    struct stat st;
+    if ((mkdir(dir, 0700) != 0 && errno != EEXIST) || lstat(dir, &st) != 0 ||
+        !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 0022) != 0) {
+        fprintf(stderr,
+                "lares: warning: ring: no place for the ring's live state (%s is not a private "
+                "directory of this user): lares ring status will not see this head\n",
+                dir);
+        return false;
+    }
+    uint8_t h[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256(h, (const uint8_t *)real, strlen(real));
+    snprintf(out, cap, "%s/ring-%02x%02x%02x%02x%02x%02x%02x%02x.json", dir, h[0], h[1], h[2],
+             h[3], h[4], h[5], h[6], h[7]);
+    return true;
 }

@@ -171,6 +171,11 @@ typedef struct lares_session_opts {
      * order and the layers each runs. */
     const char *ring;
     bool ring_insecure; /* no encryption and no keys (warns): trusted test networks only */
+    /* Where the head keeps its ring's live picture (lares_session_ring_json)
+     * for other processes (lares ring status): rewritten at most once a
+     * second and at every plan change while the ring runs, removed when the
+     * session ends; NULL: nowhere. */
+    const char *ring_state_path;
     /* GPU offload (issue 10, docs/gpu.md; builds with -DLARES_CUDA=ON): "layers"
      * or "affinity" places weight matrices on the first CUDA device, NULL or
      * "none" keeps everything on the CPU. gpu_mem caps the device memory used

@@ -69,6 +69,11 @@ typedef struct api_ring {
     /* the picture for other threads (ring_view.c): JSON under view_mu */
     pthread_mutex_t view_mu;
     char *view;
+    /* and for other processes: the file it is copied to (NULL: none), when
+     * it was last written, and the plan changes it had seen then */
+    char *state_path;
+    uint64_t state_written_ns;
+    uint64_t state_changes;
     /* scratch, sized at open: the batch in flight survives a failover */
     float *x_saved;     /* owned, n_batch x n_embd */
     int32_t *pos_saved; /* owned, n_batch */

@@ -26,6 +26,10 @@ void api_ring_free(api_ring *r) {
     lares_free(r->mirrored);
     pthread_mutex_destroy(&r->view_mu);
     free(r->view); /* jansson's allocation */
+    if (r->state_path != NULL) {
+        unlink(r->state_path); /* no head runs this ring any more */
+        lares_free(r->state_path);
+    }
     lares_free(r);
 }
 
@@ -184,6 +188,9 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     pthread_mutex_init(&r->view_mu, NULL);
+    if (s->o.ring_state_path != NULL && s->o.ring_state_path[0] != '\0') {
+        r->state_path = lares_strdup(s->o.ring_state_path); /* NULL: none, not an error */
+    }
     r->windows = lares_calloc((size_t)m->hp.n_layer + 1, sizeof *r->windows);
     r->x_saved = lares_alloc_array((size_t)s->o.n_batch * (size_t)m->hp.n_embd, sizeof(float));
     r->pos_saved = lares_alloc_array((size_t)s->o.n_batch, sizeof(int32_t));

@@ -3,13 +3,21 @@
  * JSON picture of lares_session_ring_stats and the plan in force, made on the
  * session's thread (after the first plan and after every batch: a few KB of
  * JSON, tens of microseconds against milliseconds a token), read from any
- * thread: lares serve's /v1/ring and its /ring page.
+ * thread: lares serve's /v1/ring and its /ring page. With a state path it is
+ * also written to a file for other processes (lares ring status), at most
+ * once a second unless the plan changed, replaced whole (a new file renamed
+ * over the old, so a reader never sees half of one).
  */
 #include "api/ring.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
+
+#define STATE_EVERY_NS 1000000000u
 
 /* a figure, or null when unknown (< 0) */
 static json_t *num_or_null(double v) {
@@ -66,6 +74,7 @@ static json_t *view_json(lares_session *s) {
     json_object_set_new(o, "wait_ms", json_real(st.wait_ms));
     json_object_set_new(o, "hop_ms", num_or_null(r->hop_ms > 0 ? r->hop_ms : -1));
     json_object_set_new(o, "positions", json_integer(r->synced));
+    json_object_set_new(o, "head_pid", json_integer((json_int_t)getpid()));
     json_t *devs = json_array();
     for (int32_t d = 0; d < st.n_config; d++) {
         const lares_ring_device *v = &dev[d];
@@ -107,6 +116,35 @@ static json_t *view_json(lares_session *s) {
     return o;
 }
 
+/* The picture into the state file; a failure is logged once and the ring
+ * goes on (the file is a window onto it, not part of it). */
+static void write_state(api_ring *r, const char *text) {
+    const uint64_t now = lares_now_ns();
+    const uint64_t changes = atomic_load(&r->replans) + atomic_load(&r->failovers);
+    if (r->state_path == NULL ||
+        (r->state_written_ns != 0 && now - r->state_written_ns < STATE_EVERY_NS &&
+         changes == r->state_changes)) {
+        return;
+    }
+    r->state_written_ns = now;
+    r->state_changes = changes;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%.4000s.%ld.new", r->state_path, (long)getpid());
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const size_t n = strlen(text);
+    bool ok = fd >= 0 && write(fd, text, n) == (ssize_t)n;
+    ok = fd >= 0 && close(fd) == 0 && ok;
+    ok = ok && rename(tmp, r->state_path) == 0;
+    if (!ok) {
+        unlink(tmp);
+        lares_log(LARES_LOG_WARN, "ring: cannot write its state to %s: %s (lares ring status "
+                                  "will not see this head)",
+                  r->state_path, strerror(errno));
+        lares_free(r->state_path);
+        r->state_path = NULL;
+    }
+}
+
 void ring_view_update(lares_session *s) {
     api_ring *r = s->ring;
     json_t *o = view_json(s);
@@ -115,6 +153,7 @@ void ring_view_update(lares_session *s) {
     if (text == NULL) {
         return; /* out of memory: the last picture stays */
     }
+    write_state(r, text);
     pthread_mutex_lock(&r->view_mu);
     char *old = r->view;
     r->view = text;

@@ -263,7 +263,8 @@ grep -Eq "^head +\(head\) +ready" "$TMP/status.out" \
   && grep -Eq "^b +$BB +down +1 +1 +1 +- +- +- " "$TMP/status.out" \
   && grep -Eq "^b +$BB +down .*no answer to hello" "$TMP/status.out" \
   && grep -Eq "^c +$CC +down .*does not allow this key" "$TMP/status.out" \
-  && grep -q "^2 of 4 devices ready$" "$TMP/status.out" && ok || fail "ring status: $(cat "$TMP/status.out")"
+  && grep -q "^2 of 4 devices ready " "$TMP/status.out" \
+  && grep -q "^no head on this machine runs this ring now" "$TMP/status.out" && ok || fail "ring status: $(cat "$TMP/status.out")"
 # a let go: the next head gets it
 ring_json "$TMP/after.json" "$LIVE" 1 a "$AA" 4
 ring_run after "$TMP/after.json"

@@ -61,7 +61,18 @@ grep -q "warning: cluster: lost b ($BB)" "$TMP/ring.log" && ok || fail "no warni
 # the next request works over the survivors
 [ "$(post "$URL_ring" /v1/completions "$BODY")" = 200 ] && ok || fail "after the failover: $(cat "$TMP/body")"
 jq -r '.choices[0].text' "$TMP/body" | cmp -s - "$TMP/local.txt" && ok || fail "the text after the failover differs"
+# lares ring status while the server runs the ring: the survey (a and c busy
+# with this head, b gone) and the running head's figures from its state file
+timeout 60 "$LARES" ring status --ring "$TMP/ring.json" -m "$RING_MODEL" >"$TMP/rs.out" 2>"$TMP/rs.err" \
+  && ok || fail "ring status: $(cat "$TMP/rs.err")"
+grep -q "^running: head pid [0-9]*, placement explicit, 3 of 4 devices in the plan" "$TMP/rs.out" \
+  && grep -q "^failovers 1, re-plans 0, .*last plan change: failover: lost b" "$TMP/rs.out" \
+  && grep -Eq "^a +serving +[0-9]+ +1 +[0-9]+\.[0-9] " "$TMP/rs.out" \
+  && grep -Eq "^b +(lost|rejoining) +0 +0 .*connection lost" "$TMP/rs.out" && ok || fail "ring status of the running ring: $(cat "$TMP/rs.out")"
 stop_server ring
+timeout 60 "$LARES" ring status --ring "$TMP/ring.json" -m "$RING_MODEL" >"$TMP/rs2.out" 2>&1
+grep -q "^no head on this machine runs this ring now" "$TMP/rs2.out" && ok \
+  || fail "ring status after the server stopped: $(cat "$TMP/rs2.out")"
 ring_cleanup
 
 # every worker down (issue 15): the server starts and serves with the head
