@@ -5,13 +5,14 @@
  * faults cost on macOS), each in a bounded time slice.
  *
  * The page cache must not answer, whatever other processes hold in it. Three
- * guards (docs/scheduling-impl.md, "The disk profile"):
+ * guards (docs/scheduling-impl.md, "The disk profile and the caches"):
  *  - Direct reads first: 16 MiB aligned O_DIRECT reads (F_NOCACHE on macOS)
  *    from the start of the file, one pass at most. They never come from this
  *    system's page cache, so they bound the other figures: the planner prices
  *    streaming at no more than SCHED_DIRECT_HEADROOM times this rate
  *    (sched_disk_stream_Bps). Where the file system refuses direct I/O
- *    (tmpfs, some overlays) there is no bound, and the profile says so.
+ *    (procfs, tmpfs before Linux 6.6, some overlays) there is no bound, and
+ *    the profile says so in disk.note.
  *  - Before the sequential and the streaming tests, the file's pages are
  *    dropped (posix_fadvise DONTNEED) and mincore tells which blocks stayed:
  *    DONTNEED leaves the pages another process maps (a model another device
@@ -22,9 +23,8 @@
  *    figure is left unknown.
  *  - The tests time only their reads, not the eviction between them.
  * What none of this sees is a cache below the system: a virtual disk whose
- * host caches the image answers direct reads too (docs/performance.md,
- * issue 16); the bound then rests on direct reads of a range the host has
- * seen, which come nearest to what a streamed share gets.
+ * host caches the image answers direct reads too, and the bound is then
+ * looser than a cold disk would give (docs/performance.md, issue 16).
  *
  * Sequential reads are buffered 4 MiB reads: cold, but with the kernel's
  * readahead, as lares itself reads a model (the testbed figure "sequential
