@@ -63,6 +63,14 @@ static void print_human(json_t *p) {
            num(disk, "seq_read", NULL) / 1e9, num(disk, "rand_read", NULL) / 1e6,
            json_is_false(json_object_get(disk, "direct")) ? ", buffered" : "",
            str(disk, "path", NULL));
+    if (num(disk, "stream_read", NULL) > 0 || num(disk, "direct_read", NULL) > 0) {
+        printf("             %.2f GB/s streamed, %.2f GB/s direct reads (the bound on the "
+               "streamed figure)\n",
+               num(disk, "stream_read", NULL) / 1e9, num(disk, "direct_read", NULL) / 1e9);
+    }
+    if (str(disk, "note", NULL)[0] != '\0') {
+        printf("             %s\n", str(disk, "note", NULL));
+    }
     printf("GFLOP/s      weight type: in cache / streamed from memory\n");
     json_t *fl = json_object_get(json_object_get(p, "cpu"), "flops");
     json_t *fm = json_object_get(json_object_get(p, "cpu"), "flops_mem");

@@ -221,7 +221,8 @@ for i in "${!DEVS[@]}"; do
     "$TMP/$d.profile.json" >"$TMP/$d.device.json"
   jq -c '{name, isa: .cpu.isa, quota: .cpu.quota_cores, q4_k: .cpu.flops_mem.q4_k,
           calibration: .calibration.scale, layer_ms: .calibration.decode_layer_ms,
-          mem: .memory.available, seq: .disk.seq_read, stream: .disk.stream_read}' "$TMP/$d.device.json" >&2
+          mem: .memory.available, seq: .disk.seq_read, stream: .disk.stream_read,
+          direct: .disk.direct_read, held: .disk.cached_share}' "$TMP/$d.device.json" >&2
 done
 [ -n "$DEVICES" ] || jq -s '.' "$TMP"/dev?.device.json >"$TMP/devices.json"
 

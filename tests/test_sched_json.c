@@ -33,7 +33,8 @@ static const char *good =
     "   \"cpu\": {\"cores\": 8, \"flops\": {\"*\": 8.6e10}, \"mem_bw\": \"30GB/s\"},\n"
     "   \"memory\": {\"available\": \"1.9GiB\", \"swap_available\": \"512MiB\"},\n"
     "   \"disk\": {\"seq_read\": \"1.37GB/s\", \"stream_read\": \"1.2GB/s\", "
-    "\"stream_cpu\": \"9GB/s\"}}\n"
+    "\"stream_cpu\": \"9GB/s\", \"direct_read\": \"1.1GB/s\", \"cached_share\": 0.25, "
+    "\"note\": \"25 % held\"}}\n"
     " ],\n"
     " \"links\": [{\"from\": \"phone\", \"to\": \"desk\", \"latency_ms\": 2, \"bandwidth\": "
     "\"1Gbit/s\"}]\n"
@@ -69,6 +70,9 @@ static void test_good(void) {
     CHECK(d[2].net_out.latency_s < 0); /* not given: the link or the network prices it */
     CHECK(d[2].disk_stream_Bps == 1.2e9 && d[2].disk_stream_cpu_Bps == 9e9);
     CHECK(d[0].disk_stream_Bps == 0 && d[0].disk_stream_cpu_Bps == 0);
+    /* the direct-read bound and the cached share are optional (older profiles) */
+    CHECK(d[2].disk_direct_Bps == 1.1e9 && d[2].disk_cached_share == 0.25);
+    CHECK(d[0].disk_direct_Bps == 0 && d[0].disk_cached_share == 0);
     CHECK(net.latency_s == 0.004 && net.bandwidth_Bps == 37.5e6);
     CHECK(links[0].from == 2 && links[0].to == 0 && links[1].from == 0 && links[1].to == 2);
     CHECK(links[0].hop.latency_s == 0.002 && links[0].hop.bandwidth_Bps == 125e6);
@@ -95,6 +99,8 @@ static void test_good(void) {
             CHECK(fabs(back->disk_seq_Bps / d[i].disk_seq_Bps - 1) < 1e-5);
             CHECK(back->disk_stream_Bps == d[i].disk_stream_Bps &&
                   back->disk_stream_cpu_Bps == d[i].disk_stream_cpu_Bps);
+            CHECK(back->disk_direct_Bps == d[i].disk_direct_Bps &&
+                  back->disk_cached_share == d[i].disk_cached_share);
             for (int t = 0; t < GGUF_TYPE_COUNT; t++) {
                 CHECK(fabs(back->cpu_flops.by_type[t] - d[i].cpu_flops.by_type[t]) <=
                       1e-5 * d[i].cpu_flops.by_type[t]);
@@ -169,6 +175,22 @@ static void test_bad(void) {
          "\"mem_bw\": 1}, \"memory\": {\"available\": 1}, \"disk\": {\"seq_read\": 1, "
          "\"stream_cpu\": -1}}",
          "device.disk.stream_cpu: must be a non-negative rate"},
+        {"{\"name\": \"x\", \"os\": \"linux\", \"cpu\": {\"cores\": 2, \"flops\": {\"*\": 1}, "
+         "\"mem_bw\": 1}, \"memory\": {\"available\": 1}, \"disk\": {\"seq_read\": 1, "
+         "\"cached_share\": 1.5}}",
+         "device.disk.cached_share: must be a share from 0 to 1"},
+        {"{\"name\": \"x\", \"os\": \"linux\", \"cpu\": {\"cores\": 2, \"flops\": {\"*\": 1}, "
+         "\"mem_bw\": 1}, \"memory\": {\"available\": 1}, \"disk\": {\"seq_read\": 1, "
+         "\"cached_share\": \"most\"}}",
+         "device.disk.cached_share: must be a number"},
+        {"{\"name\": \"x\", \"os\": \"linux\", \"cpu\": {\"cores\": 2, \"flops\": {\"*\": 1}, "
+         "\"mem_bw\": 1}, \"memory\": {\"available\": 1}, \"disk\": {\"seq_read\": 1, "
+         "\"direct_read\": 0}}",
+         "device.disk.direct_read: must be positive"},
+        {"{\"name\": \"x\", \"os\": \"linux\", \"cpu\": {\"cores\": 2, \"flops\": {\"*\": 1}, "
+         "\"mem_bw\": 1}, \"memory\": {\"available\": 1}, \"disk\": {\"seq_read\": 1, "
+         "\"note\": 7}}",
+         "device.disk.note: must be a string"},
         {DEV(", \"gpu\": {\"backend\": \"vulkan\", \"vram_available\": 1, \"flops\": {\"*\": 1}, "
              "\"mem_bw\": 1}"),
          "device.gpu.backend: must be cuda or metal"},

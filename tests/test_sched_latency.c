@@ -313,6 +313,53 @@ static void test_overlap(void) {
     toy_free(m);
 }
 
+/* Streaming is priced at the streaming figure, else the sequential one, but
+ * never above SCHED_DIRECT_HEADROOM times the direct reads: a faster figure
+ * was a cache answering. */
+static void test_direct_bound(void) {
+    sched_device d;
+    dev_c(&d); /* sequential 2e9 */
+    CHECK(sched_disk_stream_Bps(&d) == 2e9);
+    d.disk_stream_Bps = 8e9;
+    CHECK(sched_disk_stream_Bps(&d) == 8e9); /* no direct figure: no bound */
+    d.disk_direct_Bps = 1.6e9;
+    CHECKF(NEAR(sched_disk_stream_Bps(&d), SCHED_DIRECT_HEADROOM * 1.6e9), "%g",
+           sched_disk_stream_Bps(&d));
+    d.disk_direct_Bps = 7e9; /* within the headroom: the streaming figure */
+    CHECK(sched_disk_stream_Bps(&d) == 8e9);
+    d.disk_stream_Bps = 0; /* the sequential figure is bounded too */
+    d.disk_direct_Bps = 1e9;
+    CHECK(NEAR(sched_disk_stream_Bps(&d), SCHED_DIRECT_HEADROOM * 1e9));
+    /* the plan prices with it: test_overlap's C streams 6e8 bytes; a streaming
+     * figure of 8e9 bounded by direct reads of 1.6e9 reads at 2e9, 0.3 s */
+    lares_error err = {0};
+    sched_model *m = toy_model(6);
+    sched_device devs[2];
+    dev_s(&devs[0]);
+    dev_c(&devs[1]);
+    devs[1].disk_stream_Bps = 8e9;
+    devs[1].disk_direct_Bps = 1.6e9;
+    sched_opts o = toy_opts();
+    size_t ring[2] = {0, 1};
+    int32_t w1[2] = {2, 4};
+    sched_plan *p = NULL;
+    CHECK_OK(sched_plan_from_windows(m, devs, 2, &o, ring, w1, NULL, 2, &p, &err), &err);
+    if (p != NULL) {
+        CHECKF(p->a[1].disk_read_bytes == 600000000 &&
+                   NEAR(p->a[1].t_read_s, 6e8 / (SCHED_DIRECT_HEADROOM * 1.6e9)),
+               "C reads %g s", p->a[1].t_read_s);
+        sched_plan_free(p);
+    }
+    /* without the bound the cache's figure would have priced it 4x cheaper */
+    devs[1].disk_direct_Bps = 0;
+    CHECK_OK(sched_plan_from_windows(m, devs, 2, &o, ring, w1, NULL, 2, &p, &err), &err);
+    if (p != NULL) {
+        CHECKF(NEAR(p->a[1].t_read_s, 6e8 / 8e9), "C reads %g s", p->a[1].t_read_s);
+        sched_plan_free(p);
+    }
+    toy_free(m);
+}
+
 /* A CPU quota is not a slower CPU: bursts run at full speed until the period's
  * quota is spent. */
 static void test_quota(void) {
@@ -526,6 +573,7 @@ int main(void) {
     test_gpus();
     test_attention();
     test_overlap();
+    test_direct_bound();
     test_quota();
     test_read_cpu();
     test_from_gguf();

@@ -7,12 +7,17 @@
  * must answer the second call and --refresh must measure again.
  */
 #include "check.h"
-#include "sched/sched.h"
+#include "sched/sched_impl.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/vfs.h>
+#endif
 
 static char root[400];
 
@@ -255,11 +260,158 @@ static void test_real_profile(void) {
     drop_root();
 }
 
+/* Writes `bytes` of pseudo-random data to path and syncs it (clean pages:
+ * DONTNEED can drop them). */
+static void write_file(const char *path, size_t bytes) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    uint8_t *buf = lares_alloc(1 << 20);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t done = 0; fd >= 0 && buf != NULL && done < bytes; done += 1 << 20) {
+        for (size_t i = 0; i < (1 << 20); i += 8) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            memcpy(buf + i, &x, 8);
+        }
+        if (write(fd, buf, 1 << 20) != 1 << 20) {
+            fprintf(stderr, "cannot write %s\n", path);
+            exit(1);
+        }
+    }
+    if (fd < 0 || buf == NULL || fsync(fd) != 0) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    close(fd);
+    lares_free(buf);
+}
+
+/* Maps path and touches every page: its pages stay in the page cache, mapped,
+ * until unmapped (DONTNEED leaves mapped pages alone). */
+static void *hold_file(const char *path, size_t bytes) {
+    int fd = open(path, O_RDONLY);
+    void *p = fd >= 0 ? mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "cannot map %s\n", path);
+        exit(1);
+    }
+    volatile uint8_t sum = 0;
+    for (size_t i = 0; i < bytes; i += 4096) {
+        sum += ((const uint8_t *)p)[i];
+    }
+    (void)sum;
+    return p;
+}
+
+/* Whether DONTNEED empties the page cache of path once nothing maps it (not
+ * on tmpfs, nor on some overlays) */
+static bool cache_drops(const char *path, size_t bytes) {
+    void *p = hold_file(path, bytes);
+    munmap(p, bytes);
+    int fd = open(path, O_RDONLY);
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    fd = open(path, O_RDONLY);
+    p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    unsigned char vec[64];
+    size_t resident = 0, pages = LARES_MIN(bytes / 4096, sizeof vec);
+    if (p != MAP_FAILED && mincore(p, pages * 4096, (void *)vec) == 0) {
+        for (size_t i = 0; i < pages; i++) {
+            resident += vec[i] & 1;
+        }
+    } else {
+        resident = pages;
+    }
+    if (p != MAP_FAILED) {
+        munmap(p, bytes);
+    }
+    return resident == 0;
+}
+
+/* The disk test of a file whose every page another mapping holds: nothing is
+ * cold, so nothing is timed as streaming, the profile says how much it could
+ * not measure, and the planner's figure stays within the direct-read bound. */
+static void check_held(const char *path, size_t bytes, const char *what) {
+    lares_error err = {0};
+    void *p = hold_file(path, bytes);
+    sched_device d;
+    sched_device_init(&d, "held");
+    sched_profile_info info;
+    memset(&info, 0, sizeof info);
+    CHECK_OK(sched_profile_disk(path, root, 300, &d, &info, &err), &err);
+    printf("%s, held: seq %.3g stream %.3g direct %.3g B/s, cached share %.2f, note: %s\n", what,
+           d.disk_seq_Bps, d.disk_stream_Bps, d.disk_direct_Bps, d.disk_cached_share,
+           info.disk_note);
+    CHECK(d.disk_seq_Bps > 0 && d.disk_stream_Bps == 0);
+    CHECKF(d.disk_cached_share > 0.99, "%s: cached share %g", what, d.disk_cached_share);
+    if (d.disk_direct_Bps > 0) {
+        CHECKF(sched_disk_stream_Bps(&d) <= SCHED_DIRECT_HEADROOM * d.disk_direct_Bps * 1.000001,
+               "%s: priced at %g with direct reads at %g", what, sched_disk_stream_Bps(&d),
+               d.disk_direct_Bps);
+        CHECKF(strstr(info.disk_note, "page cache") != NULL, "%s: %s", what, info.disk_note);
+    } else {
+        CHECKF(strstr(info.disk_note, "direct reads") != NULL, "%s: %s", what, info.disk_note);
+    }
+    munmap(p, bytes);
+}
+
+static void test_disk_cache(void) {
+    lares_error err = {0};
+    fresh_root("disk");
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.bin", root);
+    const size_t bytes = 24u << 20;
+    write_file(path, bytes);
+    check_held(path, bytes, "test directory");
+    /* nothing maps it now: where DONTNEED empties the cache, every byte is cold */
+    if (cache_drops(path, bytes)) {
+        sched_device d;
+        sched_device_init(&d, "cold");
+        sched_profile_info info;
+        memset(&info, 0, sizeof info);
+        CHECK_OK(sched_profile_disk(path, root, 300, &d, &info, &err), &err);
+        printf("cold: seq %.3g stream %.3g direct %.3g B/s, cached share %.2f\n", d.disk_seq_Bps,
+               d.disk_stream_Bps, d.disk_direct_Bps, d.disk_cached_share);
+        CHECKF(d.disk_cached_share == 0 && d.disk_stream_Bps > 0 && d.disk_seq_Bps > 0,
+               "cached share %g, stream %g", d.disk_cached_share, d.disk_stream_Bps);
+        CHECK(info.disk_test_bytes > 0);
+    } else {
+        printf("the page cache of %s does not drop: cold test skipped\n", root);
+    }
+    /* direct reads of a regular file come back with bytes, or with a note */
+    uint64_t got = 0;
+    char note[200] = "";
+    const double r = sched_disk_direct_rate(path, 0.05, &got, note, sizeof note);
+    CHECKF((r > 0 && got > 0 && note[0] == '\0') || (r == 0 && strstr(note, "direct reads")),
+           "direct %g B/s, %" PRIu64 " bytes, note %s", r, got, note);
+    unlink(path);
+#if defined(__linux__)
+    /* a file system that refuses O_DIRECT: no bound, and a note that says so */
+    got = 1;
+    CHECK(sched_disk_direct_rate("/proc/self/status", 0.05, &got, note, sizeof note) == 0);
+    CHECKF(got == 0 && strstr(note, "refused") != NULL, "%s", note);
+    /* tmpfs: its pages never leave memory (and older kernels refuse O_DIRECT there) */
+    struct statfs fs;
+    char shm[200];
+    snprintf(shm, sizeof shm, "/dev/shm/lares-disk-%d", (int)getpid());
+    if (statfs("/dev/shm", &fs) == 0 && fs.f_type == 0x01021994 /* TMPFS_MAGIC */ &&
+        (size_t)fs.f_bavail * (size_t)fs.f_bsize > 4 * bytes) {
+        write_file(shm, bytes);
+        check_held(shm, bytes, "tmpfs");
+        unlink(shm);
+    }
+#endif
+    drop_root();
+}
+
 int main(void) {
     test_no_cgroup();
     test_cgroup_v1();
     test_cgroup_v2();
     test_android();
     test_real_profile();
+    test_disk_cache();
     return check_finish("sched_profile");
 }

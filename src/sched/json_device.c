@@ -278,9 +278,10 @@ static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lar
                                            "mem_bw", "flags",   NULL};
     static const char *const mem_keys[] = {"total", "available", "swap_available", "cgroup_limit",
                                            NULL};
-    static const char *const disk_keys[] = {"seq_read",   "rand_read",  "stream_read",
-                                            "stream_cpu", "free",       "path",
-                                            "direct",     "test_bytes", NULL};
+    static const char *const disk_keys[] = {"seq_read",     "rand_read",  "stream_read",
+                                            "stream_cpu",   "direct_read", "cached_share",
+                                            "free",         "path",        "direct",
+                                            "test_bytes",   "note",        NULL};
     static const char *const gpu_keys[] = {"backend", "name",   "vram_available",
                                            "flops",   "mem_bw", NULL};
     lares_status st;
@@ -346,16 +347,23 @@ static lares_status parse_device(const jpath *p, json_t *o, sched_device *d, lar
     sub(&q, p, "disk");
     uint64_t free_bytes = 0, test_bytes = 0;
     bool has_free = false, direct = false;
+    char note[256];
     if ((st = only_keys(&q, disk, disk_keys, err)) ||
         (st = get_rate(&q, disk, "seq_read", true, &d->disk_seq_Bps, err)) ||
         (st = get_rate(&q, disk, "rand_read", d->os == SCHED_OS_MACOS, &d->disk_rand_Bps, err)) ||
         (st = get_rate(&q, disk, "stream_read", false, &d->disk_stream_Bps, err)) ||
         (st = get_rate(&q, disk, "stream_cpu", false, &d->disk_stream_cpu_Bps, err)) ||
+        (st = get_rate(&q, disk, "direct_read", false, &d->disk_direct_Bps, err)) ||
+        (st = get_number(&q, disk, "cached_share", false, &d->disk_cached_share, NULL, err)) ||
+        (st = get_string(&q, disk, "note", false, note, sizeof note, err)) ||
         (st = get_size(&q, disk, "free", false, &free_bytes, &has_free, err)) ||
         (st = get_string(&q, disk, "path", false, d->disk_path, sizeof d->disk_path, err)) ||
         (st = get_bool(&q, disk, "direct", &direct, err)) ||
         (st = get_size(&q, disk, "test_bytes", false, &test_bytes, NULL, err))) {
         return st;
+    }
+    if (d->disk_cached_share > 1) {
+        return bad(&q, "cached_share", err, "must be a share from 0 to 1");
     }
     if (has_free) {
         if (free_bytes > INT64_MAX) {
@@ -685,6 +693,12 @@ json_t *sched_device_json(const sched_device *d) {
     }
     if (d->disk_stream_cpu_Bps > 0) {
         json_object_set_new(disk, "stream_cpu", json_real(d->disk_stream_cpu_Bps));
+    }
+    if (d->disk_direct_Bps > 0) {
+        json_object_set_new(disk, "direct_read", json_real(d->disk_direct_Bps));
+    }
+    if (d->disk_cached_share > 0) {
+        json_object_set_new(disk, "cached_share", json_real(d->disk_cached_share));
     }
     if (d->disk_free_bytes >= 0) {
         json_object_set_new(disk, "free", json_integer((json_int_t)d->disk_free_bytes));

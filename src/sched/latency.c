@@ -54,6 +54,14 @@ double sched_rate_of(const sched_rates *r, uint32_t type) {
     return r->other > 0 ? r->other : 0.0;
 }
 
+double sched_disk_stream_Bps(const sched_device *d) {
+    const double r = d->disk_stream_Bps > 0 ? d->disk_stream_Bps : d->disk_seq_Bps;
+    if (d->disk_direct_Bps > 0 && r > SCHED_DIRECT_HEADROOM * d->disk_direct_Bps) {
+        return SCHED_DIRECT_HEADROOM * d->disk_direct_Bps;
+    }
+    return r;
+}
+
 bool sched_unified(const sched_device *d) {
     return d->gpu == SCHED_GPU_METAL;
 }
@@ -213,7 +221,9 @@ static lares_status check_device(const sched_device *d, lares_error *err) {
                           d->name, d->mem_bw_Bps);
     }
     if (!(d->disk_seq_Bps > 0) || !isfinite(d->disk_seq_Bps) || !(d->disk_rand_Bps >= 0) ||
-        !(d->disk_stream_Bps >= 0) || !(d->disk_stream_cpu_Bps >= 0)) {
+        !(d->disk_stream_Bps >= 0) || !(d->disk_stream_cpu_Bps >= 0) ||
+        !(d->disk_direct_Bps >= 0) || !isfinite(d->disk_direct_Bps) ||
+        !(d->disk_cached_share >= 0 && d->disk_cached_share <= 1)) {
         return lares_fail(err, LARES_EINVAL, "device '%s': disk throughput %g / %g", d->name,
                           d->disk_seq_Bps, d->disk_rand_Bps);
     }
@@ -358,12 +368,12 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
             c->vram_limit[d] = dv->vram_avail_bytes;
         }
         /* what streaming reads at: measured as the executor reads where the
-         * profile has it, else the sequential figure; macOS: random reads
-         * (scheduling.md; its executor path is not measured) */
+         * profile has it, else the sequential figure, bounded by direct reads;
+         * macOS: random reads (scheduling.md; its executor path is not measured) */
         if (dv->os == SCHED_OS_MACOS && dv->disk_rand_Bps > 0) {
             c->disk_Bps[d] = dv->disk_rand_Bps;
         } else {
-            c->disk_Bps[d] = dv->disk_stream_Bps > 0 ? dv->disk_stream_Bps : dv->disk_seq_Bps;
+            c->disk_Bps[d] = sched_disk_stream_Bps(dv);
         }
         /* the prefetch thread's CPU per byte, where the executor streams
          * (not on macOS, whose path is not measured) */

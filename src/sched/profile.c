@@ -191,11 +191,13 @@ lares_status sched_profile_run(const sched_profile_opts *o, sched_device *out,
         d.disk_rand_Bps = cached.disk_rand_Bps;
         d.disk_stream_Bps = cached.disk_stream_Bps;
         d.disk_stream_cpu_Bps = cached.disk_stream_cpu_Bps;
+        d.disk_direct_Bps = cached.disk_direct_Bps;
+        d.disk_cached_share = cached.disk_cached_share;
         d.disk_free_bytes = cached.disk_free_bytes;
         snprintf(d.disk_path, sizeof d.disk_path, "%s", cached.disk_path);
     } else {
-        if ((st = sched_profile_disk(disk_file, disk_dir, LARES_MAX(budget / 4, 50u), &d,
-                                     &info->disk_direct, &info->disk_test_bytes, err))) {
+        if ((st = sched_profile_disk(disk_file, disk_dir, LARES_MAX(budget / 4, 50u), &d, info,
+                                     err))) {
             sched_model_free(cm);
             return st;
         }
@@ -256,6 +258,9 @@ lares_status sched_profile_to_json(const sched_device *d, const sched_profile_in
     if (disk != NULL && !info->cached) {
         json_object_set_new(disk, "direct", json_boolean(info->disk_direct));
         json_object_set_new(disk, "test_bytes", json_integer((json_int_t)info->disk_test_bytes));
+        if (info->disk_note[0]) {
+            json_object_set_new(disk, "note", json_string(info->disk_note));
+        }
     }
     json_t *mem = json_object_get(o, "memory");
     if (mem != NULL && info->cgroup_limit_bytes > 0) {

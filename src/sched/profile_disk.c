@@ -4,14 +4,34 @@
  * Android) and random throughput (4 KiB reads at queue depth 1, what page
  * faults cost on macOS), each in a bounded time slice.
  *
- * The page cache must not answer. Sequential reads are buffered 4 MiB reads
- * after posix_fadvise(DONTNEED) has dropped the file's cached pages: cold, but
- * with the kernel's readahead, as lares itself reads a model (the testbed
- * figure "sequential buffered read, cold page cache" is measured the same
- * way). Random reads bypass the cache with O_DIRECT (Linux) or F_NOCACHE
- * (macOS); where the file system refuses direct I/O (tmpfs, some overlays)
- * they are buffered without readahead after DONTNEED, and the result says they
- * were not direct.
+ * The page cache must not answer, whatever other processes hold in it. Three
+ * guards (docs/scheduling-impl.md, "The disk profile and the caches"):
+ *  - Direct reads first: 16 MiB aligned O_DIRECT reads (F_NOCACHE on macOS)
+ *    from the start of the file, one pass at most. They never come from this
+ *    system's page cache, so they bound the other figures: the planner prices
+ *    streaming at no more than SCHED_DIRECT_HEADROOM times this rate
+ *    (sched_disk_stream_Bps). Where the file system refuses direct I/O
+ *    (procfs, tmpfs before Linux 6.6, some overlays) there is no bound, and
+ *    the profile says so in disk.note.
+ *  - Before the sequential and the streaming tests, the file's pages are
+ *    dropped (posix_fadvise DONTNEED) and mincore tells which blocks stayed:
+ *    DONTNEED leaves the pages another process maps (a model another device
+ *    or a server has open). Those blocks are skipped, neither counted nor
+ *    timed; their share is the profile's cached_share. Where every block
+ *    stayed, the sequential test times them anyway (there is no other figure
+ *    to give; the direct bound then holds the planner) and the streaming
+ *    figure is left unknown.
+ *  - The tests time only their reads, not the eviction between them.
+ * What none of this sees is a cache below the system: a virtual disk whose
+ * host caches the image answers direct reads too, and the bound is then
+ * looser than a cold disk would give (docs/performance.md, issue 16).
+ *
+ * Sequential reads are buffered 4 MiB reads: cold, but with the kernel's
+ * readahead, as lares itself reads a model (the testbed figure "sequential
+ * buffered read, cold page cache" is measured the same way). Random reads
+ * bypass the cache with O_DIRECT (Linux) or F_NOCACHE (macOS); where the file
+ * system refuses direct I/O they are buffered without readahead after
+ * DONTNEED, and the result says they were not direct.
  *
  * Streaming throughput is what the executor gets when it streams a model
  * that does not fit (exec/stream.c): the file mapped, read in unit-sized
@@ -20,7 +40,7 @@
  * Measured inside the device's cgroups it includes what they impose on that
  * path: a blkio throttle, the page cache charged to a memory limit, the kernel
  * time of reading spent from a CPU quota. This is the figure the latency model
- * prices streaming with on Linux and Android.
+ * prices streaming with on Linux and Android, within the direct bound.
  *
  * Without a model file, a temporary file of up to 64 MiB is written in the
  * given directory (and unlinked at once, so nothing is left behind).
@@ -40,8 +60,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SEQ_BLOCK  (4u << 20)
-#define RAND_BLOCK 4096u
+#define SEQ_BLOCK    (4u << 20)
+#define DIRECT_BLOCK (16u << 20)
+#define RAND_BLOCK   4096u
+/* a block with more than 1/HELD_SHARE of its pages still in the page cache
+ * after DONTNEED is held by another process: not timed */
+#define HELD_SHARE 64
 
 /* Opens path for reads that bypass the page cache; *direct says whether they do. */
 static int open_uncached(const char *path, bool *direct) {
@@ -142,70 +166,236 @@ static double thread_cpu_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Streams [0, size) of fd's file as the executor does, for up to slice_s:
- * bytes per second, 0 when nothing could be read; *cpu_Bps: bytes per second
- * of the reading thread's CPU time (the kernel allocating, charging and
- * mapping the pages: under a CPU quota this comes out of the same quota as
- * the compute). Both count the release of each piece, which the executor's
- * prefetch thread also does. The pieces start at a different offset than the
- * sequential test so that they are cold. */
-static double stream_rate(int fd, const char *path, uint64_t size, uint64_t start, double slice_s,
-                          uint64_t *bytes, double *cpu_Bps) {
+/* The file's pages dropped from the page cache where the kernel lets it, and
+ * held[b] set for each `unit`-byte block b of which more than 1/HELD_SHARE is
+ * still there afterwards (pages another process maps, which DONTNEED leaves).
+ * Returns how many blocks are held. */
+static size_t evict_file(const mem_file *mf, uint64_t unit, bool *held, size_t n_blocks,
+                         mem_span *span) {
+#if defined(POSIX_FADV_DONTNEED)
+    (void)posix_fadvise(mf->fd, 0, 0, POSIX_FADV_DONTNEED);
+#endif
+    size_t n_held = 0;
+    for (size_t b = 0; b < n_blocks; b++) {
+        const uint64_t lo = b * unit, hi = LARES_MIN(lo + unit, mf->bytes);
+        mem_span_clear(span);
+        held[b] = mem_span_add(span, lo, hi, NULL) == LARES_OK &&
+                  mem_resident_bytes(mf, span) * HELD_SHARE > hi - lo;
+        n_held += held[b];
+    }
+    return n_held;
+}
+
+/* The reads of one test: bytes timed and the seconds spent on them; bytes
+ * the page cache held, skipped (held_bytes) or timed all the same because
+ * nothing else was there (warm_bytes, part of bytes). */
+typedef struct read_tally {
+    uint64_t bytes, held_bytes, warm_bytes;
+    double busy_s;
+} read_tally;
+
+static double tally_rate(const read_tally *t) {
+    return t->busy_s > 0 && t->bytes > 0 ? (double)t->bytes / t->busy_s : 0;
+}
+
+double sched_disk_direct_rate(const char *path, double slice_s, uint64_t *bytes, char *note,
+                              size_t cap) {
     *bytes = 0;
+    bool direct = false;
+    int fd = open_uncached(path, &direct);
+    if (fd < 0 || !direct) {
+        snprintf(note, cap, "direct reads refused by the file system (%s): the stream figure "
+                 "has no bound", fd < 0 ? strerror(errno) : "no O_DIRECT");
+        if (fd >= 0) {
+            close(fd);
+        }
+        return 0;
+    }
+    uint8_t *buf = lares_alloc_aligned(DIRECT_BLOCK, 4096);
+    if (buf == NULL) {
+        close(fd);
+        snprintf(note, cap, "no memory for the direct reads: the stream figure has no bound");
+        return 0;
+    }
+    read_tally t = {0};
+    const double t_end = sched_now_s() + slice_s;
+    for (uint64_t off = 0; t.bytes == 0 || sched_now_s() < t_end;) {
+        const double t0 = sched_now_s();
+        ssize_t r = lares_pread(fd, buf, DIRECT_BLOCK, (off_t)off);
+        if (r < 0) {
+            /* EINVAL: the device wants another alignment than ours */
+            snprintf(note, cap, "direct reads failed (%s): the stream figure has no bound",
+                     strerror(errno));
+            t.bytes = 0;
+            break;
+        }
+        t.busy_s += sched_now_s() - t0;
+        t.bytes += (uint64_t)r;
+        off += (uint64_t)r;
+        if ((size_t)r < DIRECT_BLOCK) {
+            break; /* the end of the file */
+        }
+    }
+    lares_free_aligned(buf);
+    close(fd);
+    *bytes = t.bytes;
+    return tally_rate(&t);
+}
+
+/* Cold buffered reads of SEQ_BLOCK from the start, wrapping at the end (and
+ * evicting again), for up to slice_s; blocks the page cache holds are skipped. */
+static lares_status seq_rate(const mem_file *mf, uint8_t *buf, bool *held, size_t n_blocks,
+                             mem_span *span, double slice_s, read_tally *t, lares_error *err) {
+    /* every block held: time them all the same (the direct bound holds the planner) */
+    bool time_held = evict_file(mf, SEQ_BLOCK, held, n_blocks, span) == n_blocks;
+    const double t_end = sched_now_s() + slice_s;
+    for (size_t b = 0; sched_now_s() < t_end && t->bytes < (4ull << 30);) {
+        const uint64_t off = (uint64_t)b * SEQ_BLOCK;
+        const size_t len = (size_t)LARES_MIN((uint64_t)SEQ_BLOCK, mf->bytes - off);
+        if (held[b] && !time_held) {
+            t->held_bytes += len;
+        } else {
+            const double t0 = sched_now_s();
+            ssize_t r = lares_pread(mf->fd, buf, len, (off_t)off);
+            if (r < 0) {
+                return lares_fail(err, LARES_EIO, "%s: read at %" PRIu64 ": %s", mf->path, off,
+                                  strerror(errno));
+            }
+            t->busy_s += sched_now_s() - t0;
+            t->bytes += (uint64_t)r;
+            if (held[b]) {
+                t->warm_bytes += (uint64_t)r; /* timed, but not cold */
+            }
+        }
+        if (++b == n_blocks) {
+            b = 0;
+            time_held = evict_file(mf, SEQ_BLOCK, held, n_blocks, span) == n_blocks;
+        }
+    }
+    return LARES_OK;
+}
+
+/* Streams pieces of the file as the executor does, from the piece at `start`
+ * on, skipping the pieces the page cache holds, for up to slice_s: *cpu_Bps:
+ * bytes per second of the reading thread's CPU time (the kernel allocating,
+ * charging and mapping the pages: under a CPU quota this comes out of the
+ * same quota as the compute). Both count the release of each piece, which the
+ * executor's prefetch thread also does. */
+static void stream_rate(const mem_file *mf, uint64_t start, double slice_s, mem_span *span,
+                        read_tally *t, double *cpu_Bps) {
     *cpu_Bps = 0;
     /* small files (a test's temporary one): pieces of half the file */
-    const uint64_t piece = LARES_MIN((uint64_t)STREAM_PIECE, size / 2 / 4096 * 4096);
+    const uint64_t piece = LARES_MIN((uint64_t)STREAM_PIECE, mf->bytes / 2 / 4096 * 4096);
     if (piece < (1u << 20)) {
-        return 0;
+        return;
     }
-    void *base = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        return 0;
+    const size_t pieces = (size_t)(mf->bytes / piece);
+    bool *held = lares_calloc(pieces, sizeof *held);
+    if (held == NULL) {
+        return;
     }
-    mem_file mf;
-    mem_file_init(&mf, base, size, fd, path);
-    mem_span span = {0};
-    const uint64_t pieces = size / piece;
-    uint64_t at = (start / piece) % pieces, got = 0;
-    double busy = 0, cpu = 0;
+    size_t n_held = evict_file(mf, piece, held, pieces, span);
+    size_t at = (size_t)(start / piece) % pieces, timed = 0;
+    double cpu = 0;
     const double t_end = sched_now_s() + slice_s;
     /* whole pieces only, at least two: the rate of a tenth of a piece would be
      * the kernel's first read-ahead, not the stream */
-    for (int n = 0; n < 2 || sched_now_s() < t_end; n++) {
-        mem_span_clear(&span);
-        if (mem_span_add(&span, at * piece, (at + 1) * piece, NULL) != LARES_OK) {
-            break;
+    for (size_t looked = 0; n_held < pieces && (timed < 2 || sched_now_s() < t_end) &&
+                            looked < 1000;
+         looked++) {
+        if (held[at]) {
+            t->held_bytes += piece;
+        } else {
+            mem_span_clear(span);
+            if (mem_span_add(span, at * piece, (at + 1) * piece, NULL) != LARES_OK) {
+                break;
+            }
+            mem_io io = {0};
+            const double c0 = thread_cpu_s();
+            if (mem_prefetch(mf, span, MEM_READ_DEFAULT, NULL, 0, &io, NULL) != LARES_OK) {
+                break;
+            }
+            const double r0 = sched_now_s();
+            (void)mem_release(mf, span);
+            t->busy_s += (double)io.ns / 1e9 + (sched_now_s() - r0);
+            cpu += thread_cpu_s() - c0;
+            t->bytes += io.bytes;
+            timed++;
         }
-        mem_io io = {0};
-        const double c0 = thread_cpu_s();
-        if (mem_prefetch(&mf, &span, MEM_READ_DEFAULT, NULL, 0, &io, NULL) != LARES_OK) {
-            break;
-        }
-        const double r0 = sched_now_s();
-        (void)mem_release(&mf, &span);
-        busy += (double)io.ns / 1e9 + (sched_now_s() - r0);
-        cpu += thread_cpu_s() - c0;
-        got += io.bytes;
-        at = (at + 1) % pieces;
-        if (n > 1000) {
-            break;
+        if (++at == pieces) {
+            at = 0;
+            n_held = evict_file(mf, piece, held, pieces, span); /* ours are gone: only others' */
         }
     }
+    if (n_held == pieces) {
+        t->held_bytes += (uint64_t)pieces * piece; /* nothing cold to time */
+    }
+    lares_free(held);
+    *cpu_Bps = cpu > 0 ? (double)t->bytes / cpu : 0;
+}
+
+/* The sequential, direct and streaming tests on the buffered descriptor fdb. */
+static lares_status buffered_tests(int fdb, const char *path, uint64_t size, uint8_t *buf,
+                                   double budget, sched_device *d, sched_profile_info *info,
+                                   lares_error *err) {
+    /* direct first: the other tests would leave what they read in the
+     * caches below the system (a virtual disk's host) */
+    uint64_t direct_bytes = 0;
+    d->disk_direct_Bps =
+        sched_disk_direct_rate(path, 0.15 * budget, &direct_bytes, info->disk_note, sizeof info->disk_note);
+    void *base = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fdb, 0);
+    if (base == MAP_FAILED) {
+        return lares_fail(err, LARES_EIO, "%s: mmap: %s", path, strerror(errno));
+    }
+    mem_file mf;
+    mem_file_init(&mf, base, size, fdb, path);
+    mem_span span = {0};
+    const size_t n_blocks = (size_t)((size + SEQ_BLOCK - 1) / SEQ_BLOCK);
+    bool *held = lares_calloc(n_blocks, sizeof *held);
+    lares_status st = LARES_OK;
+    read_tally seq = {0}, str = {0};
+    if (held == NULL) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory");
+    } else {
+        st = seq_rate(&mf, buf, held, n_blocks, &span, 0.25 * budget, &seq, err);
+    }
+    if (st == LARES_OK) {
+        d->disk_seq_Bps = tally_rate(&seq);
+        /* streaming as the executor does, from the middle of the file */
+        stream_rate(&mf, size / 2, 0.45 * budget, &span, &str, &d->disk_stream_cpu_Bps);
+        d->disk_stream_Bps = tally_rate(&str);
+        const uint64_t looked = seq.bytes + seq.held_bytes + str.bytes + str.held_bytes;
+        const uint64_t warm = seq.held_bytes + seq.warm_bytes + str.held_bytes;
+        d->disk_cached_share = looked > 0 ? (double)warm / (double)looked : 0;
+        d->disk_cached_share = LARES_MIN(d->disk_cached_share, 1.0);
+        info->disk_test_bytes = direct_bytes + seq.bytes + str.bytes;
+#if defined(POSIX_FADV_DONTNEED)
+        (void)posix_fadvise(fdb, 0, 0, POSIX_FADV_DONTNEED); /* leave the cache cold */
+#endif
+    }
+    if (st == LARES_OK && d->disk_cached_share > 0 && info->disk_note[0] == '\0') {
+        snprintf(info->disk_note, sizeof info->disk_note,
+                 "%.0f %% of the bytes looked at stayed in the page cache (another process "
+                 "maps them): %s", 100 * d->disk_cached_share,
+                 seq.warm_bytes > 0 ? "nothing was cold, the sequential figure is the cache's"
+                                    : "skipped, not timed");
+    }
+    lares_free(held);
     mem_span_free(&span);
     munmap(base, (size_t)size);
-    *bytes = got;
-    *cpu_Bps = cpu > 0 ? (double)got / cpu : 0;
-    return busy > 0 ? (double)got / busy : 0;
+    return st;
 }
 
 lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budget_ms,
-                                sched_device *d, bool *direct_out, uint64_t *test_bytes,
-                                lares_error *err) {
+                                sched_device *d, sched_profile_info *info, lares_error *err) {
     uint8_t *buf = lares_alloc_aligned(SEQ_BLOCK, 4096);
     if (buf == NULL) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
+    info->disk_note[0] = '\0';
+    info->disk_test_bytes = 0;
     char tmp[1100] = "";
+    bool tmp_left = false; /* the temporary file is still linked */
     const char *path = file;
     lares_status st = LARES_OK;
     int fd = -1;
@@ -216,14 +406,12 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
             goto done;
         }
         path = tmp;
+        tmp_left = true;
     }
     struct stat sb;
     bool direct = false;
     int fdb = open(path, O_RDONLY);
     fd = open_uncached(path, &direct);
-    if (tmp[0]) {
-        unlink(tmp); /* the open descriptors keep it readable */
-    }
     if (fd < 0 || fdb < 0 || fstat(fd, &sb) != 0) {
         st = lares_fail(err, LARES_EIO, "%s: %s", path, strerror(errno));
         if (fdb >= 0) {
@@ -239,36 +427,15 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
         goto done;
     }
     const double budget = budget_ms / 1e3;
-    /* sequential: cold buffered 4 MiB blocks from the start, wrapping at the end */
-    drop_cache(fdb, false);
-    double t0 = sched_now_s(), t_end = t0 + 0.3 * budget;
-    uint64_t got = 0, off = 0;
-    while (sched_now_s() < t_end && got < (4ull << 30)) {
-        ssize_t r = lares_pread(fdb, buf, SEQ_BLOCK, (off_t)off);
-        if (r < 0) {
-            int e = errno;
-            close(fdb);
-            st = lares_fail(err, LARES_EIO, "%s: read at %" PRIu64 ": %s", path, off, strerror(e));
-            goto done;
-        }
-        got += (uint64_t)r;
-        off += (uint64_t)r;
-        if (r == 0 || off >= size) {
-            off = 0;
-            drop_cache(fdb, false);
-        }
-    }
-    double dt = sched_now_s() - t0;
-    d->disk_seq_Bps = dt > 0 && got > 0 ? (double)got / dt : 0;
-    *test_bytes = got;
-    /* streaming as the executor does, from the middle of the file (cold) */
-    drop_cache(fdb, false);
-    uint64_t streamed = 0;
-    d->disk_stream_Bps =
-        stream_rate(fdb, path, size, size / 2, 0.5 * budget, &streamed, &d->disk_stream_cpu_Bps);
-    *test_bytes += streamed;
-    drop_cache(fdb, false); /* leave the cache as we found it (cold) */
+    st = buffered_tests(fdb, path, size, buf, budget, d, info, err);
     close(fdb);
+    if (tmp[0]) {
+        unlink(tmp); /* fd keeps it readable; nothing is left behind */
+        tmp_left = false;
+    }
+    if (st != LARES_OK) {
+        goto done;
+    }
     /* random: 4 KiB at aligned offsets, one at a time */
     drop_cache(fd, direct);
 #if defined(POSIX_FADV_RANDOM)
@@ -276,10 +443,8 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
         (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
     }
 #endif
-    uint64_t s = 0x9e3779b97f4a7c15ull ^ size, blocks = size / RAND_BLOCK;
-    t0 = sched_now_s();
-    t_end = t0 + 0.2 * budget;
-    got = 0;
+    uint64_t s = 0x9e3779b97f4a7c15ull ^ size, blocks = size / RAND_BLOCK, got = 0;
+    const double t0 = sched_now_s(), t_end = t0 + 0.15 * budget;
     while (sched_now_s() < t_end) {
         uint64_t at = (sched_xorshift(&s) % blocks) * RAND_BLOCK;
         ssize_t r = read_at(&fd, path, &direct, buf, RAND_BLOCK, at);
@@ -290,9 +455,9 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
         }
         got += (uint64_t)r;
     }
-    dt = sched_now_s() - t0;
+    const double dt = sched_now_s() - t0;
     d->disk_rand_Bps = dt > 0 && got > 0 ? (double)got / dt : 0;
-    *direct_out = direct;
+    info->disk_direct = direct;
     /* room for a model share on that file system (the whole model, when it is there) */
     struct statvfs vs;
     if (file != NULL) {
@@ -306,6 +471,9 @@ lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budg
         st = lares_fail(err, LARES_EIO, "%s: no bytes read in %u ms", path, budget_ms);
     }
 done:
+    if (tmp_left) {
+        unlink(tmp);
+    }
     if (fd >= 0) {
         close(fd);
     }

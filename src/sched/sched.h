@@ -95,6 +95,13 @@ typedef struct sched_device {
     double disk_stream_cpu_Bps; /* bytes streamed per second of the reading thread's CPU time
                                    (page-cache work in the kernel); under a CPU quota it is
                                    spent from the quota; 0: unknown (not priced) */
+    double disk_direct_Bps;     /* sequential reads that bypass the page cache (O_DIRECT,
+                                   16 MiB aligned reads): the bound on the two figures above
+                                   (sched_disk_stream_Bps); 0: not measured (the file system
+                                   refuses direct I/O, or an older profile) */
+    double disk_cached_share;   /* share (0..1) of the bytes the sequential and streaming tests
+                                   found in the page cache and could not evict: skipped, not
+                                   timed (another process maps them); 1: nothing was cold */
     int64_t disk_free_bytes;    /* bytes of the model this device may keep on disk; -1: the whole
                                    model file is there (prima.cpp's assumption) */
     char disk_path[256];        /* where the disk figures were measured (info) */
@@ -129,6 +136,16 @@ typedef struct sched_device {
 
 /* A device with everything unknown: os linux, no GPU, hop unknown, whole model on disk. */
 void sched_device_init(sched_device *d, const char *name);
+
+/* How far a cached read may beat a direct one before the planner stops
+ * believing it: on a cold disk the kernel's read-ahead read at most 1.2x the
+ * rate of 16 MiB direct reads at depth one (docs/performance.md, issue 16);
+ * anything faster was a cache answering, which a streamed share will not find. */
+#define SCHED_DIRECT_HEADROOM 1.25
+/* What streaming a share reads at on a Linux or Android device: the streaming
+ * figure (else the sequential one), at most SCHED_DIRECT_HEADROOM times the
+ * direct-read figure where the profile has one. */
+double sched_disk_stream_Bps(const sched_device *d);
 
 /* The rate a device computes `type` at (by_type, else other); 0 when unknown. */
 double sched_rate_of(const sched_rates *r, uint32_t type);
@@ -516,6 +533,7 @@ typedef struct sched_profile_info {
     bool cached;      /* the slow figures came from the cache */
     bool disk_direct; /* the disk was read with O_DIRECT / F_NOCACHE */
     uint64_t disk_test_bytes;
+    char disk_note[200]; /* what the disk test could not measure and why ("" when all) */
     double measure_s;            /* time spent measuring */
     uint64_t cgroup_limit_bytes; /* 0: none */
 } sched_profile_info;

@@ -18,6 +18,14 @@ jq -e '.name != "" and (.os | IN("linux", "android", "macos")) and .cpu.cores >=
     and .memory.available <= .memory.total and .disk.seq_read > 0 and .disk.rand_read > 0
     and (.fingerprint | test("^[0-9a-f]{16}$")) and .cached == false' "$TMP/p1.json" >/dev/null \
   && ok || fail "profile fields: $(jq -c '{cpu, memory, disk}' "$TMP/p1.json")"
+# the disk's direct-read bound, or a note saying why there is none (issue 16)
+jq -e '(.disk.direct_read > 0) or (.disk.note | test("direct reads"))' "$TMP/p1.json" >/dev/null \
+  && ok || fail "direct reads: $(jq -c .disk "$TMP/p1.json")"
+# a profile made before the bound (no direct_read, cached_share, note) still plans
+jq 'del(.disk.direct_read, .disk.cached_share, .disk.note)' "$TMP/p1.json" >"$TMP/old.json" \
+  && "$LARES" plan -m "$M" --devices "$TMP/old.json" --json >"$TMP/old-plan.json" 2>"$TMP/old.err" \
+  && jq -e '.devices | length == 1' "$TMP/old-plan.json" >/dev/null \
+  && ok || fail "an old profile as a device: $(cat "$TMP/old.err")"
 # calibrated on the model's windows: full-speed times per layer, the factor the
 # micro-benchmark rates were divided by, and the CPU flags it was made with
 jq -e '.calibration.model != "" and .calibration.model_bytes > 0 and .calibration.scale > 0
