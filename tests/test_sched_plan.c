@@ -150,6 +150,21 @@ int main(void) {
           strstr(table, " 12.5 ") && strstr(table, " 60.0 ") && strstr(table, " 1.5 ") &&
           strstr(table, "52.5 ms measured"));
     CHECK(sched_plan_format_measured(p, d, meas, -1, table, 10) == 9 && strlen(table) == 9);
+    /* a disk rate the ring measured replaces the profile's, the streaming one
+     * included (it is the one streaming is priced at) */
+    {
+        sched_device cal[3];
+        const double seq = d[1].disk_seq_Bps, stream = d[1].disk_stream_Bps;
+        d[1].disk_stream_Bps = 4e9;
+        meas[1].read_Bps = 3e8;
+        CHECK_OK(sched_devices_calibrate(m, d, 3, &o, NULL, meas, cal, &err), &err);
+        CHECK(cal[1].disk_seq_Bps == 3e8 && cal[1].disk_stream_Bps == 3e8 &&
+              sched_disk_stream_Bps(&cal[1]) == 3e8);
+        CHECK(cal[0].disk_stream_Bps == d[0].disk_stream_Bps); /* not measured: kept */
+        d[1].disk_stream_Bps = stream;
+        d[1].disk_seq_Bps = seq;
+        meas[1].read_Bps = 0;
+    }
 
     /* a layer owned twice, and then by nobody */
     p->a[2].offset = 2;

@@ -115,10 +115,21 @@ static lares_status layer_time_at(void *ctx, double f, double *g, lares_error *e
     return st;
 }
 
+/* A disk rate the ring measured (or fitted to the waits it measured): it
+ * replaces every rate the profile had, the streaming one included, which
+ * the latency model prefers (sched_disk_stream_Bps) and which would else
+ * hide it. */
+static void set_disk(sched_device *d, double Bps) {
+    d->disk_seq_Bps = Bps;
+    d->disk_rand_Bps = Bps;
+    if (d->disk_stream_Bps > 0) {
+        d->disk_stream_Bps = Bps;
+    }
+}
+
 static lares_status wait_at(void *ctx, double s, double *g, lares_error *err) {
     fit_ctx *x = ctx;
-    x->devs[x->d].disk_seq_Bps = s;
-    x->devs[x->d].disk_rand_Bps = s;
+    set_disk(&x->devs[x->d], s);
     lares_status st = price(x->m, x->devs, x->n, x->o, x->cur, x->scratch, err);
     *g = st == LARES_OK ? x->scratch->a[x->pos].t_disk_s : 0;
     return st;
@@ -157,8 +168,7 @@ lares_status sched_devices_calibrate(const sched_model *m, const sched_device *d
             out[d].net_out = me->hop_out;
         }
         if (me->read_Bps > 0) {
-            out[d].disk_seq_Bps = me->read_Bps;
-            out[d].disk_rand_Bps = me->read_Bps;
+            set_disk(&out[d], me->read_Bps);
         }
     }
     if (current == NULL) {
@@ -194,7 +204,7 @@ lares_status sched_devices_calibrate(const sched_model *m, const sched_device *d
                 if (scratch->a[x.pos].disk_read_bytes == 0) {
                     continue; /* nothing streams there: no disk figure to learn */
                 }
-                const double own = devs[d].disk_seq_Bps;
+                const double own = sched_disk_stream_Bps(&devs[d]); /* what was priced */
                 double s;
                 if ((st = fit(wait_at, &x, own * 1e-3, own * 1e3, me->wait_s, false, &s, err))) {
                     break;
@@ -202,8 +212,7 @@ lares_status sched_devices_calibrate(const sched_model *m, const sched_device *d
                 if (me->wait_s == 0 && s < own) {
                     s = own; /* no wait only says the disk was fast enough */
                 }
-                out[d].disk_seq_Bps = s;
-                out[d].disk_rand_Bps = s;
+                set_disk(&out[d], s);
             }
         }
     }
