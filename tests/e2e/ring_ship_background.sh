@@ -21,7 +21,7 @@ need jq
 
 M=$(model stories260K.gguf)
 PROMPT="Once upon a time"
-N=400
+N=500
 LIVE='"heartbeat_ms": 100, "timeout_ms": 3000, "connect_timeout_ms": 1500,'
 
 ship_json() { # FILE HEAD_W [NAME ADDR W]...: ring.json with no "model" for any worker
