@@ -78,6 +78,7 @@ typedef struct api_ring {
         char why[1536];
         uint64_t t0_ns;
         uint64_t tokens; /* generated since the PREPARE */
+        uint64_t shipped, moved_ns; /* bytes shipped to the asked workers, when that last grew */
     } pending;
     uint64_t prepared_switches, waited_switches, prepare_failures;
     uint64_t fetch_tokens; /* generated while background fetches ran, all of them */

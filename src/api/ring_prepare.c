@@ -20,6 +20,10 @@
  */
 #include "api/ring.h"
 
+/* a worker asked that fetches nothing and does not answer for this long is
+ * given up (its answer may have been lost with a connection that came back) */
+#define PREPARE_STALL_NS (60ull * 1000000000u)
+
 /* the layers device `i` of plan p holds, as a bit per layer */
 static void held(const cluster_plan *p, int32_t i, uint8_t *bits) {
     memset(bits, 0, (size_t)(p->n_layer + 7) / 8);
@@ -93,8 +97,9 @@ bool ring_prepare_start(lares_session *s, const cluster_plan *p, const int32_t *
     memcpy(r->pending.asked, ask, sizeof r->pending.asked);
     snprintf(r->pending.kind, sizeof r->pending.kind, "%s", kind);
     snprintf(r->pending.why, sizeof r->pending.why, "%s", why);
-    r->pending.t0_ns = lares_now_ns();
+    r->pending.t0_ns = r->pending.moved_ns = lares_now_ns();
     r->pending.tokens = 0;
+    r->pending.shipped = 0;
     char names[512] = "", desc[256];
     size_t n = 0;
     for (int32_t d = 1; d < r->n_cfg && n < sizeof names; d++) {
@@ -153,7 +158,8 @@ lares_status ring_prepare_poll(lares_session *s, int32_t keep, int32_t nb, lares
         for (int32_t i = 0; i < r->pending.plan.n_dev; i++) {
             member = member || r->pending.members[i] == d;
         }
-        if (member && !cluster_head_usable(r->head, d)) {
+        const cluster_dev_state ds = cluster_head_state(r->head, d);
+        if (member && !cluster_head_usable(r->head, d) && ds != CLUSTER_DEV_SUSPECT) {
             give_up(s, d, cluster_head_why(r->head, d)[0] ? cluster_head_why(r->head, d)
                                                           : "it is not usable any more");
             return LARES_OK;
@@ -166,6 +172,24 @@ lares_status ring_prepare_poll(lares_session *s, int32_t keep, int32_t nb, lares
         fetched += f;
     }
     if (!ready) {
+        uint64_t shipped = 0;
+        int32_t waiting = 0;
+        for (int32_t d = 1; d < r->n_cfg; d++) {
+            if (r->pending.asked[d]) {
+                shipped += cluster_head_shipped(r->head, d);
+                waiting = cluster_head_prep_state(r->head, d, NULL, NULL) == CLUSTER_PREP_ASKED
+                              ? d
+                              : waiting;
+            }
+        }
+        const uint64_t now = lares_now_ns();
+        if (shipped != r->pending.shipped) {
+            r->pending.shipped = shipped;
+            r->pending.moved_ns = now;
+        } else if (now - r->pending.moved_ns > PREPARE_STALL_NS && waiting > 0) {
+            give_up(s, waiting, "no answer and nothing fetched for 60 s");
+            return LARES_OK;
+        }
         r->pending.tokens += nb == 1 ? 1u : 0u; /* this one runs under the plan in force */
         return LARES_OK;
     }
