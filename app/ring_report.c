@@ -26,6 +26,10 @@ struct json_t *app_ring_json(const lares_session *s) {
     json_object_set_new(root, "last_switch_ms", json_real(rs.last_switch_ms));
     json_object_set_new(root, "rebuilt_tokens", json_integer((json_int_t)rs.rebuilt_tokens));
     json_object_set_new(root, "kv_moved_bytes", json_integer((json_int_t)rs.kv_moved_bytes));
+    json_object_set_new(root, "prepared_switches", json_integer((json_int_t)rs.prepared_switches));
+    json_object_set_new(root, "waited_switches", json_integer((json_int_t)rs.waited_switches));
+    json_object_set_new(root, "prepare_failures", json_integer((json_int_t)rs.prepare_failures));
+    json_object_set_new(root, "fetch_tokens", json_integer((json_int_t)rs.fetch_tokens));
     json_object_set_new(root, "last_switch", json_string(rs.last_switch ? rs.last_switch : ""));
     json_object_set_new(root, "placement", json_string(rs.placement ? rs.placement : ""));
     if (rs.predicted_token_ms >= 0) {
@@ -116,5 +120,12 @@ void app_ring_print(const lares_session *s) {
                 "lares:   %" PRIu64 " re-balancing re-plan(s), %" PRIu64 " failover(s), %.1f ms "
                 "switching (%" PRIu64 " positions re-run); last: %s\n",
                 rs.replans, rs.failovers, rs.switch_ms, rs.rebuilt_tokens, rs.last_switch);
+    }
+    if (rs.prepared_switches > 0 || rs.waited_switches > 0 || rs.prepare_failures > 0) {
+        fprintf(stderr,
+                "lares:   new layers' weights: %" PRIu64 " switch(es) prepared in the background "
+                "(%" PRIu64 " token(s) generated while fetching), %" PRIu64
+                " waited for a fetch, %" PRIu64 " background fetch(es) failed\n",
+                rs.prepared_switches, rs.fetch_tokens, rs.waited_switches, rs.prepare_failures);
     }
 }

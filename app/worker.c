@@ -333,6 +333,7 @@ int cmd_worker(int argc, char **argv) {
     out_state os = {.verbosity = 0};
     bool no_profile_cache = false, no_cache = false, list = false;
     int tamper = 0;
+    int32_t fetch_delay_ms = 0;
     static zero_setup zs;
     int dr = 0;
     app_disc_init(&zs.d);
@@ -407,6 +408,12 @@ int cmd_worker(int argc, char **argv) {
             no_cache = true;
         } else if (strcmp(a, "--cache-list") == 0) {
             list = true;
+        } else if (strcmp(a, "--test-fetch-delay-ms") == 0) {
+            /* tests only: a pause after each chunk of weights received (a slow link) */
+            if ((v = app_need_value(argc, argv, &i)) == NULL ||
+                !app_parse_i32(a, v, 0, 10000, &fetch_delay_ms)) {
+                goto done;
+            }
         } else if (strcmp(a, "--test-tamper-chunks") == 0) {
             /* tests only: damage the first N chunks of weights received */
             if ((v = app_need_value(argc, argv, &i)) == NULL ||
@@ -484,6 +491,9 @@ int cmd_worker(int argc, char **argv) {
     if (lares_worker_create(&o, &w, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
+    }
+    if (fetch_delay_ms > 0) {
+        lares_worker_set_fetch_delay(w, (unsigned)fetch_delay_ms);
     }
     if (tamper > 0) {
         lares_worker_set_tamper(w, tamper);

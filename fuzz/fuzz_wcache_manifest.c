@@ -22,7 +22,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static uint8_t sha[WCACHE_SHA256_BYTES];
     static char manifest[512];
     if (root[0] == '\0') {
-        snprintf(root, sizeof root, "/tmp/fuzz_wcache.%ld", (long)getpid());
+        /* a directory of its own: a name made of the pid met a stale one of
+         * an earlier run killed with the same pid, whose manifest it could
+         * not open */
+        snprintf(root, sizeof root, "/tmp/fuzz_wcache.XXXXXX");
+        if (mkdtemp(root) == NULL) {
+            __builtin_trap();
+        }
         wcache_sha256_of("fuzz", 4, sha);
         char hex[WCACHE_HEX_BYTES + 1];
         wcache_hex(sha, hex);

@@ -45,6 +45,12 @@ int main(int argc, char **argv) {
     snprintf(p.addr[1], sizeof p.addr[1], "127.0.0.1:9101");
     snprintf(p.addr[2], sizeof p.addr[2], "127.0.0.1:9102");
     bad |= put(argv[1], "plan", b, cluster_encode_plan(b, sizeof b, 9, &p));
+    p.flags = CLUSTER_PLAN_KEEP_KV;
+    bad |= put(argv[1], "prepare", b, cluster_encode_prepare(b, sizeof b, 10, &p));
+    p.flags = 0;
+    cluster_prepared pd = {.status = LARES_ERANGE, .fetched_bytes = 4096};
+    snprintf(pd.msg, sizeof pd.msg, "weight cache: full");
+    bad |= put(argv[1], "prepared", b, cluster_encode_prepared(b, sizeof b, 10, &pd));
     const cluster_ready r = {.kv_bytes = 4096, .n_windows = 2};
     bad |= put(argv[1], "ready", b, cluster_encode_ready(b, sizeof b, 9, &r));
     const int32_t pos[3] = {7, 8, 9};

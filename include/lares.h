@@ -636,6 +636,15 @@ typedef struct lares_ring_stats {
     const char *placement;   /* what made the plan in force: "explicit" (ring.json's
                                 windows), "even", or the planner's "halda", "memory", "single" */
     double predicted_token_ms; /* the planner's token latency for it; < 0 none */
+    /* workers without the model file given new layers (issue 19): plan
+     * changes whose weights were fetched in the background while the ring
+     * generated, those that waited for a fetch, background fetches that
+     * failed (the plan in force stayed), and the tokens generated while
+     * background fetches ran */
+    uint64_t prepared_switches;
+    uint64_t waited_switches;
+    uint64_t prepare_failures;
+    uint64_t fetch_tokens;
 } lares_ring_stats;
 
 /* Figures of a ring session: LARES_EINVAL for a session on one device.
@@ -758,6 +767,10 @@ LARES_API void lares_worker_set_slowdown(lares_worker *w, double factor);
 /* Tests only: the next n chunks of weights received are damaged (a byte
  * flipped) before they are written, as if changed on their way. */
 LARES_API void lares_worker_set_tamper(lares_worker *w, int n);
+/* Tests only: a pause of `ms` (at most 10 s) after each chunk of weights
+ * received, as if over a slow link (a fetch long enough to watch the ring
+ * generate meanwhile). 0: off. */
+LARES_API void lares_worker_set_fetch_delay(lares_worker *w, unsigned ms);
 LARES_API void lares_worker_free(lares_worker *w);
 
 /* One model in a worker's weight cache (issue 19). */

@@ -111,6 +111,10 @@ static void *h_worker_main(void *arg) {
     return NULL;
 }
 
+/* The --cache of the next worker started (a worker without the model file,
+ * issue 19); "" none. Taken by the next worker_start_at. */
+static char h_next_cache[600];
+
 /* Starts worker `idx` (its own key pair), allowing `allow` (a key or key
  * file; NULL: the head's), listening on `listen` ("127.0.0.1:0": a free
  * port). model: the --model of the worker, NULL: none. */
@@ -134,10 +138,12 @@ static bool worker_start_at(tworker *t, int idx, const char *allow, const char *
     o.allow = allow_list;
     o.n_allow = 1;
     o.model_path = model;
+    o.cache_dir = h_next_cache[0] ? h_next_cache : NULL;
     o.n_threads = 1;
     o.on_event = h_on_event;
     o.user = t;
     CHECK_OK(lares_worker_create(&o, &t->w, &err), &err);
+    h_next_cache[0] = '\0';
     if (t->w == NULL) {
         return false;
     }

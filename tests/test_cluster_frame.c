@@ -136,6 +136,15 @@ static size_t make_frames(uint8_t bufs[][2048], size_t *lens) {
     }
     lens[k] = cluster_encode_plan(bufs[k], 2048, 77, &p);
     k++;
+    /* the coming plan of a background fetch (issue 19): a PLAN's body */
+    p.flags = CLUSTER_PLAN_KEEP_KV | CLUSTER_PLAN_MIRROR_KV;
+    lens[k] = cluster_encode_prepare(bufs[k], 2048, 78, &p);
+    k++;
+    p.flags = 0;
+    cluster_prepared pd = {.status = LARES_ERANGE, .fetched_bytes = 0x0102030405u};
+    snprintf(pd.msg, sizeof pd.msg, "weight cache: 196608 more bytes do not fit");
+    lens[k] = cluster_encode_prepared(bufs[k], 2048, 78, &pd);
+    k++;
     const cluster_ready r = {.kv_bytes = 1 << 20, .n_windows = 4};
     lens[k] = cluster_encode_ready(bufs[k], 2048, 77, &r);
     k++;
@@ -186,8 +195,8 @@ static size_t make_frames(uint8_t bufs[][2048], size_t *lens) {
 }
 
 static void check_roundtrip_and_truncation(void) {
-    static uint8_t bufs[16][2048];
-    size_t lens[16];
+    static uint8_t bufs[24][2048];
+    size_t lens[24];
     const size_t k = make_frames(bufs, lens);
     cluster_frame *f = calloc(1, sizeof *f);
     lares_error err = {0};
@@ -206,6 +215,17 @@ static void check_roundtrip_and_truncation(void) {
             break;
         case CLUSTER_PLAN:
             n = cluster_encode_plan(again, sizeof again, f->session, &f->u.plan);
+            break;
+        case CLUSTER_PREPARE:
+            CHECK(f->session == 78 && f->u.prepare.plan.w[2] == 3 &&
+                  f->u.prepare.flags == (CLUSTER_PLAN_KEEP_KV | CLUSTER_PLAN_MIRROR_KV));
+            n = cluster_encode_prepare(again, sizeof again, f->session, &f->u.prepare);
+            break;
+        case CLUSTER_PREPARED:
+            CHECK(f->u.prepared.status == LARES_ERANGE &&
+                  f->u.prepared.fetched_bytes == 0x0102030405u &&
+                  has(f->u.prepared.msg, "do not fit"));
+            n = cluster_encode_prepared(again, sizeof again, f->session, &f->u.prepared);
             break;
         case CLUSTER_READY:
             n = cluster_encode_ready(again, sizeof again, f->session, &f->u.ready);
@@ -380,7 +400,33 @@ static void check_hostile(void) {
     p->n_embd = 1u << 30;
     n = cluster_encode_plan(b, sizeof b, 5, p);
     expect_refused(b, n, LARES_EFORMAT, "frame limit", "plan whose batches cannot fit a frame");
+    /* PREPARE: the plan's checks, and no probe (it has no windows to fetch) */
+    n = cluster_encode_prepare(b, sizeof b, 5, p);
+    expect_refused(b, n, LARES_EFORMAT, "frame limit", "prepare whose batches cannot fit a frame");
+    p->n_embd = 64;
+    p->flags = CLUSTER_PLAN_PROBE;
+    CHECK(cluster_encode_prepare(b, sizeof b, 5, p) == 0);
+    p->flags = 0;
+    n = cluster_encode_prepare(b, sizeof b, 5, p);
+    CHECK(n > 0);
+    wr_u16le(b + CLUSTER_HEADER_BYTES + 22, CLUSTER_PLAN_PROBE);
+    expect_refused(b, n, LARES_EFORMAT, "probe", "prepare of a probe plan");
+    p->plan.w[1] = 5;
+    n = cluster_encode_prepare(b, sizeof b, 5, p);
+    expect_refused(b, n, LARES_EFORMAT, "add up", "prepare of a plan wider than the model");
     free(p);
+    /* PREPARED: a status beyond lares_status, a message over its limit, a lying length */
+    cluster_prepared pd = {.status = LARES_STATUS_COUNT + 3};
+    snprintf(pd.msg, sizeof pd.msg, "cache full");
+    n = cluster_encode_prepared(b, sizeof b, 5, &pd);
+    expect_refused(b, n, LARES_EFORMAT, "status", "prepared with an unknown status");
+    pd.status = 0;
+    n = cluster_encode_prepared(b, sizeof b, 5, &pd);
+    wr_u16le(b + CLUSTER_HEADER_BYTES + 12, CLUSTER_MAX_MSG + 1);
+    expect_refused(b, n, LARES_EFORMAT, "at most", "prepared message over its limit");
+    n = cluster_encode_prepared(b, sizeof b, 5, &pd);
+    wr_u16le(b + CLUSTER_HEADER_BYTES + 12, 200);
+    expect_refused(b, n, LARES_EFORMAT, "", "prepared message longer than the frame");
 
     /* HELLO: device counts */
     cluster_hello h = {.device = 0, .n_devices = 2, .heartbeat_ms = 100, .timeout_ms = 1000};

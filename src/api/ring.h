@@ -66,6 +66,22 @@ typedef struct api_ring {
     double predicted_ms[CLUSTER_MAX_DEVICES];       /* per layer per token; < 0 unknown */
     double predicted_token_ms[CLUSTER_MAX_DEVICES]; /* the device's share of a token */
     double predicted_latency_ms;                    /* a token; < 0 unknown */
+    /* fetching in the background (issue 19, ring_prepare.c): a plan whose
+     * workers without the model file fetch their new layers while the plan
+     * in force keeps generating; put in force when they are ready */
+    struct {
+        bool on;
+        cluster_plan plan;
+        int32_t members[CLUSTER_MAX_DEVICES];
+        bool asked[CLUSTER_MAX_DEVICES]; /* ring.json devices sent PREPARE */
+        char kind[32];                   /* "re-balance", "rejoin", "failover" */
+        char why[1536];
+        uint64_t t0_ns;
+        uint64_t tokens; /* generated since the PREPARE */
+        uint64_t shipped, moved_ns; /* bytes shipped to the asked workers, when that last grew */
+    } pending;
+    uint64_t prepared_switches, waited_switches, prepare_failures;
+    uint64_t fetch_tokens; /* generated while background fetches ran, all of them */
     /* the picture for other threads (ring_view.c): JSON under view_mu */
     pthread_mutex_t view_mu;
     char *view;
@@ -140,6 +156,40 @@ void ring_describe(const api_ring *r, const cluster_plan *p, const int32_t *memb
  * the model. */
 lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, const int32_t *base,
                           cluster_plan *out, int32_t *members, lares_error *err);
+
+/* Puts plan p over ring.json devices members[] in force between two tokens
+ * and rebuilds the KV entries of the layers that moved, positions [0, keep).
+ * kind and why name it in the log line; how (may be "") says how the new
+ * layers' weights came (the switch adds "waited for a fetch" itself when a
+ * worker fetched during it). */
+lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int32_t *members,
+                              int32_t keep, const char *kind, const char *why, const char *how,
+                              lares_error *err);
+
+/* ring_prepare.c */
+
+/* The workers of plan p (over members[]) that lack weights for it: those
+ * without the model file (cluster_head_fetches) that it gives a layer they
+ * do not hold under the plan in force; ask[d] set for each. Their count. */
+int32_t ring_prepare_needs(const api_ring *r, const cluster_plan *p, const int32_t *members,
+                           bool *ask);
+/* Starts putting p in force in the background: PREPARE to the workers that
+ * lack weights for it. false when none does (or PREPARE could not be sent:
+ * logged): the caller switches now. */
+bool ring_prepare_start(lares_session *s, const cluster_plan *p, const int32_t *members,
+                        const char *kind, const char *why);
+/* Between two batches: when every worker asked is ready, the pending plan is
+ * put in force; a failed prepare (or a worker lost) drops it, logged, and
+ * the plan in force stays. One more batch of nb tokens counted meanwhile. */
+lares_status ring_prepare_poll(lares_session *s, int32_t keep, int32_t nb, lares_error *err);
+/* Drops the pending plan (a failover comes first). */
+void ring_prepare_drop(api_ring *r);
+/* After a loss: a plan over the survivors that moves only the lost layers,
+ * each lost window to a neighbour that holds its tensors already (the head,
+ * or a worker with the model file, as its memory allows), so nothing is
+ * fetched; false with the reason when there is none. */
+bool ring_interim_plan(const api_ring *r, cluster_plan *out, int32_t *members, char *why,
+                       size_t cap);
 
 /* A member was lost: re-plans over the others, rebuilds the KV cache of
  * positions [0, keep) and warns. LARES_ERANGE when the others cannot run the

@@ -224,6 +224,11 @@ static lares_status take_chunk(xfer *x, const cluster_tensor_data *d, lares_erro
     if (st != LARES_OK) {
         return st;
     }
+    if (f->delay_ms > 0) { /* tests: a slow link */
+        struct timespec ts = {.tv_sec = f->delay_ms / 1000, .tv_nsec = (long)(f->delay_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0) {
+        }
+    }
     x->done += d->length;
     hash_chunk(x, d);
     if (wcache_have(f->cache, item) < wcache_item_bytes(f->cache, item)) {

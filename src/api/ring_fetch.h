@@ -20,6 +20,7 @@ typedef struct api_fetch {
     api_fetch_progress_fn progress;
     void *user;
     int tamper; /* tests: flip a byte of the next `tamper` chunks received */
+    unsigned delay_ms; /* tests: a pause after each chunk received (a slow link) */
     /* the model in the cache */
     wcache *cache; /* owned */
     uint8_t model_sha[WCACHE_SHA256_BYTES];

@@ -361,6 +361,13 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
         }
     }
     if (st == LARES_OK && !r->in_switch) {
+        /* between two batches: a plan prepared in the background goes in force */
+        st = ring_prepare_poll(s, keep, nb, err);
+        if (st != LARES_OK && !cluster_head_needs_plan(r->head)) {
+            return st;
+        }
+    }
+    if (st == LARES_OK && !r->in_switch) {
         /* between two batches: devices that answered since may join */
         st = ring_rejoin(s, keep, err);
         if (st != LARES_OK && !cluster_head_needs_plan(r->head)) {
@@ -436,6 +443,10 @@ lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *
     out->last_switch = r->last_switch;
     out->placement = r->placement;
     out->predicted_token_ms = r->predicted_latency_ms;
+    out->prepared_switches = r->prepared_switches;
+    out->waited_switches = r->waited_switches;
+    out->prepare_failures = r->prepare_failures;
+    out->fetch_tokens = r->fetch_tokens + (r->pending.on ? r->pending.tokens : 0);
     for (int32_t d = 0; d < r->n_cfg; d++) {
         const cluster_device_stats *ds = cluster_head_device(h, d);
         if (d > 0) {

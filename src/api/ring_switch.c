@@ -131,14 +131,24 @@ void ring_describe(const api_ring *r, const cluster_plan *p, const int32_t *memb
     }
 }
 
-/* Puts plan p over ring.json devices members[] in force and gives the new
- * owners of the layers that moved their KV entries, positions [0, keep). */
-static lares_status switch_plan(lares_session *s, const cluster_plan *p, const int32_t *members,
-                                int32_t keep, const char *kind, const char *why, lares_error *err) {
+/* model bytes shipped to all workers so far */
+static uint64_t shipped_all(const api_ring *r) {
+    uint64_t sum = 0;
+    for (int32_t d = 1; d < r->n_cfg; d++) {
+        sum += cluster_head_shipped(r->head, d);
+    }
+    return sum;
+}
+
+lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int32_t *members,
+                              int32_t keep, const char *kind, const char *why, const char *how,
+                              lares_error *err) {
     api_ring *r = s->ring;
     cluster_head *h = r->head;
     const int32_t n_layer = p->n_layer;
     const uint64_t t0 = lares_now_ns();
+    const uint64_t shipped0 = shipped_all(r);
+    ring_prepare_drop(r); /* a plan set now makes any prepared one stale */
     const size_t row = model_kv_row_bytes(s->kv);
     char old_desc[256], new_desc[256];
     int32_t cur[CLUSTER_MAX_DEVICES];
@@ -223,12 +233,23 @@ static lares_status switch_plan(lares_session *s, const cluster_plan *p, const i
     const double ms = (double)(lares_now_ns() - t0) / 1e6;
     r->switch_ms += ms;
     r->last_switch_ms = ms;
+    /* weights fetched during the switch: the ring waited for them */
+    const uint64_t waited = shipped_all(r) - shipped0;
+    char weights[512];
+    if (waited > 0) {
+        r->waited_switches++;
+        snprintf(weights, sizeof weights,
+                 "; the switch waited for a fetch of %.2f MiB of weights (no token meanwhile)%s%s",
+                 (double)waited / 1048576.0, how[0] ? ": " : "", how);
+    } else {
+        snprintf(weights, sizeof weights, "%s%s", how[0] ? "; " : "", how);
+    }
     snprintf(r->last_switch, sizeof r->last_switch,
-             "%s: %s; plan %s -> %s; KV of %d moved layer(s) transferred (%" PRIu64
+             "%s: %s; plan %s -> %s%s; KV of %d moved layer(s) transferred (%" PRIu64
              " bytes, %d complete in the head's copy), %d positions re-run through layers "
              "0..%d, a context of %d; %.1f ms",
-             kind, why, old_desc, new_desc, n_move, moved_bytes, n_copy, end > 0 ? keep - from : 0,
-             end, keep, ms);
+             kind, why, old_desc, new_desc, weights, n_move, moved_bytes, n_copy,
+             end > 0 ? keep - from : 0, end, keep, ms);
     if (st == LARES_OK) {
         lares_log(LARES_LOG_INFO, "cluster: %s", r->last_switch);
     }
@@ -301,6 +322,7 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     cluster_head *h = r->head;
     /* the KV copies the lost device sent before it went */
     cluster_head_drain(h);
+    ring_prepare_drop(r); /* the loss comes first; its plan is made anew */
     char lost[512] = "";
     size_t n = 0;
     int32_t cand[CLUSTER_MAX_DEVICES], n_cand = 0;
@@ -345,7 +367,36 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     atomic_fetch_add(&r->failovers, 1);
     char why[1536];
     snprintf(why, sizeof why, "lost %s; new plan by %s", lost, by);
-    return switch_plan(s, &p, members, keep, "failover", why, err);
+    bool ask[CLUSTER_MAX_DEVICES];
+    if (ring_prepare_needs(r, &p, members, ask) == 0) {
+        return ring_switch_plan(s, &p, members, keep, "failover", why, "", err);
+    }
+    /* The plan in force is broken and the new one makes workers fetch: an
+     * interim plan that fetches nothing now, the new one in the background */
+    cluster_plan ip;
+    int32_t im[CLUSTER_MAX_DEVICES];
+    char iwhy[512], how[768];
+    if (!ring_interim_plan(r, &ip, im, iwhy, sizeof iwhy)) {
+        lares_log(LARES_LOG_INFO, "cluster: failover: no interim plan (%s); the switch waits for "
+                  "the weights", iwhy);
+        snprintf(how, sizeof how, "no interim plan without a fetch: %s", iwhy);
+        return ring_switch_plan(s, &p, members, keep, "failover", why, how, err);
+    }
+    char next[256];
+    ring_describe(r, &p, members, next, sizeof next);
+    snprintf(how, sizeof how,
+             "an interim plan (the lost windows to neighbours that hold their tensors); %s is "
+             "fetched in the background",
+             next);
+    st = ring_switch_plan(s, &ip, im, keep, "failover", why, how, err);
+    if (st != LARES_OK || ring_prepare_needs(r, &p, members, ask) == 0) {
+        return st;
+    }
+    if (!ring_prepare_start(s, &p, members, "failover", why)) {
+        st = ring_switch_plan(s, &p, members, keep, "failover", why,
+                              "after the interim plan (the prepare could not be asked)", err);
+    }
+    return st;
 }
 
 lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
@@ -353,8 +404,8 @@ lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
     cluster_head *h = r->head;
     int32_t drifted = -1;
     char why[384];
-    if (!cluster_monitor_due(&r->mon, &drifted, why, sizeof why)) {
-        return LARES_OK;
+    if (r->pending.on || !cluster_monitor_due(&r->mon, &drifted, why, sizeof why)) {
+        return LARES_OK; /* a plan being prepared is the re-plan under way */
     }
     /* candidates: the members and the devices that are alive outside the plan */
     int32_t cand[CLUSTER_MAX_DEVICES], n_cand = 0;
@@ -394,15 +445,18 @@ lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
         cluster_monitor_accept(&r->mon);
         return LARES_OK;
     }
+    if (ring_prepare_start(s, &p, members, "re-balance", what)) {
+        return LARES_OK; /* put in force when the weights are in (ring_prepare_poll) */
+    }
     atomic_fetch_add(&r->replans, 1);
-    return switch_plan(s, &p, members, keep, "re-balance", what, err);
+    return ring_switch_plan(s, &p, members, keep, "re-balance", what, "", err);
 }
 
 lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
     api_ring *r = s->ring;
     cluster_head *h = r->head;
-    if (r->n_cfg < 2 || (!r->failover && !r->rebalance)) {
-        return LARES_OK;
+    if (r->n_cfg < 2 || (!r->failover && !r->rebalance) || r->pending.on) {
+        return LARES_OK; /* a device that answers meanwhile joins at a later re-plan */
     }
     /* never waits: the lost are asked again and the answers that came in
      * since are taken; a device that answered joins at this re-plan */
@@ -462,8 +516,11 @@ lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
         lares_log(LARES_LOG_INFO, "cluster: %s answered; the plan in force stays", back);
         return LARES_OK;
     }
-    atomic_fetch_add(&r->replans, 1);
     char why[1536];
     snprintf(why, sizeof why, "%s answered; new plan by %s", back, by);
-    return switch_plan(s, &p, members, keep, "rejoin", why, err);
+    if (ring_prepare_start(s, &p, members, "rejoin", why)) {
+        return LARES_OK; /* put in force when the weights are in (ring_prepare_poll) */
+    }
+    atomic_fetch_add(&r->replans, 1);
+    return ring_switch_plan(s, &p, members, keep, "rejoin", why, "", err);
 }

@@ -70,6 +70,11 @@ static json_t *view_json(lares_session *s) {
     json_object_set_new(o, "last_switch", json_string(st.last_switch));
     json_object_set_new(o, "rebuilt_tokens", json_integer((json_int_t)st.rebuilt_tokens));
     json_object_set_new(o, "kv_moved_bytes", json_integer((json_int_t)st.kv_moved_bytes));
+    json_object_set_new(o, "prepared_switches", json_integer((json_int_t)st.prepared_switches));
+    json_object_set_new(o, "waited_switches", json_integer((json_int_t)st.waited_switches));
+    json_object_set_new(o, "prepare_failures", json_integer((json_int_t)st.prepare_failures));
+    json_object_set_new(o, "fetch_tokens", json_integer((json_int_t)st.fetch_tokens));
+    json_object_set_new(o, "preparing", json_boolean(r->pending.on));
     json_object_set_new(o, "hops", json_integer((json_int_t)st.hops));
     json_object_set_new(o, "wait_ms", json_real(st.wait_ms));
     json_object_set_new(o, "hop_ms", num_or_null(r->hop_ms > 0 ? r->hop_ms : -1));

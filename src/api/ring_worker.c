@@ -23,6 +23,7 @@
 #include "mem/mem.h"
 #include "sched/sched.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -67,6 +68,17 @@ struct lares_worker {
     api_fetch fetch;     /* its link is the compute thread's channel to the head */
     bool shipped;        /* the open model is the weight cache's sparse file */
     atomic_int tamper;   /* tests: chunks to damage */
+    atomic_uint fetch_delay_ms; /* tests: a pause after each chunk received */
+    /* The prepare thread (cb_prepare) fetches into the same cache while the
+     * compute thread runs: this lock is held by whoever fetches, opens the
+     * model or changes the windows (cb_open, cb_setup, cb_release,
+     * cb_prepare); cb_forward takes none, since the prepare thread only reads
+     * what it uses. */
+    pthread_mutex_t fetch_mu;
+    bool mu_init;
+    /* items came in by a prepare since the model was opened: the next setup
+     * opens it again (the loader copies a few vectors at open) */
+    atomic_bool prepared_new;
 };
 
 lares_worker_opts lares_worker_opts_default(void) {
@@ -104,7 +116,10 @@ static void release_windows(lares_worker *w) {
 }
 
 static void cb_release(void *user) {
-    release_windows(user);
+    lares_worker *w = user;
+    pthread_mutex_lock(&w->fetch_mu);
+    release_windows(w);
+    pthread_mutex_unlock(&w->fetch_mu);
 }
 
 static void cb_attach_ship(void *user, cluster_ship_link *link) {
@@ -160,38 +175,65 @@ static lares_status open_shipped(lares_worker *w, const cluster_hello *h, lares_
     return st;
 }
 
+/* The windows of device `self` under plan p (out: at least its rounds). */
+static int32_t plan_windows(const cluster_plan *p, int32_t self, exec_window *out) {
+    int32_t n = 0;
+    for (int32_t r = 0; r < cluster_plan_rounds(p); r++) {
+        int32_t l0, l1;
+        if (cluster_plan_window(p, self, r, &l0, &l1)) {
+            out[n++] = (exec_window){l0, l1};
+        }
+    }
+    return n;
+}
+
+/* Makes the items of windows win[0..n) present and verified (fetched when
+ * missing); the windows the compute thread runs now (w->windows) are kept
+ * out of the cache's eviction, since their tensors are in use. */
+static lares_status fetch_items_of(lares_worker *w, const exec_window *win, int32_t n,
+                                   uint64_t *fetched, lares_error *err) {
+    exec_window *all = lares_calloc((size_t)(n + w->n_windows) + 1, sizeof *all);
+    if (all == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    memcpy(all, win, (size_t)n * sizeof *all);
+    if (w->n_windows > 0) {
+        memcpy(all + n, w->windows, (size_t)w->n_windows * sizeof *all);
+    }
+    bool *need = NULL;
+    uint32_t n_items = 0;
+    lares_status st = api_fetch_need(w->lm->file, all, n + w->n_windows, &need, &n_items, err);
+    lares_free(all);
+    if (st == LARES_OK && n_items != w->fetch.n_items) {
+        st = lares_fail(err, LARES_EINVAL, "the weight cache's model is not the open one");
+    }
+    w->fetch.tamper = atomic_exchange(&w->tamper, 0);
+    w->fetch.delay_ms = atomic_load(&w->fetch_delay_ms);
+    *fetched = 0;
+    if (st == LARES_OK) {
+        st = api_fetch_items(&w->fetch, need, fetched, err);
+    }
+    atomic_fetch_add(&w->tamper, w->fetch.tamper);
+    w->fetch.tamper = 0;
+    lares_free(need);
+    return st;
+}
+
 /* Before a plan's windows are built: their tensors present and verified
- * (fetched when missing); the model opened again when any came, since the
- * loader copies a few vectors (norms not stored as F32) at open. */
+ * (fetched when missing; a PREPARE answered before found them in); the
+ * model opened again when any came since it was opened, since the loader
+ * copies a few vectors (norms not stored as F32) at open. Under fetch_mu. */
 static lares_status fetch_windows(lares_worker *w, const cluster_plan_msg *p, lares_error *err) {
     const int32_t rounds = cluster_plan_rounds(&p->plan);
     exec_window *win = lares_calloc((size_t)rounds, sizeof *win);
     if (win == NULL) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
-    int32_t n = 0;
-    for (int32_t r = 0; r < rounds; r++) {
-        int32_t l0, l1;
-        if (cluster_plan_window(&p->plan, (int32_t)p->self, r, &l0, &l1)) {
-            win[n++] = (exec_window){l0, l1};
-        }
-    }
-    bool *need = NULL;
-    uint32_t n_items = 0;
-    lares_status st = api_fetch_need(w->lm->file, win, n, &need, &n_items, err);
-    lares_free(win);
-    if (st == LARES_OK && n_items != w->fetch.n_items) {
-        st = lares_fail(err, LARES_EINVAL, "the weight cache's model is not the open one");
-    }
-    w->fetch.tamper = atomic_exchange(&w->tamper, 0);
+    const int32_t n = plan_windows(&p->plan, (int32_t)p->self, win);
     uint64_t fetched = 0;
-    if (st == LARES_OK) {
-        st = api_fetch_items(&w->fetch, need, &fetched, err);
-    }
-    atomic_fetch_add(&w->tamper, w->fetch.tamper);
-    w->fetch.tamper = 0;
-    lares_free(need);
-    if (st == LARES_OK && fetched > 0) {
+    lares_status st = fetch_items_of(w, win, n, &fetched, err);
+    lares_free(win);
+    if (st == LARES_OK && (fetched > 0 || atomic_exchange(&w->prepared_new, false))) {
         char path[1200];
         snprintf(path, sizeof path, "%s", w->lm->path);
         st = open_model(w, path, true, err);
@@ -199,9 +241,51 @@ static lares_status fetch_windows(lares_worker *w, const cluster_plan_msg *p, la
     return st;
 }
 
+/* PREPARE (the prepare thread, issue 19): the coming plan's tensors into the
+ * cache over the prepare thread's link while the compute thread serves the
+ * plan in force; nothing it uses changes (its windows are pinned, the model
+ * stays open). A worker with the model file has nothing to fetch. */
+static lares_status cb_prepare(void *user, const cluster_plan_msg *p, cluster_ship_link *link,
+                               uint64_t *fetched, lares_error *err) {
+    lares_worker *w = user;
+    *fetched = 0;
+    pthread_mutex_lock(&w->fetch_mu);
+    lares_status st = LARES_OK;
+    if (w->shipped && w->lm != NULL) {
+        const int32_t rounds = cluster_plan_rounds(&p->plan);
+        exec_window *win = lares_calloc((size_t)rounds, sizeof *win);
+        if (win == NULL) {
+            st = lares_fail(err, LARES_ENOMEM, "out of memory");
+        } else {
+            const int32_t n = plan_windows(&p->plan, (int32_t)p->self, win);
+            cluster_ship_link *own = w->fetch.link;
+            w->fetch.link = link;
+            st = fetch_items_of(w, win, n, fetched, err);
+            w->fetch.link = own;
+            lares_free(win);
+        }
+        if (*fetched > 0) {
+            atomic_store(&w->prepared_new, true);
+        }
+    }
+    pthread_mutex_unlock(&w->fetch_mu);
+    return st;
+}
+
+static lares_status open_locked(lares_worker *w, const cluster_hello *h, cluster_welcome *out,
+                                lares_error *err);
+
 static lares_status cb_open(void *user, const cluster_hello *h, cluster_welcome *out,
                             lares_error *err) {
     lares_worker *w = user;
+    pthread_mutex_lock(&w->fetch_mu);
+    lares_status st = open_locked(w, h, out, err);
+    pthread_mutex_unlock(&w->fetch_mu);
+    return st;
+}
+
+static lares_status open_locked(lares_worker *w, const cluster_hello *h, cluster_welcome *out,
+                                lares_error *err) {
     const char *path = w->model_path != NULL ? w->model_path : h->model_path;
     if (path[0] == '\0' && w->cache_dir != NULL) {
         lares_status st = open_shipped(w, h, err);
@@ -334,10 +418,23 @@ static void move_weights(lares_worker *w, const exec_window *old, int32_t n_old)
     }
 }
 
+static lares_status setup_locked(lares_worker *w, const cluster_plan_msg *p, bool keep_kv,
+                                 cluster_ready *out, bool *kept, uint32_t *kv_row_bytes,
+                                 lares_error *err);
+
 static lares_status cb_setup(void *user, const cluster_plan_msg *p, bool keep_kv,
                              cluster_ready *out, bool *kept, uint32_t *kv_row_bytes,
                              lares_error *err) {
     lares_worker *w = user;
+    pthread_mutex_lock(&w->fetch_mu);
+    lares_status st = setup_locked(w, p, keep_kv, out, kept, kv_row_bytes, err);
+    pthread_mutex_unlock(&w->fetch_mu);
+    return st;
+}
+
+static lares_status setup_locked(lares_worker *w, const cluster_plan_msg *p, bool keep_kv,
+                                 cluster_ready *out, bool *kept, uint32_t *kv_row_bytes,
+                                 lares_error *err) {
     *kept = false;
     /* a context dropped by a reopened model is made again below; the KV cache stays */
     const bool had_cx = w->cx != NULL;
@@ -492,6 +589,9 @@ void lares_worker_free(lares_worker *w) {
     ops_pool_free(w->pool);
     lares_model_close(w->lm);
     api_fetch_close(&w->fetch);
+    if (w->mu_init) {
+        pthread_mutex_destroy(&w->fetch_mu);
+    }
     lares_free(w->model_path);
     lares_free(w->profile_cache_dir);
     lares_free(w->cache_dir);
@@ -517,6 +617,12 @@ lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
         w->user = o->user;
         atomic_init(&w->slow_milli, 1000);
         atomic_init(&w->tamper, 0);
+        atomic_init(&w->fetch_delay_ms, 0);
+        atomic_init(&w->prepared_new, false);
+        w->mu_init = pthread_mutex_init(&w->fetch_mu, NULL) == 0;
+        if (!w->mu_init) {
+            st = lares_fail(err, LARES_ENOMEM, "worker: cannot make a lock");
+        }
         w->cache_size = o->cache_size;
         if ((o->model_path != NULL && (w->model_path = lares_strdup(o->model_path)) == NULL) ||
             (o->profile_cache_dir != NULL && o->profile_cache_dir[0] != '\0' &&
@@ -558,7 +664,8 @@ lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
                                                     .forward = cb_forward,
                                                     .release = cb_release,
                                                     .kv_rows = cb_kv_rows,
-                                                    .attach_ship = cb_attach_ship},
+                                                    .attach_ship = cb_attach_ship,
+                                                    .prepare = cb_prepare},
                                         .on_event = on_cluster_event,
                                         .user = w};
         st = cluster_worker_create(&co, &w->cw, err);
@@ -604,6 +711,10 @@ void lares_worker_set_slowdown(lares_worker *w, double factor) {
 
 void lares_worker_set_tamper(lares_worker *w, int n) {
     atomic_store(&w->tamper, n > 0 ? n : 0);
+}
+
+void lares_worker_set_fetch_delay(lares_worker *w, unsigned ms) {
+    atomic_store(&w->fetch_delay_ms, LARES_MIN(ms, 10000u));
 }
 
 lares_status lares_cache_list(const char *dir, lares_cache_model **out, size_t *n,

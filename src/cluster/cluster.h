@@ -77,6 +77,10 @@ typedef enum cluster_frame_type {
      * or one tensor), or only its size and SHA-256 (issue 19) */
     CLUSTER_TENSOR_GET = 19,
     CLUSTER_TENSOR_DATA = 20, /* head -> worker: the answer: item size, SHA-256, bytes */
+    /* head -> worker: the plan coming next (PLAN's body): fetch the weights
+     * of its windows in the background, keep serving the plan in force */
+    CLUSTER_PREPARE = 21,
+    CLUSTER_PREPARED = 22, /* worker -> head: those weights are in (or why not) */
     CLUSTER_FRAME_TYPE_END
 } cluster_frame_type;
 
@@ -289,6 +293,15 @@ typedef struct cluster_tensor_data {
     const uint8_t *data; /* length bytes, into the frame */
 } cluster_tensor_data;
 
+/* PREPARED: the answer to the PREPARE of the same session number: status 0
+ * (LARES_OK) when every tensor of the coming windows is in the worker's
+ * cache and verified, else why not */
+typedef struct cluster_prepared {
+    uint32_t status;        /* lares_status */
+    uint64_t fetched_bytes; /* came over the network for it */
+    char msg[CLUSTER_MAX_MSG + 1];
+} cluster_prepared;
+
 typedef struct cluster_errmsg {
     uint32_t code; /* lares_status */
     char msg[CLUSTER_MAX_MSG + 1];
@@ -315,6 +328,8 @@ typedef struct cluster_frame {
         cluster_peer_lost peer_lost;
         cluster_tensor_get tensor_get;
         cluster_tensor_data tensor_data;
+        cluster_plan_msg prepare; /* PREPARE: a PLAN's body */
+        cluster_prepared prepared;
     } u;
 } cluster_frame;
 
@@ -368,6 +383,11 @@ size_t cluster_encode_raw_header(uint8_t *buf, size_t cap, uint16_t version, uin
 size_t cluster_encode_tensor_get(uint8_t *buf, size_t cap, const cluster_tensor_get *g);
 /* d->data points at d->length bytes (none when d->status != 0) */
 size_t cluster_encode_tensor_data(uint8_t *buf, size_t cap, const cluster_tensor_data *d);
+/* PREPARE: the body of a PLAN (the coming plan; session: the prepare's number) */
+size_t cluster_encode_prepare(uint8_t *buf, size_t cap, uint64_t session,
+                              const cluster_plan_msg *p);
+size_t cluster_encode_prepared(uint8_t *buf, size_t cap, uint64_t session,
+                               const cluster_prepared *p);
 /* Bytes of a TENSOR_DATA frame carrying `length` bytes. */
 size_t cluster_tensor_data_bytes(uint32_t length);
 
@@ -611,6 +631,34 @@ lares_status cluster_head_kv_get(cluster_head *h, int32_t dev, int32_t layer, in
 lares_status cluster_head_kv_put(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0,
                                  int32_t pos1, const uint8_t *k, const uint8_t *v,
                                  lares_error *err);
+/* ---- fetching in the background (issue 19, head_prepare.c) ----
+ * A plan that gives a worker without the model file layers it lacks is put
+ * in force in two steps: PREPARE (the coming plan) to those workers, which
+ * fetch its weights while the ring goes on generating with the plan in
+ * force and answer PREPARED; then, when every one is ready, set_plan. */
+typedef enum cluster_prep_state {
+    CLUSTER_PREP_NONE = 0, /* not asked (or asked for an earlier prepare) */
+    CLUSTER_PREP_ASKED,    /* PREPARE sent, no answer yet */
+    CLUSTER_PREP_READY,    /* the coming windows' weights are in its cache */
+    CLUSTER_PREP_FAILED    /* it could not (cluster_head_prep_state's why) */
+} cluster_prep_state;
+
+/* The device asked the head for the model's bytes or hashes (TENSOR_GET):
+ * a worker without the model file, whose new layers must be fetched. */
+bool cluster_head_fetches(const cluster_head *h, int32_t dev);
+/* Sends PREPARE of plan p over members (ring.json indexes, as set_plan) to
+ * each ring.json device d with ask[d] (a member of p, usable); earlier
+ * answers are forgotten. Waits for nothing. */
+lares_status cluster_head_prepare(cluster_head *h, const cluster_plan *p, const int32_t *members,
+                                  const bool *ask, lares_error *err);
+/* Where the prepare stands for device dev (answers that came are taken in
+ * by every wait, and by cluster_head_drain); *fetched: bytes it fetched,
+ * *why: its reason when it failed (may be NULL). */
+cluster_prep_state cluster_head_prep_state(const cluster_head *h, int32_t dev, uint64_t *fetched,
+                                           const char **why);
+/* Forgets the prepare (a plan came first): later answers are dropped. */
+void cluster_head_prepare_off(cluster_head *h);
+
 /* Least round trip of `tries` PINGs with filler_bytes of filler to device dev
  * over the head's own connection. */
 lares_status cluster_head_ping(cluster_head *h, int32_t dev, uint32_t filler_bytes, int tries,
@@ -651,12 +699,14 @@ typedef struct cluster_figures {
  * device's windows in round order (api/ring_worker.c). */
 /* A worker's channel to its head for the model's bytes (issue 19): the
  * compute callbacks send TENSOR_GET and wait for the TENSOR_DATA answers
- * while they run (open and setup of a worker without the model file). */
+ * while they run (open and setup of a worker without the model file), and
+ * the prepare callback does the same on its own thread and link. */
 typedef struct cluster_ship_link cluster_ship_link;
 lares_status cluster_ship_send(cluster_ship_link *l, const cluster_tensor_get *g, lares_error *err);
 /* Waits up to timeout_ms for the next TENSOR_DATA; out->data stays valid
  * until the next call. LARES_ECANCELED when the head went away (the session
- * ended, or the worker is stopping), LARES_ENET when nothing came in time. */
+ * ended, or the worker is stopping) or the prepare was called off,
+ * LARES_ENET when nothing came in time. */
 lares_status cluster_ship_recv(cluster_ship_link *l, uint32_t timeout_ms, cluster_tensor_data *out,
                                lares_error *err);
 
@@ -685,6 +735,14 @@ typedef struct cluster_compute {
      * (write false) or into (write true) the KV cache. */
     lares_status (*kv_rows)(void *user, int32_t layer, int32_t pos0, int32_t n, bool write,
                             uint8_t *k, uint8_t *v, lares_error *err);
+    /* optional (NULL: nothing to fetch, every PREPARE is answered ready):
+     * makes the weights of the coming plan p's windows present, fetching
+     * them over `link`, on a thread of their own while the compute thread
+     * serves the plan in force (PREPARE, issue 19); must not change what the
+     * compute thread uses. *fetched: bytes that came over the network.
+     * LARES_ECANCELED when the link says the prepare was called off. */
+    lares_status (*prepare)(void *user, const cluster_plan_msg *p, cluster_ship_link *link,
+                            uint64_t *fetched, lares_error *err);
 } cluster_compute;
 
 typedef enum cluster_event_kind {

@@ -92,12 +92,38 @@ enum {
     WC_FRAME = 1,    /* network -> compute: a HELLO, PLAN, ACT or KV frame to act on */
     WC_RELEASE = 2,  /* network -> compute: the session is over */
     WC_QUIT = 3,     /* network -> compute: leave */
+    WC_CANCEL = 4,   /* network -> prepare: the prepare in progress is off */
     WC_TO_HEAD = 16, /* compute -> network: send this frame to the head */
     WC_TO_NEXT = 17, /* compute -> network: send this frame to the successor */
 };
 #define WC_CMD_BYTES 9
 
 typedef struct worker_compute worker_compute;
+
+/* A thread's channel to the head for the model's bytes (cluster_ship_send /
+ * cluster_ship_recv): the compute thread's (HELLO and PLAN of a worker
+ * without the file) and the prepare thread's (worker_prepare.c), each over
+ * its own pipe to the network thread, which sends the answers to whichever
+ * thread asked (docs/ring.md "Fetching in the background"). */
+struct cluster_ship_link {
+    void *pipe;           /* the thread's end of its pipe */
+    bool quit;            /* a WC_QUIT arrived while a transfer waited */
+    cluster_frame *frame; /* owned: decoding scratch (not the thread's: its frame is in use) */
+    zmq_msg_t last;       /* the frame the last answer points into */
+    bool have_last;
+};
+/* Drops the frame the last answer pointed into. */
+void ship_link_close(cluster_ship_link *l);
+
+typedef struct worker_prepare worker_prepare;
+
+/* Starts the prepare thread (worker_prepare.c): it runs cc->prepare for each
+ * PREPARE the network thread passes on, over its own ship link, and answers
+ * PREPARED; connected to the pipe bound at pipe_ep. */
+lares_status worker_prepare_start(void *zctx, const char *pipe_ep, const cluster_compute *cc,
+                                  worker_prepare **out, lares_error *err);
+/* Joins the thread (after WC_QUIT was sent) and frees it. */
+void worker_prepare_join(worker_prepare *wp);
 
 /* Starts the compute thread, connected to the pipe bound at pipe_ep. */
 lares_status worker_compute_start(void *zctx, const char *pipe_ep, const cluster_compute *cc,

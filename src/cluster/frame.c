@@ -30,6 +30,8 @@ static const char *const type_names[CLUSTER_FRAME_TYPE_END] = {
     [CLUSTER_KV_MIRROR] = "kv-mirror",
     [CLUSTER_TENSOR_GET] = "tensor-get",
     [CLUSTER_TENSOR_DATA] = "tensor-data",
+    [CLUSTER_PREPARE] = "prepare",
+    [CLUSTER_PREPARED] = "prepared",
 };
 
 const char *cluster_frame_type_name(uint32_t type) {
@@ -480,6 +482,18 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
     case CLUSTER_PLAN:
         dec_plan(&r, &out->u.plan);
         break;
+    case CLUSTER_PREPARE:
+        dec_plan(&r, &out->u.prepare);
+        r_check(&r, (out->u.prepare.flags & CLUSTER_PLAN_PROBE) == 0,
+                "a probe plan has no windows to prepare");
+        break;
+    case CLUSTER_PREPARED:
+        out->u.prepared.status = r_u32(&r, "status");
+        out->u.prepared.fetched_bytes = r_u64(&r, "fetched bytes");
+        r_str(&r, out->u.prepared.msg, CLUSTER_MAX_MSG, "message");
+        r_check(&r, out->u.prepared.status < LARES_STATUS_COUNT, "status %u",
+                out->u.prepared.status);
+        break;
     case CLUSTER_READY:
         out->u.ready.kv_bytes = r_u64(&r, "kv bytes");
         out->u.ready.n_windows = r_u32(&r, "window count");
@@ -606,8 +620,9 @@ size_t cluster_encode_welcome(uint8_t *buf, size_t cap, const cluster_welcome *x
     return finish(&w);
 }
 
-size_t cluster_encode_plan(uint8_t *buf, size_t cap, uint64_t session, const cluster_plan_msg *p) {
-    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_PLAN, session);
+static size_t encode_plan_body(uint8_t *buf, size_t cap, uint16_t type, uint64_t session,
+                               const cluster_plan_msg *p) {
+    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, type, session);
     w_u32(&w, p->self);
     w_u32(&w, p->n_ctx);
     w_u32(&w, p->n_batch);
@@ -626,6 +641,29 @@ size_t cluster_encode_plan(uint8_t *buf, size_t cap, uint64_t session, const clu
         w_bytes(&w, p->keys[d], CLUSTER_KEY_BYTES);
         w_str(&w, p->addr[d], CLUSTER_MAX_ADDR);
     }
+    return finish(&w);
+}
+
+size_t cluster_encode_plan(uint8_t *buf, size_t cap, uint64_t session, const cluster_plan_msg *p) {
+    return encode_plan_body(buf, cap, CLUSTER_PLAN, session, p);
+}
+
+size_t cluster_encode_prepare(uint8_t *buf, size_t cap, uint64_t session,
+                              const cluster_plan_msg *p) {
+    if (p->flags & CLUSTER_PLAN_PROBE) {
+        return 0;
+    }
+    return encode_plan_body(buf, cap, CLUSTER_PREPARE, session, p);
+}
+
+size_t cluster_encode_prepared(uint8_t *buf, size_t cap, uint64_t session,
+                               const cluster_prepared *p) {
+    char cut[CLUSTER_MAX_MSG + 1];
+    snprintf(cut, sizeof cut, "%s", p->msg);
+    wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_PREPARED, session);
+    w_u32(&w, p->status);
+    w_u64(&w, p->fetched_bytes);
+    w_str(&w, cut, CLUSTER_MAX_MSG);
     return finish(&w);
 }
 

@@ -25,7 +25,7 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-static uint64_t new_session_id(void) {
+uint64_t head_new_session_id(void) {
     static _Atomic uint64_t counter;
     uint64_t z = lares_now_ns() ^ ((uint64_t)getpid() << 40) ^
                  (atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15u);
@@ -141,6 +141,24 @@ static lares_status check_members(const cluster_head *h, const cluster_plan *p,
     return LARES_OK;
 }
 
+void head_plan_msg(const cluster_head *h, const cluster_plan *p, const int32_t *members,
+                   uint32_t flags, cluster_plan_msg *msg) {
+    msg->n_ctx = (uint32_t)h->n_ctx;
+    msg->n_batch = (uint32_t)h->n_batch;
+    msg->n_embd = (uint32_t)h->n_embd;
+    msg->act_dtype = h->act_dtype;
+    msg->kv_f16 = h->kv_f16 ? 1 : 0;
+    msg->flags = (uint16_t)flags;
+    msg->ping_bytes = (flags & CLUSTER_PLAN_PROBE) ? PROBE_PING_BYTES : 0;
+    msg->plan = *p;
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        const int32_t d = members[i];
+        memcpy(msg->keys[i], d == 0 ? h->head_key : h->dev[d].key, CLUSTER_KEY_BYTES);
+        snprintf(msg->addr[i], sizeof msg->addr[i], "%s", h->dev[d].address);
+        msg->link_delay_ms[i] = (uint32_t)h->dev[d].link_delay_ms;
+    }
+}
+
 lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const int32_t *members,
                                    uint32_t flags, lares_error *err) {
     if (h->broken) {
@@ -186,7 +204,7 @@ lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const
     }
     h->plan = *p;
     h->needs_plan = false;
-    h->session = new_session_id();
+    h->session = head_new_session_id();
     for (int32_t d = 1; d < h->n_cfg; d++) {
         if (h->pos_of[d] < 0 && was[d] >= 1 &&
             (h->state[d] == CLUSTER_DEV_SERVING || h->state[d] == CLUSTER_DEV_SUSPECT)) {
@@ -209,20 +227,7 @@ lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const
     if (msg == NULL) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
-    msg->n_ctx = (uint32_t)h->n_ctx;
-    msg->n_batch = (uint32_t)h->n_batch;
-    msg->n_embd = (uint32_t)h->n_embd;
-    msg->act_dtype = h->act_dtype;
-    msg->kv_f16 = h->kv_f16 ? 1 : 0;
-    msg->flags = (uint16_t)flags;
-    msg->ping_bytes = (flags & CLUSTER_PLAN_PROBE) ? PROBE_PING_BYTES : 0;
-    msg->plan = *p;
-    for (int32_t i = 0; i < p->n_dev; i++) {
-        const int32_t d = members[i];
-        memcpy(msg->keys[i], d == 0 ? h->head_key : h->dev[d].key, CLUSTER_KEY_BYTES);
-        snprintf(msg->addr[i], sizeof msg->addr[i], "%s", h->dev[d].address);
-        msg->link_delay_ms[i] = (uint32_t)h->dev[d].link_delay_ms;
-    }
+    head_plan_msg(h, p, members, flags, msg);
     /* from the last worker back: each worker's successor already knows the
      * plan (and so admits it) when the worker links to it */
     const int64_t wait_ms = (int64_t)h->connect_ms * 2 +

@@ -129,6 +129,13 @@ struct cluster_head {
                       const uint8_t *v);
     void *kv_mirror_user;
     bool ship_note; /* a device is being shipped weights: waits for it restart */
+    /* the model's bytes: devices that asked for them (workers without the
+     * file, issue 19), and the prepare of a coming plan (head_prepare.c) */
+    bool fetches[CLUSTER_MAX_DEVICES];
+    uint64_t prep_id; /* the PREPARE's session number; 0: none asked */
+    cluster_prep_state prep[CLUSTER_MAX_DEVICES];
+    uint64_t prep_fetched[CLUSTER_MAX_DEVICES];
+    char prep_why[CLUSTER_MAX_DEVICES][CLUSTER_MAX_MSG + 1];
 };
 
 /* filler of the bandwidth probes: a few hidden states' worth, small enough for
@@ -146,6 +153,14 @@ void head_set_state(cluster_head *h, int32_t d, cluster_dev_state to, const char
 lares_status head_device_failed(cluster_head *h, int32_t dev, uint32_t code, const char *msg,
                                 lares_error *err);
 lares_status head_pipe_send(cluster_head *h, int32_t dev, size_t len, lares_error *err);
+/* A fresh, unlikely-to-repeat session number (never 0). */
+uint64_t head_new_session_id(void);
+/* The PLAN body of plan p over members for the head's ring (self and
+ * n_threads are the caller's to set per device). */
+void head_plan_msg(const cluster_head *h, const cluster_plan *p, const int32_t *members,
+                   uint32_t flags, cluster_plan_msg *msg);
+/* head_prepare.c: a PREPARED of device dev (head_take_frame) */
+void head_prepared(cluster_head *h, int32_t dev, uint64_t session, const cluster_prepared *p);
 /* the model a worker answered with must be the head's */
 bool head_welcome_fits(cluster_head *h, int32_t d, const cluster_welcome *w, char *why, size_t cap);
 /* Waits up to wait_ms (< 0: as long as it takes) for a message on the pipe;

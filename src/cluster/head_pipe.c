@@ -258,6 +258,11 @@ lares_status head_take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_er
     if (fr->type == CLUSTER_TENSOR_GET) {
         /* the network thread's note: it ships weights to this device */
         h->ship_note = true;
+        h->fetches[*dev] = true;
+        goto done;
+    }
+    if (fr->type == CLUSTER_PREPARED) {
+        head_prepared(h, *dev, fr->session, &fr->u.prepared);
         goto done;
     }
     if (fr->type == CLUSTER_HEARTBEAT) {

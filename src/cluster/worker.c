@@ -4,7 +4,9 @@
  * heads and, for the current plan, the predecessor's key; a DEALER to the
  * successor; heartbeats both ways; PING answers and, under a probe plan, the
  * measurement of the hop to the successor; and the pipe to the compute
- * thread (worker_compute.c). A head that falls silent for its timeout is
+ * thread (worker_compute.c) and to the prepare thread (worker_prepare.c:
+ * the weights of a coming plan fetched in the background, the TENSOR_DATA
+ * answers routed to it while it runs). A head that falls silent for its timeout is
  * given up and the worker waits for the next one (docs/ring.md). Trouble with
  * a neighbour is reported to the head as PEER_LOST, naming the neighbour.
  */
@@ -31,6 +33,13 @@ struct cluster_worker {
     void *next, *next_mon; /* the link to the successor, while a plan needs one */
     void *pipe;            /* the network end of the pipe to the compute thread */
     char pipe_ep[64];
+    void *prep_pipe; /* the network end of the pipe to the prepare thread */
+    char prep_ep[64];
+    worker_prepare *wp;
+    /* a PREPARE is being served (its session number): the head's
+     * TENSOR_DATA answers go to the prepare thread until its PREPARED */
+    bool preparing;
+    uint64_t prep_session;
     char endpoint[CLUSTER_MAX_ADDR + 1];
     atomic_bool stop;
     worker_compute *wc;
@@ -143,14 +152,28 @@ static void emit(cluster_worker *w, cluster_event_kind kind, const char *fmt, ..
     w->o.on_event(&ev, w->o.user);
 }
 
-static void to_compute(cluster_worker *w, uint8_t op, zmq_msg_t *frame, uint64_t rx_ns) {
+static void to_thread(void *pipe, uint8_t op, zmq_msg_t *frame, uint64_t rx_ns) {
     uint8_t cmd[WC_CMD_BYTES] = {op};
     wr_u64le(cmd + 1, rx_ns);
     if (frame != NULL) {
-        net_pipe_send(w->pipe, cmd, sizeof cmd, ZMQ_SNDMORE);
-        net_pipe_msg_send(frame, w->pipe, 0);
+        net_pipe_send(pipe, cmd, sizeof cmd, ZMQ_SNDMORE);
+        net_pipe_msg_send(frame, pipe, 0);
     } else {
-        net_pipe_send(w->pipe, cmd, sizeof cmd, 0);
+        net_pipe_send(pipe, cmd, sizeof cmd, 0);
+    }
+}
+
+static void to_compute(cluster_worker *w, uint8_t op, zmq_msg_t *frame, uint64_t rx_ns) {
+    to_thread(w->pipe, op, frame, rx_ns);
+}
+
+/* calls a prepare in progress off: a plan came first, or the head went (the
+ * compute thread then waits for the prepare thread's hold on the weight
+ * cache, which it lets go at its next look at the pipe) */
+static void prepare_off(cluster_worker *w) {
+    if (w->preparing) {
+        to_thread(w->prep_pipe, WC_CANCEL, NULL, 0);
+        w->preparing = false;
     }
 }
 
@@ -189,6 +212,7 @@ static void close_next(cluster_worker *w) {
 
 /* ends the session with the current head; the worker waits for the next */
 static void drop_head(cluster_worker *w) {
+    prepare_off(w);
     if (w->state != W_IDLE) {
         to_compute(w, WC_RELEASE, NULL, 0);
     }
@@ -350,6 +374,7 @@ static void on_plan(cluster_worker *w, zmq_msg_t *m, uint64_t now) {
         send_error(w, w->head_rid, w->head_rid_len, 0, err.code, err.msg);
         return;
     }
+    prepare_off(w);
     close_next(w);
     lares_free(w->ping_buf);
     w->ping_buf = NULL;
@@ -461,9 +486,16 @@ static void on_router(cluster_worker *w, uint64_t now) {
                                                 rd_u64le(f + CLUSTER_HEADER_BYTES), 0));
         } else if (type == CLUSTER_PONG && from_head) {
             on_pong(w, &m, now);
+        } else if (from_head && type == CLUSTER_TENSOR_DATA && w->preparing) {
+            to_thread(w->prep_pipe, WC_FRAME, &m, now);
         } else if (from_head && (type == CLUSTER_KV_GET || type == CLUSTER_KV_DATA ||
                                  type == CLUSTER_TENSOR_DATA)) {
             to_compute(w, WC_FRAME, &m, now);
+        } else if (from_head && type == CLUSTER_PREPARE && w->state == W_SERVING) {
+            prepare_off(w); /* a newer coming plan replaces the one being prepared */
+            w->preparing = true;
+            w->prep_session = session;
+            to_thread(w->prep_pipe, WC_FRAME, &m, now);
         } else if (from_head && type == CLUSTER_PLAN) {
             on_plan(w, &m, now);
         } else if (type == CLUSTER_ACT && session == w->session && w->setup == SETUP_READY &&
@@ -696,6 +728,36 @@ static void on_compute(cluster_worker *w, uint64_t now) {
     }
 }
 
+/* the prepare thread's requests (TENSOR_GET) and its answer (PREPARED) go
+ * to the head; an answer of a prepare called off is dropped */
+static void on_prep(cluster_worker *w) {
+    for (;;) {
+        zmq_msg_t cmd, m;
+        zmq_msg_init(&cmd);
+        zmq_msg_init(&m);
+        bool more = false;
+        if (!net_recv_part(w->prep_pipe, &cmd, &more)) {
+            zmq_msg_close(&cmd);
+            zmq_msg_close(&m);
+            return;
+        }
+        if (more && net_pipe_msg_recv(&m, w->prep_pipe, 0) >= 0 &&
+            zmq_msg_size(&m) >= CLUSTER_HEADER_BYTES && w->state == W_SERVING) {
+            const uint8_t *f = zmq_msg_data(&m);
+            const uint16_t type = rd_u16le(f + 6);
+            const uint64_t session = rd_u64le(f + 8);
+            if (type == CLUSTER_PREPARED && (!w->preparing || session != w->prep_session)) {
+                /* called off */
+            } else {
+                w->preparing = w->preparing && type != CLUSTER_PREPARED;
+                send_head(w, f, zmq_msg_size(&m));
+            }
+        }
+        zmq_msg_close(&cmd);
+        zmq_msg_close(&m);
+    }
+}
+
 static void on_next(cluster_worker *w, uint64_t now) {
     for (;;) {
         zmq_msg_t m;
@@ -822,14 +884,22 @@ lares_status cluster_worker_run(cluster_worker *w, lares_error *err) {
     if (st != LARES_OK) {
         return st;
     }
+    st = worker_prepare_start(w->zctx, w->prep_ep, &w->o.compute, &w->wp, err);
+    if (st != LARES_OK) {
+        to_compute(w, WC_QUIT, NULL, 0);
+        worker_compute_join(w->wc);
+        w->wc = NULL;
+        return st;
+    }
     emit(w, CLUSTER_EV_LISTENING, "listening on %s%s; waiting for a head", w->endpoint,
          w->o.insecure ? " WITHOUT encryption or keys (--insecure)" : " (CURVE)");
     while (!atomic_load(&w->stop)) {
-        zmq_pollitem_t items[6];
+        zmq_pollitem_t items[7];
         int n = 0;
         items[n++] = (zmq_pollitem_t){.socket = w->router, .events = ZMQ_POLLIN};
         items[n++] = (zmq_pollitem_t){.socket = w->pipe, .events = ZMQ_POLLIN};
         items[n++] = (zmq_pollitem_t){.socket = w->router_mon, .events = ZMQ_POLLIN};
+        items[n++] = (zmq_pollitem_t){.socket = w->prep_pipe, .events = ZMQ_POLLIN};
         if (w->zap != NULL) {
             items[n++] = (zmq_pollitem_t){.socket = w->zap, .events = ZMQ_POLLIN};
         }
@@ -863,7 +933,10 @@ lares_status cluster_worker_run(cluster_worker *w, lares_error *err) {
         if (items[2].revents & ZMQ_POLLIN) {
             on_router_events(w, now);
         }
-        if (w->zap != NULL && (items[3].revents & ZMQ_POLLIN)) {
+        if (items[3].revents & ZMQ_POLLIN) {
+            on_prep(w);
+        }
+        if (w->zap != NULL && (items[4].revents & ZMQ_POLLIN)) {
             on_zap(w);
         }
         if (w->next != NULL && i_next < n) {
@@ -878,8 +951,11 @@ lares_status cluster_worker_run(cluster_worker *w, lares_error *err) {
         net_outbox_flush(&w->out, now);
     }
     drop_head(w);
+    to_thread(w->prep_pipe, WC_QUIT, NULL, 0);
     to_compute(w, WC_QUIT, NULL, 0);
+    worker_prepare_join(w->wp);
     worker_compute_join(w->wc);
+    w->wp = NULL;
     w->wc = NULL;
     return st;
 }
@@ -901,7 +977,7 @@ void cluster_worker_free(cluster_worker *w) {
         zmq_socket_monitor(w->router, NULL, 0);
         zmq_close(w->router);
     }
-    void *socks[] = {w->router_mon, w->zap, w->pipe};
+    void *socks[] = {w->router_mon, w->zap, w->pipe, w->prep_pipe};
     for (size_t i = 0; i < LARES_ARRAY_LEN(socks); i++) {
         if (socks[i] != NULL) {
             zmq_close(socks[i]);
@@ -998,6 +1074,13 @@ lares_status cluster_worker_create(const cluster_worker_opts *o, cluster_worker 
         st = net_socket(w->zctx, ZMQ_PAIR, &w->pipe, err);
         if (st == LARES_OK && zmq_bind(w->pipe, w->pipe_ep) != 0) {
             st = lares_fail(err, LARES_ENET, "worker pipe: %s", zmq_strerror(zmq_errno()));
+        }
+        snprintf(w->prep_ep, sizeof w->prep_ep, "inproc://lares-prepare-%p", (void *)w);
+        if (st == LARES_OK) {
+            st = net_socket(w->zctx, ZMQ_PAIR, &w->prep_pipe, err);
+        }
+        if (st == LARES_OK && zmq_bind(w->prep_pipe, w->prep_ep) != 0) {
+            st = lares_fail(err, LARES_ENET, "worker prepare pipe: %s", zmq_strerror(zmq_errno()));
         }
     }
     if (st != LARES_OK) {

@@ -17,17 +17,9 @@
 
 #include <pthread.h>
 
-struct cluster_ship_link {
-    worker_compute *wc;
-    cluster_frame *frame; /* owned: decoding scratch (not wc's: a HELLO or PLAN is in use) */
-    zmq_msg_t last;       /* the frame the last answer points into */
-    bool have_last;
-};
-
 struct worker_compute {
     void *pipe;
-    cluster_ship_link ship;
-    bool quit; /* a WC_QUIT arrived while a transfer waited */
+    cluster_ship_link ship; /* its quit: a WC_QUIT arrived while a transfer waited */
     pthread_t thread;
     cluster_compute cc;
     cluster_event_fn on_event;
@@ -441,20 +433,25 @@ lares_status cluster_ship_send(cluster_ship_link *l, const cluster_tensor_get *g
     if (n == 0) {
         return lares_fail(err, LARES_EINVAL, "a tensor request does not encode");
     }
-    reply(l->wc, WC_TO_HEAD, f, n);
+    uint8_t cmd[WC_CMD_BYTES] = {WC_TO_HEAD};
+    net_pipe_send(l->pipe, cmd, sizeof cmd, ZMQ_SNDMORE);
+    net_pipe_send(l->pipe, f, n, 0);
     return LARES_OK;
 }
 
-lares_status cluster_ship_recv(cluster_ship_link *l, uint32_t timeout_ms, cluster_tensor_data *out,
-                               lares_error *err) {
-    worker_compute *wc = l->wc;
+void ship_link_close(cluster_ship_link *l) {
     if (l->have_last) {
         zmq_msg_close(&l->last);
         l->have_last = false;
     }
+}
+
+lares_status cluster_ship_recv(cluster_ship_link *l, uint32_t timeout_ms, cluster_tensor_data *out,
+                               lares_error *err) {
+    ship_link_close(l);
     const uint64_t t0 = lares_now_ns();
     for (;;) {
-        if (wc->quit) {
+        if (l->quit) {
             return lares_fail(err, LARES_ECANCELED, "the worker is stopping");
         }
         const uint64_t spent = (lares_now_ns() - t0) / 1000000u;
@@ -462,7 +459,7 @@ lares_status cluster_ship_recv(cluster_ship_link *l, uint32_t timeout_ms, cluste
             return lares_fail(err, LARES_ENET, "no weights from the head within %u ms",
                               timeout_ms);
         }
-        zmq_pollitem_t it = {.socket = wc->pipe, .events = ZMQ_POLLIN};
+        zmq_pollitem_t it = {.socket = l->pipe, .events = ZMQ_POLLIN};
         if (zmq_poll(&it, 1, (long)LARES_MIN((uint64_t)timeout_ms - spent, 100u)) < 0 &&
             zmq_errno() != EINTR) {
             return lares_fail(err, LARES_ENET, "worker pipe: %s", zmq_strerror(zmq_errno()));
@@ -473,8 +470,8 @@ lares_status cluster_ship_recv(cluster_ship_link *l, uint32_t timeout_ms, cluste
         zmq_msg_t cmd, frame;
         zmq_msg_init(&cmd);
         zmq_msg_init(&frame);
-        if (net_pipe_msg_recv(&cmd, wc->pipe, 0) < 0 ||
-            (zmq_msg_more(&cmd) && net_pipe_msg_recv(&frame, wc->pipe, 0) < 0)) {
+        if (net_pipe_msg_recv(&cmd, l->pipe, 0) < 0 ||
+            (zmq_msg_more(&cmd) && net_pipe_msg_recv(&frame, l->pipe, 0) < 0)) {
             zmq_msg_close(&cmd);
             zmq_msg_close(&frame);
             return lares_fail(err, LARES_ENET, "worker pipe: %s", zmq_strerror(zmq_errno()));
@@ -482,11 +479,13 @@ lares_status cluster_ship_recv(cluster_ship_link *l, uint32_t timeout_ms, cluste
         const uint8_t op =
             zmq_msg_size(&cmd) == WC_CMD_BYTES ? ((const uint8_t *)zmq_msg_data(&cmd))[0] : WC_QUIT;
         zmq_msg_close(&cmd);
-        if (op == WC_QUIT || op == WC_RELEASE) {
+        if (op == WC_QUIT || op == WC_RELEASE || op == WC_CANCEL) {
             zmq_msg_close(&frame);
-            wc->quit = wc->quit || op == WC_QUIT;
+            l->quit = l->quit || op == WC_QUIT;
             return lares_fail(err, LARES_ECANCELED, "the head %s during the transfer",
-                              op == WC_QUIT ? "went away (the worker stops)" : "ended the session");
+                              op == WC_QUIT      ? "went away (the worker stops)"
+                              : op == WC_RELEASE ? "ended the session"
+                                                 : "called the prepare off (a plan came)");
         }
         lares_error derr = {0};
         if (op == WC_FRAME &&
@@ -560,15 +559,12 @@ static void *compute_main(void *arg) {
         }
         zmq_msg_close(&cmd);
         zmq_msg_close(&frame);
-        if (quit || wc->quit) {
+        if (quit || wc->ship.quit) {
             break;
         }
     }
     release(wc);
-    if (wc->ship.have_last) {
-        zmq_msg_close(&wc->ship.last);
-        wc->ship.have_last = false;
-    }
+    ship_link_close(&wc->ship);
     zmq_close(wc->pipe);
     wc->pipe = NULL;
     return NULL;
@@ -586,7 +582,6 @@ lares_status worker_compute_start(void *zctx, const char *pipe_ep, const cluster
         lares_free(wc);
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
-    wc->ship.wc = wc;
     wc->cc = *cc;
     wc->on_event = on_event;
     wc->user = user;
@@ -594,6 +589,7 @@ lares_status worker_compute_start(void *zctx, const char *pipe_ep, const cluster
     if (st == LARES_OK && zmq_connect(wc->pipe, pipe_ep) != 0) {
         st = lares_fail(err, LARES_ENET, "worker pipe: %s", zmq_strerror(zmq_errno()));
     }
+    wc->ship.pipe = wc->pipe;
     if (st == LARES_OK && net_thread_start(&wc->thread, compute_main, wc) != 0) {
         st = lares_fail(err, LARES_ENOMEM, "cannot start the compute thread");
     }
