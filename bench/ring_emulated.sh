@@ -65,23 +65,7 @@ for i in 1 2 3; do
 done
 cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
-L=$(python3 - "$MODEL" <<'EOF'
-import struct, sys
-f = open(sys.argv[1], "rb")
-magic, ver, n_t, n_kv = struct.unpack("<IIQQ", f.read(24))
-def s():
-    (n,) = struct.unpack("<Q", f.read(8)); return f.read(n).decode()
-size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-def val(t):
-    if t == 8: return s()
-    if t == 9:
-        (et, n) = struct.unpack("<IQ", f.read(12)); return [val(et) for _ in range(n)]
-    return int.from_bytes(f.read(size[t]), "little")
-for _ in range(n_kv):
-    k = s(); (t,) = struct.unpack("<I", f.read(4)); v = val(t)
-    if k.endswith(".block_count"): print(v); break
-EOF
-)
+L=$(tb_layers "$MODEL")
 [ -n "$L" ] || { echo "cannot read the layer count of $MODEL" >&2; exit 1; }
 echo "model $MODEL ($L layers); 4 devices: $QUOTA cores, memory $MEM, disk $DISK/s, link $RATE + $DELAY ms each; $NTOK tokens" >&2
 

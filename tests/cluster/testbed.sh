@@ -131,3 +131,23 @@ tb_launcher() {
 tb_ip() {
   echo "$TB_SUB.$((10 + $1))"
 }
+
+# tb_layers MODEL: the model's layer count (its GGUF header's *.block_count)
+tb_layers() {
+  python3 - "$1" <<'EOF'
+import struct, sys
+f = open(sys.argv[1], "rb")
+magic, ver, n_t, n_kv = struct.unpack("<IIQQ", f.read(24))
+def s():
+    (n,) = struct.unpack("<Q", f.read(8)); return f.read(n).decode()
+size = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def val(t):
+    if t == 8: return s()
+    if t == 9:
+        (et, n) = struct.unpack("<IQ", f.read(12)); return [val(et) for _ in range(n)]
+    return int.from_bytes(f.read(size[t]), "little")
+for _ in range(n_kv):
+    k = s(); (t,) = struct.unpack("<I", f.read(4)); v = val(t)
+    if k.endswith(".block_count"): print(v); break
+EOF
+}
