@@ -436,6 +436,19 @@ static void check_hostile(void) {
     h.timeout_ms = 50;
     n = cluster_encode_hello(b, sizeof b, &h);
     expect_refused(b, n, LARES_EFORMAT, "timeout", "hello with a timeout under the heartbeat");
+    /* HELLO flags: profile and survey are known, another bit is not */
+    h.timeout_ms = 1000;
+    h.flags = CLUSTER_HELLO_PROFILE | CLUSTER_HELLO_SURVEY;
+    n = cluster_encode_hello(b, sizeof b, &h);
+    {
+        lares_error e = {0};
+        static cluster_frame fr;
+        CHECK_OK(cluster_frame_decode(b, n, &fr, &e), &e);
+        CHECK(fr.u.hello.flags == (CLUSTER_HELLO_PROFILE | CLUSTER_HELLO_SURVEY));
+    }
+    h.flags = 4;
+    n = cluster_encode_hello(b, sizeof b, &h);
+    expect_refused(b, n, LARES_EFORMAT, "unknown flags 0x4", "hello with an unknown flag");
     /* KV op out of range */
     const cluster_kv kv = {.op = 9, .pos = 0};
     n = cluster_encode_kv(b, sizeof b, 1, CLUSTER_KV, &kv);

@@ -97,6 +97,10 @@ typedef enum cluster_kv_op {
 
 /* HELLO flags */
 #define CLUSTER_HELLO_PROFILE 1u /* measure yourself (cached) and send the profile in WELCOME */
+/* a survey (lares ring status), not a head that will run: a worker serving a
+ * head refuses it even when it has that head's key (a restarted head with
+ * the same key replaces the old one; a survey must never take its workers) */
+#define CLUSTER_HELLO_SURVEY 2u
 /* PLAN flags */
 #define CLUSTER_PLAN_KEEP_KV 1u /* a re-plan: keep the KV entries of the layers still held */
 #define CLUSTER_PLAN_PROBE   2u /* link and measure the hop to the successor; no windows */

@@ -278,7 +278,8 @@ static void dec_hello(rcur *r, cluster_hello *h) {
             h->heartbeat_ms);
     r_check(r, h->timeout_ms > h->heartbeat_ms && h->timeout_ms <= 600000,
             "timeout of %u ms (heartbeat %u ms)", h->timeout_ms, h->heartbeat_ms);
-    r_check(r, (h->flags & ~CLUSTER_HELLO_PROFILE) == 0, "unknown flags 0x%x", h->flags);
+    r_check(r, (h->flags & ~(CLUSTER_HELLO_PROFILE | CLUSTER_HELLO_SURVEY)) == 0,
+            "unknown flags 0x%x", h->flags);
     r_check(r, h->profile_ms <= CLUSTER_MAX_PROFILE_MS, "profile time of %u ms (at most %d)",
             h->profile_ms, CLUSTER_MAX_PROFILE_MS);
 }

@@ -44,7 +44,9 @@ static size_t encode_hello(cluster_head *h, int32_t d) {
                            .timeout_ms = h->timeout_ms,
                            /* a profile once: a device left out and asked again keeps it */
                            .flags =
-                               h->profile_ms > 0 && !h->has_profile[d] ? CLUSTER_HELLO_PROFILE : 0,
+                               (h->profile_ms > 0 && !h->has_profile[d] ? CLUSTER_HELLO_PROFILE
+                                                                        : 0) |
+                               (h->survey ? CLUSTER_HELLO_SURVEY : 0),
                            .profile_ms = h->profile_ms};
     snprintf(hello.model_path, sizeof hello.model_path, "%s", h->dev[d].model_path);
     snprintf(hello.head_name, sizeof hello.head_name, "%s", h->head_name);

@@ -336,7 +336,9 @@ static void on_hello(cluster_worker *w, const uint8_t *rid, size_t rid_len, zmq_
     }
     if (w->state != W_IDLE) {
         const bool same_conn = same_rid(rid, rid_len, w->head_rid, w->head_rid_len);
-        const bool same_key = keyed && memcmp(key, w->head_key, CLUSTER_KEY_BYTES) == 0;
+        /* the same key is the same head restarted, unless it only surveys */
+        const bool same_key = keyed && memcmp(key, w->head_key, CLUSTER_KEY_BYTES) == 0 &&
+                              !(h->flags & CLUSTER_HELLO_SURVEY);
         const uint64_t silent_ms = (now - w->last_head_rx) / 1000000u;
         if (!same_conn && !same_key && silent_ms <= w->timeout_ms) {
             char msg[1024];
