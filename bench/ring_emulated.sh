@@ -45,17 +45,13 @@ while [ $# -gt 0 ]; do
 done
 command -v jq >/dev/null || { echo "needs jq" >&2; exit 1; }
 [ -x "$LARES" ] || { echo "no lares binary at $LARES (set LARES)" >&2; exit 1; }
-BENCH=${LARES_BENCH_DIR:-/tmp/lares-bench}
-mkdir -p "$BENCH"
+. "$here/tests/cluster/testbed.sh"
 if [ -z "$MODEL" ]; then
-  MODEL=$BENCH/llama-7b-q4_k_m.gguf
-  [ -f "$MODEL" ] || "$LARES" synth --preset llama-7b --type q4_k_m -o "$MODEL" \
-    --vocab-from "$here/../shared/models/vocab/ggml-vocab-llama-spm.gguf" >&2 || exit 1
+  MODEL=$(tb_bench_model "$LARES" "$here") || exit 1
 fi
 MODEL=$(readlink -f "$MODEL")
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ring-emulated.XXXXXX")
 . "$here/tests/cluster/ring_lib.sh"
-. "$here/tests/cluster/testbed.sh"
 tb_check || exit 77
 export TB_LARES=$LARES TB_DISK_PATH=$MODEL
 tb_init || exit 1
