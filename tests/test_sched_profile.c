@@ -374,7 +374,10 @@ static void test_disk_cache(void) {
         CHECK_OK(sched_profile_disk(path, root, 300, &d, &info, &err), &err);
         printf("cold: seq %.3g stream %.3g direct %.3g B/s, cached share %.2f\n", d.disk_seq_Bps,
                d.disk_stream_Bps, d.disk_direct_Bps, d.disk_cached_share);
-        CHECKF(d.disk_cached_share == 0 && d.disk_stream_Bps > 0 && d.disk_seq_Bps > 0,
+        /* a few pages may stay (CI once saw 2.4 %: pages locked under a read
+         * still in flight on a loaded machine, which the profile retries
+         * once), but the file is cold and the figures are disk figures */
+        CHECKF(d.disk_cached_share < 0.05 && d.disk_stream_Bps > 0 && d.disk_seq_Bps > 0,
                "cached share %g, stream %g", d.disk_cached_share, d.disk_stream_Bps);
         CHECK(info.disk_test_bytes > 0);
     } else {
