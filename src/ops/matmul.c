@@ -23,10 +23,12 @@
 /* weight rows per work chunk: 16 rows of a 4096-wide Q4_0 matrix are 36 KiB,
  * which stays in L2 while all activation rows stream past it */
 #define CHUNK_ROWS 16
-/* weight bytes per work chunk of a mat-vec (one activation row): each thread
- * then reads long runs of consecutive rows, which the hardware prefetchers
- * follow; with 16-row chunks the two threads' chunks interleave every 18 KiB
- * and generation ran 15-20 % slower (issue 3, docs/performance.md) */
+/* weight bytes per work chunk of a mat-vec (one activation row, or the few
+ * rows of several sequences decoding together): with 16-row chunks taken
+ * from one shared counter the two threads' chunks interleaved every 18 KiB
+ * and generation ran 15-20 % slower (issue 3); each thread now walks a
+ * region of its own (mm_task), and this is only how finely the last chunks
+ * are shared out */
 #define GEMV_CHUNK_BYTES (128 * 1024)
 /* the least work worth another thread: a fork/join costs a few microseconds,
  * so about 64 KiB of weights (3 us of memory bandwidth) or 16k activations */
@@ -239,6 +241,22 @@ void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_i
     out->data = buf;
 }
 
+/* The chunks of a product (numbered across its matrices in memory order) are
+ * split into one contiguous region per thread. A thread takes the chunks of
+ * its own region from the front, so it reads one long run of weights that
+ * the hardware prefetchers follow; then it takes chunks from the back of the
+ * region with the most left, so a thread slowed by another program on its
+ * core still finishes with the others. A region is one atomic word: its next
+ * chunk in the low 32 bits and its end in the high 32, so owner and thief
+ * never take the same chunk. With one shared counter instead, the threads'
+ * chunks interleaved every GEMV_CHUNK_BYTES and generation ran 15-20 % slower
+ * (docs/performance.md, issue 14). */
+#define MM_REGIONS_MAX 64
+
+typedef struct mm_region {
+    _Alignas(64) atomic_uint_fast64_t span;
+} mm_region;
+
 typedef struct mm_task {
     int n;
     const ops_matrix *const *ws;
@@ -246,8 +264,44 @@ typedef struct mm_task {
     const ops_act *const *acts;
     int64_t chunk_end[OPS_MATMUL_MAX];  /* cumulative chunk counts per matrix */
     int64_t chunk_rows[OPS_MATMUL_MAX]; /* rows per chunk of each matrix */
-    atomic_int_fast64_t next;
+    int n_regions;
+    mm_region region[MM_REGIONS_MAX];
 } mm_task;
+
+static uint64_t span_of(int64_t next, int64_t end) {
+    return (uint64_t)next | (uint64_t)end << 32;
+}
+
+/* the next chunk of region r from its front (owner) or back (thief), -1 when empty */
+static int64_t mm_take(mm_region *r, bool back) {
+    uint64_t s = atomic_load_explicit(&r->span, memory_order_relaxed);
+    for (;;) {
+        const int64_t next = (int64_t)(s & 0xffffffffu), end = (int64_t)(s >> 32);
+        if (next >= end) {
+            return -1;
+        }
+        const uint64_t to = back ? span_of(next, end - 1) : span_of(next + 1, end);
+        if (atomic_compare_exchange_weak_explicit(&r->span, &s, to, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            return back ? end - 1 : next;
+        }
+    }
+}
+
+/* the region with the most chunks left, -1 when every one is empty */
+static int mm_fullest(mm_task *t) {
+    int best = -1;
+    int64_t most = 0;
+    for (int r = 0; r < t->n_regions; r++) {
+        const uint64_t s = atomic_load_explicit(&t->region[r].span, memory_order_relaxed);
+        const int64_t left = (int64_t)(s >> 32) - (int64_t)(s & 0xffffffffu);
+        if (left > most) {
+            most = left;
+            best = r;
+        }
+    }
+    return best;
+}
 
 /* rows [r0, r1) of matrix w against every activation row */
 static void mm_rows(const ops_matrix *w, const ops_act *a, float *y, int64_t r0, int64_t r1) {
@@ -302,14 +356,21 @@ static void mm_rows(const ops_matrix *w, const ops_act *a, float *y, int64_t r0,
 }
 
 static void mm_worker(void *vctx, int ith, int nth) {
-    (void)ith;
     (void)nth;
     mm_task *t = vctx;
-    const int64_t total = t->chunk_end[t->n - 1];
+    bool own = ith < t->n_regions;
     for (;;) {
-        int64_t chunk = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed);
-        if (chunk >= total) {
-            return;
+        int64_t chunk = own ? mm_take(&t->region[ith], false) : -1;
+        if (chunk < 0) {
+            own = false;
+            const int victim = mm_fullest(t);
+            if (victim < 0) {
+                return;
+            }
+            chunk = mm_take(&t->region[victim], true);
+            if (chunk < 0) {
+                continue;
+            }
         }
         int i = 0;
         while (chunk >= t->chunk_end[i]) {
@@ -355,7 +416,7 @@ void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_ac
     int64_t acc = 0;
     for (int i = 0; i < n; i++) {
         int64_t rows = CHUNK_ROWS;
-        if (acts[i]->n_rows == 1) {
+        if (acts[i]->n_rows == 1 || acts[i]->type == OPS_ACT_ROWS) {
             /* a multiple of 16 rows near GEMV_CHUNK_BYTES */
             rows = LARES_MAX((int64_t)CHUNK_ROWS,
                              (int64_t)(GEMV_CHUNK_BYTES / ws[i]->row_bytes) & ~(int64_t)15);
@@ -364,15 +425,20 @@ void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_ac
         acc += (ws[i]->n_out + rows - 1) / rows;
         t.chunk_end[i] = acc;
     }
-    atomic_init(&t.next, 0);
     /* work in weight bytes touched per activation row block */
     double bytes = 0;
     for (int i = 0; i < n; i++) {
         bytes += (double)ws[i]->row_bytes * ws[i]->n_out *
                  (double)LARES_MAX((int64_t)1, acts[i]->n_rows / QUANT_TILE_MAX);
     }
+    const int64_t total = t.chunk_end[n - 1];
     const int nth = LARES_MIN(ops_pool_threads_for(pool, bytes, MIN_BYTES_PER_THREAD),
-                              (int)LARES_MIN(t.chunk_end[n - 1], (int64_t)1 << 20));
+                              (int)LARES_MIN(total, (int64_t)1 << 20));
+    t.n_regions = pool == NULL ? 1 : LARES_MAX(1, LARES_MIN(nth, MM_REGIONS_MAX));
+    for (int r = 0; r < t.n_regions; r++) {
+        atomic_init(&t.region[r].span, span_of(total * r / t.n_regions,
+                                               total * (r + 1) / t.n_regions));
+    }
     if (pool == NULL || nth <= 1) {
         mm_worker(&t, 0, 1);
     } else {

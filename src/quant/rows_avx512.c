@@ -158,16 +158,25 @@ FORCE_INLINE __m512i load_quarters(const uint8_t *p, size_t bb) {
 
 /* Eight Q4_0 blocks as the four vectors of the layout: qs byte j holds
  * element j (low nibble) and j + 16 (high) */
-FORCE_INLINE void eight_q4_0(const uint8_t *p, __m512i v[4], __m512 *dw) {
+FORCE_INLINE void eight_q4_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i *base) {
     const size_t bb = sizeof(block_q4_0);
     const __m512i t = load_quarters(p + offsetof(block_q4_0, qs), bb);
     const __m512i u = load_quarters(p + 4 * bb + offsetof(block_q4_0, qs), bb);
     const __m512i lo = _mm512_unpacklo_epi64(t, u), hi = _mm512_unpackhi_epi64(t, u);
     const __m512i m4 = _mm512_set1_epi8(0x0f), k8 = _mm512_set1_epi8(8);
-    v[0] = _mm512_sub_epi8(_mm512_and_si512(lo, m4), k8);
-    v[1] = _mm512_sub_epi8(_mm512_and_si512(hi, m4), k8);
-    v[2] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(lo, 4), m4), k8);
-    v[3] = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(hi, 4), m4), k8);
+    const __m512i n0 = _mm512_and_si512(lo, m4), n1 = _mm512_and_si512(hi, m4);
+    const __m512i n2 = _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4);
+    const __m512i n3 = _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4);
+    /* -128 * sum(q - 8) over a lane's 16 codes = 128 * 8 * 16 - 128 * sum(q):
+     * the unsigned codes' sum (at most 60) fits a byte, so one VPDPBUSD
+     * instead of four */
+    *base = _mm512_dpbusd_epi32(_mm512_set1_epi32(128 * 8 * 16),
+                                _mm512_add_epi8(_mm512_add_epi8(n0, n1), _mm512_add_epi8(n2, n3)),
+                                _mm512_set1_epi8((char)-128));
+    v[0] = _mm512_sub_epi8(n0, k8);
+    v[1] = _mm512_sub_epi8(n1, k8);
+    v[2] = _mm512_sub_epi8(n2, k8);
+    v[3] = _mm512_sub_epi8(n3, k8);
     *dw = scale_eight(p, bb);
 }
 
@@ -200,6 +209,11 @@ FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
         _mm256_loadu_si256((const __m256i *)(const void *)b[1].qs), 1);
 }
 
+/* No software prefetch here: asking for the row 1-4 KiB ahead (as the AVX2
+ * single-row dots do) made this product slower out of cache on the AMD EPYC
+ * of 2026-11-25 (bench_gemm -c 1, 300 MB of weights: Q4_K 45 -> 36 G MAC/s);
+ * each thread reads one contiguous region (ops/matmul.c), which the hardware
+ * prefetchers follow. */
 enum rows_type { R_Q4_0, R_Q8_0, R_Q4_K, R_Q5_K, R_Q6_K };
 
 FORCE_INLINE size_t block_bytes(enum rows_type t) {
@@ -227,15 +241,16 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         __m512i v[4];
         __m512 dw;
         const uint8_t *p = w + (size_t)j * 8 * bb;
+        __m512i base;
         if (t == R_Q4_0) {
-            eight_q4_0(p, v, &dw);
+            eight_q4_0(p, v, &dw, &base);
         } else {
             eight_q8_0(p, v, &dw);
+            base = minus_128_sum(_mm512_setzero_si512(), v[0]);
+            base = minus_128_sum(base, v[1]);
+            base = minus_128_sum(base, v[2]);
+            base = _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(base, v[3]));
         }
-        __m512i base = minus_128_sum(_mm512_setzero_si512(), v[0]);
-        base = minus_128_sum(base, v[1]);
-        base = minus_128_sum(base, v[2]);
-        base = _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(base, v[3]));
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
