@@ -209,11 +209,18 @@ FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
         _mm256_loadu_si256((const __m256i *)(const void *)b[1].qs), 1);
 }
 
-/* No software prefetch here: asking for the row 1-4 KiB ahead (as the AVX2
- * single-row dots do) made this product slower out of cache on the AMD EPYC
- * of 2026-11-25 (bench_gemm -c 1, 300 MB of weights: Q4_K 45 -> 36 G MAC/s);
- * each thread reads one contiguous region (ops/matmul.c), which the hardware
- * prefetchers follow. */
+/* Software prefetch of the weight row, only with ROWS_PREFETCH_MIN_NC or
+ * more activation rows: with many rows each weight byte takes long enough
+ * that the hardware prefetchers fall behind (bench_gemm -k 2048 -n 131072,
+ * 300 MB of weights, one thread, AMD EPYC of 2026-11-25: 8 rows Q4_0 79-82 ->
+ * 116-125 G MAC/s and Q4_K 82 -> 119-130 with 2 KiB ahead; 6 rows Q4_0 87 ->
+ * 125, Q8_0 68 -> 91); with one or two rows it made the product slower (Q4_K
+ * one row 45 -> 36 with 1 KiB ahead, two rows 80 -> 74 with 2 KiB; each
+ * thread reads one contiguous region, ops/matmul.c, which those prefetchers
+ * follow) and four were even. */
+#define ROWS_PREFETCH_MIN_NC 4
+#define ROWS_PREFETCH_BYTES  2048
+
 enum rows_type { R_Q4_0, R_Q8_0, R_Q4_K, R_Q5_K, R_Q6_K };
 
 FORCE_INLINE size_t block_bytes(enum rows_type t) {
@@ -242,6 +249,11 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         __m512 dw;
         const uint8_t *p = w + (size_t)j * 8 * bb;
         __m512i base;
+        if (NC >= ROWS_PREFETCH_MIN_NC) {
+            for (size_t o = 0; o < 8 * bb; o += 64) {
+                _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
+            }
+        }
         if (t == R_Q4_0) {
             eight_q4_0(p, v, &dw, &base);
         } else {
@@ -446,6 +458,11 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
         __m256 mw = _mm256_setzero_ps();
         const uint8_t *p = w + (size_t)j * bb;
         const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j); /* row 0's floats */
+        if (NC >= ROWS_PREFETCH_MIN_NC) {
+            for (size_t o = 0; o < bb; o += 64) {
+                _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
+            }
+        }
         if (t == R_Q4_K) {
             super_q4_K(p, v, &dw[0], &mw);
         } else if (t == R_Q5_K) {
