@@ -157,7 +157,7 @@ grep -q 'connected' "$TMP/w2.log" && fail "the unpaired w2 was used" || ok
 # ---- lares devices: the paired workers' caches, sealed for this head ----
 # A worker refreshes its summary at most once a second, before an
 # announcement or an answer goes out; a scan right after a run may get the
-# one before (CI saw w1's empty summary once, 314 ms after the warm run): a
+# one before (a clean-clone run saw w1's empty summary once, 314 ms after the warm run): a
 # user's second look a second later shows the cache, so the check asks up to
 # four times, 0.7 s apart, and says how many it took.
 cache_ok() { # WORKER: the scan's summary of WORKER agrees with its own listing
