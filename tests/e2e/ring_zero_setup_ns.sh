@@ -156,10 +156,11 @@ grep -q 'connected' "$TMP/w2.log" && fail "the unpaired w2 was used" || ok
 
 # ---- lares devices: the paired workers' caches, sealed for this head ----
 # A worker refreshes its summary at most once a second, before an
-# announcement or an answer goes out; a scan right after a run may get the
-# one before (a clean-clone run saw w1's empty summary once, 314 ms after the warm run): a
-# user's second look a second later shows the cache, so the check asks up to
-# four times, 0.7 s apart, and says how many it took.
+# announcement or an answer goes out. One clean-clone run of the suite saw
+# w1's summary empty in a scan 314 ms after the warm run while w1's own
+# listing said 18/48 (why is not known: the warm run's scan should have
+# refreshed it). The check asks up to four times, 0.7 s apart (a user's
+# second look), and says when it took more than one.
 cache_ok() { # WORKER: the scan's summary of WORKER agrees with its own listing
   local held
   held=$("$LARES" worker --cache "$TMP/cache-$1" --cache-list 2>/dev/null | sed -n 3p | awk '{print $(NF-2)}')
