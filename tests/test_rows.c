@@ -2,8 +2,9 @@
  * The few-row product (quant.h: quant_rows_fmt, quant_rows_fn) of every
  * family this build and CPU carry, for every type that has one:
  *  1. the format: a row's codes and scales are the reference Q8_0
- *     quantization of it (the codes vec_dot's activations get), stored plus
- *     128, and for each block of 32 in the row's whole 256s
+ *     quantization of it (the codes vec_dot's activations get; the VNNI
+ *     families store them plus 128, AVX2 signed), and for each block of 32
+ *     in the row's whole 256s
  *     s = d * (sum of the codes), which the K-quants' minimums need;
  *  2. the product against a float64 oracle on the same quantized data (the
  *     weights dequantized by the scalar reference, the activations read back

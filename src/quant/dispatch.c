@@ -229,6 +229,7 @@ static void install(quant_traits *t, quant_isa isa) {
      * codes allow them (docs/kernels.md) */
     if (isa == QUANT_ISA_AVX2) {
         quant_install_gemm_avx2(t);
+        quant_install_rows_avx2(t);
     } else if (isa == QUANT_ISA_AVXVNNI) {
         quant_install_avxvnni_kquants(t);
         quant_install_gemm_avxvnni(t);

@@ -11,107 +11,30 @@
  * scales are plain vectors of eight blocks. The weights are transposed into
  * that order once for all rows (4 x 4 transposes of 32-bit words). A row's
  * last k % 256 elements go a block at a time, its eight lanes all of that
- * block. With AVX2 alone (VPMADDUBSW + VPMADDWD + VPADDD for each VPDPBUSD)
- * the same walk measured no faster than the row tiles (bench_gemm: 0.9-1.03x),
- * so that family keeps them.
+ * block. AVX2 alone walks Q4_0 the same way with int16 sums (rows_avx2.c).
  *
- * Layout of an activation row: the codes plus 128, for each 256 elements the
- * eight 32-byte vectors above (byte 4b + i of vector v: element 4v + i of
- * block b), then the last k % 256 in element order; then one float per block
- * of 32 (its scale), in element order.
+ * Layout of an activation row: rows_x86.h, the codes plus 128, one float per
+ * block of 32 (its scale).
  */
-#include "quant/kernels.h"
-#include "quant/q8_avx2.h"
+#include "quant/rows_x86.h"
 
-#include <immintrin.h>
-#include <string.h>
-
-#define FORCE_INLINE static inline __attribute__((always_inline))
-#define SUPER        256
-
-/* ---- activations ---- */
+/* ---- activations: the codes plus 128 (rows_x86.h) ---- */
 
 static void rows_from_float(const float *restrict x, int64_t k, void *restrict row) {
-    uint8_t *codes = row;
-    const int64_t n_super = k / SUPER;
-    float *d = (float *)(void *)(codes + k);
-    for (int64_t g = 0; g < k / QUANT_PANEL_GROUP; g++) {
-        __m256i q[4];
-        /* the codes of vec_dot's Q8_0 activations, and their fp16-rounded scale */
-        d[g] = _cvtsh_ss(_cvtss_sh(q8_codes_avx2(x + g * QUANT_PANEL_GROUP, q), 0));
-        uint8_t c[32];
-        _mm256_storeu_si256((__m256i *)(void *)c,
-                            _mm256_xor_si256(q8_pack_avx2(q), _mm256_set1_epi8((char)0x80)));
-        if (g / 8 < n_super) {
-            uint8_t *v = codes + (g / 8) * SUPER;
-            const int b = (int)(g % 8);
-            for (int vi = 0; vi < 8; vi++) {
-                memcpy(v + 32 * vi + 4 * b, c + 4 * vi, 4);
-            }
-        } else {
-            memcpy(codes + g * QUANT_PANEL_GROUP, c, 32);
-        }
-    }
+    rows256_from_float(x, k, row, 0x80, false);
 }
 
 static void rows_to_q8_0(const void *restrict row, int64_t k, void *restrict blocks) {
-    const uint8_t *codes = row;
-    const int64_t n_super = k / SUPER;
-    const float *d = (const float *)(const void *)(codes + k);
-    block_q8_0 *out = blocks;
-    for (int64_t g = 0; g < k / QUANT_PANEL_GROUP; g++) {
-        uint8_t c[32];
-        if (g / 8 < n_super) {
-            const uint8_t *v = codes + (g / 8) * SUPER;
-            for (int vi = 0; vi < 8; vi++) {
-                memcpy(c + 4 * vi, v + 32 * vi + 4 * (g % 8), 4);
-            }
-        } else {
-            memcpy(c, codes + g * QUANT_PANEL_GROUP, 32);
-        }
-        out[g].d = (lares_f16)_cvtss_sh(d[g], 0);
-        for (int e = 0; e < 32; e++) {
-            out[g].qs[e] = (int8_t)(c[e] ^ 0x80);
-        }
-    }
+    rows256_to_q8_0(row, k, blocks, 0x80);
 }
 
-static const quant_rows_fmt rows_fmt = {.from_float = rows_from_float,
-                                                   .to_q8_0 = rows_to_q8_0};
+static const quant_rows_fmt rows_fmt = {.from_float = rows_from_float, .to_q8_0 = rows_to_q8_0};
 
 /* ---- products ---- */
 
 /* acc + the sums of four products of unsigned a and signed w per int32 lane */
 FORCE_INLINE __m256i dot4(__m256i acc, __m256i a, __m256i w) {
     return _mm256_dpbusd_avx_epi32(acc, a, w);
-}
-
-/* the eight blocks' fp16 scales, bb bytes apart, as floats */
-FORCE_INLINE __m256 scales8(const uint8_t *p, size_t bb) {
-    lares_f16 d[8];
-#pragma GCC unroll 8
-    for (int b = 0; b < 8; b++) {
-        memcpy(&d[b], p + (size_t)b * bb, 2);
-    }
-    return _mm256_cvtph_ps(_mm_setr_epi16((short)d[0], (short)d[1], (short)d[2], (short)d[3],
-                                          (short)d[4], (short)d[5], (short)d[6], (short)d[7]));
-}
-
-/* word j of the 16 bytes at p + b * bb, for blocks b = 0..7, in t[j] */
-FORCE_INLINE void transpose8x4(const uint8_t *p, size_t bb, __m256i t[4]) {
-    __m256i y[4];
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++) {
-        y[i] = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p + i * bb))),
-            _mm_loadu_si128((const __m128i *)(const void *)(p + (4 + (size_t)i) * bb)), 1);
-    }
-    const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
-    const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
-    t[0] = _mm256_unpacklo_epi64(t0, t2);
-    t[1] = _mm256_unpackhi_epi64(t0, t2);
-    t[2] = _mm256_unpacklo_epi64(t1, t3);
-    t[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
 enum rows_type { R_Q4_0, R_Q8_0 };
@@ -216,10 +139,7 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         }
     }
     for (int c = 0; c < NC; c++) {
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[c]), _mm256_extractf128_ps(acc[c], 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        y[(size_t)c * ldy] = _mm_cvtss_f32(h);
+        y[(size_t)c * ldy] = hsum8(acc[c]);
     }
 }
 

@@ -1,0 +1,118 @@
+/*
+ * The 256-bit layout of the few-row product (quant.h: quant_rows_fmt) that
+ * rows_avxvnni.c and rows_avx2.c share: a weight row is walked 256 elements
+ * (eight blocks of 32) at a time, and an int32 lane holds one whole block, so
+ * the scales of eight blocks are plain vectors.
+ *
+ * Layout of an activation row: the codes (xor `bias`: 0x80 makes them
+ * VPDPBUSD's unsigned operand, 0 keeps them signed), for each 256 elements
+ * eight 32-byte vectors (byte 4b + i of vector v: element 4v + i of block b),
+ * then the last k % 256 in element order; then one float per block of 32 (its
+ * scale d), in element order; then, where the family asks for them, one float
+ * per block, d * (sum of its signed codes). For files compiled with AVX2.
+ */
+#ifndef LARES_QUANT_ROWS_X86_H
+#define LARES_QUANT_ROWS_X86_H
+
+#include "quant/kernels.h"
+#include "quant/q8_avx2.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define FORCE_INLINE static inline __attribute__((always_inline))
+#define SUPER        256
+
+/* the row in the layout above; sums: also the block sums after the scales */
+static inline void rows256_from_float(const float *restrict x, int64_t k, void *restrict row,
+                                      uint8_t bias, bool sums) {
+    uint8_t *codes = row;
+    const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
+    float *d = (float *)(void *)(codes + k);
+    for (int64_t g = 0; g < n_blocks; g++) {
+        __m256i q[4];
+        /* the codes of vec_dot's Q8_0 activations, and their fp16-rounded scale */
+        d[g] = _cvtsh_ss(_cvtss_sh(q8_codes_avx2(x + g * QUANT_PANEL_GROUP, q), 0));
+        if (sums) {
+            const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
+                                               _mm256_add_epi32(q[2], q[3]));
+            int32_t l[8];
+            _mm256_storeu_si256((__m256i *)(void *)l, s);
+            d[n_blocks + g] = d[g] * (float)(l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7]);
+        }
+        uint8_t c[32];
+        _mm256_storeu_si256((__m256i *)(void *)c,
+                            _mm256_xor_si256(q8_pack_avx2(q), _mm256_set1_epi8((char)bias)));
+        if (g / 8 < n_super) {
+            uint8_t *v = codes + (g / 8) * SUPER;
+            const int b = (int)(g % 8);
+            for (int vi = 0; vi < 8; vi++) {
+                memcpy(v + 32 * vi + 4 * b, c + 4 * vi, 4);
+            }
+        } else {
+            memcpy(codes + g * QUANT_PANEL_GROUP, c, 32);
+        }
+    }
+}
+
+/* the row back as Q8_0 blocks */
+static inline void rows256_to_q8_0(const void *restrict row, int64_t k, void *restrict blocks,
+                                   uint8_t bias) {
+    const uint8_t *codes = row;
+    const int64_t n_super = k / SUPER;
+    const float *d = (const float *)(const void *)(codes + k);
+    block_q8_0 *out = blocks;
+    for (int64_t g = 0; g < k / QUANT_PANEL_GROUP; g++) {
+        uint8_t c[32];
+        if (g / 8 < n_super) {
+            const uint8_t *v = codes + (g / 8) * SUPER;
+            for (int vi = 0; vi < 8; vi++) {
+                memcpy(c + 4 * vi, v + 32 * vi + 4 * (g % 8), 4);
+            }
+        } else {
+            memcpy(c, codes + g * QUANT_PANEL_GROUP, 32);
+        }
+        out[g].d = (lares_f16)_cvtss_sh(d[g], 0);
+        for (int e = 0; e < 32; e++) {
+            out[g].qs[e] = (int8_t)(c[e] ^ bias);
+        }
+    }
+}
+
+/* the eight blocks' fp16 scales, bb bytes apart, as floats */
+FORCE_INLINE __m256 scales8(const uint8_t *p, size_t bb) {
+    lares_f16 d[8];
+#pragma GCC unroll 8
+    for (int b = 0; b < 8; b++) {
+        memcpy(&d[b], p + (size_t)b * bb, 2);
+    }
+    return _mm256_cvtph_ps(_mm_setr_epi16((short)d[0], (short)d[1], (short)d[2], (short)d[3],
+                                          (short)d[4], (short)d[5], (short)d[6], (short)d[7]));
+}
+
+/* word j of the 16 bytes at p + b * bb, for blocks b = 0..7, in t[j] */
+FORCE_INLINE void transpose8x4(const uint8_t *p, size_t bb, __m256i t[4]) {
+    __m256i y[4];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        y[i] = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p + i * bb))),
+            _mm_loadu_si128((const __m128i *)(const void *)(p + (4 + (size_t)i) * bb)), 1);
+    }
+    const __m256i t0 = _mm256_unpacklo_epi32(y[0], y[1]), t1 = _mm256_unpackhi_epi32(y[0], y[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(y[2], y[3]), t3 = _mm256_unpackhi_epi32(y[2], y[3]);
+    t[0] = _mm256_unpacklo_epi64(t0, t2);
+    t[1] = _mm256_unpackhi_epi64(t0, t2);
+    t[2] = _mm256_unpacklo_epi64(t1, t3);
+    t[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* the 8 lanes of v added */
+FORCE_INLINE float hsum8(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+#endif /* LARES_QUANT_ROWS_X86_H */
