@@ -65,6 +65,7 @@ static void on_signal(int sig) {
 typedef struct out_state {
     int verbosity;
     pthread_mutex_t mu;
+    disc_announcer *an; /* zero setup's announcer while it runs (under mu) */
 } out_state;
 
 static void on_event(const lares_worker_event *ev, void *user) {
@@ -83,6 +84,11 @@ static void on_event(const lares_worker_event *ev, void *user) {
     struct tm tm;
     localtime_r(&ts.tv_sec, &tm);
     pthread_mutex_lock(&os->mu);
+    if (ev->kind == LARES_WORKER_FETCH) {
+        /* weights came into the cache: the sealed summary of the next answer
+         * says so, not the one refreshed before they arrived */
+        disc_announcer_refresh_soon(os->an);
+    }
     fprintf(stderr, "%02d:%02d:%02d.%03ld worker %s: %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
             ts.tv_nsec / 1000000, tag[ev->kind], ev->text);
     fflush(stderr);
@@ -308,6 +314,9 @@ static bool zs_start(zero_setup *z, lares_worker *w, const char *listen) {
         app_fail(&err);
         return false;
     }
+    pthread_mutex_lock(&z->os->mu);
+    z->os->an = z->an;
+    pthread_mutex_unlock(&z->os->mu);
     char fp[DISC_FINGERPRINT_LEN + 1];
     disc_fingerprint(z->key.public_key, fp);
     say(z->os, "worker %s, key %s (%s): ring on port %u, pairing on port %u, discovery on UDP "
@@ -322,6 +331,9 @@ static bool zs_start(zero_setup *z, lares_worker *w, const char *listen) {
 }
 
 static void zs_stop(zero_setup *z) {
+    pthread_mutex_lock(&z->os->mu);
+    z->os->an = NULL;
+    pthread_mutex_unlock(&z->os->mu);
     disc_announcer_stop(z->an);
     disc_pair_service_stop(z->ps);
 }

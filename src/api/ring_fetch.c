@@ -306,12 +306,12 @@ static lares_status transfer(api_fetch *f, const char *what, const bool *need, u
     const uint64_t end = lares_now_ns();
     f->fetched_bytes = x.done;
     f->fetch_ms = (double)(end - x.t0) / 1e6;
-    if (st == LARES_OK) {
-        report(&x, end, true);
-    }
     lares_error serr = {0};
     if (wcache_sync(f->cache, &serr) != LARES_OK && st == LARES_OK) {
         st = lares_fail(err, serr.code, "%s", serr.msg);
+    }
+    if (st == LARES_OK) { /* after the sync: the cache's listing now holds what came */
+        report(&x, end, true);
     }
     if (x.h != NULL) {
         uint8_t junk[WCACHE_SHA256_BYTES];

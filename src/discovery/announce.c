@@ -28,6 +28,7 @@ struct disc_announcer {
     disc_refresh_fn refresh;
     void *user;
     uint64_t refreshed_ms; /* when refresh last ran */
+    _Atomic bool stale;    /* refresh at the next chance (disc_announcer_refresh_soon) */
     uint8_t msg[DISC_BEACON_MAX];
     size_t msg_len;
     uint32_t interval_ms;
@@ -61,7 +62,11 @@ static void join_groups(const disc_announcer *a) {
 /* Lets the worker update its announcement; a refresh that makes it invalid
  * is dropped (the last valid one stays). */
 static void refresh(disc_announcer *a, uint64_t now_ms) {
-    if (a->refresh == NULL || now_ms - a->refreshed_ms < REFRESH_EVERY_MS) {
+    if (a->refresh == NULL) {
+        return;
+    }
+    const bool stale = atomic_exchange(&a->stale, false);
+    if (!stale && now_ms - a->refreshed_ms < REFRESH_EVERY_MS) {
         return;
     }
     a->refreshed_ms = now_ms;
@@ -249,6 +254,12 @@ lares_status disc_announcer_start(const disc_opts *o, const disc_beacon *self,
     }
     *out = a;
     return LARES_OK;
+}
+
+void disc_announcer_refresh_soon(disc_announcer *a) {
+    if (a != NULL) {
+        atomic_store(&a->stale, true);
+    }
 }
 
 void disc_announcer_stop(disc_announcer *a) {

@@ -142,7 +142,8 @@ bool disc_send_to(int fd, const disc_dest *d, const uint8_t *buf, size_t len);
 
 typedef struct disc_announcer disc_announcer;
 /* Called on the announcer's thread before an announcement goes out (at most
- * once a second): may change what *b says (its sealed summaries). */
+ * once a second, unless disc_announcer_refresh_soon asked for it): may change
+ * what *b says (its sealed summaries). */
 typedef void (*disc_refresh_fn)(void *user, disc_beacon *b);
 /* Binds the UDP port (any address), joins the multicast group on the chosen
  * interfaces, and from a thread answers every query with `self` (unicast to
@@ -152,6 +153,10 @@ lares_status disc_announcer_start(const disc_opts *o, const disc_beacon *self,
                                   uint32_t interval_ms, disc_refresh_fn refresh, void *user,
                                   disc_announcer **out, lares_error *err);
 void disc_announcer_stop(disc_announcer *a);
+/* What the refresh function reports has changed (a model came into the weight
+ * cache): the next announcement or answer refreshes first, even within the
+ * second of the last refresh. Any thread; NULL does nothing. */
+void disc_announcer_refresh_soon(disc_announcer *a);
 
 /* ---- a head's scan ---- */
 

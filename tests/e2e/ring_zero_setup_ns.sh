@@ -156,12 +156,12 @@ grep -q 'connected' "$TMP/w2.log" && fail "the unpaired w2 was used" || ok
 
 # ---- lares devices: the paired workers' caches, sealed for this head ----
 # A worker refreshes its summary at most once a second, before an
-# announcement or an answer goes out. The first run's scan refreshes it
-# before any weights arrive, and with this tiny model the three runs and
-# this scan can all fall within that second: one clean-clone run of the
-# suite saw w1's summary empty here while w1's own listing said 18/48. The
-# check asks up to four times, 0.7 s apart (a user's second look), and
-# says when it took more than one.
+# announcement or an answer goes out, and at once after a fetch ends (the
+# first run's scan refreshed it before any weights arrived, and with this
+# tiny model the runs and this scan could all fall within that second: a
+# clean-clone run once saw w1's summary empty here). So the first scan must
+# agree; the check asks up to four times, 0.7 s apart, only to tell a late
+# summary (the refresh after the fetch missed) from a wrong one.
 cache_ok() { # WORKER: the scan's summary of WORKER agrees with its own listing
   local held
   held=$("$LARES" worker --cache "$TMP/cache-$1" --cache-list 2>/dev/null | sed -n 3p | awk '{print $(NF-2)}')
@@ -174,7 +174,7 @@ for try in 1 2 3 4; do
   cache_ok w1 && cache_ok w3 && break
   sleep 0.7
 done
-[ "$try" -gt 1 ] && echo "devices: the cache summaries agreed at scan $try"
+[ "$try" -eq 1 ] && ok || fail "devices: the cache summaries agreed only at scan $try (the summary was not refreshed after the fetch)"
 for w in w1 w3; do
   cache_ok "$w" && ok || fail "devices: $w's cache (its own listing: $("$LARES" worker --cache "$TMP/cache-$w" --cache-list 2>/dev/null | sed -n 3p)): $(cat "$TMP/dev-cache.json")"
 done
