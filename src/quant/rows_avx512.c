@@ -180,8 +180,15 @@ FORCE_INLINE void eight_q4_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i
     *dw = scale_eight(p, bb);
 }
 
-/* Eight Q8_0 blocks: elements 0-15 and 16-31 of each block in quarters */
-FORCE_INLINE void eight_q8_0(const uint8_t *p, __m512i v[4], __m512 *dw) {
+/* -128 * (sum of the four products' weights) per lane: what the +128 of the
+ * activation codes adds to every row's sums */
+FORCE_INLINE __m512i minus_128_sum(__m512i acc, __m512i w) {
+    return _mm512_dpbusd_epi32(acc, _mm512_set1_epi8((char)0x80), w);
+}
+
+/* Eight Q8_0 blocks: elements 0-15 and 16-31 of each block in quarters, and
+ * (as eight_q4_0) the rows' starting sums -128 * sum(w) */
+FORCE_INLINE void eight_q8_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i *base) {
     const size_t bb = sizeof(block_q8_0);
     const uint8_t *q = p + offsetof(block_q8_0, qs);
     const __m512i t = load_quarters(q, bb), t2 = load_quarters(q + 16, bb);
@@ -191,6 +198,10 @@ FORCE_INLINE void eight_q8_0(const uint8_t *p, __m512i v[4], __m512 *dw) {
     v[2] = _mm512_unpacklo_epi64(t2, u2);
     v[3] = _mm512_unpackhi_epi64(t2, u2);
     *dw = scale_eight(p, bb);
+    __m512i b = minus_128_sum(_mm512_setzero_si512(), v[0]);
+    b = minus_128_sum(b, v[1]);
+    b = minus_128_sum(b, v[2]);
+    *base = _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(b, v[3]));
 }
 
 /* the 64 codes of blocks b and b + 1 of a Q4_0 row, signed, in element order */
@@ -221,16 +232,19 @@ FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
 #define ROWS_PREFETCH_MIN_NC 4
 #define ROWS_PREFETCH_BYTES  2048
 
+/* the n bytes of weights at p, ROWS_PREFETCH_BYTES ahead, with NC rows */
+FORCE_INLINE void prefetch_ahead(int NC, const uint8_t *p, size_t n) {
+    if (NC >= ROWS_PREFETCH_MIN_NC) {
+        for (size_t o = 0; o < n; o += 64) {
+            _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
+        }
+    }
+}
+
 enum rows_type { R_Q4_0, R_Q8_0, R_Q4_K, R_Q5_K, R_Q6_K };
 
 FORCE_INLINE size_t block_bytes(enum rows_type t) {
     return t == R_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-}
-
-/* -128 * (sum of the four products' weights) per lane: what the +128 of the
- * activation codes adds to every row's sums */
-FORCE_INLINE __m512i minus_128_sum(__m512i acc, __m512i w) {
-    return _mm512_dpbusd_epi32(acc, _mm512_set1_epi8((char)0x80), w);
 }
 
 /* One weight row against NC activation rows. */
@@ -249,19 +263,11 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         __m512 dw;
         const uint8_t *p = w + (size_t)j * 8 * bb;
         __m512i base;
-        if (NC >= ROWS_PREFETCH_MIN_NC) {
-            for (size_t o = 0; o < 8 * bb; o += 64) {
-                _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
-            }
-        }
+        prefetch_ahead(NC, p, 8 * bb);
         if (t == R_Q4_0) {
             eight_q4_0(p, v, &dw, &base);
         } else {
-            eight_q8_0(p, v, &dw);
-            base = minus_128_sum(_mm512_setzero_si512(), v[0]);
-            base = minus_128_sum(base, v[1]);
-            base = minus_128_sum(base, v[2]);
-            base = _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(base, v[3]));
+            eight_q8_0(p, v, &dw, &base);
         }
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
@@ -458,11 +464,7 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
         __m256 mw = _mm256_setzero_ps();
         const uint8_t *p = w + (size_t)j * bb;
         const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j); /* row 0's floats */
-        if (NC >= ROWS_PREFETCH_MIN_NC) {
-            for (size_t o = 0; o < bb; o += 64) {
-                _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
-            }
-        }
+        prefetch_ahead(NC, p, bb);
         if (t == R_Q4_K) {
             super_q4_K(p, v, &dw[0], &mw);
         } else if (t == R_Q5_K) {

@@ -170,34 +170,37 @@ static double thread_cpu_s(void) {
  * held[b] set for each `unit`-byte block b of which more than 1/HELD_SHARE is
  * still there afterwards (pages another process maps, which DONTNEED leaves).
  * Returns how many blocks are held. */
-static size_t evict_file(const mem_file *mf, uint64_t unit, bool *held, size_t n_blocks,
+/* Drops the file from the page cache once; marks and counts the blocks of
+ * `unit` bytes that stayed resident all the same. */
+static size_t evict_once(const mem_file *mf, uint64_t unit, bool *held, size_t n_blocks,
                          mem_span *span) {
-    size_t n_held = 0;
-    /* A page whose read is still in flight (the kernel's read-ahead past the
-     * last block a test read) is locked, and DONTNEED leaves it too: when
-     * only some blocks stayed, the second try, after that I/O had time to
-     * end, tells them from the pages another process maps. */
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (attempt > 0) {
-            if (n_held == 0 || n_held == n_blocks) {
-                break;
-            }
-            const struct timespec wait = {0, 10 * 1000 * 1000};
-            (void)nanosleep(&wait, NULL);
-        }
 #if defined(POSIX_FADV_DONTNEED)
-        (void)posix_fadvise(mf->fd, 0, 0, POSIX_FADV_DONTNEED);
+    (void)posix_fadvise(mf->fd, 0, 0, POSIX_FADV_DONTNEED);
 #endif
-        n_held = 0;
-        for (size_t b = 0; b < n_blocks; b++) {
-            const uint64_t lo = b * unit, hi = LARES_MIN(lo + unit, mf->bytes);
-            mem_span_clear(span);
-            held[b] = mem_span_add(span, lo, hi, NULL) == LARES_OK &&
-                      mem_resident_bytes(mf, span) * HELD_SHARE > hi - lo;
-            n_held += held[b];
-        }
+    size_t n_held = 0;
+    for (size_t b = 0; b < n_blocks; b++) {
+        const uint64_t lo = b * unit, hi = LARES_MIN(lo + unit, mf->bytes);
+        mem_span_clear(span);
+        held[b] = mem_span_add(span, lo, hi, NULL) == LARES_OK &&
+                  mem_resident_bytes(mf, span) * HELD_SHARE > hi - lo;
+        n_held += held[b];
     }
     return n_held;
+}
+
+/* A page whose read is still in flight (the kernel's read-ahead past the last
+ * block a test read) is locked, and DONTNEED leaves it too: when only some
+ * blocks stayed, a second try, after that I/O had time to end, tells them
+ * from the pages another process maps. */
+static size_t evict_file(const mem_file *mf, uint64_t unit, bool *held, size_t n_blocks,
+                         mem_span *span) {
+    const size_t n_held = evict_once(mf, unit, held, n_blocks, span);
+    if (n_held == 0 || n_held == n_blocks) {
+        return n_held;
+    }
+    const struct timespec wait = {0, 10 * 1000 * 1000};
+    (void)nanosleep(&wait, NULL);
+    return evict_once(mf, unit, held, n_blocks, span);
 }
 
 /* The reads of one test: bytes timed and the seconds spent on them; bytes
