@@ -29,13 +29,8 @@ static void rows_to_q8_0(const void *restrict row, int64_t k, void *restrict blo
     rows256_to_q8_0(row, k, blocks, 0);
 }
 
-static void rows_to_sums(const void *restrict row, int64_t k, float *restrict sums) {
-    const float *s = (const float *)(const void *)((const uint8_t *)row + k) + k / QUANT_PANEL_GROUP;
-    memcpy(sums, s, sizeof(float) * (size_t)(8 * (k / SUPER)));
-}
-
 static const quant_rows_fmt rows_fmt = {
-    .from_float = rows_from_float, .to_q8_0 = rows_to_q8_0, .to_sums = rows_to_sums};
+    .from_float = rows_from_float, .to_q8_0 = rows_to_q8_0, .to_sums = rows256_to_sums};
 
 /* ---- products ---- */
 

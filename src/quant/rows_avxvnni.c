@@ -18,17 +18,18 @@
  */
 #include "quant/rows_x86.h"
 
-/* ---- activations: the codes plus 128 (rows_x86.h) ---- */
+/* ---- activations: the codes plus 128, the block sums (rows_x86.h) ---- */
 
 static void rows_from_float(const float *restrict x, int64_t k, void *restrict row) {
-    rows256_from_float(x, k, row, 0x80, false);
+    rows256_from_float(x, k, row, 0x80, true);
 }
 
 static void rows_to_q8_0(const void *restrict row, int64_t k, void *restrict blocks) {
     rows256_to_q8_0(row, k, blocks, 0x80);
 }
 
-static const quant_rows_fmt rows_fmt = {.from_float = rows_from_float, .to_q8_0 = rows_to_q8_0};
+static const quant_rows_fmt rows_fmt = {
+    .from_float = rows_from_float, .to_q8_0 = rows_to_q8_0, .to_sums = rows256_to_sums};
 
 /* ---- products ---- */
 
@@ -45,11 +46,11 @@ FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8],
         const size_t bb = sizeof(block_q4_0);
         __m256i w[4];
         transpose8x4(p + offsetof(block_q4_0, qs), bb, w);
-        const __m256i m4 = _mm256_set1_epi8(0x0f), k8 = _mm256_set1_epi8(8);
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) { /* qs byte i: element i (low), i + 16 (high) */
-            v[j] = _mm256_sub_epi8(_mm256_and_si256(w[j], m4), k8);
-            v[j + 4] = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(w[j], 4), m4), k8);
+        for (int j = 0; j < 4; j++) { /* qs byte i: element i (low), i + 16 (high), 0..15 */
+            v[j] = _mm256_and_si256(w[j], m4);
+            v[j + 4] = _mm256_and_si256(_mm256_srli_epi16(w[j], 4), m4);
         }
         *dw = scales8(p, bb);
         return;
@@ -63,7 +64,7 @@ FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8],
 FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                            const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
     const size_t bb = t == R_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-    const int64_t n_super = k / SUPER;
+    const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
     const float *dact = (const float *)(const void *)(act + k);
     const __m256i k128 = _mm256_set1_epi8((char)0x80);
     __m256 acc[8];
@@ -74,38 +75,71 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         __m256i v[8];
         __m256 dw;
         eight_blocks(t, w + (size_t)j * 8 * bb, v, &dw);
-        __m256i base = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            base = dot4(base, k128, v[i]);
+        /* -128 * sum(w) per lane. A chain of dependent VPDPBUSD has each wait
+         * for the last (4+ cycles): with one or two rows, the base's eight and
+         * a row's eight in one chain bounded the product (Q4_0 tg32 at 0.7x
+         * the AVX2 family's), so the chains are short: Q4_0's codes summed
+         * first (eight of 0..15 fit a byte) and one VPDPBUSD; Q8_0's two
+         * chains of four; each row's sums two chains where registers allow */
+        __m256i base;
+        if (t == R_Q4_0) {
+            const __m256i s01 = _mm256_add_epi8(_mm256_add_epi8(v[0], v[1]),
+                                                _mm256_add_epi8(v[2], v[3]));
+            const __m256i s23 = _mm256_add_epi8(_mm256_add_epi8(v[4], v[5]),
+                                                _mm256_add_epi8(v[6], v[7]));
+            base = dot4(_mm256_setzero_si256(), k128, _mm256_add_epi8(s01, s23));
+        } else {
+            __m256i b0 = _mm256_setzero_si256(), b1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                b0 = dot4(b0, k128, v[i]);
+                b1 = dot4(b1, k128, v[i + 4]);
+            }
+            base = _mm256_add_epi32(b0, b1);
         }
         base = _mm256_sub_epi32(_mm256_setzero_si256(), base);
         /* register by register, every row in turn: 16 ymm registers hold the
          * rows' sums and the weights in use, not all eight weight registers
          * and every row's float sums at once */
-        __m256i sum[8];
+        const int CHAINS = NC <= 4 ? 2 : 1;
+        __m256i sum[8], sum1[4];
         const uint8_t *a0 = act + (size_t)j * SUPER;
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             sum[c] = dot4(base, _mm256_loadu_si256((const __m256i *)(const void *)(a0 + (size_t)c * ab)),
                           v[0]);
+            if (CHAINS == 2) {
+                sum1[c % 4] = _mm256_setzero_si256();
+            }
         }
 #pragma GCC unroll 7
         for (int i = 1; i < 8; i++) {
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
-                sum[c] = dot4(sum[c],
-                              _mm256_loadu_si256(
-                                  (const __m256i *)(const void *)(a0 + (size_t)c * ab + 32 * (size_t)i)),
-                              v[i]);
+                const __m256i a = _mm256_loadu_si256(
+                    (const __m256i *)(const void *)(a0 + (size_t)c * ab + 32 * (size_t)i));
+                if (CHAINS == 2 && i % 2 == 1) {
+                    sum1[c % 4] = dot4(sum1[c % 4], a, v[i]);
+                } else {
+                    sum[c] = dot4(sum[c], a, v[i]);
+                }
+            }
+        }
+        if (CHAINS == 2) {
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) {
+                sum[c] = _mm256_add_epi32(sum[c], sum1[c % 4]);
             }
         }
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const float *da =
                 (const float *)(const void *)((const uint8_t *)(dact + 8 * j) + (size_t)c * ab);
-            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_loadu_ps(da)),
-                                     dw, acc[c]);
+            __m256 tt = _mm256_mul_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_loadu_ps(da));
+            if (t == R_Q4_0) { /* unsigned codes: value d (u - 8), the 8 d s_a off */
+                tt = _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), _mm256_loadu_ps(da + n_blocks), tt);
+            }
+            acc[c] = _mm256_fmadd_ps(tt, dw, acc[c]);
         }
     }
     /* the rest, a block at a time */

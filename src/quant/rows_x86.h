@@ -79,6 +79,12 @@ static inline void rows256_to_q8_0(const void *restrict row, int64_t k, void *re
     }
 }
 
+/* the block sums of the row's whole 256s (made with sums: quant_rows_fmt.to_sums) */
+static inline void rows256_to_sums(const void *restrict row, int64_t k, float *restrict sums) {
+    const float *s = (const float *)(const void *)((const uint8_t *)row + k) + k / QUANT_PANEL_GROUP;
+    memcpy(sums, s, sizeof(float) * (size_t)(8 * (k / SUPER)));
+}
+
 /* the eight blocks' fp16 scales, bb bytes apart, as floats */
 FORCE_INLINE __m256 scales8(const uint8_t *p, size_t bb) {
     lares_f16 d[8];
