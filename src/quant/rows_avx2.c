@@ -88,9 +88,7 @@ FORCE_INLINE void row_dots(const int NC, int64_t k, const uint8_t *restrict w,
     /* the rest, a block at a time (codes in element order) */
     for (int64_t g = n_super * 8; g < n_blocks; g++) {
         const block_q4_0 *b = (const block_q4_0 *)(const void *)(w + (size_t)g * bb);
-        const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)b->qs);
-        const __m256i u = _mm256_and_si256(
-            _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1), m4);
+        const __m256i u = q4_0_codes(b->qs);
         const __m256 dwf = _mm256_set1_ps(_cvtsh_ss(b->d));
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {

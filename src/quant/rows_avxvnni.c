@@ -149,11 +149,7 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         float dwf;
         if (t == R_Q4_0) {
             const block_q4_0 *b = (const block_q4_0 *)(const void *)p;
-            const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)b->qs);
-            const __m256i u = _mm256_and_si256(
-                _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
-                _mm256_set1_epi8(0x0f));
-            wc = _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+            wc = _mm256_sub_epi8(q4_0_codes(b->qs), _mm256_set1_epi8(8));
             dwf = _cvtsh_ss(b->d);
         } else {
             const block_q8_0 *b = (const block_q8_0 *)(const void *)p;

@@ -113,6 +113,15 @@ FORCE_INLINE void transpose8x4(const uint8_t *p, size_t bb, __m256i t[4]) {
     t[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
+/* the 32 nibbles of a Q4_0 block's qs as codes 0..15 in element order (low
+ * nibbles are elements 0..15, high ones 16..31) */
+FORCE_INLINE __m256i q4_0_codes(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)(const void *)qs);
+    return _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
+        _mm256_set1_epi8(0x0f));
+}
+
 /* the 8 lanes of v added */
 FORCE_INLINE float hsum8(__m256 v) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -166,10 +166,6 @@ static double thread_cpu_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* The file's pages dropped from the page cache where the kernel lets it, and
- * held[b] set for each `unit`-byte block b of which more than 1/HELD_SHARE is
- * still there afterwards (pages another process maps, which DONTNEED leaves).
- * Returns how many blocks are held. */
 /* Drops the file from the page cache once; marks and counts the blocks of
  * `unit` bytes that stayed resident all the same. */
 static size_t evict_once(const mem_file *mf, uint64_t unit, bool *held, size_t n_blocks,
@@ -188,10 +184,13 @@ static size_t evict_once(const mem_file *mf, uint64_t unit, bool *held, size_t n
     return n_held;
 }
 
-/* A page whose read is still in flight (the kernel's read-ahead past the last
- * block a test read) is locked, and DONTNEED leaves it too: when only some
- * blocks stayed, a second try, after that I/O had time to end, tells them
- * from the pages another process maps. */
+/* The file's pages dropped from the page cache where the kernel lets it, and
+ * held[b] set for each `unit`-byte block b of which more than 1/HELD_SHARE is
+ * still there afterwards (pages another process maps, which DONTNEED leaves).
+ * Returns how many blocks are held. A page whose read is still in flight (the
+ * kernel's read-ahead past the last block a test read) is locked, and
+ * DONTNEED leaves it too: when only some blocks stayed, a second try, after
+ * that I/O had time to end, tells them from the pages another process maps. */
 static size_t evict_file(const mem_file *mf, uint64_t unit, bool *held, size_t n_blocks,
                          mem_span *span) {
     const size_t n_held = evict_once(mf, unit, held, n_blocks, span);
