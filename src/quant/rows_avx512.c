@@ -132,6 +132,20 @@ FORCE_INLINE __m512 scale_pair(lares_f16 d0, lares_f16 d1) {
                                       _mm_set_ss(_cvtsh_ss(d1)));
 }
 
+/* The lane scales of eight Q4_0 blocks (18 bytes each, 144 in all): every
+ * scale is a 16-bit word at an even offset within the first 128 bytes, so
+ * one two-register word permute picks all eight, already spread as the lanes
+ * want them (d0 d0 d4 d4 d1 d1 ...), in place of eight word inserts */
+FORCE_INLINE __m512 scale_eight_q4_0(const uint8_t *p) {
+    const __m512i lo = _mm512_loadu_si512((const void *)p);
+    const __m512i hi = _mm512_loadu_si512((const void *)(p + 64));
+    const __m512i idx = _mm512_setr_epi32(0x00000000, 0x00240024, 0x00090009, 0x002d002d,
+                                          0x00120012, 0x00360036, 0x001b001b, 0x003f003f, 0, 0, 0,
+                                          0, 0, 0, 0, 0);
+    const __m512i w = _mm512_permutex2var_epi16(lo, idx, hi);
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(w));
+}
+
 /* the lane scales of eight blocks (lane_block), from their fp16 scales */
 FORCE_INLINE __m512 scale_eight(const uint8_t *p, size_t bb) {
     lares_f16 d[8];
@@ -177,7 +191,7 @@ FORCE_INLINE void eight_q4_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i
     v[1] = _mm512_sub_epi8(n1, k8);
     v[2] = _mm512_sub_epi8(n2, k8);
     v[3] = _mm512_sub_epi8(n3, k8);
-    *dw = scale_eight(p, bb);
+    *dw = scale_eight_q4_0(p);
 }
 
 /* -128 * (sum of the four products' weights) per lane: what the +128 of the
