@@ -68,6 +68,26 @@ ring_json "$TMP/ring.json" "" 2 w1 "$A1" 2 w2 "$A2" 1
 grep -q "ring of 3 devices, 5 layers per round, k = 1" "$TMP/h.err" && grep -q "w1 .*$A1" "$TMP/h.err" \
   && grep -q "per hop" "$TMP/h.err" && ok || fail "ring figures on stderr: $(cat "$TMP/h.err")"
 
+# prompt lookup through the ring (issue 20): the token and its drafts go round
+# in one pass, rejected rows are truncated on the workers; the ids are those
+# of plain decoding on one device, and drafts were taken
+P="Once upon a time, there was a little girl named Lily. She loved to play with her toys. Once upon a time, there was a little girl named Lily. She loved to"
+ring_json "$TMP/ring.json" "" 1 w1 "$A1" 2 w2 "$A2" 2
+"$LARES" run -m "$RING_MODEL" -p "$P" -n 64 --temp 0 --json -t 1 >"$TMP/lk0.json" 2>"$TMP/lk0.err" \
+  || fail "lookup baseline: $(cat "$TMP/lk0.err")"
+if "$LARES" run -m "$RING_MODEL" -p "$P" -n 64 --temp 0 --json -t 1 --lookup 6 --ring "$TMP/ring.json" \
+    --rebalance off >"$TMP/lk1.json" 2>"$TMP/lk1.err"; then
+  want=$(jq -c .generated_ids "$TMP/lk0.json")
+  got=$(jq -c .generated_ids "$TMP/lk1.json")
+  [ -n "$want" ] && [ "$got" = "$want" ] && ok || fail "--lookup 6 through the ring: $got, plain on one device: $want"
+  jq -e '.timings.accepted_tokens > 0 and .timings.drafted_tokens >= .timings.accepted_tokens
+         and .ring.devices == 3' "$TMP/lk1.json" >/dev/null \
+    && ok || fail "ring lookup figures: $(jq -c '{t: .timings, d: .ring.devices}' "$TMP/lk1.json")"
+else
+  fail "--lookup through the ring: $(cat "$TMP/lk1.err")"
+fi
+ring_json "$TMP/ring.json" "" 2 w1 "$A1" 2 w2 "$A2" 1
+
 # chat through the ring: two turns, the same answers as on one device
 printf 'Once upon a time, there was a dog named Max.\nWhat did Max do?\n' >"$TMP/turns"
 "$LARES" chat -m "$RING_MODEL" --temp 0 -n 24 -t 1 -q <"$TMP/turns" >"$TMP/chat1" 2>"$TMP/chat1.err" \
