@@ -47,8 +47,11 @@ int cmd_synth(int argc, char **argv) {
                 "usage: lares synth --preset NAME --type TYPE -o OUT.gguf --vocab-from VOCAB.gguf\n"
                 "                   [--layers N] [--seed S] [-t THREADS] [-v]\n"
                 "                   [--routing realistic|random] [--route-skew S]\n"
-                "                   [--route-overlap F]\n"
+                "                   [--route-overlap F] [--copy]\n"
                 "  presets: %s\n  types: %s\n"
+                "  --copy                weights that repeat what followed the current token\n"
+                "                        earlier (an induction circuit; dense presets): a text\n"
+                "                        to measure speculative decoding on\n"
                 "MoE presets (docs/memory.md, \"Synthetic routing\"):\n"
                 "  --routing realistic   routers with a chosen popularity and overlap (default)\n"
                 "  --routing random      plain random routers (choices depend on the token alone)\n"
@@ -60,6 +63,10 @@ int cmd_synth(int argc, char **argv) {
         }
         if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             verbosity = 1;
+            continue;
+        }
+        if (strcmp(a, "--copy") == 0) {
+            o.copy = true;
             continue;
         }
         if ((v = app_need_value(argc, argv, &i)) == NULL) {

@@ -539,6 +539,10 @@ typedef struct lares_synth_opts {
     lares_synth_routing routing;
     double route_skew;      /* Zipf exponent of expert popularity (0: all alike) */
     double route_overlap;   /* share of a token's experts the next token keeps, (0, 1) */
+    /* dense presets: weights with an induction circuit, so the model continues
+     * a text by repeating what followed the current token earlier (speculative
+     * decoding has drafts to accept; docs/speculative.md) instead of random ones */
+    bool copy;
 } lares_synth_opts;
 
 LARES_API lares_synth_opts lares_synth_opts_default(void);

@@ -11,6 +11,7 @@
  */
 #include "gguf/gguf.h"
 #include "model/model.h"
+#include "model/synth_copy.h"
 #include "model/synth_route.h"
 #include "ops/ops.h"
 
@@ -105,6 +106,7 @@ typedef struct fill_task {
     float *scratch; /* nth x ne[0] */
     const quant_traits *qt;
     const synth_routing *routing; /* NULL: plain random rows */
+    const synth_copy *copy;       /* NULL: no induction circuit */
 } fill_task;
 
 static void fill_rows(void *vctx, int ith, int nth) {
@@ -123,6 +125,9 @@ static void fill_rows(void *vctx, int ith, int nth) {
         }
         if (f->routing != NULL) {
             synth_routing_shape_row(f->routing, f->t->role, f->t->layer, r, row, n);
+        }
+        if (f->copy != NULL) {
+            synth_copy_shape_row(f->copy, f->t->role, f->t->layer, r, row, n);
         }
         f->qt->from_float_ref(row, f->out + (size_t)r * f->row_bytes, n);
     }
@@ -169,7 +174,7 @@ static lares_status list_tensors(const synth_preset *p, int32_t n_layer, int32_t
     lares_status st;
     if ((st = add(l, "token_embd.weight", 2, e, n_vocab, 1, SYNTH_ROLE_EMBD, err)) ||
         (st = add(l, "output_norm.weight", 1, e, 1, 1, SYNTH_ROLE_NORM, err)) ||
-        (st = add(l, "output.weight", 2, e, n_vocab, 1, SYNTH_ROLE_PLAIN, err))) {
+        (st = add(l, "output.weight", 2, e, n_vocab, 1, SYNTH_ROLE_OUTPUT, err))) {
         return st;
     }
     char n[GGUF_MAX_NAME_BYTES + 1];
@@ -208,13 +213,14 @@ static lares_status list_tensors(const synth_preset *p, int32_t n_layer, int32_t
 }
 
 static lares_status set_metadata(gguf_writer *w, const synth_preset *p, int32_t n_layer, int mix,
-                                 const gguf_file *vocab, lares_error *err) {
+                                 bool copy, const gguf_file *vocab, lares_error *err) {
     char k[128];
     const char *a = p->arch;
     lares_status st;
 #define KEY(s) (snprintf(k, sizeof k, "%s." s, a), k)
     char name[96];
-    snprintf(name, sizeof name, "lares synth %s %s", p->name, model_mix_name(mix));
+    snprintf(name, sizeof name, "lares synth %s %s%s", p->name, model_mix_name(mix),
+             copy ? " copy" : "");
     if ((st = gguf_writer_set_str(w, "general.architecture", a, err)) ||
         (st = gguf_writer_set_str(w, "general.name", name, err)) ||
         (st = gguf_writer_set_u32(w, "general.file_type", model_mix_file_type(mix), err)) ||
@@ -288,6 +294,7 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
     uint8_t *buf = NULL;
     float *scratch = NULL;
     synth_routing routing = {0};
+    synth_copy copy = {0};
     const bool realistic = p->n_expert > 0 && o->routing == LARES_SYNTH_ROUTING_REALISTIC;
     if (o->routing != LARES_SYNTH_ROUTING_REALISTIC && o->routing != LARES_SYNTH_ROUTING_RANDOM) {
         return lares_fail(err, LARES_EINVAL, "synth: routing %d is not realistic or random",
@@ -311,6 +318,12 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
                   (double)routing.sigma, routing.band0, routing.band0 + SYNTH_ROUTE_BAND - 1,
                   routing.sim_overlap, p->n_expert_used, routing.sim_top_share);
     }
+    if (o->copy && p->n_expert > 0) {
+        synth_routing_free(&routing);
+        return lares_fail(err, LARES_EINVAL,
+                          "synth: --copy makes dense models; %s is a mixture of experts",
+                          p->name);
+    }
     lares_status st = gguf_open(o->vocab_path, NULL, &vocab, err);
     if (st != LARES_OK) {
         goto done;
@@ -326,8 +339,19 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
         goto done;
     }
     const int32_t n_vocab = (int32_t)toks.n;
+    if (o->copy) {
+        const synth_copy_shape cs = {.n_layer = n_layer,
+                                     .n_embd = p->n_embd,
+                                     .head_dim = p->head_dim ? p->head_dim : p->n_embd / p->n_head,
+                                     .n_head = p->n_head,
+                                     .n_vocab = n_vocab,
+                                     .rope_base = p->rope_base};
+        if ((st = synth_copy_plan(&copy, &cs, o->seed, err)) != LARES_OK) {
+            goto done;
+        }
+    }
     if ((st = list_tensors(p, n_layer, n_vocab, &tl, err)) || (st = gguf_writer_create(&w, err)) ||
-        (st = set_metadata(w, p, n_layer, mix, vocab, err)) ||
+        (st = set_metadata(w, p, n_layer, mix, o->copy, vocab, err)) ||
         (st = ops_pool_create(o->n_threads > 0 ? o->n_threads : lares_cpu_count(), &pool, err))) {
         goto done;
     }
@@ -369,7 +393,8 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
                        .key = synth_mix64(o->seed ^ name_hash(t->name)),
                        .scratch = scratch,
                        .qt = quant_traits_ref(t->type),
-                       .routing = realistic ? &routing : NULL};
+                       .routing = realistic ? &routing : NULL,
+                       .copy = o->copy ? &copy : NULL};
         ops_pool_run(pool, fill_rows, &f);
         const uint64_t nb = gguf_writer_tensor_bytes(w, i);
         if ((st = gguf_writer_write_data(w, buf, nb, err)) != LARES_OK) {

@@ -488,6 +488,7 @@ void synth_routing_shape_row(const synth_routing *r, synth_role role, int32_t la
         break;
     case SYNTH_ROLE_PLAIN:
     case SYNTH_ROLE_NORM:
+    case SYNTH_ROLE_OUTPUT:
         break;
     }
 }

@@ -18,7 +18,8 @@ typedef enum synth_role {
     SYNTH_ROLE_ATTN_V,
     SYNTH_ROLE_ATTN_OUT,
     SYNTH_ROLE_FFN_DOWN, /* dense or stacked experts: writes the residual stream */
-    SYNTH_ROLE_ROUTER    /* ffn_gate_inp */
+    SYNTH_ROLE_ROUTER,   /* ffn_gate_inp */
+    SYNTH_ROLE_OUTPUT    /* output.weight: one row per token */
 } synth_role;
 
 typedef struct synth_route_shape {
