@@ -48,6 +48,7 @@ struct json_t *app_ring_json(const lares_session *s) {
         json_object_set_new(o, "layers", json_integer(dev[d].n_layers));
         json_object_set_new(o, "windows_run", json_integer((json_int_t)dev[d].windows_run));
         json_object_set_new(o, "compute_ms", json_real(dev[d].compute_ms));
+        json_object_set_new(o, "disk_wait_ms", json_real(dev[d].disk_wait_ms));
         json_object_set_new(o, "major_faults", json_integer((json_int_t)dev[d].major_faults));
         /* model bytes the head sent this worker (a worker without the file, issue 19) */
         json_object_set_new(o, "shipped_bytes", json_integer((json_int_t)dev[d].shipped_bytes));

@@ -43,7 +43,8 @@ check_ring() { # model head_w [name addr w]...: ring ids == local ids
   got=$(jq -c .generated_ids "$TMP/ring.out")
   [ "$got" = "$want" ] && ok || fail "$rel ring ($*): $got, one device: $want"
   jq -e '.ring.devices >= 2 and .ring.hops > 0 and (.ring.device | length) == .ring.devices
-         and ([.ring.device[1:][] | .windows_run > 0] | all)' "$TMP/ring.out" >/dev/null \
+         and ([.ring.device[1:][] | .windows_run > 0] | all)
+         and ([.ring.device[] | .disk_wait_ms >= 0 and .disk_wait_ms <= .compute_ms] | all)' "$TMP/ring.out" >/dev/null \
     && ok || fail "$rel ring figures: $(jq -c .ring "$TMP/ring.out")"
 }
 
