@@ -3,6 +3,11 @@
 
   bench/serve_parallel.py LARES_BINARY MODEL [--streams "1 4 8"] [--tokens 64]
                           [--reps 3] [--threads 2] [--long 1536]
+                          [--engine lares|llama-server]
+
+--engine llama-server runs the reference engine's server instead (the first
+argument is then its llama-server binary, started with `-np S -c 512*S`, its
+continuous batching on by default) for the same figures side by side.
 
 For each S in --streams: starts `lares serve --parallel S` (S = 1: without
 --parallel, the one-request-at-a-time server) and sends S streamed
@@ -22,6 +27,7 @@ import argparse
 import http.client
 import json
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -29,7 +35,35 @@ import threading
 import time
 
 
-def start(lares, model, parallel, threads, ctx):
+def free_port():
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def start_reference(binary, model, parallel, threads, ctx):
+    """llama-server on a free port, ready when /health answers 200."""
+    port = free_port()
+    args = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
+            "-c", str(ctx), "-np", str(parallel)]
+    srv = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    while time.time() - t0 < 120 and srv.poll() is None:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                return srv, port
+        except OSError:
+            pass
+        time.sleep(0.2)
+    srv.kill()
+    sys.exit("serve_parallel: llama-server did not start: " + " ".join(args))
+
+
+def start(lares, model, parallel, threads, ctx, engine="lares"):
+    if engine == "llama-server":
+        return start_reference(lares, model, parallel, threads, ctx)
     args = [lares, "serve", "-m", model, "--port", "0", "-t", str(threads), "-c", str(ctx)]
     if parallel > 1:
         args += ["--parallel", str(parallel)]
@@ -122,10 +156,12 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--long", type=int, default=1536)
+    ap.add_argument("--engine", choices=["lares", "llama-server"], default="lares")
     a = ap.parse_args()
-    result = {"model": a.model, "tokens": a.tokens, "threads": a.threads, "streams": {}}
+    result = {"engine": a.engine, "model": a.model, "tokens": a.tokens, "threads": a.threads,
+              "streams": {}}
     for s in [int(x) for x in a.streams.split()]:
-        srv, port = start(a.lares, a.model, s, a.threads, 512 * max(s, 1))
+        srv, port = start(a.lares, a.model, s, a.threads, 512 * max(s, 1), a.engine)
         try:
             throughput(port, s, 8, -1)  # warm-up
             figs = [throughput(port, s, a.tokens, rep) for rep in range(a.reps)]
@@ -139,7 +175,7 @@ def main():
         for k, v in result["streams"].items():
             v["over_one"] = round(v["aggregate_tps"] / one, 2)
     # first token of a short request: idle, and while a long prompt is read
-    srv, port = start(a.lares, a.model, 2, a.threads, 4096)
+    srv, port = start(a.lares, a.model, 2, a.threads, 4096, a.engine)
     try:
         ttft(port, "warm up")
         idle = statistics.median(ttft(port, f"Hello number {i}") for i in range(a.reps))
