@@ -107,7 +107,11 @@ def stream(port, prompt, max_tokens, out):
         if data == "[DONE]":
             break
         o = json.loads(data)
-        if o["choices"][0].get("text"):
+        if "error" in o:
+            out.append(("error", r.status, data[:200]))
+            return
+        # llama-server ends with a chunk of timings and no choices
+        if o.get("choices") and o["choices"][0].get("text"):
             n += 1
             if first is None:
                 first = time.time()
