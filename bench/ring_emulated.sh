@@ -29,23 +29,19 @@ MEM=700M
 DISK=300M
 RATE=100mbit
 DELAY=5
+. "$here/tests/cluster/testbed.sh"
 while [ $# -gt 0 ]; do
   case $1 in
     -m) MODEL=$2; shift 2 ;;
     -n) NTOK=$2; shift 2 ;;
     -k) KS=$2; shift 2 ;;
     -o) OUT=$2; shift 2 ;;
-    --quota) QUOTA=$2; shift 2 ;;
-    --mem) MEM=$2; shift 2 ;;
-    --disk) DISK=$2; shift 2 ;;
-    --rate) RATE=$2; shift 2 ;;
-    --delay) DELAY=$2; shift 2 ;;
+    --quota|--mem|--disk|--rate|--delay) tb_home_opt "$1" "$2"; shift 2 ;;
     *) echo "usage: $0 [-m MODEL] [-n TOKENS] [-k \"1 2 4\"] [-o OUT] [--quota C] [--mem M] [--disk B/s] [--rate R] [--delay MS]" >&2; exit 2 ;;
   esac
 done
 command -v jq >/dev/null || { echo "needs jq" >&2; exit 1; }
 [ -x "$LARES" ] || { echo "no lares binary at $LARES (set LARES)" >&2; exit 1; }
-. "$here/tests/cluster/testbed.sh"
 if [ -z "$MODEL" ]; then
   MODEL=$(tb_bench_model "$LARES" "$here") || exit 1
 fi
@@ -55,10 +51,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/ring-emulated.XXXXXX")
 tb_check || exit 77
 export TB_LARES=$LARES TB_DISK_PATH=$MODEL
 tb_init || exit 1
-tb_head "$QUOTA" "$MEM" "$DISK" || exit 1
-for i in 1 2 3; do
-  tb_device "$i" "$QUOTA" "$MEM" "$DISK" "$RATE" || exit 1
-done
+tb_home_up || exit 1
 cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 L=$(tb_layers "$MODEL")

@@ -20,6 +20,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 LARES=${LARES:-$here/build/lares}
 MODEL="" NTOK=24 K=4 LOOKUP=8 REPS=2 OUT=""
 QUOTA=0.5 MEM=700M DISK=300M RATE=100mbit DELAY=5
+. "$here/tests/cluster/testbed.sh"
 while [ $# -gt 0 ]; do
   case $1 in
     -m) MODEL=$2; shift 2 ;;
@@ -28,17 +29,12 @@ while [ $# -gt 0 ]; do
     -l) LOOKUP=$2; shift 2 ;;
     -r) REPS=$2; shift 2 ;;
     -o) OUT=$2; shift 2 ;;
-    --quota) QUOTA=$2; shift 2 ;;
-    --mem) MEM=$2; shift 2 ;;
-    --disk) DISK=$2; shift 2 ;;
-    --rate) RATE=$2; shift 2 ;;
-    --delay) DELAY=$2; shift 2 ;;
+    --quota|--mem|--disk|--rate|--delay) tb_home_opt "$1" "$2"; shift 2 ;;
     *) echo "usage: $0 [-m COPY_MODEL] [-n TOKENS] [-k K] [-l N] [-r REPS] [-o OUT] [--quota C] [--mem M] [--disk B/s] [--rate R] [--delay MS]" >&2; exit 2 ;;
   esac
 done
 command -v jq >/dev/null || { echo "needs jq" >&2; exit 1; }
 [ -x "$LARES" ] || { echo "no lares binary at $LARES (set LARES)" >&2; exit 1; }
-. "$here/tests/cluster/testbed.sh"
 if [ -z "$MODEL" ]; then
   dir=${LARES_BENCH_DIR:-/tmp/lares-bench}
   mkdir -p "$dir" || exit 1
@@ -52,10 +48,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/ring-lookup.XXXXXX")
 tb_check || exit 77
 export TB_LARES=$LARES TB_DISK_PATH=$MODEL
 tb_init || exit 1
-tb_head "$QUOTA" "$MEM" "$DISK" || exit 1
-for i in 1 2 3; do
-  tb_device "$i" "$QUOTA" "$MEM" "$DISK" "$RATE" || exit 1
-done
+tb_home_up || exit 1
 L=$(tb_layers "$MODEL")
 w=$((L / (4 * K)))
 [ $((w * 4 * K)) -eq "$L" ] || { echo "k = $K does not divide $L layers over 4 devices" >&2; exit 2; }

@@ -124,6 +124,31 @@ EOS
   chmod +x "$TMP/tb-in-0"
 }
 
+# The four-device home of the ring benchmarks: options --quota C, --mem M,
+# --disk B/s, --rate R, --delay MS into QUOTA, MEM, DISK, RATE, DELAY (the
+# caller's defaults; unset: 0.5, 700M, 300M, 100mbit, 5). tb_home_opt NAME
+# VALUE sets one and fails for other names; tb_home_up makes the head
+# (device 0) and three devices with them.
+tb_home_opt() {
+  case $1 in
+    --quota) QUOTA=$2 ;;
+    --mem) MEM=$2 ;;
+    --disk) DISK=$2 ;;
+    --rate) RATE=$2 ;;
+    --delay) DELAY=$2 ;;
+    *) return 1 ;;
+  esac
+}
+
+tb_home_up() {
+  : "${QUOTA:=0.5}" "${MEM:=700M}" "${DISK:=300M}" "${RATE:=100mbit}" "${DELAY:=5}"
+  tb_head "$QUOTA" "$MEM" "$DISK" || return 1
+  local i
+  for i in 1 2 3; do
+    tb_device "$i" "$QUOTA" "$MEM" "$DISK" "$RATE" || return 1
+  done
+}
+
 tb_launcher() {
   echo "$TMP/tb-in-$1"
 }
