@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct cand {
     float logit;
@@ -178,11 +179,15 @@ static void select_top(cand *c, int32_t n, int32_t k) {
     }
 }
 
-int32_t text_sampler_sample(text_sampler *s, float *logits, const int32_t *hist, size_t n_hist) {
+/* Penalties, then the candidates a draw chooses among (top-k, top-p, min-p
+ * on the untempered distribution), most likely first, in s->cands[0, n);
+ * returns n, or 0 for greedy (the argmax is the token). */
+static int32_t keep_candidates(text_sampler *s, float *logits, const int32_t *hist,
+                               size_t n_hist) {
     const lares_sampler_opts *o = &s->o;
     apply_penalties(s, logits, hist, n_hist);
     if (o->temperature <= 0.0f) {
-        return argmax(logits, s->n_vocab);
+        return 0;
     }
     cand *c = s->cands;
     int32_t n = s->n_vocab;
@@ -227,17 +232,56 @@ int32_t text_sampler_sample(text_sampler *s, float *logits, const int32_t *hist,
         }
         n = keep;
     }
+    return n;
+}
+
+int32_t text_sampler_sample(text_sampler *s, float *logits, const int32_t *hist, size_t n_hist) {
+    const int32_t n = keep_candidates(s, logits, hist, n_hist);
+    if (n == 0) {
+        return argmax(logits, s->n_vocab);
+    }
     /* temperature, then a draw */
+    const cand *c = s->cands;
+    const float mx = c[0].logit;
+    const double temp = s->o.temperature;
     double total = 0;
     for (int32_t i = 0; i < n; i++) {
-        total += exp((double)(c[i].logit - mx) / o->temperature);
+        total += exp((double)(c[i].logit - mx) / temp);
     }
     double r = next_unit(s) * total;
     for (int32_t i = 0; i < n; i++) {
-        r -= exp((double)(c[i].logit - mx) / o->temperature);
+        r -= exp((double)(c[i].logit - mx) / temp);
         if (r < 0) {
             return c[i].id;
         }
     }
     return c[n - 1].id;
+}
+
+void text_sampler_probs(text_sampler *s, float *logits, const int32_t *hist, size_t n_hist,
+                        float *probs) {
+    memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
+    const int32_t n = keep_candidates(s, logits, hist, n_hist);
+    if (n == 0) {
+        probs[argmax(logits, s->n_vocab)] = 1.0f;
+        return;
+    }
+    const cand *c = s->cands;
+    const float mx = c[0].logit;
+    const double temp = s->o.temperature;
+    double total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        total += exp((double)(c[i].logit - mx) / temp);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        probs[c[i].id] = (float)(exp((double)(c[i].logit - mx) / temp) / total);
+    }
+}
+
+double text_sampler_unit(text_sampler *s) {
+    return next_unit(s);
+}
+
+int32_t text_sampler_draw(text_sampler *s, const float *probs) {
+    return text_draw(probs, s->n_vocab, next_unit(s));
 }

@@ -1,0 +1,218 @@
+/* Speculative sampling (text/spec_accept.c, text/sampler.c): the acceptance
+ * rule keeps the target's distribution whatever the draft's (chi-square over
+ * many seeded draws, shapes where the draft puts mass where the target has
+ * none among them), rules that are wrong fail the same test, and the
+ * distribution text_sampler_probs reports is the one text_sampler_sample
+ * draws from. */
+#include "check.h"
+#include "text/text.h"
+
+#define N 6
+#define DRAWS 200000
+/* Pearson's statistic over at most 5 degrees of freedom: a correct rule
+ * exceeds 50 with probability below 1.5e-9; the wrong rules below score in
+ * the thousands on the shapes they get wrong */
+#define CHI2_MAX 50.0
+
+static uint64_t rng_state = 0x5eed;
+
+static double unit(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+typedef enum rule { RULE_STANDARD, RULE_ALWAYS_ACCEPT, RULE_RESIDUAL_FROM_P } rule;
+
+/* one token by the rule under test: the draft from q, then its verdict */
+static int32_t one_token(rule r, const float *p, const float *q, int *n_accepted) {
+    const int32_t x = text_draw(q, N, unit());
+    const double u = unit(), v = unit();
+    bool acc = false;
+    int32_t y = x;
+    switch (r) {
+    case RULE_STANDARD:
+        y = text_spec_accept(p, q, N, x, u, v, &acc);
+        break;
+    case RULE_ALWAYS_ACCEPT:
+        acc = true;
+        break;
+    case RULE_RESIDUAL_FROM_P: /* the right test, the rejected token drawn from p */
+        acc = u * q[x] < p[x];
+        y = acc ? x : text_draw(p, N, v);
+        break;
+    }
+    *n_accepted += acc;
+    return y;
+}
+
+/* Pearson's chi-square of counts against p; a token p excludes that occurs
+ * makes it infinite */
+static double chi2(const int *count, const float *p, int draws) {
+    double c2 = 0;
+    for (int i = 0; i < N; i++) {
+        const double e = (double)p[i] * draws;
+        if (e == 0) {
+            c2 += count[i] > 0 ? INFINITY : 0;
+        } else {
+            c2 += (count[i] - e) * (count[i] - e) / e;
+        }
+    }
+    return c2;
+}
+
+static double run_rule(rule r, const float *p, const float *q, double *accept_rate) {
+    int count[N] = {0};
+    int acc = 0;
+    for (int k = 0; k < DRAWS; k++) {
+        count[one_token(r, p, q, &acc)]++;
+    }
+    *accept_rate = (double)acc / DRAWS;
+    return chi2(count, p, DRAWS);
+}
+
+typedef struct shape {
+    const char *name;
+    float p[N], q[N];
+    bool rules_differ; /* the wrong rules must fail on it */
+} shape;
+
+static void test_acceptance_rule(void) {
+    static const shape shapes[] = {
+        {"same", {0.4f, 0.3f, 0.1f, 0.1f, 0.05f, 0.05f}, {0.4f, 0.3f, 0.1f, 0.1f, 0.05f, 0.05f},
+         false},
+        {"peaked target, flat draft", {0.7f, 0.1f, 0.1f, 0.05f, 0.05f, 0},
+         {1 / 6.f, 1 / 6.f, 1 / 6.f, 1 / 6.f, 1 / 6.f, 1 / 6.f}, true},
+        {"draft mass where the target has none", {0.5f, 0.3f, 0.2f, 0, 0, 0},
+         {0.1f, 0.1f, 0.1f, 0.3f, 0.2f, 0.2f}, true},
+        {"disjoint", {0, 0, 0, 0.5f, 0.5f, 0}, {0.6f, 0.4f, 0, 0, 0, 0}, true},
+        {"one-hot draft (prompt lookup)", {0.2f, 0.2f, 0.1f, 0.3f, 0.1f, 0.1f},
+         {0, 0, 1, 0, 0, 0}, true},
+        {"one-hot target (greedy)", {0, 0, 0, 1, 0, 0}, {0.1f, 0.2f, 0.3f, 0.2f, 0.1f, 0.1f},
+         true},
+        {"flat target, peaked draft", {0.2f, 0.2f, 0.2f, 0.2f, 0.1f, 0.1f},
+         {0.05f, 0.8f, 0.05f, 0.05f, 0.05f, 0}, true},
+    };
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        const shape *s = &shapes[k];
+        double rate, rate_wrong;
+        const double c = run_rule(RULE_STANDARD, s->p, s->q, &rate);
+        CHECKF(c < CHI2_MAX, "%s: chi-square %.1f against p", s->name, c);
+        /* the acceptance rate is sum min(p, q) */
+        double expect = 0;
+        for (int i = 0; i < N; i++) {
+            expect += s->p[i] < s->q[i] ? s->p[i] : s->q[i];
+        }
+        CHECKF(fabs(rate - expect) < 0.01, "%s: accepted %.4f, sum min(p, q) = %.4f", s->name,
+               rate, expect);
+        const double c_always = run_rule(RULE_ALWAYS_ACCEPT, s->p, s->q, &rate_wrong);
+        const double c_from_p = run_rule(RULE_RESIDUAL_FROM_P, s->p, s->q, &rate_wrong);
+        if (s->rules_differ) {
+            CHECKF(c_always > CHI2_MAX, "%s: always accepting passed (chi-square %.1f)", s->name,
+                   c_always);
+        }
+        if (s->rules_differ && k != 3 && k != 5) {
+            /* (disjoint and one-hot p: the residual is p itself there) */
+            CHECKF(c_from_p > CHI2_MAX, "%s: the residual drawn from p passed (chi-square %.1f)",
+                   s->name, c_from_p);
+        }
+        printf("  %-38s chi2 %7.2f (always accept %9.1f, residual from p %9.1f), accepted %.3f\n",
+               s->name, c, c_always, c_from_p, rate);
+    }
+}
+
+/* edge cases of the pure function */
+static void test_accept_edges(void) {
+    const float p[N] = {0, 0.5f, 0.5f, 0, 0, 0};
+    const float q[N] = {0, 0.5f, 0.5f, 0, 0, 0};
+    bool acc = false;
+    /* p == q: always kept, even at u just below 1 */
+    CHECK(text_spec_accept(p, q, N, 1, 0.999999, 0.5, &acc) == 1 && acc);
+    /* a draft the target excludes is never kept */
+    const float p2[N] = {1, 0, 0, 0, 0, 0};
+    CHECK(text_spec_accept(p2, q, N, 2, 0.0, 0.7, &acc) == 0 && !acc);
+    /* text_draw: weights that do not sum to 1, zero weights skipped */
+    const float w[N] = {0, 2, 0, 2, 0, 0};
+    CHECK(text_draw(w, N, 0.0) == 1);
+    CHECK(text_draw(w, N, 0.49) == 1);
+    CHECK(text_draw(w, N, 0.51) == 3);
+    CHECK(text_draw(w, N, 0.9999999) == 3);
+}
+
+/* text_sampler_probs is the distribution text_sampler_sample draws from */
+static void test_sampler_probs(void) {
+#define V 8
+    const float logits0[V] = {2.0f, 1.5f, 1.4f, 0.3f, -1.0f, 1.45f, -INFINITY, 0.9f};
+    const int32_t hist[] = {1, 1, 5};
+    lares_sampler_opts o = lares_sampler_opts_default();
+    o.temperature = 0.8f;
+    o.top_k = 6;
+    o.top_p = 0.97f;
+    o.min_p = 0.05f;
+    o.repeat_penalty = 1.3f;
+    o.frequency_penalty = 0.1f;
+    o.seed = 99;
+    text_sampler *smp = NULL;
+    lares_error err = {0};
+    CHECK_OK(text_sampler_create(&o, V, &smp, &err), &err);
+    if (smp == NULL) {
+        return;
+    }
+    float lg[V], probs[V];
+    memcpy(lg, logits0, sizeof lg);
+    text_sampler_probs(smp, lg, hist, 3, probs);
+    double sum = 0;
+    int support = 0;
+    for (int i = 0; i < V; i++) {
+        sum += probs[i];
+        support += probs[i] > 0;
+    }
+    CHECKF(fabs(sum - 1) < 1e-5, "probabilities sum to %f", sum);
+    CHECKF(support >= 3 && support < V, "%d tokens kept", support);
+    CHECK(probs[6] == 0); /* forbidden */
+    int count[V] = {0}, count_draw[V] = {0};
+    const int draws = 100000;
+    for (int k = 0; k < draws; k++) {
+        memcpy(lg, logits0, sizeof lg);
+        count[text_sampler_sample(smp, lg, hist, 3)]++;
+        count_draw[text_sampler_draw(smp, probs)]++;
+    }
+    double c2 = 0, c2d = 0;
+    for (int i = 0; i < V; i++) {
+        const double e = (double)probs[i] * draws;
+        if (e == 0) {
+            CHECKF(count[i] == 0 && count_draw[i] == 0, "token %d drawn outside the kept set", i);
+            continue;
+        }
+        c2 += (count[i] - e) * (count[i] - e) / e;
+        c2d += (count_draw[i] - e) * (count_draw[i] - e) / e;
+    }
+    /* at most 6 degrees of freedom: P(chi2 > 55) < 1e-9 */
+    CHECKF(c2 < 55, "text_sampler_sample against text_sampler_probs: chi-square %.1f", c2);
+    CHECKF(c2d < 55, "text_sampler_draw against text_sampler_probs: chi-square %.1f", c2d);
+    text_sampler_free(smp);
+
+    /* greedy: one-hot at the argmax after the penalties, as sample returns */
+    o.temperature = 0;
+    CHECK_OK(text_sampler_create(&o, V, &smp, &err), &err);
+    if (smp == NULL) {
+        return;
+    }
+    memcpy(lg, logits0, sizeof lg);
+    text_sampler_probs(smp, lg, hist, 3, probs);
+    memcpy(lg, logits0, sizeof lg);
+    const int32_t g = text_sampler_sample(smp, lg, hist, 3);
+    CHECK(probs[g] == 1.0f);
+    CHECK(g == 0);
+    text_sampler_free(smp);
+#undef V
+}
+
+int main(void) {
+    test_acceptance_rule();
+    test_accept_edges();
+    test_sampler_probs();
+    return check_finish("test_spec");
+}
