@@ -405,8 +405,11 @@ int cmd_run(int argc, char **argv) {
         rc = app_fail(&err);
         goto done;
     }
-    if (o.draft != NULL && (lares_model_open(o.draft, NULL, &dm, &err) != LARES_OK ||
-                            lares_session_set_draft(s, dm, &err) != LARES_OK)) {
+    if (o.draft != NULL && lares_model_open(o.draft, NULL, &dm, &err) != LARES_OK) {
+        app_error("run: draft model: %s", err.msg);
+        goto done;
+    }
+    if (dm != NULL && lares_session_set_draft(s, dm, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
     }

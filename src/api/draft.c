@@ -17,8 +17,8 @@ static void vocab_difference(const lares_model *a, const lares_model *b, char *w
     why[0] = '\0';
     const int32_t na = text_vocab_n(va), nb = text_vocab_n(vb);
     if (na != nb || a->m->hp.n_vocab != b->m->hp.n_vocab) {
-        snprintf(why, cap, "%d tokens (%d logits) vs %d (%d)", na, a->m->hp.n_vocab, nb,
-                 b->m->hp.n_vocab);
+        snprintf(why, cap, "%d tokens and %d logits against %d and %d", na, a->m->hp.n_vocab,
+                 nb, b->m->hp.n_vocab);
         return;
     }
     if (text_vocab_kind_of(va) != text_vocab_kind_of(vb)) {
@@ -26,7 +26,7 @@ static void vocab_difference(const lares_model *a, const lares_model *b, char *w
         return;
     }
     if (text_vocab_bos(va) != text_vocab_bos(vb) || text_vocab_eos(va) != text_vocab_eos(vb)) {
-        snprintf(why, cap, "BOS/EOS %d/%d vs %d/%d", text_vocab_bos(va), text_vocab_eos(va),
+        snprintf(why, cap, "BOS/EOS %d/%d against %d/%d", text_vocab_bos(va), text_vocab_eos(va),
                  text_vocab_bos(vb), text_vocab_eos(vb));
         return;
     }
@@ -54,7 +54,7 @@ lares_status lares_session_set_draft(lares_session *s, lares_model *draft, lares
                           draft->path);
     }
     char why[128];
-    vocab_difference(s->lm, draft, why, sizeof why);
+    vocab_difference(draft, s->lm, why, sizeof why); /* the draft's first */
     if (why[0] != '\0') {
         return lares_fail(err, LARES_EINVAL,
                           "draft model %s and model %s have different vocabularies (%s)",
