@@ -3,8 +3,11 @@
  * many seeded draws, shapes where the draft puts mass where the target has
  * none among them), rules that are wrong fail the same test, and the
  * distribution text_sampler_probs reports is the one text_sampler_sample
- * draws from. */
+ * draws from; on real models (a target and a draft that differ), the second
+ * token generated with a draft is distributed as the target's p, not as the
+ * draft's q, and is accepted at the rate sum min(p, q). */
 #include "check.h"
+#include "lares.h"
 #include "text/text.h"
 
 #define N 6
@@ -210,9 +213,191 @@ static void test_sampler_probs(void) {
 #undef V
 }
 
+/* ---- a real target and draft ---- */
+
+/* on_logits: the first token is forced (so the second, the one a draft
+ * proposes, always follows the same context); the second's logits are kept */
+typedef struct probe {
+    int calls;
+    int32_t forced;
+    float *second; /* n_vocab */
+    bool second_same; /* every run saw the same logits */
+} probe;
+
+static void probe_logits(float *logits, int32_t n, void *user) {
+    probe *pr = user;
+    if (pr->calls++ % 2 == 0) {
+        for (int32_t i = 0; i < n; i++) {
+            logits[i] = i == pr->forced ? logits[i] : -INFINITY;
+        }
+    } else if (pr->calls == 2) {
+        memcpy(pr->second, logits, (size_t)n * sizeof *logits);
+    } else {
+        pr->second_same = pr->second_same && memcmp(pr->second, logits, (size_t)n * sizeof *logits) == 0;
+    }
+}
+
+/* the sampler's distribution of the second token of `file` after prompt and forced */
+static void second_token_probs(lares_model *m, const lares_sampler_opts *so, const int32_t *prompt,
+                               size_t n_prompt, int32_t forced, int32_t n_vocab, float *probs) {
+    lares_error err = {0};
+    lares_session *s = NULL;
+    lares_session_opts sopt = lares_session_opts_default();
+    sopt.n_threads = 1;
+    CHECK_OK(lares_session_create(m, &sopt, &s, &err), &err);
+    float *lg = malloc((size_t)n_vocab * sizeof *lg);
+    probe pr = {.forced = forced, .second = lg, .second_same = true};
+    lares_generate_opts go = lares_generate_opts_default();
+    go.n_predict = 2;
+    go.sampler = *so;
+    go.on_logits = probe_logits;
+    go.user = &pr;
+    CHECK_OK(lares_generate(s, prompt, n_prompt, &go, NULL, 0, NULL, NULL, &err), &err);
+    text_sampler *smp = NULL;
+    CHECK_OK(text_sampler_create(so, n_vocab, &smp, &err), &err);
+    int32_t hist[64];
+    memcpy(hist, prompt, n_prompt * sizeof *prompt);
+    hist[n_prompt] = forced;
+    text_sampler_probs(smp, lg, hist, n_prompt + 1, probs);
+    text_sampler_free(smp);
+    free(lg);
+    lares_session_free(s);
+}
+
+/* Pearson's chi-square of counts against probs over cells of expectation
+ * >= 5 (the rest pooled); *df its degrees of freedom */
+static double chi2_pooled(const int *count, const float *probs, int32_t n, int runs, int *df) {
+    double c2 = 0, pool_e = 0;
+    int pool_c = 0, cells = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const double e = (double)probs[i] * runs;
+        if (e >= 5) {
+            c2 += (count[i] - e) * (count[i] - e) / e;
+            cells++;
+        } else {
+            pool_e += e;
+            pool_c += count[i];
+        }
+    }
+    if (pool_e > 0) {
+        c2 += (pool_c - pool_e) * (pool_c - pool_e) / pool_e;
+        cells++;
+    } else if (pool_c > 0) {
+        c2 = INFINITY; /* drawn where p is 0 */
+    }
+    *df = cells - 1;
+    return c2;
+}
+
+static void test_draft_distribution(void) {
+    lares_error err = {0};
+    lares_model *tm = NULL, *dm = NULL;
+    CHECK_OK(lares_model_open(fixture("stories260K.gguf"), NULL, &tm, &err), &err);
+    CHECK_OK(lares_model_open(fixture("derived/stories260K-moe4top2-perturbed-experts.gguf"), NULL,
+                              &dm, &err),
+             &err);
+    if (tm == NULL || dm == NULL) {
+        lares_model_close(tm);
+        lares_model_close(dm);
+        return;
+    }
+    lares_model_info info;
+    lares_model_get_info(tm, &info);
+    const int32_t nv = info.n_vocab;
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
+    const char *text = "Once upon a time, there was a";
+    CHECK_OK(lares_tokenize(tm, text, strlen(text), NULL, &prompt, &n_prompt, &err), &err);
+    lares_sampler_opts so = lares_sampler_opts_default();
+    so.temperature = 1.2f; /* a wide distribution: many cells to test */
+    so.top_k = 60;
+    so.top_p = 0.98f;
+    so.min_p = 0.0f;
+    /* the first token: the target's greedy choice */
+    lares_session *s = NULL;
+    lares_session_opts sopt = lares_session_opts_default();
+    sopt.n_threads = 1; /* 6000 short runs: no fork/join worth having */
+    CHECK_OK(lares_session_create(tm, &sopt, &s, &err), &err);
+    CHECK_OK(lares_session_set_draft(s, dm, &err), &err);
+    lares_generate_opts go = lares_generate_opts_default();
+    go.n_predict = 1;
+    go.sampler.temperature = 0;
+    int32_t out[2];
+    size_t n_out = 0;
+    CHECK_OK(lares_generate(s, prompt, n_prompt, &go, out, 2, &n_out, NULL, &err), &err);
+    const int32_t forced = out[0];
+    float *p = calloc((size_t)nv, sizeof *p), *q = calloc((size_t)nv, sizeof *q);
+    second_token_probs(tm, &so, prompt, n_prompt, forced, nv, p);
+    second_token_probs(dm, &so, prompt, n_prompt, forced, nv, q);
+    double overlap = 0;
+    for (int32_t i = 0; i < nv; i++) {
+        overlap += p[i] < q[i] ? p[i] : q[i];
+    }
+    /* many runs with a draft: the second token is the verified draft's */
+    enum { RUNS = 6000 };
+    int *count = calloc((size_t)nv, sizeof *count);
+    float *lg = malloc((size_t)nv * sizeof *lg);
+    probe pr = {.forced = forced, .second = lg, .second_same = true};
+    go.n_predict = 2;
+    go.sampler = so;
+    go.draft_n = 4;
+    go.on_logits = probe_logits;
+    go.user = &pr;
+    long drafted = 0, accepted = 0;
+    for (int r = 0; r < RUNS; r++) {
+        /* the prompt stays in both caches but its last token (the draft
+         * session follows the target's context by common prefix) */
+        lares_session_truncate(s, r == 0 ? 0 : (int32_t)n_prompt - 1);
+        go.sampler.seed = 1000 + (uint64_t)r;
+        lares_stats st;
+        n_out = 0;
+        const size_t from = r == 0 ? 0 : n_prompt - 1;
+        const lares_status gst =
+            lares_generate(s, prompt + from, n_prompt - from, &go, out, 2, &n_out, &st, &err);
+        if (gst != LARES_OK) {
+            CHECK_OK(gst, &err);
+            break;
+        }
+        if (n_out == 2) {
+            count[out[1]]++;
+        }
+        drafted += st.n_drafted;
+        accepted += st.n_accepted;
+    }
+    CHECKF(drafted == RUNS, "%ld drafts in %d runs (one each)", drafted, RUNS);
+    CHECK(pr.second_same);
+    int df_p = 0, df_q = 0;
+    const double c_p = chi2_pooled(count, p, nv, RUNS, &df_p);
+    const double c_q = chi2_pooled(count, q, nv, RUNS, &df_q);
+    /* a bound a correct rule exceeds with probability ~1e-9 at these degrees
+     * of freedom (mean df, sd sqrt(2 df)) */
+    const double bound_p = df_p + 8 * sqrt(2.0 * df_p) + 10;
+    const double bound_q = df_q + 8 * sqrt(2.0 * df_q) + 10;
+    CHECKF(df_p >= 5 && c_p < bound_p, "second token against the target's p: chi-square %.1f, "
+           "%d degrees of freedom (bound %.1f)", c_p, df_p, bound_p);
+    CHECKF(c_q > bound_q, "second token against the draft's q: chi-square %.1f, %d degrees of "
+           "freedom: the test cannot tell p from q", c_q, df_q);
+    const double rate = (double)accepted / (double)drafted;
+    const double sd = sqrt(overlap * (1 - overlap) / RUNS);
+    CHECKF(fabs(rate - overlap) < 6 * sd + 1e-3, "accepted %.4f, sum min(p, q) = %.4f", rate,
+           overlap);
+    printf("  stories260K drafted by its perturbed MoE: chi2 %.1f against p (df %d), %.1f against "
+           "q (df %d); accepted %.3f, sum min(p, q) %.3f\n",
+           c_p, df_p, c_q, df_q, rate, overlap);
+    free(count);
+    free(lg);
+    free(p);
+    free(q);
+    lares_free(prompt);
+    lares_session_free(s);
+    lares_model_close(dm);
+    lares_model_close(tm);
+}
+
 int main(void) {
     test_acceptance_rule();
     test_accept_edges();
     test_sampler_probs();
+    test_draft_distribution();
     return check_finish("test_spec");
 }
