@@ -39,7 +39,8 @@ static void run_usage(FILE *to) {
           "      --draft MODEL       speculative decoding with a draft model (a GGUF file with\n"
           "                          the same vocabulary): it proposes tokens, the model\n"
           "                          verifies them in one pass; not with --lookup\n"
-          "      --draft-n N         tokens the draft proposes per pass, at most (default 8)\n"
+          "      --draft-n N         tokens the draft proposes per pass, at most (default 7:\n"
+          "                          8 rows per verification, the few-row product's reach)\n"
           "      --no-bos            do not add the BOS token\n"
           "      --special           parse control tokens written in the prompt\n"
           "      --no-echo           do not print the prompt before the generated text\n"
@@ -157,7 +158,10 @@ static int parse_run(int argc, char **argv, run_opts *o) {
         return APP_USAGE;
     }
     if (o->draft != NULL && o->draft_n == 0) {
-        o->draft_n = 8;
+        /* the token and 7 drafts: 8 rows, the most the few-row product takes
+         * (QUANT_ROWS_MAX); a 9th row costs a GEMM pass, about twice as long
+         * (docs/performance.md, issue 20) */
+        o->draft_n = 7;
     }
     if (!o->seed_given) {
         o->sampler.seed = app_clock_seed();

@@ -269,8 +269,9 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
                           o.lookup, LARES_LOOKUP_MAX);
     }
     if (o.draft_n < 0 || o.draft_n > LARES_LOOKUP_MAX) {
-        return lares_fail(err, LARES_EINVAL, "draft: %d drafted tokens asked, 1 to %d allowed",
-                          o.draft_n, LARES_LOOKUP_MAX);
+        return lares_fail(err, LARES_EINVAL,
+                          "draft: %d drafted tokens asked, 0 (off) to %d allowed", o.draft_n,
+                          LARES_LOOKUP_MAX);
     }
     if (o.draft_n > 0 && s->draft == NULL) {
         return lares_fail(err, LARES_EINVAL,
