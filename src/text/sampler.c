@@ -235,27 +235,34 @@ static int32_t keep_candidates(text_sampler *s, float *logits, const int32_t *hi
     return n;
 }
 
+/* the weight of kept candidate i after temperature (relative to the first) */
+static double tempered(const text_sampler *s, int32_t i) {
+    const cand *c = s->cands;
+    return exp((double)(c[i].logit - c[0].logit) / s->o.temperature);
+}
+
+static double tempered_total(const text_sampler *s, int32_t n) {
+    double total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        total += tempered(s, i);
+    }
+    return total;
+}
+
 int32_t text_sampler_sample(text_sampler *s, float *logits, const int32_t *hist, size_t n_hist) {
     const int32_t n = keep_candidates(s, logits, hist, n_hist);
     if (n == 0) {
         return argmax(logits, s->n_vocab);
     }
     /* temperature, then a draw */
-    const cand *c = s->cands;
-    const float mx = c[0].logit;
-    const double temp = s->o.temperature;
-    double total = 0;
+    double r = next_unit(s) * tempered_total(s, n);
     for (int32_t i = 0; i < n; i++) {
-        total += exp((double)(c[i].logit - mx) / temp);
-    }
-    double r = next_unit(s) * total;
-    for (int32_t i = 0; i < n; i++) {
-        r -= exp((double)(c[i].logit - mx) / temp);
+        r -= tempered(s, i);
         if (r < 0) {
-            return c[i].id;
+            return s->cands[i].id;
         }
     }
-    return c[n - 1].id;
+    return s->cands[n - 1].id;
 }
 
 void text_sampler_probs(text_sampler *s, float *logits, const int32_t *hist, size_t n_hist,
@@ -266,15 +273,9 @@ void text_sampler_probs(text_sampler *s, float *logits, const int32_t *hist, siz
         probs[argmax(logits, s->n_vocab)] = 1.0f;
         return;
     }
-    const cand *c = s->cands;
-    const float mx = c[0].logit;
-    const double temp = s->o.temperature;
-    double total = 0;
+    const double total = tempered_total(s, n);
     for (int32_t i = 0; i < n; i++) {
-        total += exp((double)(c[i].logit - mx) / temp);
-    }
-    for (int32_t i = 0; i < n; i++) {
-        probs[c[i].id] = (float)(exp((double)(c[i].logit - mx) / temp) / total);
+        probs[s->cands[i].id] = (float)(tempered(s, i) / total);
     }
 }
 

@@ -45,9 +45,7 @@ for pair in TinyStories-656K.f16.gguf:TinyStories-656K-Q8_0.raincandy.gguf \
     # as in e2e_run_lookup: Q5_1's batched and single-token products sum in
     # other orders and this file meets a near-tie, so the ids are held equal
     # as far as that
-    agree=$(jq -n --argjson a "$a" --argjson b "$b" \
-      '[range(0; [($a|length), ($b|length)] | min) as $i | if $a[$i] == $b[$i] then 1 else 0 end]
-       | (index(0) // length)')
+    agree=$(ids_agree "$a" "$b")
     [ "$agree" -ge 30 ] && ok || fail "$pair: --draft agrees for $agree tokens: $b, plain $a"
   else
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || fail "$pair: --draft gave $b, plain decoding $a"
