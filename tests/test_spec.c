@@ -394,10 +394,102 @@ static void test_draft_distribution(void) {
     lares_model_close(tm);
 }
 
+/* library refusals, and greedy ids with a draft equal plain ones over two
+ * turns of one session (the draft follows the context by common prefix) */
+static void test_draft_session(void) {
+    lares_error err = {0};
+    lares_model *t = NULL, *d = NULL, *other = NULL, *vocab_only = NULL;
+    CHECK_OK(lares_model_open(fixture("TinyStories-656K.f16.gguf"), NULL, &t, &err), &err);
+    CHECK_OK(lares_model_open(fixture("derived/TinyStories-656K.llamacpp-Q4_0.gguf"), NULL, &d,
+                              &err),
+             &err);
+    CHECK_OK(lares_model_open(fixture("stories260K.gguf"), NULL, &other, &err), &err);
+    lares_model_opts vo = lares_model_opts_default();
+    vo.vocab_only = true;
+    CHECK_OK(lares_model_open(fixture("TinyStories-656K.f16.gguf"), &vo, &vocab_only, &err), &err);
+    if (t == NULL || d == NULL || other == NULL || vocab_only == NULL) {
+        goto out;
+    }
+    lares_session_opts so = lares_session_opts_default();
+    so.n_threads = 1;
+    so.n_ctx = 256;
+    so.n_batch = 8;
+    lares_session *s = NULL, *plain = NULL;
+    CHECK_OK(lares_session_create(t, &so, &s, &err), &err);
+    CHECK_OK(lares_session_create(t, &so, &plain, &err), &err);
+    if (s == NULL || plain == NULL) {
+        lares_session_free(s);
+        lares_session_free(plain);
+        goto out;
+    }
+    /* another vocabulary: both files named */
+    CHECK(lares_session_set_draft(s, other, &err) == LARES_EINVAL);
+    CHECKF(strstr(err.msg, "stories260K.gguf") && strstr(err.msg, "TinyStories-656K.f16.gguf") &&
+               strstr(err.msg, "different vocabularies"),
+           "%s", err.msg);
+    CHECK(lares_session_set_draft(s, vocab_only, &err) == LARES_EINVAL);
+    CHECKF(strstr(err.msg, "vocabulary only") != NULL, "%s", err.msg);
+    const int32_t prompt[] = {1, 415, 307, 261, 449};
+    lares_generate_opts go = lares_generate_opts_default();
+    go.n_predict = 8;
+    go.sampler.temperature = 0;
+    go.draft_n = 3;
+    /* no draft set yet */
+    CHECK(lares_generate(s, prompt, 5, &go, NULL, 0, NULL, NULL, &err) == LARES_EINVAL);
+    CHECKF(strstr(err.msg, "no draft model") != NULL, "%s", err.msg);
+    CHECK_OK(lares_session_set_draft(s, d, &err), &err);
+    go.lookup = 2; /* not both */
+    CHECK(lares_generate(s, prompt, 5, &go, NULL, 0, NULL, NULL, &err) == LARES_EINVAL);
+    go.lookup = 0;
+    go.draft_n = 8; /* 9 rows, the batch holds 8 */
+    CHECK(lares_generate(s, prompt, 5, &go, NULL, 0, NULL, NULL, &err) == LARES_EINVAL);
+    CHECKF(strstr(err.msg, "batch") != NULL, "%s", err.msg);
+    go.draft_n = 33;
+    CHECK(lares_generate(s, prompt, 5, &go, NULL, 0, NULL, NULL, &err) == LARES_EINVAL);
+    go.draft_n = -1;
+    CHECK(lares_generate(s, prompt, 5, &go, NULL, 0, NULL, NULL, &err) == LARES_EINVAL);
+    CHECK(lares_session_n_ctx(s) == 256);
+    /* two turns: the second appends to the context of the first */
+    int32_t a[40], b[40];
+    size_t na = 0, nb = 0;
+    lares_stats st;
+    int32_t drafted = 0;
+    for (int turn = 0; turn < 2; turn++) {
+        const int32_t more[] = {13, 1576};
+        const int32_t *p = turn == 0 ? prompt : more;
+        const size_t np = turn == 0 ? 5 : 2;
+        go.n_predict = 20;
+        go.draft_n = 7;
+        CHECK_OK(lares_generate(s, p, np, &go, a, 40, &na, &st, &err), &err);
+        drafted += st.n_drafted;
+        go.draft_n = 0;
+        CHECK_OK(lares_generate(plain, p, np, &go, b, 40, &nb, NULL, &err), &err);
+        CHECKF(na == nb && na > 0 && memcmp(a, b, na * sizeof *a) == 0,
+               "turn %d: %zu ids with a draft, %zu plain", turn, na, nb);
+        int32_t n1 = 0, n2 = 0;
+        const int32_t *h1 = lares_session_tokens(s, &n1), *h2 = lares_session_tokens(plain, &n2);
+        CHECKF(n1 == n2 && memcmp(h1, h2, (size_t)n1 * sizeof *h1) == 0,
+               "turn %d: contexts of %d and %d tokens", turn, n1, n2);
+    }
+    CHECK(drafted > 0);
+    /* removing the draft: draft_n is refused again */
+    CHECK_OK(lares_session_set_draft(s, NULL, &err), &err);
+    go.draft_n = 2;
+    CHECK(lares_generate(s, prompt, 5, &go, NULL, 0, NULL, NULL, &err) == LARES_EINVAL);
+    lares_session_free(s);
+    lares_session_free(plain);
+out:
+    lares_model_close(t);
+    lares_model_close(d);
+    lares_model_close(other);
+    lares_model_close(vocab_only);
+}
+
 int main(void) {
     test_acceptance_rule();
     test_accept_edges();
     test_sampler_probs();
     test_draft_distribution();
+    test_draft_session();
     return check_finish("test_spec");
 }
