@@ -10,7 +10,7 @@
 #include "lares.h"
 #include "text/text.h"
 
-#define N 6
+#define N     6
 #define DRAWS 200000
 /* Pearson's statistic over at most 5 degrees of freedom: a correct rule
  * exceeds 50 with probability below 1.5e-9; the wrong rules below score in
@@ -84,19 +84,28 @@ typedef struct shape {
 
 static void test_acceptance_rule(void) {
     static const shape shapes[] = {
-        {"same", {0.4f, 0.3f, 0.1f, 0.1f, 0.05f, 0.05f}, {0.4f, 0.3f, 0.1f, 0.1f, 0.05f, 0.05f},
+        {"same",
+         {0.4f, 0.3f, 0.1f, 0.1f, 0.05f, 0.05f},
+         {0.4f, 0.3f, 0.1f, 0.1f, 0.05f, 0.05f},
          false},
-        {"peaked target, flat draft", {0.7f, 0.1f, 0.1f, 0.05f, 0.05f, 0},
-         {1 / 6.f, 1 / 6.f, 1 / 6.f, 1 / 6.f, 1 / 6.f, 1 / 6.f}, true},
-        {"draft mass where the target has none", {0.5f, 0.3f, 0.2f, 0, 0, 0},
-         {0.1f, 0.1f, 0.1f, 0.3f, 0.2f, 0.2f}, true},
-        {"disjoint", {0, 0, 0, 0.5f, 0.5f, 0}, {0.6f, 0.4f, 0, 0, 0, 0}, true},
-        {"one-hot draft (prompt lookup)", {0.2f, 0.2f, 0.1f, 0.3f, 0.1f, 0.1f},
-         {0, 0, 1, 0, 0, 0}, true},
-        {"one-hot target (greedy)", {0, 0, 0, 1, 0, 0}, {0.1f, 0.2f, 0.3f, 0.2f, 0.1f, 0.1f},
+        {"peaked target, flat draft",
+         {0.7f, 0.1f, 0.1f, 0.05f, 0.05f, 0},
+         {1 / 6.f, 1 / 6.f, 1 / 6.f, 1 / 6.f, 1 / 6.f, 1 / 6.f},
          true},
-        {"flat target, peaked draft", {0.2f, 0.2f, 0.2f, 0.2f, 0.1f, 0.1f},
-         {0.05f, 0.8f, 0.05f, 0.05f, 0.05f, 0}, true},
+        {"draft mass where the target has none",
+         {0.5f, 0.3f, 0.2f, 0, 0, 0},
+         {0.1f, 0.1f, 0.1f, 0.3f, 0.2f, 0.2f},
+         true},
+        {"disjoint", {0, 0, 0, 0.5f, 0.5f, 0}, {0.6f, 0.4f, 0, 0, 0, 0}, true},
+        {"one-hot draft (prompt lookup)",
+         {0.2f, 0.2f, 0.1f, 0.3f, 0.1f, 0.1f},
+         {0, 0, 1, 0, 0, 0},
+         true},
+        {"one-hot target (greedy)", {0, 0, 0, 1, 0, 0}, {0.1f, 0.2f, 0.3f, 0.2f, 0.1f, 0.1f}, true},
+        {"flat target, peaked draft",
+         {0.2f, 0.2f, 0.2f, 0.2f, 0.1f, 0.1f},
+         {0.05f, 0.8f, 0.05f, 0.05f, 0.05f, 0},
+         true},
     };
     for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
         const shape *s = &shapes[k];
@@ -108,8 +117,8 @@ static void test_acceptance_rule(void) {
         for (int i = 0; i < N; i++) {
             expect += s->p[i] < s->q[i] ? s->p[i] : s->q[i];
         }
-        CHECKF(fabs(rate - expect) < 0.01, "%s: accepted %.4f, sum min(p, q) = %.4f", s->name,
-               rate, expect);
+        CHECKF(fabs(rate - expect) < 0.01, "%s: accepted %.4f, sum min(p, q) = %.4f", s->name, rate,
+               expect);
         const double c_always = run_rule(RULE_ALWAYS_ACCEPT, s->p, s->q, &rate_wrong);
         const double c_from_p = run_rule(RULE_RESIDUAL_FROM_P, s->p, s->q, &rate_wrong);
         if (s->rules_differ) {
@@ -220,7 +229,7 @@ static void test_sampler_probs(void) {
 typedef struct probe {
     int calls;
     int32_t forced;
-    float *second; /* n_vocab */
+    float *second;    /* n_vocab */
     bool second_same; /* every run saw the same logits */
 } probe;
 
@@ -233,7 +242,8 @@ static void probe_logits(float *logits, int32_t n, void *user) {
     } else if (pr->calls == 2) {
         memcpy(pr->second, logits, (size_t)n * sizeof *logits);
     } else {
-        pr->second_same = pr->second_same && memcmp(pr->second, logits, (size_t)n * sizeof *logits) == 0;
+        pr->second_same =
+            pr->second_same && memcmp(pr->second, logits, (size_t)n * sizeof *logits) == 0;
     }
 }
 
@@ -373,10 +383,14 @@ static void test_draft_distribution(void) {
      * of freedom (mean df, sd sqrt(2 df)) */
     const double bound_p = df_p + 8 * sqrt(2.0 * df_p) + 10;
     const double bound_q = df_q + 8 * sqrt(2.0 * df_q) + 10;
-    CHECKF(df_p >= 5 && c_p < bound_p, "second token against the target's p: chi-square %.1f, "
-           "%d degrees of freedom (bound %.1f)", c_p, df_p, bound_p);
-    CHECKF(c_q > bound_q, "second token against the draft's q: chi-square %.1f, %d degrees of "
-           "freedom: the test cannot tell p from q", c_q, df_q);
+    CHECKF(df_p >= 5 && c_p < bound_p,
+           "second token against the target's p: chi-square %.1f, "
+           "%d degrees of freedom (bound %.1f)",
+           c_p, df_p, bound_p);
+    CHECKF(c_q > bound_q,
+           "second token against the draft's q: chi-square %.1f, %d degrees of "
+           "freedom: the test cannot tell p from q",
+           c_q, df_q);
     const double rate = (double)accepted / (double)drafted;
     const double sd = sqrt(overlap * (1 - overlap) / RUNS);
     CHECKF(fabs(rate - overlap) < 6 * sd + 1e-3, "accepted %.4f, sum min(p, q) = %.4f", rate,
@@ -400,9 +414,9 @@ static void test_draft_session(void) {
     lares_error err = {0};
     lares_model *t = NULL, *d = NULL, *other = NULL, *vocab_only = NULL;
     CHECK_OK(lares_model_open(fixture("TinyStories-656K.f16.gguf"), NULL, &t, &err), &err);
-    CHECK_OK(lares_model_open(fixture("derived/TinyStories-656K.llamacpp-Q4_0.gguf"), NULL, &d,
-                              &err),
-             &err);
+    CHECK_OK(
+        lares_model_open(fixture("derived/TinyStories-656K.llamacpp-Q4_0.gguf"), NULL, &d, &err),
+        &err);
     CHECK_OK(lares_model_open(fixture("stories260K.gguf"), NULL, &other, &err), &err);
     lares_model_opts vo = lares_model_opts_default();
     vo.vocab_only = true;

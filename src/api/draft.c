@@ -17,8 +17,8 @@ static void vocab_difference(const lares_model *a, const lares_model *b, char *w
     why[0] = '\0';
     const int32_t na = text_vocab_n(va), nb = text_vocab_n(vb);
     if (na != nb || a->m->hp.n_vocab != b->m->hp.n_vocab) {
-        snprintf(why, cap, "%d tokens and %d logits against %d and %d", na, a->m->hp.n_vocab,
-                 nb, b->m->hp.n_vocab);
+        snprintf(why, cap, "%d tokens and %d logits against %d and %d", na, a->m->hp.n_vocab, nb,
+                 b->m->hp.n_vocab);
         return;
     }
     if (text_vocab_kind_of(va) != text_vocab_kind_of(vb)) {
