@@ -6,6 +6,7 @@
  * draws from; on real models (a target and a draft that differ), the second
  * token generated with a draft is distributed as the target's p, not as the
  * draft's q, and is accepted at the rate sum min(p, q). */
+#include "api/api.h"
 #include "check.h"
 #include "lares.h"
 #include "text/text.h"
@@ -499,8 +500,52 @@ out:
     lares_model_close(vocab_only);
 }
 
+/* api_draft_pace: a draft that keeps failing pauses, longer each time; a
+ * kept draft ends the pauses */
+static int paused_tokens(api_draft_pace *p) {
+    int n = 0;
+    while (!api_draft_pace_go(p)) {
+        n++;
+    }
+    return n;
+}
+
+static void test_draft_pace(void) {
+    api_draft_pace p = {0};
+    CHECK(api_draft_pace_go(&p));
+    for (int i = 0; i < API_DRAFT_MISSES - 1; i++) {
+        api_draft_pace_note(&p, 0);
+        CHECK(api_draft_pace_go(&p)); /* not yet */
+    }
+    api_draft_pace_note(&p, 0);
+    CHECK(paused_tokens(&p) == API_DRAFT_PAUSE_MIN);
+    for (int i = 0; i < API_DRAFT_MISSES; i++) {
+        api_draft_pace_note(&p, 0);
+    }
+    CHECK(paused_tokens(&p) == 2 * API_DRAFT_PAUSE_MIN);
+    for (int k = 0; k < 10; k++) {
+        for (int i = 0; i < API_DRAFT_MISSES; i++) {
+            api_draft_pace_note(&p, 0);
+        }
+        const int n = paused_tokens(&p);
+        CHECK(n <= API_DRAFT_PAUSE_MAX && n >= 2 * API_DRAFT_PAUSE_MIN);
+    }
+    CHECK(p.pause == API_DRAFT_PAUSE_MAX);
+    /* a kept draft: back to drafting at once, the next pause the shortest */
+    for (int i = 0; i < API_DRAFT_MISSES - 1; i++) {
+        api_draft_pace_note(&p, 0);
+    }
+    api_draft_pace_note(&p, 2);
+    CHECK(api_draft_pace_go(&p));
+    for (int i = 0; i < API_DRAFT_MISSES; i++) {
+        api_draft_pace_note(&p, 0);
+    }
+    CHECK(paused_tokens(&p) == API_DRAFT_PAUSE_MIN);
+}
+
 int main(void) {
     test_acceptance_rule();
+    test_draft_pace();
     test_accept_edges();
     test_sampler_probs();
     test_draft_distribution();

@@ -104,6 +104,26 @@ int32_t api_lookup_draft(const int32_t *toks, int32_t n, int32_t max_draft, int3
 lares_status api_draft_propose(lares_session *d, text_sampler *smp, const int32_t *ctx, int32_t n,
                                int32_t max, int32_t *draft, float *q, int32_t *n_draft,
                                lares_error *err);
+/* draft.c: when to draft. A draft model whose drafts keep failing costs a
+ * draft pass and a verified row per token for nothing: after
+ * API_DRAFT_MISSES passes in a row with none kept, drafting pauses for a
+ * number of tokens that doubles each time (API_DRAFT_PAUSE_MIN to
+ * API_DRAFT_PAUSE_MAX); a kept draft ends the pauses. Whether a token is
+ * drafted depends on past passes only, so the output's distribution is
+ * unchanged. */
+#define API_DRAFT_MISSES 4
+#define API_DRAFT_PAUSE_MIN 8
+#define API_DRAFT_PAUSE_MAX 64
+typedef struct api_draft_pace {
+    int32_t misses; /* passes in a row with no draft kept */
+    int32_t pause;  /* tokens the last pause lasted; 0: none yet */
+    int32_t skip;   /* tokens of the current pause still to go */
+} api_draft_pace;
+/* Whether to draft after the token just drawn (a paused token counts down). */
+bool api_draft_pace_go(api_draft_pace *p);
+/* After a pass that verified drafts: how many were kept. */
+void api_draft_pace_note(api_draft_pace *p, int32_t kept);
+
 /* draft.c: evaluates what the draft's cache lacks of ctx[0, n) (the prompt,
  * while the target reads it) without logits. */
 lares_status api_draft_sync(lares_session *d, const int32_t *ctx, int32_t n, lares_error *err);

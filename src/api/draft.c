@@ -116,3 +116,24 @@ lares_status api_draft_propose(lares_session *d, text_sampler *smp, const int32_
     }
     return st;
 }
+
+bool api_draft_pace_go(api_draft_pace *p) {
+    if (p->skip > 0) {
+        p->skip--;
+        return false;
+    }
+    return true;
+}
+
+void api_draft_pace_note(api_draft_pace *p, int32_t kept) {
+    if (kept > 0) {
+        *p = (api_draft_pace){0};
+        return;
+    }
+    if (++p->misses < API_DRAFT_MISSES) {
+        return;
+    }
+    p->misses = 0;
+    p->pause = p->pause == 0 ? API_DRAFT_PAUSE_MIN : LARES_MIN(2 * p->pause, API_DRAFT_PAUSE_MAX);
+    p->skip = p->pause;
+}

@@ -398,6 +398,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
      * one more than were taken, so that a context the model does not copy
      * costs passes of two tokens, not of lookup + 1 */
     int32_t draft_max = n_spec_max;
+    api_draft_pace pace = {0}; /* a draft model that keeps failing pauses */
     while (rc == LARES_OK) {
         if (atomic_load_explicit(&s->cancel, memory_order_relaxed)) {
             fig->stop = LARES_STOP_CANCELED;
@@ -431,9 +432,11 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
                 evaluated = true; /* its row is in the cache and its logits below */
                 if (spec_at + 1 == n_spec) {
                     draft_max = LARES_MIN(2 * draft_max, n_spec_max);
+                    api_draft_pace_note(&pace, spec_at);
                 }
             } else {
                 draft_max = spec_at; /* spec_at - 1 taken */
+                api_draft_pace_note(&pace, spec_at - 1);
                 s->n_past -= n_spec - spec_at;
                 n_spec = 0;
             }
@@ -476,7 +479,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
             const int32_t max = LARES_MIN(draft_max, room);
             if (o.lookup > 0) {
                 d = api_lookup_draft(s->history, s->n_past + 1, max, spec + 1);
-            } else if (max > 0) {
+            } else if (max > 0 && api_draft_pace_go(&pace)) {
                 const uint64_t t_draft = lares_now_ns();
                 rc = api_draft_propose(s->draft, draft_smp, s->history, s->n_past + 1, max,
                                        spec + 1, spec_q, &d, err);
