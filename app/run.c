@@ -15,6 +15,8 @@ typedef struct run_opts {
     const char *prompt_file;
     int32_t n_predict;
     int32_t lookup;
+    const char *draft; /* a draft model's file */
+    int32_t draft_n;   /* 0: not given */
     lares_session_opts session;
     lares_sampler_opts sampler;
     bool seed_given;
@@ -34,6 +36,11 @@ static void run_usage(FILE *to) {
           "  -n, --n-predict N       tokens to generate (default 128; -1: until end of text)\n"
           "      --lookup N          speculative decoding: draft up to N tokens from the context\n"
           "                          (prompt lookup), verify them in one pass (default 0 = off)\n"
+          "      --draft MODEL       speculative decoding with a draft model (a GGUF file with\n"
+          "                          the same vocabulary): it proposes tokens, the model\n"
+          "                          verifies them in one pass; not with --lookup\n"
+          "      --draft-n N         tokens the draft proposes per pass, at most (default 7:\n"
+          "                          8 rows per verification, the few-row product's reach)\n"
           "      --no-bos            do not add the BOS token\n"
           "      --special           parse control tokens written in the prompt\n"
           "      --no-echo           do not print the prompt before the generated text\n"
@@ -88,6 +95,14 @@ static int parse_run(int argc, char **argv, run_opts *o) {
             if (!app_parse_i32(a, v, 0, LARES_LOOKUP_MAX, &o->lookup)) {
                 return APP_USAGE;
             }
+        } else if (IS("--draft", NULL)) {
+            VALUE();
+            o->draft = v;
+        } else if (IS("--draft-n", NULL)) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, LARES_LOOKUP_MAX, &o->draft_n)) {
+                return APP_USAGE;
+            }
         } else if (IS("--isa", NULL)) {
             VALUE();
             o->isa = v;
@@ -133,6 +148,20 @@ static int parse_run(int argc, char **argv, run_opts *o) {
     if ((o->prompt == NULL) == (o->prompt_file == NULL)) {
         app_error("run: give the prompt with exactly one of -p TEXT or -f FILE");
         return APP_USAGE;
+    }
+    if (o->draft_n > 0 && o->draft == NULL) {
+        app_error("run: --draft-n needs a draft model (--draft MODEL)");
+        return APP_USAGE;
+    }
+    if (o->draft != NULL && o->lookup > 0) {
+        app_error("run: --draft and --lookup both propose drafts; give one of them");
+        return APP_USAGE;
+    }
+    if (o->draft != NULL && o->draft_n == 0) {
+        /* the token and 7 drafts: 8 rows, the most the few-row product takes
+         * (QUANT_ROWS_MAX); a 9th row costs a GEMM pass, about twice as long
+         * (docs/performance.md, issue 20) */
+        o->draft_n = 7;
     }
     if (!o->seed_given) {
         o->sampler.seed = app_clock_seed();
@@ -226,7 +255,7 @@ static json_t *ids_json(const int32_t *ids, size_t n) {
     return a;
 }
 
-static void print_figures(const lares_stats *st) {
+static void print_figures(const lares_stats *st, bool draft_model) {
     char b1[32], b2[32];
     fprintf(stderr,
             "\nlares: prompt %d tokens in %.1f ms (%.1f tok/s) | generation %d tokens in %.1f ms "
@@ -239,7 +268,17 @@ static void print_figures(const lares_stats *st) {
             st->disk_read_bytes == UINT64_MAX ? "unknown"
                                               : app_fmt_bytes(st->disk_read_bytes, b2, sizeof b2),
             st->mem_pressure * 100.0, st->load_ms);
-    if (st->n_drafted > 0) {
+    if (draft_model) {
+        fprintf(stderr,
+                "lares: the draft model drafted %d tokens, %d accepted (%.0f %%), %.2f tokens "
+                "per pass of the model | drafting %.1f ms of the generation's %.1f ms\n",
+                st->n_drafted, st->n_accepted,
+                st->n_drafted > 0 ? 100.0 * st->n_accepted / st->n_drafted : 0.0,
+                st->n_generated > st->n_accepted
+                    ? (double)st->n_generated / (st->n_generated - st->n_accepted)
+                    : 0.0,
+                st->draft_ms, st->gen_ms);
+    } else if (st->n_drafted > 0) {
         fprintf(stderr, "lares: lookup drafted %d tokens, %d accepted (%.0f %%)\n", st->n_drafted,
                 st->n_accepted, 100.0 * st->n_accepted / st->n_drafted);
     }
@@ -271,6 +310,10 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_t *root = json_object();
     json_object_set_new(root, "model", json_string(o->model));
     json_object_set_new(root, "arch", json_string(info.arch));
+    if (o->draft != NULL) {
+        json_object_set_new(root, "draft_model", json_string(o->draft));
+        json_object_set_new(root, "draft_n", json_integer(o->draft_n));
+    }
     json_object_set_new(root, "prompt", json_string(o->prompt ? o->prompt : ""));
     json_object_set_new(root, "prompt_ids", ids_json(prompt_ids, n_prompt));
     json_object_set_new(root, "generated_ids", ids_json(gen, n_gen));
@@ -295,6 +338,7 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_object_set_new(t, "gen_compute_ms", json_real(st->gen_ms - st->gen_wait_ms));
     json_object_set_new(t, "drafted_tokens", json_integer(st->n_drafted));
     json_object_set_new(t, "accepted_tokens", json_integer(st->n_accepted));
+    json_object_set_new(t, "draft_ms", json_real(st->draft_ms));
     json_t *gaps = json_array();
     for (size_t i = 0; i < rs->n_token_ms; i++) {
         json_array_append_new(gaps, json_real(rs->token_ms[i]));
@@ -354,7 +398,7 @@ int cmd_run(int argc, char **argv) {
         plen = strlen(prompt);
     }
 
-    lares_model *m = NULL;
+    lares_model *m = NULL, *dm = NULL;
     lares_session *s = NULL;
     int32_t *ids = NULL, *gen = NULL;
     size_t n_ids = 0, n_gen = 0;
@@ -362,6 +406,14 @@ int cmd_run(int argc, char **argv) {
     rc = APP_FAIL;
     if (lares_model_open(o.model, NULL, &m, &err) != LARES_OK ||
         lares_session_create(m, &o.session, &s, &err) != LARES_OK) {
+        rc = app_fail(&err);
+        goto done;
+    }
+    if (o.draft != NULL && lares_model_open(o.draft, NULL, &dm, &err) != LARES_OK) {
+        app_error("run: draft model: %s", err.msg);
+        goto done;
+    }
+    if (dm != NULL && lares_session_set_draft(s, dm, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
     }
@@ -385,7 +437,8 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     lares_generate_opts go = {.n_predict = o.n_predict, .sampler = o.sampler,
-                              .on_token = on_token, .user = &rs, .lookup = o.lookup};
+                              .on_token = on_token, .user = &rs, .lookup = o.lookup,
+                              .draft_n = o.draft_n};
     if (!o.json && o.echo_prompt) {
         fwrite(prompt, 1, plen, stdout);
         fflush(stdout);
@@ -404,7 +457,7 @@ int cmd_run(int argc, char **argv) {
         fputc('\n', stdout);
         fflush(stdout);
         if (o.verbosity >= 0) {
-            print_figures(&st);
+            print_figures(&st, o.draft != NULL);
             app_ring_print(s);
         }
     }
@@ -414,7 +467,8 @@ done:
     free(rs.text);
     free(rs.token_ms);
     lares_free(ids);
-    lares_session_free(s);
+    lares_session_free(s); /* with its draft session */
+    lares_model_close(dm);
     lares_model_close(m);
     free(file_prompt);
     return rc;

@@ -24,6 +24,9 @@ static void serve_usage(FILE *to) {
           "                          llama2, mistral, mistral-v7, gemma, phi3, zephyr, plain)\n"
           "      --queue N           requests that may wait behind the running ones (default 8)\n"
           "      --parallel N        requests that decode together, continuous batching (default 1)\n"
+          "      --draft MODEL       speculative decoding with a draft model of the same\n"
+          "                          vocabulary (one request at a time: not with --parallel)\n"
+          "      --draft-n N         tokens the draft proposes per pass, at most (default 7)\n"
           "      --prompt-share N    with --parallel: prompt tokens a step reads while other\n"
           "                          requests decode (default 8: they are not held up; 0: no limit)\n"
           "      --max-body SIZE     largest request body (default 1M)\n"
@@ -43,7 +46,7 @@ static void serve_usage(FILE *to) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model = NULL;
+    const char *model = NULL, *draft = NULL;
     lares_session_opts so = lares_session_opts_default();
     so.ring_profile_cache = app_profile_cache_default(); /* an automatic ring's head */
     server_opts o = server_opts_default();
@@ -91,6 +94,14 @@ int cmd_serve(int argc, char **argv) {
         } else if (strcmp(a, "--parallel") == 0) {
             VALUE();
             if (!app_parse_i32(a, v, 1, 256, &parallel)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--draft") == 0) {
+            VALUE();
+            draft = v;
+        } else if (strcmp(a, "--draft-n") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, LARES_LOOKUP_MAX, &o.draft_n)) {
                 return APP_USAGE;
             }
         } else if (strcmp(a, "--prompt-share") == 0) {
@@ -151,6 +162,17 @@ int cmd_serve(int argc, char **argv) {
         app_error("serve: no model given (-m MODEL)");
         return APP_USAGE;
     }
+    if (o.draft_n > 0 && draft == NULL) {
+        app_error("serve: --draft-n needs a draft model (--draft MODEL)");
+        return APP_USAGE;
+    }
+    if (draft != NULL && parallel > 1) {
+        app_error("serve: --draft serves one request at a time; it does not go with --parallel");
+        return APP_USAGE;
+    }
+    if (draft != NULL && o.draft_n == 0) {
+        o.draft_n = 7; /* as lares run: 8 rows, the few-row product's reach */
+    }
     if (!app_ring_auto(&so)) { /* --ring auto: the paired devices that answer */
         return APP_FAIL;
     }
@@ -165,7 +187,7 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN); /* a client that leaves mid-reply is an error return, not a kill */
 
     lares_error err = {0};
-    lares_model *m = NULL;
+    lares_model *m = NULL, *dm = NULL;
     lares_session *s = NULL;
     lares_batch *batch = NULL; /* --parallel > 1: it owns the session */
     server *sv = NULL;
@@ -182,7 +204,12 @@ int cmd_serve(int argc, char **argv) {
         lares_batch_set_shared_prompt_rows(batch, prompt_share);
         o.batch = batch;
     }
+    if (draft != NULL && lares_model_open(draft, NULL, &dm, &err) != LARES_OK) {
+        app_error("serve: draft model: %s", err.msg);
+        goto done;
+    }
     if ((batch == NULL && lares_session_create(m, &so, &s, &err) != LARES_OK) ||
+        (dm != NULL && lares_session_set_draft(s, dm, &err) != LARES_OK) ||
         server_start(m, batch ? lares_batch_session(batch) : s, model, &o, &sv, &err) !=
             LARES_OK) {
         rc = app_fail(&err);
@@ -206,7 +233,8 @@ int cmd_serve(int argc, char **argv) {
 done:
     server_stop(sv);
     lares_batch_free(batch);
-    lares_session_free(s);
+    lares_session_free(s); /* with its draft session */
+    lares_model_close(dm);
     lares_model_close(m);
     return rc;
 }

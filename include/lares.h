@@ -210,6 +210,17 @@ LARES_API lares_status lares_session_create(lares_model *m, const lares_session_
                                             lares_session **out, lares_error *err);
 LARES_API void lares_session_free(lares_session *s);
 LARES_API int32_t lares_session_n_ctx(const lares_session *s);
+/* Gives the session a draft model for speculative decoding
+ * (lares_generate_opts.draft_n, docs/speculative.md): a smaller model with the
+ * same vocabulary (size, every token's text, BOS, EOS and the tokens that end
+ * generation: LARES_EINVAL naming both files otherwise). The draft gets a KV
+ * cache of its own with the session's context length and batch, within its
+ * own memory budget (automatic), runs on this device (the head of a ring) on
+ * the session's threads, and follows the session's context at every generate
+ * call. The model must stay open while the session has it; NULL removes the
+ * draft. Replaces a draft set before. */
+LARES_API lares_status lares_session_set_draft(lares_session *s, lares_model *draft,
+                                               lares_error *err);
 
 typedef struct lares_sampler_opts {
     float temperature;        /* <= 0: greedy (argmax) */
@@ -272,6 +283,16 @@ typedef struct lares_generate_opts {
      * output is unchanged and sampled output keeps its distribution. 0: off;
      * at most LARES_LOOKUP_MAX; needs a batch (n_batch) of lookup + 1. */
     int32_t lookup;
+    /* Speculative decoding with the session's draft model
+     * (lares_session_set_draft): it proposes up to this many tokens one after
+     * another, the model verifies them in one forward pass. Greedy output is
+     * plain decoding's; with sampling the draft draws from its own
+     * distribution (the same sampler settings, its own random stream) and
+     * each draft is kept by the rule of speculative sampling (Leviathan et
+     * al. 2023), so the output keeps the model's distribution. 0: off; at
+     * most LARES_LOOKUP_MAX; needs a batch of draft_n + 1; not with lookup
+     * (LARES_EINVAL). The number adapts between passes (docs/speculative.md). */
+    int32_t draft_n;
 } lares_generate_opts;
 
 #define LARES_LOOKUP_MAX 32
@@ -303,9 +324,10 @@ typedef struct lares_stats {
     uint64_t prefetch_bytes;   /* bytes the prefetch thread read during the call */
     double prompt_wait_ms;     /* of prompt_ms: waiting for weights from disk */
     double gen_wait_ms;        /* of gen_ms: waiting for weights from disk (the rest computes) */
-    /* speculative decoding (lares_generate_opts.lookup) */
+    /* speculative decoding (lares_generate_opts.lookup, .draft_n) */
     int32_t n_drafted;         /* tokens proposed */
     int32_t n_accepted;        /* of them, generated as proposed */
+    double draft_ms;           /* of gen_ms: the draft model proposing (its passes) */
     /* MoE models, over generation (the prompt's batches excluded) */
     uint64_t expert_hits;      /* streaming: chosen experts found in the expert cache */
     uint64_t expert_misses;    /* streaming: chosen experts read from disk */

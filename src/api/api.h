@@ -44,7 +44,15 @@ struct lares_session {
     uint64_t mem_budget_bytes; /* the memory budget in force; UINT64_MAX: none known */
     struct api_ring *ring; /* owned: the head's side of a ring (api/ring.h); NULL on one device */
     struct gpu_session *gpu; /* owned: weights offloaded to a GPU (gpu/gpu.h); NULL: none */
+    struct lares_session *draft; /* owned: the draft model's session (draft.c); NULL: none */
+    bool pool_borrowed; /* pool belongs to the session this one drafts for */
 };
+
+/* session.c: lares_session_create; with pool (not NULL) the session borrows
+ * that thread pool instead of starting its own (a draft session runs between
+ * its target's passes, on the same threads). */
+lares_status api_session_create(lares_model *lm, const lares_session_opts *opts, ops_pool *pool,
+                                lares_session **out, lares_error *err);
 
 /* generate.c: runs tokens [0, n) at positions n_past.. through all layers in
  * batches; after each batch rows (when not NULL) sees its final hidden states
@@ -84,6 +92,41 @@ void api_flush(const lares_generate_opts *o, text_stream *ts);
  * the most recent earlier occurrence of the last 3 (else 2) of toks[0, n).
  * Returns how many (0: no earlier occurrence). */
 int32_t api_lookup_draft(const int32_t *toks, int32_t n, int32_t max_draft, int32_t *draft);
+
+/* draft.c: a draft model's proposals (docs/speculative.md). Brings the
+ * draft session d to the context ctx[0, n) (it keeps the start its cache
+ * shares with it and evaluates the rest), then drafts up to max tokens one
+ * after another, each evaluated before the next is drafted: with a greedy
+ * sampler its argmax, else a draw from smp's distribution, whose n_vocab
+ * probabilities go to q + i * n_vocab for draft i (q may be NULL when
+ * greedy). *n_draft: how many. The last draft is not evaluated (the next call
+ * evaluates what the target kept). */
+lares_status api_draft_propose(lares_session *d, text_sampler *smp, const int32_t *ctx, int32_t n,
+                               int32_t max, int32_t *draft, float *q, int32_t *n_draft,
+                               lares_error *err);
+/* draft.c: when to draft. A draft model whose drafts keep failing costs a
+ * draft pass and a verified row per token for nothing: after
+ * API_DRAFT_MISSES passes in a row with none kept, drafting pauses for a
+ * number of tokens that doubles each time (API_DRAFT_PAUSE_MIN to
+ * API_DRAFT_PAUSE_MAX); a kept draft ends the pauses. Whether a token is
+ * drafted depends on past passes only, so the output's distribution is
+ * unchanged. */
+#define API_DRAFT_MISSES 4
+#define API_DRAFT_PAUSE_MIN 8
+#define API_DRAFT_PAUSE_MAX 64
+typedef struct api_draft_pace {
+    int32_t misses; /* passes in a row with no draft kept */
+    int32_t pause;  /* tokens the last pause lasted; 0: none yet */
+    int32_t skip;   /* tokens of the current pause still to go */
+} api_draft_pace;
+/* Whether to draft after the token just drawn (a paused token counts down). */
+bool api_draft_pace_go(api_draft_pace *p);
+/* After a pass that verified drafts: how many were kept. */
+void api_draft_pace_note(api_draft_pace *p, int32_t kept);
+
+/* draft.c: evaluates what the draft's cache lacks of ctx[0, n) (the prompt,
+ * while the target reads it) without logits. */
+lares_status api_draft_sync(lares_session *d, const int32_t *ctx, int32_t n, lares_error *err);
 
 /* budget.c: the executor's options from the session's memory budget (after
  * the KV cache and buffers exist); LARES_ERANGE when the budget cannot work. */

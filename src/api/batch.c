@@ -223,9 +223,10 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
         return lares_fail(err, LARES_EINVAL, "logprobs: %d alternatives asked, 0 to %d allowed",
                           o.n_logprobs, MAX_LOGPROBS);
     }
-    if (o.lookup != 0) {
+    if (o.lookup != 0 || o.draft_n != 0) {
         return lares_fail(err, LARES_EUNSUPPORTED,
-                          "batch: prompt lookup drafts are for one sequence (lares_generate)");
+                          "batch: speculative drafts (lookup, draft model) are for one sequence "
+                          "(lares_generate)");
     }
     for (size_t i = 0; i < n_prompt; i++) {
         if (prompt[i] < 0 || prompt[i] >= m->hp.n_vocab) {

@@ -198,6 +198,30 @@ int32_t api_draw(const lares_generate_opts *o, text_sampler *smp, float *logits,
     return tok;
 }
 
+/* api_draw for a token the draft model drew from q: the target's
+ * distribution p (probs, n_vocab floats of room) after o->on_logits and the
+ * sampler's transforms, then the acceptance rule of speculative sampling, so
+ * that the token is distributed as plain sampling's. */
+static int32_t draw_verified(const lares_generate_opts *o, text_sampler *smp, float *logits,
+                             int32_t n_vocab, const int32_t *history, size_t n_hist, float *raw,
+                             token_probs *tp, float *probs, const float *q, int32_t x) {
+    if (o->on_logits != NULL) {
+        o->on_logits(logits, n_vocab, o->user);
+    }
+    if (raw != NULL) {
+        memcpy(raw, logits, (size_t)n_vocab * sizeof *raw);
+    }
+    text_sampler_probs(smp, logits, history, n_hist, probs);
+    const double u = text_sampler_unit(smp);
+    const double v = text_sampler_unit(smp);
+    bool accepted;
+    const int32_t tok = text_spec_accept(probs, q, n_vocab, x, u, v, &accepted);
+    if (raw != NULL) {
+        logprobs(raw, n_vocab, tok, o->n_logprobs, tp);
+    }
+    return tok;
+}
+
 lares_stop_reason api_emit(const lares_generate_opts *o, const text_vocab *vocab,
                            text_stream *ts, int32_t tok, const token_probs *tp) {
     if (text_token_is_eog(vocab, tok)) {
@@ -244,11 +268,29 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         return lares_fail(err, LARES_EINVAL, "lookup: %d drafted tokens asked, 0 to %d allowed",
                           o.lookup, LARES_LOOKUP_MAX);
     }
-    if (o.lookup > 0 && o.lookup + 1 > s->o.n_batch) {
+    if (o.draft_n < 0 || o.draft_n > LARES_LOOKUP_MAX) {
         return lares_fail(err, LARES_EINVAL,
-                          "lookup: verifying %d drafted tokens needs a batch of %d, the session's "
+                          "draft: %d drafted tokens asked, 0 (off) to %d allowed", o.draft_n,
+                          LARES_LOOKUP_MAX);
+    }
+    if (o.draft_n > 0 && s->draft == NULL) {
+        return lares_fail(err, LARES_EINVAL,
+                          "draft: %d drafted tokens asked but the session has no draft model "
+                          "(lares_session_set_draft)",
+                          o.draft_n);
+    }
+    if (o.draft_n > 0 && o.lookup > 0) {
+        return lares_fail(err, LARES_EINVAL,
+                          "drafts come from prompt lookup or from a draft model, not both");
+    }
+    /* drafts per pass at most: one source or none */
+    const int32_t n_spec_max = o.lookup > 0 ? o.lookup : o.draft_n;
+    if (n_spec_max > 0 && n_spec_max + 1 > s->o.n_batch) {
+        return lares_fail(err, LARES_EINVAL,
+                          "%s: verifying %d drafted tokens needs a batch of %d, the session's "
                           "is %d (raise -b)",
-                          o.lookup, o.lookup + 1, s->o.n_batch);
+                          o.lookup > 0 ? "lookup" : "draft", n_spec_max, n_spec_max + 1,
+                          s->o.n_batch);
     }
     const int64_t need =
         (int64_t)s->n_past + (int64_t)n_prompt + (o.n_predict > 0 ? o.n_predict : 0);
@@ -269,6 +311,9 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     /* the KV cache this call can fill: the rest of the budget holds weights */
     const int64_t reach = o.n_predict >= 0 ? need : n_ctx;
     lares_status rc = api_plan_positions(s, (int32_t)LARES_MIN(reach, (int64_t)n_ctx), err);
+    if (rc == LARES_OK && o.draft_n > 0) {
+        rc = api_plan_positions(s->draft, (int32_t)LARES_MIN(reach, (int64_t)n_ctx), err);
+    }
     if (rc != LARES_OK) {
         return rc;
     }
@@ -277,6 +322,18 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     if (rc != LARES_OK) {
         return rc;
     }
+    /* the draft model draws with the same settings from a stream of its own */
+    text_sampler *draft_smp = NULL;
+    if (o.draft_n > 0) {
+        lares_sampler_opts dso = o.sampler;
+        dso.seed ^= 0x9e3779b97f4a7c15u;
+        rc = text_sampler_create(&dso, m->hp.n_vocab, &draft_smp, err);
+        if (rc != LARES_OK) {
+            text_sampler_free(smp);
+            return rc;
+        }
+    }
+    const bool draft_sampling = o.draft_n > 0 && o.sampler.temperature > 0.0f;
 
     mem_sample before, after;
     mem_sample_now(&before);
@@ -288,6 +345,9 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     fig->stop = LARES_STOP_NONE;
 
     rc = api_evaluate(s, prompt, n_prompt, true, NULL, NULL, err);
+    if (rc == LARES_OK && o.draft_n > 0) {
+        rc = api_draft_sync(s->draft, s->history, s->n_past, err); /* the draft reads it too */
+    }
     const uint64_t t_prompt = lares_now_ns();
     exec_local_counters(s->exec, &c_prompt);
     /* MoE: expert choices counted from here (generation) to the end */
@@ -317,13 +377,19 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     if (o.n_logprobs > 0 && (raw = lares_alloc_array((size_t)m->hp.n_vocab, sizeof *raw)) == NULL) {
         rc = lares_fail(err, LARES_ENOMEM, "out of memory");
     }
-    /* prompt lookup: the token just drawn and its drafts, and their logits */
+    /* speculative decoding: the token just drawn and its drafts, and their
+     * logits; sampling from a draft model: the draft's distribution of each
+     * draft (q) and the target's of the row verifying it (p) */
+    const size_t nv = (size_t)m->hp.n_vocab;
     int32_t *spec = NULL;
-    float *spec_logits = NULL;
-    if (rc == LARES_OK && o.lookup > 0 &&
-        ((spec = lares_alloc_array((size_t)o.lookup + 1, sizeof *spec)) == NULL ||
-         (spec_logits = lares_alloc_array((size_t)(o.lookup + 1) * (size_t)m->hp.n_vocab,
-                                          sizeof *spec_logits)) == NULL)) {
+    float *spec_logits = NULL, *spec_q = NULL, *spec_p = NULL;
+    if (rc == LARES_OK && n_spec_max > 0 &&
+        ((spec = lares_alloc_array((size_t)n_spec_max + 1, sizeof *spec)) == NULL ||
+         (spec_logits = lares_alloc_array((size_t)(n_spec_max + 1) * nv, sizeof *spec_logits)) ==
+             NULL ||
+         (draft_sampling &&
+          ((spec_q = lares_alloc_array((size_t)n_spec_max * nv, sizeof *spec_q)) == NULL ||
+           (spec_p = lares_alloc_array(nv, sizeof *spec_p)) == NULL)))) {
         rc = lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     float *next_logits = s->logits;  /* what the next token is drawn from */
@@ -331,7 +397,8 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     /* drafts per pass: doubled after a pass whose drafts were all taken, else
      * one more than were taken, so that a context the model does not copy
      * costs passes of two tokens, not of lookup + 1 */
-    int32_t draft_max = o.lookup;
+    int32_t draft_max = n_spec_max;
+    api_draft_pace pace = {0}; /* a draft model that keeps failing pauses */
     while (rc == LARES_OK) {
         if (atomic_load_explicit(&s->cancel, memory_order_relaxed)) {
             fig->stop = LARES_STOP_CANCELED;
@@ -349,8 +416,13 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         }
         /* a constraint sees each row in the order its token is drawn, drafts
          * or not: it never sees a token that is not delivered */
-        const int32_t tok = api_draw(&o, smp, next_logits, m->hp.n_vocab, s->history,
-                                     (size_t)ctx_n, raw, &tp);
+        const int32_t tok =
+            draft_sampling && spec_at < n_spec
+                ? draw_verified(&o, smp, next_logits, m->hp.n_vocab, s->history, (size_t)ctx_n,
+                                raw, &tp, spec_p, spec_q + (size_t)(spec_at - 1) * nv,
+                                spec[spec_at])
+                : api_draw(&o, smp, next_logits, m->hp.n_vocab, s->history, (size_t)ctx_n, raw,
+                           &tp);
         /* a verified draft: accepted when the model drew it; the first token
          * it did not draw ends the drafts, and the cache forgets the rest */
         bool evaluated = false;
@@ -359,10 +431,12 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
                 fig->n_accepted++;
                 evaluated = true; /* its row is in the cache and its logits below */
                 if (spec_at + 1 == n_spec) {
-                    draft_max = LARES_MIN(2 * draft_max, o.lookup);
+                    draft_max = LARES_MIN(2 * draft_max, n_spec_max);
+                    api_draft_pace_note(&pace, spec_at);
                 }
             } else {
                 draft_max = spec_at; /* spec_at - 1 taken */
+                api_draft_pace_note(&pace, spec_at - 1);
                 s->n_past -= n_spec - spec_at;
                 n_spec = 0;
             }
@@ -396,13 +470,24 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         /* draft from the context and the token just drawn, within what may
          * still be generated and the context's room */
         int32_t d = 0;
-        if (o.lookup > 0) {
-            s->history[s->n_past] = tok; /* the search sees it; evaluate writes it again */
+        if (n_spec_max > 0) {
+            s->history[s->n_past] = tok; /* the drafts see it; evaluate writes it again */
             int32_t room = n_ctx - s->n_past - 1;
             if (o.n_predict >= 0) {
                 room = (int32_t)LARES_MIN((int64_t)room, (int64_t)o.n_predict - (int64_t)n_gen);
             }
-            d = api_lookup_draft(s->history, s->n_past + 1, LARES_MIN(draft_max, room), spec + 1);
+            const int32_t max = LARES_MIN(draft_max, room);
+            if (o.lookup > 0) {
+                d = api_lookup_draft(s->history, s->n_past + 1, max, spec + 1);
+            } else if (max > 0 && api_draft_pace_go(&pace)) {
+                const uint64_t t_draft = lares_now_ns();
+                rc = api_draft_propose(s->draft, draft_smp, s->history, s->n_past + 1, max,
+                                       spec + 1, spec_q, &d, err);
+                fig->draft_ms += lares_ns_to_ms(lares_now_ns() - t_draft);
+                if (rc != LARES_OK) {
+                    break;
+                }
+            }
         }
         if (d > 0) {
             spec[0] = tok;
@@ -431,6 +516,9 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     }
     lares_free(spec);
     lares_free(spec_logits);
+    lares_free(spec_q);
+    lares_free(spec_p);
+    text_sampler_free(draft_smp);
     api_flush(&o, &ts);
     lares_free(raw);
     const uint64_t t_end = lares_now_ns();

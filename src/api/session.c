@@ -12,12 +12,15 @@ void lares_session_free(lares_session *s) {
     if (s == NULL) {
         return;
     }
+    lares_session_free(s->draft);
     api_ring_free(s->ring);
     exec_local_free(s->exec);
     model_ctx_free(s->cx);
     model_kv_free(s->kv);
     gpu_session_free(s->gpu); /* takes its hook off the pool first */
-    ops_pool_free(s->pool);
+    if (!s->pool_borrowed) {
+        ops_pool_free(s->pool);
+    }
     lares_free(s->x);
     lares_free(s->logits);
     lares_free(s->history);
@@ -30,8 +33,8 @@ void lares_session_free(lares_session *s) {
 /* the largest F32 KV cache the automatic choice allows */
 #define KV_AUTO_F32_BYTES (64.0 * 1024 * 1024)
 
-lares_status lares_session_create(lares_model *lm, const lares_session_opts *opts,
-                                  lares_session **out, lares_error *err) {
+lares_status api_session_create(lares_model *lm, const lares_session_opts *opts, ops_pool *pool,
+                                lares_session **out, lares_error *err) {
     if (lm->m == NULL) {
         return lares_fail(err, LARES_EINVAL, "%s was opened for its vocabulary only", lm->path);
     }
@@ -70,7 +73,14 @@ lares_status lares_session_create(lares_model *lm, const lares_session_opts *opt
     s->lm = lm;
     s->o = o;
     atomic_init(&s->cancel, false);
-    lares_status st = ops_pool_create(o.n_threads, &s->pool, err);
+    lares_status st = LARES_OK;
+    if (pool != NULL) {
+        s->pool = pool;
+        s->pool_borrowed = true;
+        o.n_threads = s->o.n_threads = ops_pool_size(pool);
+    } else {
+        st = ops_pool_create(o.n_threads, &s->pool, err);
+    }
     if (st == LARES_OK) {
         st = model_kv_create(lm->m, 0, hp->n_layer, o.n_ctx,
                              o.kv_type == LARES_KV_F32 ? GGUF_TYPE_F32 : GGUF_TYPE_F16, &s->kv,
@@ -102,7 +112,7 @@ lares_status lares_session_create(lares_model *lm, const lares_session_opts *opt
     /* weights that stream keep a prefetch thread busy in the kernel: when the
      * thread count is ours to choose, leave it a core (measured in
      * docs/memory.md: 6-8 % faster on 2 cores than sharing them) */
-    const bool auto_threads = opts == NULL || opts->n_threads == 0;
+    const bool auto_threads = (opts == NULL || opts->n_threads == 0) && !s->pool_borrowed;
     if (st == LARES_OK && auto_threads && o.n_threads > 1 && api_streams_surely(s)) {
         ops_pool *fewer = NULL;
         if (ops_pool_create(o.n_threads - 1, &fewer, NULL) == LARES_OK) {
@@ -124,6 +134,11 @@ lares_status lares_session_create(lares_model *lm, const lares_session_opts *opt
     s->create_ms = lares_ns_to_ms(lares_now_ns() - t0);
     *out = s;
     return LARES_OK;
+}
+
+lares_status lares_session_create(lares_model *lm, const lares_session_opts *opts,
+                                  lares_session **out, lares_error *err) {
+    return api_session_create(lm, opts, NULL, out, err);
 }
 
 int32_t lares_session_n_ctx(const lares_session *s) {

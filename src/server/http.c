@@ -651,6 +651,10 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
     if (o.max_per_ip == 0) {
         o.max_per_ip = LARES_MAX(1, o.max_connections / 2);
     }
+    if (o.draft_n != 0 && o.batch != NULL) {
+        return lares_fail(err, LARES_EINVAL,
+                          "a draft model serves one request at a time (not with --parallel)");
+    }
     if (o.max_per_ip < 1 || o.max_per_ip > o.max_connections) {
         return lares_fail(err, LARES_EINVAL, "connections per address %d: 1 to %d (the limit)",
                           o.max_per_ip, o.max_connections);

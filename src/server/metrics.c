@@ -97,6 +97,12 @@ char *server_metrics_text(server *sv) {
     add(&b, "lares_prompt_tokens_cached_total %" PRIu64 "\n", mx.cached_tokens);
     metric(&b, "lares_completion_tokens_total", "counter", "generated tokens");
     add(&b, "lares_completion_tokens_total %" PRIu64 "\n", mx.completion_tokens);
+    metric(&b, "lares_drafted_tokens_total", "counter",
+           "tokens a draft model proposed (speculative decoding)");
+    add(&b, "lares_drafted_tokens_total %" PRIu64 "\n", mx.drafted_tokens);
+    metric(&b, "lares_accepted_tokens_total", "counter",
+           "of the drafted tokens, those generated as proposed");
+    add(&b, "lares_accepted_tokens_total %" PRIu64 "\n", mx.accepted_tokens);
     metric(&b, "lares_prompt_seconds_total", "counter", "time spent evaluating prompts");
     add(&b, "lares_prompt_seconds_total %.6f\n", mx.prompt_seconds);
     metric(&b, "lares_generation_seconds_total", "counter", "time spent generating");

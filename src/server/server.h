@@ -46,6 +46,10 @@ typedef struct server_opts {
      * requests decode together (continuous batching) and the session given
      * to server_start is lares_batch_session(batch) (embeddings use it) */
     lares_batch *batch;
+    /* Speculative decoding with the session's draft model
+     * (lares_session_set_draft): drafts per pass of every request
+     * (lares_generate_opts.draft_n); 0: none. Not with batch. */
+    int32_t draft_n;
 } server_opts;
 
 server_opts server_opts_default(void);

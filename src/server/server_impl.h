@@ -128,6 +128,7 @@ typedef struct server_metrics {
     uint64_t canceled;      /* generations stopped because the client left */
     uint64_t rejected_busy; /* 503: the queue was full */
     uint64_t prompt_tokens, cached_tokens, completion_tokens;
+    uint64_t drafted_tokens, accepted_tokens; /* speculative decoding (--draft) */
     double prompt_seconds, gen_seconds;
     double last_prompt_tok_s, last_gen_tok_s, last_mem_pressure;
     int32_t kv_tokens; /* tokens in the session's context after the last job */

@@ -224,6 +224,7 @@ static void write_error(server_job *j, const char *msg, int status) {
 typedef struct run_totals {
     size_t cached;    /* prompt tokens reused from the cache for the first choice */
     size_t generated; /* tokens sampled, all choices */
+    size_t drafted, accepted; /* speculative decoding, all choices */
     double prompt_s, gen_s;
     lares_stats last; /* the last choice's figures */
 } run_totals;
@@ -291,6 +292,7 @@ static bool choice_begin(server *sv, server_job *j, gen *g, lares_generate_opts 
             (uint64_t)time(NULL) * 6364136223846793005u + atomic_fetch_add(&sv->next_id, 1);
     }
     go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
+    go.draft_n = sv->o.draft_n;
     go.on_token = on_token;
     go.user = g;
     g->hold = j->tool_calls;
@@ -346,6 +348,8 @@ static bool choice_end(server *sv, server_job *j, gen *g, json_t *reply, run_tot
         release(g, g->n_toks, g->len); /* the held tail: no stop string came */
     }
     tot->generated += (size_t)st.n_generated;
+    tot->drafted += (size_t)st.n_drafted;
+    tot->accepted += (size_t)st.n_accepted;
     tot->prompt_s += st.prompt_ms / 1e3;
     tot->gen_s += st.gen_ms / 1e3;
     tot->last = st;
@@ -490,6 +494,8 @@ static void job_end(server *sv, server_job *j, json_t *reply, const run_totals *
     mx->prompt_tokens += j->n_ids;
     mx->cached_tokens += tot.cached;
     mx->completion_tokens += (uint64_t)tot.generated;
+    mx->drafted_tokens += (uint64_t)tot.drafted;
+    mx->accepted_tokens += (uint64_t)tot.accepted;
     mx->prompt_seconds += tot.prompt_s;
     mx->gen_seconds += tot.gen_s;
     if (st.n_prompt > 0) {

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct cand {
     float logit;
@@ -178,11 +179,15 @@ static void select_top(cand *c, int32_t n, int32_t k) {
     }
 }
 
-int32_t text_sampler_sample(text_sampler *s, float *logits, const int32_t *hist, size_t n_hist) {
+/* Penalties, then the candidates a draw chooses among (top-k, top-p, min-p
+ * on the untempered distribution), most likely first, in s->cands[0, n);
+ * returns n, or 0 for greedy (the argmax is the token). */
+static int32_t keep_candidates(text_sampler *s, float *logits, const int32_t *hist,
+                               size_t n_hist) {
     const lares_sampler_opts *o = &s->o;
     apply_penalties(s, logits, hist, n_hist);
     if (o->temperature <= 0.0f) {
-        return argmax(logits, s->n_vocab);
+        return 0;
     }
     cand *c = s->cands;
     int32_t n = s->n_vocab;
@@ -227,17 +232,57 @@ int32_t text_sampler_sample(text_sampler *s, float *logits, const int32_t *hist,
         }
         n = keep;
     }
-    /* temperature, then a draw */
+    return n;
+}
+
+/* the weight of kept candidate i after temperature (relative to the first) */
+static double tempered(const text_sampler *s, int32_t i) {
+    const cand *c = s->cands;
+    return exp((double)(c[i].logit - c[0].logit) / s->o.temperature);
+}
+
+static double tempered_total(const text_sampler *s, int32_t n) {
     double total = 0;
     for (int32_t i = 0; i < n; i++) {
-        total += exp((double)(c[i].logit - mx) / o->temperature);
+        total += tempered(s, i);
     }
-    double r = next_unit(s) * total;
+    return total;
+}
+
+int32_t text_sampler_sample(text_sampler *s, float *logits, const int32_t *hist, size_t n_hist) {
+    const int32_t n = keep_candidates(s, logits, hist, n_hist);
+    if (n == 0) {
+        return argmax(logits, s->n_vocab);
+    }
+    /* temperature, then a draw */
+    double r = next_unit(s) * tempered_total(s, n);
     for (int32_t i = 0; i < n; i++) {
-        r -= exp((double)(c[i].logit - mx) / o->temperature);
+        r -= tempered(s, i);
         if (r < 0) {
-            return c[i].id;
+            return s->cands[i].id;
         }
     }
-    return c[n - 1].id;
+    return s->cands[n - 1].id;
+}
+
+void text_sampler_probs(text_sampler *s, float *logits, const int32_t *hist, size_t n_hist,
+                        float *probs) {
+    memset(probs, 0, (size_t)s->n_vocab * sizeof *probs);
+    const int32_t n = keep_candidates(s, logits, hist, n_hist);
+    if (n == 0) {
+        probs[argmax(logits, s->n_vocab)] = 1.0f;
+        return;
+    }
+    const double total = tempered_total(s, n);
+    for (int32_t i = 0; i < n; i++) {
+        probs[s->cands[i].id] = (float)(tempered(s, i) / total);
+    }
+}
+
+double text_sampler_unit(text_sampler *s) {
+    return next_unit(s);
+}
+
+int32_t text_sampler_draw(text_sampler *s, const float *probs) {
+    return text_draw(probs, s->n_vocab, next_unit(s));
 }

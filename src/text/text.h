@@ -123,5 +123,30 @@ void text_sampler_reset(text_sampler *s); /* forgets history, re-seeds */
 /* Picks the next token from logits (n_vocab floats; modified in place) given
  * the tokens seen so far (for penalties). */
 int32_t text_sampler_sample(text_sampler *s, float *logits, const int32_t *history, size_t n_hist);
+/* The distribution text_sampler_sample draws from, as n_vocab probabilities
+ * in probs (0 outside the tokens kept): penalties, top-k, top-p, min-p and
+ * temperature applied to logits (modified in place); greedy: one-hot at the
+ * argmax. Consumes no randomness. */
+void text_sampler_probs(text_sampler *s, float *logits, const int32_t *history, size_t n_hist,
+                        float *probs);
+/* The sampler's next uniform number in [0, 1) (its seeded generator). */
+double text_sampler_unit(text_sampler *s);
+/* A draw from probs (n_vocab, as text_sampler_probs gives) with the
+ * sampler's generator. */
+int32_t text_sampler_draw(text_sampler *s, const float *probs);
+
+/* ---- speculative sampling (spec_accept.c) ---- */
+
+/* The token u (uniform in [0, 1)) picks from probs[0, n) (weights that need
+ * not sum to 1; the last token with weight on a rounding shortfall). */
+int32_t text_draw(const float *probs, int32_t n, double u);
+/* The acceptance rule of speculative sampling (Leviathan et al. 2023, Chen et
+ * al. 2023): draft x was drawn from q (the draft model's distribution); the
+ * target's is p (both n tokens, after the same sampler transforms). x is kept
+ * when u < p(x) / q(x); else the token is drawn with v from the residual
+ * normalize(max(0, p - q)). u and v are uniform in [0, 1). The token returned
+ * is distributed as p whatever q is; *accepted says whether it is x. */
+int32_t text_spec_accept(const float *p, const float *q, int32_t n, int32_t x, double u, double v,
+                         bool *accepted);
 
 #endif /* LARES_TEXT_H */

@@ -37,6 +37,12 @@ model() { # a fixture path; a missing fixture fails loudly
   echo "$p"
 }
 
+ids_agree() { # a b (JSON arrays of ids): how many leading ids are equal
+  jq -n --argjson a "$1" --argjson b "$2" \
+    '[range(0; [($a|length), ($b|length)] | min) as $i | if $a[$i] == $b[$i] then 1 else 0 end]
+     | (index(0) // length)'
+}
+
 need() {
   command -v "$1" >/dev/null 2>&1 || { echo "$TEST_NAME: needs $1" >&2; exit 1; }
 }

@@ -54,6 +54,29 @@ check_ring stories260K.gguf 0 w1 "$A1" 1 w2 "$A2" 1                  # W=2: k=3,
 check_ring TinyStories-656K.f16.gguf 1 w1 "$A1" 1                    # k=1
 check_ring derived/TinyStories-656K.llamacpp-Q8_0.gguf 0 w2 "$A2" 1  # W=1: k=2
 
+# a draft model on the head (issue 20), every verification one pass of the
+# ring: the ids of one device, in fewer hops than plain decoding
+RING_MODEL=$(model TinyStories-656K.f16.gguf)
+ring_json "$TMP/ring.json" "" 1 w1 "$A1" 1
+for how in plain draft; do
+  extra=()
+  [ "$how" = draft ] && extra=(--draft "$(model derived/TinyStories-656K.llamacpp-Q4_0.gguf)")
+  "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 --json -t 1 \
+    --ring "$TMP/ring.json" --rebalance off "${extra[@]}" >"$TMP/spec_$how.json" 2>"$TMP/spec.err" ||
+    fail "ring with $how: $(cat "$TMP/spec.err")"
+done
+"$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 --json -t 1 >"$TMP/local.json" ||
+  fail "TinyStories local run"
+want=$(jq -c .generated_ids "$TMP/local.json")
+for how in plain draft; do
+  [ "$(jq -c .generated_ids "$TMP/spec_$how.json")" = "$want" ] && ok ||
+    fail "ring with $how: $(jq -c .generated_ids "$TMP/spec_$how.json"), one device: $want"
+done
+jq -e '.timings.accepted_tokens > 0' "$TMP/spec_draft.json" >/dev/null && ok ||
+  fail "ring with a draft: nothing accepted: $(jq -c .timings "$TMP/spec_draft.json")"
+[ "$(jq .ring.hops "$TMP/spec_draft.json")" -lt "$(jq .ring.hops "$TMP/spec_plain.json")" ] && ok ||
+  fail "ring with a draft: $(jq .ring.hops "$TMP/spec_draft.json") hops, plain $(jq .ring.hops "$TMP/spec_plain.json")"
+
 # the workers said who connected, their layers and per-round timings
 grep -q "worker head: head '.*' at 127.0.0.1 .* connected" "$TMP/w1.log" && ok || fail "w1 log lacks the head: $(cat "$TMP/w1.log")"
 grep -q "worker plan: device 1 of 3: layers \[1, 4) of 5" "$TMP/w1.log" && ok || fail "w1 log lacks its layers: $(cat "$TMP/w1.log")"

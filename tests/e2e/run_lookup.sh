@@ -34,9 +34,7 @@ for f in stories260K.gguf TinyStories-656K.f16.gguf TinyStories-656K-Q8_0.rainca
     # (one token) sum in other orders; this file meets a near-tie (as in
     # e2e_run_greedy, where it agrees with the reference for 30 tokens), so the
     # ids are held equal as far as that
-    agree=$(jq -n --argjson a "$a" --argjson b "$b" \
-      '[range(0; [($a|length), ($b|length)] | min) as $i | if $a[$i] == $b[$i] then 1 else 0 end]
-       | (index(0) // length)')
+    agree=$(ids_agree "$a" "$b")
     [ "$agree" -ge 30 ] && ok || fail "$f: --lookup 6 agrees for $agree tokens: $b, plain $a"
   else
     [ -n "$a" ] && [ "$a" = "$b" ] && ok || fail "$f: --lookup 6 gave $b, plain decoding $a"
