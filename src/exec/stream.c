@@ -126,8 +126,10 @@ static void *prefetch_main(void *arg) {
             exec_unit *un = &e->units[done];
             un->state = UNIT_RELEASING;
             pthread_mutex_unlock(&s->mu);
-            const uint64_t freed = mem_release(&e->mf, &un->span);
+            const uint64_t freed = un->buf != NULL ? exec_direct_release(e, un)
+                                                   : mem_release(&e->mf, &un->span);
             pthread_mutex_lock(&s->mu);
+            s->c.buffer_bytes = e->dx.live_bytes + e->dx.spare_bytes;
             un->state = UNIT_IDLE;
             fifo_remove(s, done);
             s->inflight_bytes -= un->span.bytes;
@@ -153,8 +155,17 @@ static void *prefetch_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         mem_io io = {0};
         lares_error err = {0};
-        if (mem_prefetch(&e->mf, &un->span, e->o.read_method, s->scratch, s->scratch_bytes, &io,
-                         &err) != LARES_OK) {
+        bool direct = false, fell_back = false;
+        if (!un->pinned && e->dx.d != NULL) {
+            direct = exec_direct_fetch(e, un, &io, &err) == LARES_OK;
+            if (!direct) { /* the views still point into the mapping: read it there */
+                fell_back = true;
+                lares_log(LARES_LOG_WARN, "exec: %s; this unit comes through the page cache",
+                          err.msg);
+            }
+        }
+        if (!direct && mem_prefetch(&e->mf, &un->span, e->o.read_method, s->scratch,
+                                    s->scratch_bytes, &io, &err) != LARES_OK) {
             /* spans come from the checked tensor directory: this is a bug, and
              * the caller still computes correctly through page faults */
             lares_log(LARES_LOG_WARN, "exec: prefetch failed: %s", err.msg);
@@ -164,6 +175,10 @@ static void *prefetch_main(void *arg) {
         e->plan.locked_bytes += locked;
         s->c.prefetch_bytes += io.bytes;
         s->c.prefetch_ns += io.ns;
+        s->c.direct_bytes += direct ? io.bytes : 0;
+        s->c.direct_fallbacks += fell_back ? 1 : 0;
+        s->c.buffer_bytes = e->dx.live_bytes + e->dx.spare_bytes;
+        s->c.buffer_peak_bytes = e->dx.peak_bytes;
         un->state = UNIT_READY;
         if (un->pinned) {
             atomic_store_explicit(&un->loaded, true, memory_order_release);
