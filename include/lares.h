@@ -150,6 +150,15 @@ typedef enum lares_expert_cache {
     LARES_EXPERT_CACHE_HEAT = 1 /* the coldest per byte: uses decayed over recent tokens */
 } lares_expert_cache;
 
+/* How weights that stream from disk are read (docs/memory.md, "Direct reads"). */
+typedef enum lares_stream_io {
+    LARES_STREAM_IO_AUTO = 0,  /* direct reads where the file system allows them, else mmap */
+    LARES_STREAM_IO_MMAP = 1,  /* through the page cache into the file mapping */
+    LARES_STREAM_IO_DIRECT = 2 /* direct reads (O_DIRECT, large requests, several in flight)
+                                  into buffers lares owns; mmap, with a warning, where the
+                                  file system refuses them */
+} lares_stream_io;
+
 typedef struct lares_session_opts {
     int32_t n_ctx;     /* context length in tokens; 0 = the model's trained length */
     int32_t n_threads; /* 0 = number of online cores */
@@ -166,6 +175,7 @@ typedef struct lares_session_opts {
     bool mem_lock;      /* lock resident weights in memory (mlock); a refusal is a warning */
     /* MoE while streaming: which cached experts make room for new ones */
     lares_expert_cache expert_cache;
+    lares_stream_io stream_io; /* how streamed weights are read */
     /* Run as the head of a ring of devices (see "rings" below): NULL for this
      * device alone, else the path of a ring.json naming the workers in ring
      * order and the layers each runs. */
@@ -303,6 +313,9 @@ typedef struct lares_stats {
     uint64_t prefetch_bytes;   /* bytes the prefetch thread read during the call */
     double prompt_wait_ms;     /* of prompt_ms: waiting for weights from disk */
     double gen_wait_ms;        /* of gen_ms: waiting for weights from disk (the rest computes) */
+    bool stream_direct;        /* streamed weights are read directly into owned buffers */
+    uint64_t direct_bytes;     /* of prefetch_bytes, read directly */
+    uint64_t buffer_bytes;     /* the most those buffers held (within window_bytes + slack) */
     /* speculative decoding (lares_generate_opts.lookup) */
     int32_t n_drafted;         /* tokens proposed */
     int32_t n_accepted;        /* of them, generated as proposed */
