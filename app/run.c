@@ -322,6 +322,7 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_object_set_new(mem, "window_bytes", json_integer((json_int_t)st->window_bytes));
     json_object_set_new(mem, "locked_bytes", json_integer((json_int_t)st->locked_bytes));
     json_object_set_new(mem, "prefetch_bytes", json_integer((json_int_t)st->prefetch_bytes));
+    json_object_set_new(mem, "prefetch_ms", json_real(st->prefetch_ms));
     json_object_set_new(mem, "stream_io",
                         json_string(!st->streaming ? "none" : st->stream_direct ? "direct" : "mmap"));
     json_object_set_new(mem, "direct_bytes", json_integer((json_int_t)st->direct_bytes));

@@ -311,6 +311,7 @@ typedef struct lares_stats {
     uint64_t window_bytes;     /* most streamed weight bytes in memory at once */
     uint64_t locked_bytes;     /* weight bytes locked in memory */
     uint64_t prefetch_bytes;   /* bytes the prefetch thread read during the call */
+    double prefetch_ms;        /* the time it spent reading them (its read rate's divisor) */
     double prompt_wait_ms;     /* of prompt_ms: waiting for weights from disk */
     double gen_wait_ms;        /* of gen_ms: waiting for weights from disk (the rest computes) */
     bool stream_direct;        /* streamed weights are read directly into owned buffers */

@@ -94,6 +94,7 @@ static void fill_residency(lares_session *s, lares_stats *fig, const exec_counte
     fig->window_bytes = plan.window_bytes;
     fig->locked_bytes = plan.locked_bytes;
     fig->prefetch_bytes = c_end->prefetch_bytes - c_start->prefetch_bytes;
+    fig->prefetch_ms = lares_ns_to_ms(c_end->prefetch_ns - c_start->prefetch_ns);
     fig->stream_direct = plan.direct;
     fig->direct_bytes = c_end->direct_bytes - c_start->direct_bytes;
     fig->buffer_bytes = c_end->buffer_peak_bytes;
