@@ -202,8 +202,8 @@ typedef enum mem_direct_engine {
 } mem_direct_engine;
 
 #define MEM_DIRECT_REQUEST (4u << 20) /* bytes of one read request */
-/* requests in flight: this machine's virtual disk reads 4 MiB requests at
- * about 0.7 GB/s one at a time, 1.2 at 4, 1.7-1.9 at 16 (docs/memory.md) */
+/* requests in flight: this machine's virtual disk read 4 MiB direct requests
+ * (into small pages) at about 0.7 GB/s one at a time, 1.2 at 4, 1.7-1.9 at 16 */
 #define MEM_DIRECT_DEPTH       16
 #define MEM_DIRECT_THREADS_MAX 8 /* the fallback's threads (each one request) */
 #define MEM_DIRECT_ALIGN   4096u      /* offsets, lengths and addresses */
