@@ -316,7 +316,7 @@ typedef struct lares_stats {
     double gen_wait_ms;        /* of gen_ms: waiting for weights from disk (the rest computes) */
     bool stream_direct;        /* streamed weights are read directly into owned buffers */
     uint64_t direct_bytes;     /* of prefetch_bytes, read directly */
-    uint64_t buffer_bytes;     /* the most those buffers held (within window_bytes + slack) */
+    uint64_t buffer_bytes;     /* the most those buffers held (about window_bytes) */
     /* speculative decoding (lares_generate_opts.lookup) */
     int32_t n_drafted;         /* tokens proposed */
     int32_t n_accepted;        /* of them, generated as proposed */

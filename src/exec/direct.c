@@ -138,7 +138,8 @@ static bool take_buffer(exec_local *e, size_t need, exec_buffer *out) {
         dx->live_bytes += out->bytes;
         return true;
     }
-    const uint64_t limit = e->plan.window_bytes + e->plan.readahead_slack_bytes;
+    /* (the read-ahead slack stays for the pinned units' reads through the page cache) */
+    const uint64_t limit = e->plan.window_bytes;
     while (dx->n_spare > 0 && dx->live_bytes + dx->spare_bytes + need > limit) {
         size_t largest = 0;
         for (size_t i = 1; i < dx->n_spare; i++) {

@@ -76,7 +76,8 @@ typedef struct exec_buffer {
  * into a unit's owned buffer while the unit is read directly and back into
  * the mapping otherwise. Buffers are kept for the next unit rather than
  * unmapped: their pages stay faulted in, and the buffers never hold more than
- * the window (plus slack) however units of different sizes come and go. */
+ * the window (a unit at a time beyond it when no spare fits) however units
+ * of different sizes come and go. */
 typedef struct exec_direct {
     mem_direct *d;        /* owned; NULL: streamed units come through the page cache */
     model view;           /* e->m with `layers` below */

@@ -126,8 +126,15 @@ static void *prefetch_main(void *arg) {
             exec_unit *un = &e->units[done];
             un->state = UNIT_RELEASING;
             pthread_mutex_unlock(&s->mu);
-            const uint64_t freed = un->buf != NULL ? exec_direct_release(e, un)
-                                                   : mem_release(&e->mf, &un->span);
+            uint64_t freed;
+            if (un->buf != NULL) {
+                freed = exec_direct_release(e, un);
+                /* pages of it may sit in the page cache all the same (the
+                 * read-ahead of a pinned neighbour ran into it): drop them */
+                (void)mem_release(&e->mf, &un->span);
+            } else {
+                freed = mem_release(&e->mf, &un->span);
+            }
             pthread_mutex_lock(&s->mu);
             s->c.buffer_bytes = e->dx.live_bytes + e->dx.spare_bytes;
             un->state = UNIT_IDLE;
