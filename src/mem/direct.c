@@ -290,7 +290,10 @@ static int read_uring(mem_direct *d, const mem_layout *l, uint8_t *buf) {
         }
         int rc = io_uring_submit_and_wait(&d->ring, 1);
         if (rc < 0 && rc != -EINTR) {
-            return -rc; /* what is in flight is lost with the ring: the caller closes it */
+            /* the ring is unusable with requests in it: later reads take the threads */
+            io_uring_queue_exit(&d->ring);
+            d->engine = MEM_DIRECT_THREADS;
+            return -rc;
         }
         struct io_uring_cqe *cqe;
         while (io_uring_peek_cqe(&d->ring, &cqe) == 0) {
