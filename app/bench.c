@@ -377,6 +377,9 @@ int cmd_bench(int argc, char **argv) {
                                     ? json_null()
                                     : json_integer((json_int_t)ls[k]->disk_read_bytes));
             json_object_set_new(t, "mem_pressure", json_real(ls[k]->mem_pressure));
+            json_object_set_new(t, "stream_io", json_string(!ls[k]->streaming ? "none"
+                                                            : ls[k]->stream_direct ? "direct"
+                                                                                   : "mmap"));
             if (k == 1 && ls[k]->route_overlap >= 0) { /* MoE: over the tg tokens */
                 const uint64_t h = ls[k]->expert_hits, mi = ls[k]->expert_misses;
                 json_object_set_new(t, "expert_hits", json_integer((json_int_t)h));

@@ -669,6 +669,11 @@ static void check_direct(void) {
     CHECK(mem_direct_open("test_mem.no-such-file", MEM_DIRECT_AUTO, &d, &err) ==
               LARES_EUNSUPPORTED &&
           strstr(err.msg, "no-such-file") != NULL);
+    /* a file system that takes the flag and refuses the reads: the open's one read fails */
+    lares_read_fail_after(1, LARES_READ_FAULT_EIO);
+    CHECK(mem_direct_open(path, MEM_DIRECT_THREADS, &d, &err) == LARES_EUNSUPPORTED && d == NULL &&
+          strstr(err.msg, "a first read failed") != NULL);
+    lares_read_fail_after(0, LARES_READ_FAULT_EIO);
     for (int e = MEM_DIRECT_AUTO; e < MEM_DIRECT_COUNT && buf != NULL; e++) {
         lares_status st = mem_direct_open(path, (mem_direct_engine)e, &d, &err);
         if (st == LARES_EUNSUPPORTED && e == MEM_DIRECT_URING) {

@@ -395,7 +395,8 @@ static void check_rebudget(const char *file, exec_stream_io io) {
     rig_close(&r);
 }
 
-/* A direct read that fails leaves that unit to the page cache: same tokens. */
+/* A direct read that fails leaves that unit to the page cache, direct reads
+ * refused at the start leave every unit to it: same tokens. */
 static void check_direct_fallback(void) {
     const char *file = "stories260K.gguf";
     if (!direct_works(fixture(file))) {
@@ -425,6 +426,15 @@ static void check_direct_fallback(void) {
     CHECKF(got.c.direct_fallbacks == 1 && got.c.direct_bytes > 0,
            "%llu fallbacks, %llu bytes read directly", (unsigned long long)got.c.direct_fallbacks,
            (unsigned long long)got.c.direct_bytes);
+    CHECK(memcmp(got.ids, ref.ids, sizeof got.ids) == 0);
+    CHECK(memcmp(got.logits, ref.logits, (size_t)n_vocab * sizeof(float)) == 0);
+    /* the open's probe read fails (as on a file system that accepts O_DIRECT
+     * and refuses the reads): everything streams through the page cache */
+    lares_read_fail_after(1, LARES_READ_FAULT_EIO);
+    CHECK(decode(&r, &so, prompt, 5, &got));
+    lares_read_fail_after(0, LARES_READ_FAULT_EIO);
+    CHECK(got.plan.streaming && !got.plan.direct && got.c.direct_bytes == 0 &&
+          got.c.prefetch_bytes > 0);
     CHECK(memcmp(got.ids, ref.ids, sizeof got.ids) == 0);
     CHECK(memcmp(got.logits, ref.logits, (size_t)n_vocab * sizeof(float)) == 0);
     /* an unknown way of reading is refused */

@@ -395,6 +395,16 @@ static lares_status start_engine(mem_direct *d, mem_direct_engine want, lares_er
     return LARES_OK;
 }
 
+/* 0 or an errno */
+static int read_extents(mem_direct *d, const mem_layout *l, void *buf) {
+#if defined(LARES_HAVE_LIBURING)
+    if (d->engine == MEM_DIRECT_URING) {
+        return read_uring(d, l, buf);
+    }
+#endif
+    return read_threads(d, l, buf);
+}
+
 lares_status mem_direct_read(mem_direct *d, const mem_layout *l, void *buf, mem_io *io,
                              lares_error *err) {
     if (l->align % MEM_DIRECT_ALIGN != 0 || (uintptr_t)buf % MEM_DIRECT_ALIGN != 0) {
@@ -402,16 +412,7 @@ lares_status mem_direct_read(mem_direct *d, const mem_layout *l, void *buf, mem_
                           MEM_DIRECT_ALIGN);
     }
     const uint64_t t0 = lares_now_ns();
-    int e;
-#if defined(LARES_HAVE_LIBURING)
-    if (d->engine == MEM_DIRECT_URING) {
-        e = read_uring(d, l, buf);
-    } else {
-        e = read_threads(d, l, buf);
-    }
-#else
-    e = read_threads(d, l, buf);
-#endif
+    const int e = read_extents(d, l, buf);
     if (io != NULL) {
         io->bytes = l->bytes;
         io->ns = lares_now_ns() - t0;
@@ -461,12 +462,12 @@ lares_status mem_direct_open(const char *path, mem_direct_engine engine, mem_dir
     mem_extent x = {.lo = 0, .hi = MEM_DIRECT_ALIGN, .at = 0};
     const mem_layout one = {.x = &x, .n = 1, .cap = 1, .bytes = MEM_DIRECT_ALIGN,
                             .align = MEM_DIRECT_ALIGN};
-    lares_error rerr = {0};
-    st = mem_direct_read(d, &one, probe, NULL, &rerr);
+    const int e = read_extents(d, &one, probe);
     mem_buffer_unmap(probe, MEM_DIRECT_ALIGN);
-    if (st != LARES_OK) {
+    if (e != 0) {
         mem_direct_close(d);
-        return lares_fail(err, LARES_EUNSUPPORTED, "%s: no direct reads (%s)", path, rerr.msg);
+        return lares_fail(err, LARES_EUNSUPPORTED, "%s: no direct reads (a first read failed: %s)",
+                          path, strerror(e));
     }
     *out = d;
     return LARES_OK;

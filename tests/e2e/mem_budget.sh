@@ -122,6 +122,17 @@ for io in mmap direct auto; do
       && ok || fail "--stream-io $io: $(jq -c .memory "$TMP/io.json")"
   fi
 done
+# lares bench takes the option too and says which way each test read
+for io in mmap auto; do
+  want_io=$([ $io = mmap ] || [ $direct_ok = 0 ] && echo mmap || echo direct)
+  if "$LARES" bench -m "$M" -p 0 -n 2 -r 1 -c 128 --mem-budget "$least" --stream-io $io --json \
+      >"$TMP/bench.json" 2>"$TMP/err"; then
+    jq -e --arg w "$want_io" '.tests[0].stream_io == $w' "$TMP/bench.json" >/dev/null && ok \
+      || fail "bench --stream-io $io: $(cat "$TMP/bench.json")"
+  else
+    fail "bench --stream-io $io: $(cat "$TMP/err")"
+  fi
+done
 if [ $direct_ok = 1 ]; then
   "$LARES" run -m "$M" -p "Once upon a time" -n 4 --temp 0 -c 128 --mem-budget "$least" \
     --stream-io direct >/dev/null 2>"$TMP/err" && grep -q "read directly (O_DIRECT)" "$TMP/err" \
