@@ -743,6 +743,7 @@ typedef struct lares_worker_opts {
     int32_t n_threads;        /* 0: the head's ring.json, else all cores */
     uint64_t mem_budget;      /* as lares_session_opts.mem_budget; 0: automatic */
     bool no_stream;           /* plain mmap, no read-ahead or release (to compare) */
+    lares_stream_io stream_io; /* how streamed layers are read (as lares_session_opts) */
     bool insecure;            /* no encryption, no keys (warns) */
     const char *profile_cache_dir; /* where this device's profile is cached (automatic
                                       rings); NULL: measured at every head that asks */
