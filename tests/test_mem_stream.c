@@ -24,6 +24,7 @@
 #include "check.h"
 #include "greedy_cases.h"
 #include "exec/exec.h"
+#include "lares.h"
 #include "gguf/gguf.h"
 #include "mem/mem.h"
 #include "model/model.h"
@@ -616,6 +617,25 @@ static void check_residency(exec_stream_io io) {
     unlink(copy);
 }
 
+/* The public option: an unknown way of reading is refused by the session. */
+static void check_session_option(void) {
+    lares_model *lm = NULL;
+    lares_error err = {0};
+    CHECK_OK(lares_model_open(fixture("stories260K.gguf"), NULL, &lm, &err), &err);
+    if (lm == NULL) {
+        return;
+    }
+    lares_session_opts so = lares_session_opts_default();
+    so.stream_io = (lares_stream_io)7;
+    lares_session *s = NULL;
+    CHECK(lares_session_create(lm, &so, &s, &err) == LARES_EINVAL && s == NULL);
+    CHECKF(strstr(err.msg, "stream I/O 7") != NULL, "message: %s", err.msg);
+    so.stream_io = LARES_STREAM_IO_DIRECT;
+    CHECK_OK(lares_session_create(lm, &so, &s, &err), &err);
+    lares_session_free(s);
+    lares_model_close(lm);
+}
+
 int main(void) {
     json_error_t je;
     json_t *root = json_load_file(fixture("expected/greedy_once_upon_a_time.json"), 0, &je);
@@ -631,5 +651,6 @@ int main(void) {
     check_direct_fallback();
     check_residency(EXEC_IO_MMAP);
     check_residency(EXEC_IO_DIRECT);
+    check_session_option();
     return check_finish("mem_stream");
 }
