@@ -163,12 +163,14 @@ static void *prefetch_main(void *arg) {
         mem_io io = {0};
         lares_error err = {0};
         bool direct = false, fell_back = false;
-        if (!un->pinned && e->dx.d != NULL) {
+        if (!un->pinned && e->dx.d != NULL && un->lay.bytes > 0) {
             direct = exec_direct_fetch(e, un, &io, &err) == LARES_OK;
             if (!direct) { /* the views still point into the mapping: read it there */
                 fell_back = true;
-                lares_log(LARES_LOG_WARN, "exec: %s; this unit comes through the page cache",
-                          err.msg);
+                if (s->c.direct_fallbacks == 0) { /* once: a bad disk would say it every pass */
+                    lares_log(LARES_LOG_WARN, "exec: %s; this unit (and any other whose direct "
+                              "read fails) comes through the page cache", err.msg);
+                }
             }
         }
         if (!direct && mem_prefetch(&e->mf, &un->span, e->o.read_method, s->scratch,
