@@ -157,7 +157,7 @@ typedef enum lares_stream_io {
     LARES_STREAM_IO_DIRECT = 2 /* direct reads (O_DIRECT, large requests, several in flight)
                                   into buffers lares owns; mmap, with a warning, where the
                                   file system refuses them */
-} lares_stream_io;
+} lares_stream_io; /* (a session with GPU offload streams through mmap) */
 
 typedef struct lares_session_opts {
     int32_t n_ctx;     /* context length in tokens; 0 = the model's trained length */
