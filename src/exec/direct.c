@@ -121,7 +121,7 @@ static void unmap_spare(exec_direct *dx, size_t i) {
 
 /* A buffer of at least `need` bytes: the best fitting spare, else a new one
  * after unmapping spares until the buffers fit the window again. */
-static bool take_buffer(exec_local *e, size_t need, exec_buffer *out) {
+static bool take_buffer(exec_local *e, size_t need, uint64_t limit, exec_buffer *out) {
     exec_direct *dx = &e->dx;
     size_t best = SIZE_MAX;
     for (size_t i = 0; i < dx->n_spare; i++) {
@@ -138,8 +138,8 @@ static bool take_buffer(exec_local *e, size_t need, exec_buffer *out) {
         dx->live_bytes += out->bytes;
         return true;
     }
-    /* (the read-ahead slack stays for the pinned units' reads through the page cache) */
-    const uint64_t limit = e->plan.window_bytes;
+    /* (limit: the window; the read-ahead slack stays for the pinned units'
+     * reads through the page cache) */
     while (dx->n_spare > 0 && dx->live_bytes + dx->spare_bytes + need > limit) {
         size_t largest = 0;
         for (size_t i = 1; i < dx->n_spare; i++) {
@@ -169,10 +169,11 @@ static void give_buffer(exec_direct *dx, uint8_t *p, size_t bytes) {
     dx->spare_bytes += bytes;
 }
 
-lares_status exec_direct_fetch(exec_local *e, exec_unit *un, mem_io *io, lares_error *err) {
+lares_status exec_direct_fetch(exec_local *e, exec_unit *un, uint64_t window, mem_io *io,
+                               lares_error *err) {
     exec_direct *dx = &e->dx;
     exec_buffer b;
-    if (!take_buffer(e, (size_t)un->lay.bytes, &b)) {
+    if (!take_buffer(e, (size_t)un->lay.bytes, window, &b)) {
         return lares_fail(err, LARES_ENOMEM, "exec: no memory for a %" PRIu64 "-byte read buffer",
                           un->lay.bytes);
     }

@@ -17,6 +17,9 @@
  *
  * So window i+1 is read (large sequential reads) while window i computes,
  * and never more than fits is prefetched (no prefetch-release thrash).
+ * Streamed units are read directly (O_DIRECT) into buffers the executor owns
+ * where the file system allows it (exec_opts.stream_io, direct.c): the
+ * forward pass then runs on a view of the model pointed into them.
  *
  * MoE layers: a layer unit holds everything but the experts. When a router
  * has chosen (model_ctx_on_route), exactly the chosen experts' slices are

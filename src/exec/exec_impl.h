@@ -165,8 +165,10 @@ void exec_direct_free(exec_local *e);
 /* The model the forward pass runs on: the view while reading directly. */
 const model *exec_direct_model(const exec_local *e);
 /* Prefetch thread: reads unit `un` into an owned buffer and points its views
- * there. On failure nothing changed (the caller reads through the page cache). */
-lares_status exec_direct_fetch(exec_local *e, exec_unit *un, mem_io *io, lares_error *err);
+ * there, keeping the buffers within `window` bytes where it can. On failure
+ * nothing changed (the caller reads through the page cache). */
+lares_status exec_direct_fetch(exec_local *e, exec_unit *un, uint64_t window, mem_io *io,
+                               lares_error *err);
 /* Points the unit's views back into the mapping and keeps its buffer as a
  * spare; returns the bytes it held. */
 uint64_t exec_direct_release(exec_local *e, exec_unit *un);

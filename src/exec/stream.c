@@ -159,12 +159,13 @@ static void *prefetch_main(void *arg) {
             s->out_asked = false;
         }
         advance(e);
+        const uint64_t window = e->plan.window_bytes; /* (a re-budget changes it under mu) */
         pthread_mutex_unlock(&s->mu);
         mem_io io = {0};
         lares_error err = {0};
         bool direct = false, fell_back = false;
         if (!un->pinned && e->dx.d != NULL && un->lay.bytes > 0) {
-            direct = exec_direct_fetch(e, un, &io, &err) == LARES_OK;
+            direct = exec_direct_fetch(e, un, window, &io, &err) == LARES_OK;
             if (!direct) { /* the views still point into the mapping: read it there */
                 fell_back = true;
                 if (s->c.direct_fallbacks == 0) { /* once: a bad disk would say it every pass */
