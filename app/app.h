@@ -46,6 +46,8 @@ bool app_parse_f32(const char *opt, const char *s, float lo, float hi, float *ou
 bool app_parse_size(const char *opt, const char *s, uint64_t *out);
 /* --expert-cache: heat or lru */
 bool app_parse_expert_cache(const char *opt, const char *s, lares_expert_cache *out);
+/* --stream-io: auto, mmap or direct */
+bool app_parse_stream_io(const char *opt, const char *s, lares_stream_io *out);
 /* the value after an option, or an error naming the option */
 const char *app_need_value(int argc, char **argv, int *i);
 

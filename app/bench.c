@@ -66,7 +66,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             puts(
                 "usage: lares bench -m MODEL [-p 128] [-n 32] [-d 0] [-t THREADS] [-r|--repeat 3]\n"
                 "                   [-b BATCH] [-c CTX] [--kv-type auto|f16|f32] [--json]\n"
-                "                   [--isa NAME] [--mem-budget SIZE] [--temp T] [--seed S]\n"
+                "                   [--isa NAME] [--mem-budget SIZE] [--stream-io M] [--temp T]\n"
+                "                   [--seed S]\n"
                 "                   [--parallel S]\n"
                 "  -p N   prompt tokens of the pp test (0 skips it)\n"
                 "  -n N   generated tokens of the tg test (0 skips it)\n"
@@ -75,6 +76,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                 "  --parallel S    also tg with S sequences decoding together (aggregate t/s)\n"
                 "  --mem-budget SIZE   memory for the whole run, as in lares run (default:\n"
                 "                  the cgroup limit or 80% of available memory)\n"
+                "  --stream-io auto|mmap|direct   how streamed weights are read (as in\n"
+                "                  lares run)\n"
                 "  --expert-cache lru|heat   MoE while streaming: what the expert cache\n"
                 "                  evicts first (as in lares run)\n"
                 "  --temp T, --seed S   tg samples at temperature T with seed S (default 0:\n"
@@ -145,6 +148,10 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             }
             if (o->session.mem_budget == 0) {
                 app_error("%s: a budget of 0 bytes leaves nothing to run in", a);
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--stream-io") == 0) {
+            if (!app_parse_stream_io(a, v, &o->session.stream_io)) {
                 return APP_USAGE;
             }
         } else if (strcmp(a, "--expert-cache") == 0) {
@@ -370,6 +377,9 @@ int cmd_bench(int argc, char **argv) {
                                     ? json_null()
                                     : json_integer((json_int_t)ls[k]->disk_read_bytes));
             json_object_set_new(t, "mem_pressure", json_real(ls[k]->mem_pressure));
+            json_object_set_new(t, "stream_io", json_string(!ls[k]->streaming ? "none"
+                                                            : ls[k]->stream_direct ? "direct"
+                                                                                   : "mmap"));
             if (k == 1 && ls[k]->route_overlap >= 0) { /* MoE: over the tg tokens */
                 const uint64_t h = ls[k]->expert_hits, mi = ls[k]->expert_misses;
                 json_object_set_new(t, "expert_hits", json_integer((json_int_t)h));

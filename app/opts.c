@@ -33,6 +33,9 @@ void app_session_usage(FILE *to) {
           "                          not fit stream from disk, read ahead layer by layer\n"
           "      --mem-window N      streamed layers in memory at once (default: as fits)\n"
           "      --mem-lock          lock the weights that stay resident in memory (mlock)\n"
+          "      --stream-io M       how streamed weights are read: direct (O_DIRECT into\n"
+          "                          buffers lares owns), mmap (the page cache) or auto\n"
+          "                          (the default: direct where the file system allows it)\n"
           "      --expert-cache P    MoE while streaming: evict the least recently used\n"
           "                          experts (lru, the default) or the coldest per byte (heat)\n"
           "      --ring FILE|auto    run as the head of the ring FILE describes (docs/ring.md);\n"
@@ -128,6 +131,8 @@ int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
     } else if (is(a, "--mem-window", NULL)) {
         ok = (v = app_need_value(argc, argv, i)) &&
              app_parse_i32(a, v, 1, 1 << 20, &o->mem_window);
+    } else if (is(a, "--stream-io", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) != NULL && app_parse_stream_io(a, v, &o->stream_io);
     } else if (is(a, "--mem-lock", NULL)) {
         ok = true;
         o->mem_lock = true;

@@ -295,6 +295,11 @@ static void print_figures(const lares_stats *st, bool draft_model) {
                 app_fmt_bytes(st->window_bytes, b4, sizeof b4),
                 app_fmt_bytes(st->prefetch_bytes, b5, sizeof b5),
                 (st->gen_ms - st->gen_wait_ms) / passes, st->gen_wait_ms / passes);
+        if (st->stream_direct) {
+            fprintf(stderr, "lares: streamed weights read directly (O_DIRECT): %s into buffers "
+                    "of at most %s\n", app_fmt_bytes(st->direct_bytes, b5, sizeof b5),
+                    app_fmt_bytes(st->buffer_bytes, b6, sizeof b6));
+        }
         if (st->locked_bytes > 0) {
             fprintf(stderr, "lares: %s of weights locked in memory\n",
                     app_fmt_bytes(st->locked_bytes, b6, sizeof b6));
@@ -361,6 +366,11 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_object_set_new(mem, "window_bytes", json_integer((json_int_t)st->window_bytes));
     json_object_set_new(mem, "locked_bytes", json_integer((json_int_t)st->locked_bytes));
     json_object_set_new(mem, "prefetch_bytes", json_integer((json_int_t)st->prefetch_bytes));
+    json_object_set_new(mem, "prefetch_ms", json_real(st->prefetch_ms));
+    json_object_set_new(mem, "stream_io",
+                        json_string(!st->streaming ? "none" : st->stream_direct ? "direct" : "mmap"));
+    json_object_set_new(mem, "direct_bytes", json_integer((json_int_t)st->direct_bytes));
+    json_object_set_new(mem, "buffer_bytes", json_integer((json_int_t)st->buffer_bytes));
     json_object_set_new(root, "memory", mem);
     json_t *ring = app_ring_json(s);
     if (ring != NULL) {

@@ -81,6 +81,20 @@ bool app_parse_expert_cache(const char *opt, const char *s, lares_expert_cache *
     return true;
 }
 
+bool app_parse_stream_io(const char *opt, const char *s, lares_stream_io *out) {
+    if (strcmp(s, "auto") == 0) {
+        *out = LARES_STREAM_IO_AUTO;
+    } else if (strcmp(s, "mmap") == 0) {
+        *out = LARES_STREAM_IO_MMAP;
+    } else if (strcmp(s, "direct") == 0) {
+        *out = LARES_STREAM_IO_DIRECT;
+    } else {
+        app_error("%s: '%s' is not auto, mmap or direct", opt, s);
+        return false;
+    }
+    return true;
+}
+
 bool app_parse_size(const char *opt, const char *s, uint64_t *out) {
     char *end;
     errno = 0;

@@ -32,6 +32,8 @@ static void worker_usage(FILE *to) {
           "                          of available memory); layers that do not fit stream\n"
           "      --no-stream         plain mmap: no read-ahead of the next window, no release\n"
           "                          (the comparison \"prefetch off\")\n"
+          "      --stream-io M       how streamed layers are read: auto, mmap or direct\n"
+          "                          (as lares run)\n"
           "      --profile-cache DIR keep this device's profile there (automatic rings: the\n"
           "                          head asks for it; default: $XDG_CACHE_HOME/lares, else\n"
           "                          ~/.cache/lares, as lares profile; measured again after\n"
@@ -395,6 +397,11 @@ int cmd_worker(int argc, char **argv) {
             }
         } else if (strcmp(a, "--no-stream") == 0) {
             o.no_stream = true;
+        } else if (strcmp(a, "--stream-io") == 0) {
+            if ((v = app_need_value(argc, argv, &i)) == NULL ||
+                !app_parse_stream_io(a, v, &o.stream_io)) {
+                goto done;
+            }
         } else if (strcmp(a, "--isa") == 0) {
             if ((isa = app_need_value(argc, argv, &i)) == NULL) {
                 goto done;

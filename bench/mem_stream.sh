@@ -7,11 +7,14 @@
 # and a markdown table of medians, with the disk bound: the bytes that must be
 # re-read per token (file bytes minus what fits in the limit next to the KV
 # cache and buffers lares reports) over the measured sequential read speed
-# (dd, 4 MiB blocks, cold).
+#
+# (dd, 4 MiB blocks, cold; and with iflag=direct: the bound takes the faster).
 #
 # usage: sudo bench/mem_stream.sh [-m MODEL] [-l "none 3.0G 2.0G"] [-n TOKENS] [-r REPS]
 #                                 [-e "lares ref"] [-c CTX] [-t REF_THREADS] [-T LARES_THREADS]
 #                                 [-- LARES_ARGS...]
+# engines: lares (its default way of streaming), lares-mmap and lares-direct
+# (lares --stream-io mmap / direct), ref.
 # lares picks its thread count unless -T is given (streaming, it leaves a core
 # to its prefetch thread); the reference engine runs with -t (default 2).
 # env: LARES (default build/lares), REF (llama-completion), BENCH_DIR (where the
@@ -113,16 +116,23 @@ median() { sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan"; else if
 
 cold
 seq_gbs=$(dd if="$MODEL" of=/dev/null bs=4M 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+$/ && $(i+1) ~ /^s,/) s = $i; b = $1 } END { printf "%.2f", b / s / 1e9 }')
+cold
+direct_gbs=$(dd if="$MODEL" of=/dev/null bs=4M iflag=direct 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+$/ && $(i+1) ~ /^s,/) s = $i; b = $1 } END { if (s > 0) printf "%.2f", b / s / 1e9; else print 0 }')
 size=$(stat -c %s "$MODEL")
 # the fastest way this machine reads the file cold: the kernel's own read-ahead
 # through MADV_POPULATE_READ (bench_mem_read, if built: ninja bench_mem_read)
 MEMREAD=${MEMREAD:-$(dirname "$LARES")/bench/bench_mem_read}
 pop_gbs=""
+dio_gbs=""
 if [ -x "$MEMREAD" ]; then
   pop_gbs=$("$MEMREAD" "$MODEL" --unit 128M --release --repeat 1 --method populate | awk '$1 == "populate" { print $2 }')
+  cold
+  dio_gbs=$("$MEMREAD" "$MODEL" --unit 128M --repeat 1 --method direct-io_uring | awk '$1 == "direct-io_uring" { print $2 }')
 fi
+# the bound takes the fastest of these reads
+best_gbs=$(printf '%s\n' "$seq_gbs" "$direct_gbs" "${pop_gbs:-0}" "${dio_gbs:-0}" | sort -g | tail -1)
 echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# model $MODEL ($size bytes), sequential cold read $seq_gbs GB/s (dd bs=4M), ${pop_gbs:-?} GB/s (populate, 128 MiB units)"
+echo "# model $MODEL ($size bytes), sequential cold read $seq_gbs GB/s (dd bs=4M), $direct_gbs GB/s (dd bs=4M iflag=direct), ${pop_gbs:-?} GB/s (populate, 128 MiB units), ${dio_gbs:-?} GB/s (direct reads, io_uring, 128 MiB units)"
 echo "# lares: $LARES run -m MODEL -p '$PROMPT' -n $N --temp 0 -c $CTX --json ${EXTRA[*]}"
 echo "# ref:   $REF -m MODEL -p '$PROMPT' -n $N --temp 0 -t $THREADS -c $CTX --no-repack --no-warmup -no-cnv"
 declare -A RES
@@ -131,18 +141,19 @@ for limit in $LIMITS; do
     for engine in $ENGINES; do
       cold
       PEAK=0
-      if [ "$engine" = lares ]; then
+      if [ "${engine%%-*}" = lares ]; then
+        IO=()
+        [ "$engine" != lares ] && IO=(--stream-io "${engine#lares-}")
         in_limit "$limit" "$LARES" run -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 -c "$CTX" \
-          --json "${EXTRA[@]}" >"$OUT" 2>"$ERR"
+          --json "${IO[@]}" "${EXTRA[@]}" >"$OUT" 2>"$ERR"
         rc=$?
         if [ $rc -ne 0 ]; then
           echo "$limit lares rep $rep: failed (rc $rc): $(tail -2 "$ERR")"
           continue
         fi
         tps=$(jq .timings.gen_tok_s "$OUT")
-        line=$(jq -r '"stream \(.memory.stream_bytes / 1e9 * 100 | floor / 100) GB/token, pinned \(.memory.pinned_bytes / 1e9 * 100 | floor / 100) GB, wait \(.timings.gen_wait_ms / ((.timings.token_ms | length) + 0.001) | floor) ms/token of \(.timings.gen_ms / ((.timings.token_ms | length) + 0.001) | floor), token max/median \((.timings.token_ms | max) / ((.timings.token_ms | sort | .[length / 2 | floor]) + 0.001) * 100 | floor / 100), disk read \(.memory.disk_read_bytes / 1e9 * 10 | floor / 10) GB, peak RSS \(.memory.peak_rss_bytes / 1e6 | floor) MB"' "$OUT")
-        RES[$limit,lares,stream]=$(jq .memory.stream_bytes "$OUT")
-        RES[$limit,lares,budget]=$(jq '.memory.budget_bytes // 0' "$OUT")
+        line=$(jq -r '"\(.memory.stream_io) stream \(.memory.stream_bytes / 1e9 * 100 | floor / 100) GB/token, pinned \(.memory.pinned_bytes / 1e9 * 100 | floor / 100) GB, wait \(.timings.gen_wait_ms / ((.timings.token_ms | length) + 0.001) | floor) ms/token of \(.timings.gen_ms / ((.timings.token_ms | length) + 0.001) | floor), token max/median \((.timings.token_ms | max) / ((.timings.token_ms | sort | .[length / 2 | floor]) + 0.001) * 100 | floor / 100), disk read \(.memory.disk_read_bytes / 1e9 * 10 | floor / 10) GB, peak RSS \(.memory.peak_rss_bytes / 1e6 | floor) MB"' "$OUT")
+        RES[$limit,$engine,stream]=$(jq .memory.stream_bytes "$OUT")
       else
         in_limit "$limit" "$REF" -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 -t "$THREADS" -c "$CTX" \
           --no-repack --no-warmup -no-cnv >"$OUT" 2>"$ERR" </dev/null
@@ -161,25 +172,26 @@ for limit in $LIMITS; do
 done
 
 echo
-echo "| limit | lares tok/s | reference tok/s | lares / reference | lares reads per token | disk bound (must re-read / $seq_gbs GB/s) | lares / bound |"
+echo "| limit | engine | tok/s (median of $REPS) | vs reference | reads per token | disk bound (must re-read / $best_gbs GB/s) | engine / bound |"
 echo "|---|---|---|---|---|---|---|"
 for limit in $LIMITS; do
-  l=$(echo "${RES[$limit,lares]:-}" | tr ' ' '\n' | grep . | median)
   r=$(echo "${RES[$limit,ref]:-}" | tr ' ' '\n' | grep . | median)
-  stream=${RES[$limit,lares,stream]:-0}
-  if [ "$limit" = none ]; then
-    bound="-"
-    vs="-"
-  else
-    # must re-read: the file's bytes beyond what the limit holds next to the
-    # memory lares needs besides weights (its budget minus its weight budget is
-    # not reported; KV cache and buffers are: limit minus (pinned + window) is
-    # an upper bound on them, so this bound is optimistic)
-    lb=$(bytes_of "$limit")
-    must=$(awk -v s="$size" -v l="$lb" 'BEGIN { m = s - l; if (m < 0) m = 0; print m }')
-    bound=$(awk -v m="$must" -v g="$seq_gbs" 'BEGIN { printf "%.2f GB -> %.2f tok/s", m / 1e9, g * 1e9 / m }')
-    vs=$(awk -v m="$must" -v g="$seq_gbs" -v t="$l" 'BEGIN { printf "%.2fx slower", (g * 1e9 / m) / t }')
-  fi
-  ratio=$(awk -v a="$l" -v b="$r" 'BEGIN { if (b > 0) printf "%.1fx", a / b; else print "-" }')
-  echo "| $limit | $l | $r | $ratio | $(awk -v s="$stream" 'BEGIN { printf "%.2f GB", s / 1e9 }') | $bound | $vs |"
+  for engine in $ENGINES; do
+    l=$(echo "${RES[$limit,$engine]:-}" | tr ' ' '\n' | grep . | median)
+    stream=${RES[$limit,$engine,stream]:-0}
+    if [ "$limit" = none ]; then
+      bound="-"
+      vs="-"
+    else
+      # must re-read: the file's bytes beyond what the limit holds (an
+      # optimistic bound: the KV cache and buffers take part of the limit too)
+      lb=$(bytes_of "$limit")
+      must=$(awk -v s="$size" -v l="$lb" 'BEGIN { m = s - l; if (m < 0) m = 0; print m }')
+      bound=$(awk -v m="$must" -v g="$best_gbs" 'BEGIN { printf "%.2f GB -> %.2f tok/s", m / 1e9, g * 1e9 / m }')
+      vs=$(awk -v m="$must" -v g="$best_gbs" -v t="$l" 'BEGIN { if (t > 0) printf "%.2fx slower", (g * 1e9 / m) / t; else print "-" }')
+    fi
+    ratio="-"
+    [ "$engine" != ref ] && ratio=$(awk -v a="$l" -v b="$r" 'BEGIN { if (b + 0 > 0) printf "%.1fx", a / b; else print "-" }')
+    echo "| $limit | $engine | $l | $ratio | $(awk -v s="$stream" 'BEGIN { printf "%.2f GB", s / 1e9 }') | $bound | $vs |"
+  done
 done

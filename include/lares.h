@@ -150,6 +150,15 @@ typedef enum lares_expert_cache {
     LARES_EXPERT_CACHE_HEAT = 1 /* the coldest per byte: uses decayed over recent tokens */
 } lares_expert_cache;
 
+/* How weights that stream from disk are read (docs/memory.md, "Direct reads"). */
+typedef enum lares_stream_io {
+    LARES_STREAM_IO_AUTO = 0,  /* direct reads where the file system allows them, else mmap */
+    LARES_STREAM_IO_MMAP = 1,  /* through the page cache into the file mapping */
+    LARES_STREAM_IO_DIRECT = 2 /* direct reads (O_DIRECT, large requests, several in flight)
+                                  into buffers lares owns; mmap, with a warning, where the
+                                  file system refuses them */
+} lares_stream_io; /* (a session with GPU offload streams through mmap) */
+
 typedef struct lares_session_opts {
     int32_t n_ctx;     /* context length in tokens; 0 = the model's trained length */
     int32_t n_threads; /* 0 = number of online cores */
@@ -166,6 +175,7 @@ typedef struct lares_session_opts {
     bool mem_lock;      /* lock resident weights in memory (mlock); a refusal is a warning */
     /* MoE while streaming: which cached experts make room for new ones */
     lares_expert_cache expert_cache;
+    lares_stream_io stream_io; /* how streamed weights are read */
     /* Run as the head of a ring of devices (see "rings" below): NULL for this
      * device alone, else the path of a ring.json naming the workers in ring
      * order and the layers each runs. */
@@ -322,8 +332,12 @@ typedef struct lares_stats {
     uint64_t window_bytes;     /* most streamed weight bytes in memory at once */
     uint64_t locked_bytes;     /* weight bytes locked in memory */
     uint64_t prefetch_bytes;   /* bytes the prefetch thread read during the call */
+    double prefetch_ms;        /* the time it spent reading them (its read rate's divisor) */
     double prompt_wait_ms;     /* of prompt_ms: waiting for weights from disk */
     double gen_wait_ms;        /* of gen_ms: waiting for weights from disk (the rest computes) */
+    bool stream_direct;        /* streamed weights are read directly into owned buffers */
+    uint64_t direct_bytes;     /* of prefetch_bytes, read directly */
+    uint64_t buffer_bytes;     /* the most those buffers held (about window_bytes) */
     /* speculative decoding (lares_generate_opts.lookup, .draft_n) */
     int32_t n_drafted;         /* tokens proposed */
     int32_t n_accepted;        /* of them, generated as proposed */
@@ -755,6 +769,7 @@ typedef struct lares_worker_opts {
     int32_t n_threads;        /* 0: the head's ring.json, else all cores */
     uint64_t mem_budget;      /* as lares_session_opts.mem_budget; 0: automatic */
     bool no_stream;           /* plain mmap, no read-ahead or release (to compare) */
+    lares_stream_io stream_io; /* how streamed layers are read (as lares_session_opts) */
     bool insecure;            /* no encryption, no keys (warns) */
     const char *profile_cache_dir; /* where this device's profile is cached (automatic
                                       rings); NULL: measured at every head that asks */

@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config git curl ca-certificates jq
   libjansson-dev libpcre2-dev libzmq3-dev libsodium-dev libglpk-dev libmicrohttpd-dev
-  libssl-dev
+  libssl-dev liburing-dev
   clang libclang-rt-dev
   qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross
   python3

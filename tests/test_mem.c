@@ -10,6 +10,10 @@
  *   - prefetch, release and residency as the kernel reports them (mincore,
  *     /proc/self/io) on a private file whose pages were dropped;
  *   - locking refused by RLIMIT_MEMLOCK gives a message naming the limit;
+ *   - the layout of direct reads (ragged ranges rounded out to blocks, each
+ *     byte at its file offset modulo the block) by hand and against random
+ *     spans, and direct reads with each engine equal to plain reads, short
+ *     reads resumed and failures reported;
  *   - cgroup v1/v2 limits and MemAvailable read from fake trees laid out
  *     like the kernel's, including nesting, "max" and garbage.
  */
@@ -528,6 +532,195 @@ static void check_peak_covers_resident(void) {
     }
 }
 
+
+/* ---- direct reads ---- */
+
+static void check_layout_cases(void) {
+    lares_error err = {0};
+    mem_span s = {0};
+    mem_layout l = {0};
+    static const uint8_t buf[5 * 4096] = {0}; /* only addresses are compared */
+    CHECK(mem_layout_of(&s, 3000, &l, &err) == LARES_EINVAL);
+    CHECK(mem_layout_of(&s, 0, &l, &err) == LARES_EINVAL);
+    CHECK_OK(mem_layout_of(&s, 4096, &l, &err), &err);
+    CHECK(l.n == 0 && l.bytes == 0 && mem_layout_addr(&l, buf, 0, 1) == NULL);
+    /* one ragged range inside a block */
+    CHECK_OK(mem_span_add(&s, 100, 200, &err), &err);
+    CHECK_OK(mem_layout_of(&s, 4096, &l, &err), &err);
+    CHECK(l.n == 1 && l.x[0].lo == 0 && l.x[0].hi == 4096 && l.x[0].at == 0 && l.bytes == 4096);
+    CHECK(mem_layout_addr(&l, buf, 100, 100) == buf + 100);
+    /* two ranges whose rounded extents touch share one extent */
+    mem_span_clear(&s);
+    CHECK_OK(mem_span_add(&s, 5000, 9000, &err), &err);
+    CHECK_OK(mem_span_add(&s, 9100, 12000, &err), &err);
+    CHECK_OK(mem_layout_of(&s, 4096, &l, &err), &err);
+    CHECK(l.n == 1 && l.x[0].lo == 4096 && l.x[0].hi == 12288 && l.bytes == 8192);
+    CHECK(mem_layout_addr(&l, buf, 9100, 2900) == buf + (9100 - 4096));
+    /* apart: back to back in the buffer, each byte at its offset modulo 4096 */
+    mem_span_clear(&s);
+    CHECK_OK(mem_span_add(&s, 0, 4096, &err), &err);
+    CHECK_OK(mem_span_add(&s, 3 * 4096 + 1, 5 * 4096 - 7, &err), &err);
+    CHECK_OK(mem_layout_of(&s, 4096, &l, &err), &err);
+    CHECK(l.n == 2 && l.x[1].lo == 3 * 4096 && l.x[1].hi == 5 * 4096 && l.x[1].at == 4096);
+    CHECK(l.bytes == 3 * 4096);
+    CHECK(mem_layout_addr(&l, buf, 3 * 4096 + 1, 100) == buf + 4096 + 1);
+    CHECK(mem_layout_addr(&l, buf, 4000, 200) == NULL);  /* runs out of the first extent */
+    CHECK(mem_layout_addr(&l, buf, 5000, 1) == NULL);    /* in the gap */
+    CHECK(mem_layout_addr(&l, buf, 5 * 4096, 1) == NULL); /* past the last */
+    mem_layout_free(&l);
+    mem_span_free(&s);
+}
+
+static uint64_t lcg(uint64_t *x) {
+    *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+    return *x >> 33;
+}
+
+static void check_layout_random(void) {
+    uint64_t seed = 42;
+    lares_error err = {0};
+    for (int round = 0; round < 300; round++) {
+        const size_t align = (size_t)512 << (lcg(&seed) % 8); /* 512 B .. 64 KiB */
+        mem_span s = {0};
+        const int n = 1 + (int)(lcg(&seed) % 12);
+        for (int i = 0; i < n; i++) {
+            const uint64_t lo = lcg(&seed) % (8u << 20);
+            CHECK_OK(mem_span_add(&s, lo, lo + 1 + lcg(&seed) % (1u << 20), &err), &err);
+        }
+        mem_layout l = {0};
+        CHECK_OK(mem_layout_of(&s, align, &l, &err), &err);
+        uint64_t sum = 0;
+        bool ok = true;
+        for (size_t i = 0; i < l.n; i++) {
+            const mem_extent *x = &l.x[i];
+            ok = ok && x->lo % align == 0 && x->hi % align == 0 && x->at % align == 0 &&
+                 x->lo < x->hi && x->at == sum && (i == 0 || l.x[i - 1].hi < x->lo);
+            sum += x->hi - x->lo;
+        }
+        CHECKF(ok && sum == l.bytes, "round %d: extents not aligned, ordered and back to back",
+               round);
+        CHECK(l.bytes <= s.bytes + 2 * align * s.n);
+        uint8_t *base = malloc(l.bytes); /* never touched: only addresses are compared */
+        CHECK(base != NULL);
+        for (size_t i = 0; i < s.n && base != NULL; i++) {
+            const uint64_t lo = s.r[i].lo, len = s.r[i].hi - s.r[i].lo;
+            const uint8_t *at = mem_layout_addr(&l, base, lo, len);
+            CHECKF(at != NULL && (uint64_t)(at - base) % align == lo % align &&
+                       (uint64_t)(at - base) + len <= l.bytes,
+                   "round %d: range [%llu, +%llu) not placed", round, (unsigned long long)lo,
+                   (unsigned long long)len);
+        }
+        free(base);
+        mem_layout_free(&l);
+        mem_span_free(&s);
+    }
+}
+
+/* the byte at offset i of the direct-read test file */
+static uint8_t direct_byte(uint64_t i) {
+    return (uint8_t)((i * 2654435761u) >> 13);
+}
+
+#define DIRECT_FILE_BYTES ((9u << 20) + 1234) /* ragged: the last block is partial */
+
+static bool equal_to_file(const mem_span *s, const mem_layout *l, const uint8_t *buf) {
+    for (size_t i = 0; i < s->n; i++) {
+        const uint8_t *at = mem_layout_addr(l, buf, s->r[i].lo, s->r[i].hi - s->r[i].lo);
+        if (at == NULL) {
+            return false;
+        }
+        for (uint64_t o = s->r[i].lo; o < s->r[i].hi; o++) {
+            if (at[o - s->r[i].lo] != direct_byte(o)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+static void check_direct(void) {
+    const char *path = "test_mem.direct.bin";
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECKF(fd >= 0, "cannot write %s", path);
+    if (fd < 0) {
+        return;
+    }
+    uint8_t *data = malloc(DIRECT_FILE_BYTES);
+    for (uint64_t i = 0; data != NULL && i < DIRECT_FILE_BYTES; i++) {
+        data[i] = direct_byte(i);
+    }
+    CHECK(data != NULL && write(fd, data, DIRECT_FILE_BYTES) == (ssize_t)DIRECT_FILE_BYTES);
+    free(data);
+    close(fd);
+    lares_error err = {0};
+    /* ragged ranges: inside a block, across several 4 MiB requests, up to the end */
+    mem_span s = {0};
+    CHECK_OK(mem_span_add(&s, 100, 5000, &err), &err);
+    CHECK_OK(mem_span_add(&s, 3 * 4096 + 17, 3 * 4096 + 17 + (9u << 19) + 5, &err), &err);
+    CHECK_OK(mem_span_add(&s, DIRECT_FILE_BYTES - 300, DIRECT_FILE_BYTES, &err), &err);
+    mem_layout l = {0};
+    CHECK_OK(mem_layout_of(&s, MEM_DIRECT_ALIGN, &l, &err), &err);
+    uint8_t *buf = mem_buffer_map(l.bytes);
+    CHECK(buf != NULL && (uintptr_t)buf % MEM_DIRECT_ALIGN == 0);
+    CHECK(strcmp(mem_direct_engine_name(MEM_DIRECT_URING), "io_uring") == 0 &&
+          strcmp(mem_direct_engine_name(MEM_DIRECT_COUNT), "?") == 0);
+    mem_direct *d = NULL;
+    CHECK(mem_direct_open(path, MEM_DIRECT_COUNT, &d, &err) == LARES_EINVAL && d == NULL);
+    CHECK(mem_direct_open("test_mem.no-such-file", MEM_DIRECT_AUTO, &d, &err) ==
+              LARES_EUNSUPPORTED &&
+          strstr(err.msg, "no-such-file") != NULL);
+    /* a file system that takes the flag and refuses the reads: the open's one read fails */
+    lares_read_fail_after(1, LARES_READ_FAULT_EIO);
+    CHECK(mem_direct_open(path, MEM_DIRECT_THREADS, &d, &err) == LARES_EUNSUPPORTED && d == NULL &&
+          strstr(err.msg, "a first read failed") != NULL);
+    lares_read_fail_after(0, LARES_READ_FAULT_EIO);
+    for (int e = MEM_DIRECT_AUTO; e < MEM_DIRECT_COUNT && buf != NULL; e++) {
+        lares_status st = mem_direct_open(path, (mem_direct_engine)e, &d, &err);
+        if (st == LARES_EUNSUPPORTED && e == MEM_DIRECT_URING) {
+            fprintf(stderr, "test_mem: no io_uring here: %s\n", err.msg);
+            continue;
+        }
+        CHECK_OK(st, &err); /* the build directory is on a file system with direct I/O */
+        if (st != LARES_OK) {
+            continue;
+        }
+        CHECK(e == MEM_DIRECT_AUTO || mem_direct_engine_of(d) == (mem_direct_engine)e);
+        memset(buf, 0xa5, l.bytes);
+        mem_io io = {0};
+        CHECK_OK(mem_direct_read(d, &l, buf, &io, &err), &err);
+        CHECKF(equal_to_file(&s, &l, buf), "%s: bytes differ from the file",
+               mem_direct_engine_name(mem_direct_engine_of(d)));
+        CHECK(io.bytes == l.bytes);
+        /* past the end of the file: zeros */
+        const uint8_t *end = mem_layout_addr(&l, buf, DIRECT_FILE_BYTES - 1, 1) + 1;
+        bool zeros = true;
+        for (const uint8_t *p = end; p < buf + l.bytes; p++) {
+            zeros = zeros && *p == 0;
+        }
+        CHECK(zeros && end < buf + l.bytes);
+        /* a buffer off the block is refused */
+        CHECK(mem_direct_read(d, &l, buf + 512, NULL, &err) == LARES_EINVAL);
+        if (mem_direct_engine_of(d) == MEM_DIRECT_THREADS) {
+            /* the fallback engine reads through the fault gate: a short read is
+             * resumed, a failed one reported naming the file */
+            memset(buf, 0xa5, l.bytes);
+            lares_read_fail_after(2, LARES_READ_FAULT_SHORT);
+            CHECK_OK(mem_direct_read(d, &l, buf, NULL, &err), &err);
+            CHECK(equal_to_file(&s, &l, buf));
+            lares_read_fail_after(3, LARES_READ_FAULT_EIO);
+            CHECK(mem_direct_read(d, &l, buf, NULL, &err) == LARES_EIO &&
+                  strstr(err.msg, path) != NULL);
+            lares_read_fail_after(0, LARES_READ_FAULT_EIO);
+        }
+        mem_direct_close(d);
+        d = NULL;
+    }
+    mem_buffer_unmap(buf, l.bytes);
+    mem_layout_free(&l);
+    mem_span_free(&s);
+    unlink(path);
+}
+
 int main(void) {
     check_peak_covers_resident();
     check_span_cases();
@@ -537,5 +730,8 @@ int main(void) {
     check_advice();
     check_lock_refused();
     check_limits();
+    check_layout_cases();
+    check_layout_random();
+    check_direct();
     return check_finish("mem");
 }

@@ -9,14 +9,22 @@
  * and bit-identical logits. The prompt is fed in batches of two, so passes without the output
  * (and their prefetch hints) are exercised too.
  *
+ * The runs cycle through the ways streamed units are read: through the page
+ * cache (mmap) and directly into owned buffers (direct, with io_uring or the
+ * reader threads), which must report their reads and keep their buffers
+ * within the window. A direct read that fails falls back to the page cache
+ * for that unit, with the same tokens.
+ *
  * Then, on a private copy of a model whose pages were dropped from the page
  * cache, the kernel's own counters show the streaming: mincore never sees
- * more of the streamed layers resident than the window, and /proc/self/io
- * shows the prefetched bytes really came from the disk.
+ * more of the streamed layers resident than the window (through the page
+ * cache) or nothing at all (direct reads), and /proc/self/io shows the
+ * prefetched bytes really came from the disk.
  */
 #include "check.h"
 #include "greedy_cases.h"
 #include "exec/exec.h"
+#include "lares.h"
 #include "gguf/gguf.h"
 #include "mem/mem.h"
 #include "model/model.h"
@@ -169,6 +177,18 @@ static uint64_t largest_from_directory(const gguf_file *f, int32_t n_layer, bool
 }
 
 
+/* direct reads work on the file system holding path (the build's fixtures) */
+static bool direct_works(const char *path) {
+    mem_direct *d = NULL;
+    lares_error err = {0};
+    if (mem_direct_open(path, MEM_DIRECT_AUTO, &d, &err) != LARES_OK) {
+        fprintf(stderr, "test_mem_stream: %s: direct reads are not checked\n", err.msg);
+        return false;
+    }
+    mem_direct_close(d);
+    return true;
+}
+
 static void check_model(json_t *root, const char *file, int min_agree) {
     json_t *res = find_result(root, file);
     CHECKF(res != NULL, "%s missing from the expected outputs", file);
@@ -212,7 +232,8 @@ static void check_model(json_t *root, const char *file, int min_agree) {
     }
     const uint64_t budgets[] = {least, (least + total) / 2, total - 1};
     const int32_t n_units = r.m->hp.n_layer + 1;
-    int runs = 0, pinned_runs = 0;
+    const bool direct = direct_works(fixture(file));
+    int runs = 0, pinned_runs = 0, direct_runs = 0;
     for (size_t b = 0; b < LARES_ARRAY_LEN(budgets); b++) {
         for (int32_t w = 0; w <= n_units; w++) {
             /* exact reads (no read-ahead slack, so small budgets pin units too)
@@ -220,7 +241,9 @@ static void check_model(json_t *root, const char *file, int min_agree) {
             exec_opts so = {.head = true, .weight_budget_bytes = budgets[b], .window_units = w,
                             .read_method = (b + (size_t)w) % 3 ? MEM_READ_FADVISE_POPULATE
                                                                : MEM_READ_DEFAULT,
-                            .lock = w == 1};
+                            .lock = w == 1,
+                            .stream_io = (exec_stream_io)(((size_t)w / 3 + b) % EXEC_IO_COUNT),
+                            .direct_engine = w % 2 ? MEM_DIRECT_THREADS : MEM_DIRECT_AUTO};
             memset(&got.ids, 0xff, sizeof got.ids);
             if (!decode_n(&r, &so, prompt, np, N_CMP, &got)) {
                 continue;
@@ -245,6 +268,31 @@ static void check_model(json_t *root, const char *file, int min_agree) {
             if (got.plan.stream_bytes > 0) { /* every pass read the streamed layers */
                 CHECKF(got.c.release_bytes > 0, "%s: nothing released", file);
             }
+            const bool want_direct = so.stream_io != EXEC_IO_MMAP && direct;
+            CHECKF(got.plan.direct == want_direct, "%s budget %llu window %d: %s, direct %d",
+                   file, (unsigned long long)budgets[b], w,
+                   so.stream_io == EXEC_IO_MMAP ? "mmap" : "direct", got.plan.direct);
+            if (want_direct && got.plan.stream_bytes > 0) {
+                direct_runs++;
+                CHECKF(got.c.direct_bytes >= got.plan.stream_bytes && got.c.direct_fallbacks == 0,
+                       "%s: %llu bytes read directly, %llu per pass", file,
+                       (unsigned long long)got.c.direct_bytes,
+                       (unsigned long long)got.plan.stream_bytes);
+                /* each range of a unit rounds out by less than a block at each end */
+                CHECKF(got.c.buffer_peak_bytes > 0 &&
+                           got.c.buffer_peak_bytes <= got.plan.window_bytes +
+                                                          got.plan.readahead_slack_bytes +
+                                                          2 * MEM_DIRECT_ALIGN * 8 * (uint64_t)n_units,
+                       "%s: buffers of %llu bytes for a window of %llu", file,
+                       (unsigned long long)got.c.buffer_peak_bytes,
+                       (unsigned long long)got.plan.window_bytes);
+                CHECK(got.plan.direct_engine == (so.direct_engine == MEM_DIRECT_THREADS
+                                                     ? MEM_DIRECT_THREADS
+                                                     : got.plan.direct_engine) &&
+                      got.plan.direct_engine != MEM_DIRECT_AUTO);
+            } else {
+                CHECK(got.c.direct_bytes == 0 && got.c.buffer_peak_bytes == 0);
+            }
             CHECKF(got.c.n_mispredicted == 0, "%s budget %llu window %d: %llu mispredictions",
                    file, (unsigned long long)budgets[b], w,
                    (unsigned long long)got.c.n_mispredicted);
@@ -267,6 +315,7 @@ static void check_model(json_t *root, const char *file, int min_agree) {
     }
     CHECK(runs == (int)LARES_ARRAY_LEN(budgets) * (n_units + 1));
     CHECKF(pinned_runs > 0, "%s: no budget kept part resident and streamed the rest", file);
+    CHECKF(direct_runs > 0 || !direct, "%s: nothing streamed directly", file);
     free(ref.logits);
     free(ref_cut.logits);
     free(got.logits);
@@ -276,7 +325,7 @@ static void check_model(json_t *root, const char *file, int min_agree) {
 /* The budget changes between passes (the KV cache fills, a ring re-plans):
  * tokens stay the same through every change, a budget below the least is
  * refused without changing anything, and more budget pins a superset. */
-static void check_rebudget(const char *file) {
+static void check_rebudget(const char *file, exec_stream_io io) {
     rig r;
     if (!rig_open(&r, fixture(file))) {
         return;
@@ -292,7 +341,8 @@ static void check_rebudget(const char *file) {
     const uint64_t steps[] = {least, total - 1, 0, (least + total) / 2, least, total / 3 * 2,
                               total + 1, least};
     exec_opts so = {.head = true, .weight_budget_bytes = steps[0],
-                    .read_method = MEM_READ_FADVISE_POPULATE};
+                    .read_method = MEM_READ_FADVISE_POPULATE, .stream_io = io,
+                    .direct_engine = MEM_DIRECT_THREADS};
     exec_local *e = NULL;
     CHECK_OK(exec_local_create(r.m, r.kv, r.cx, &so, &e, &err), &err);
     if (e == NULL) {
@@ -339,8 +389,63 @@ static void check_rebudget(const char *file) {
     exec_counters c;
     exec_local_counters(e, &c);
     CHECK(c.n_mispredicted == 0);
+    CHECK(io == EXEC_IO_MMAP || !direct_works(fixture(file)) ||
+          (c.direct_bytes > 0 && c.direct_fallbacks == 0));
     exec_local_free(e);
     free(ref.logits);
+    rig_close(&r);
+}
+
+/* A direct read that fails leaves that unit to the page cache, direct reads
+ * refused at the start leave every unit to it: same tokens. */
+static void check_direct_fallback(void) {
+    const char *file = "stories260K.gguf";
+    if (!direct_works(fixture(file))) {
+        return;
+    }
+    rig r;
+    if (!rig_open(&r, fixture(file))) {
+        return;
+    }
+    const int32_t n_vocab = r.m->hp.n_vocab;
+    const int32_t prompt[] = {1, 100, 200, 300, 400};
+    run_result ref = {.logits = calloc((size_t)n_vocab, sizeof(float))};
+    run_result got = {.logits = calloc((size_t)n_vocab, sizeof(float))};
+    exec_opts o = {.head = true, .stream_io = EXEC_IO_MMAP};
+    CHECK(decode(&r, &o, prompt, 5, &ref));
+    uint64_t total = 0, least = 0;
+    lares_error err = {0};
+    CHECK_OK(exec_weight_needs(r.m, r.kv, &o, &total, &least, &err), &err);
+    /* the reader threads read through the fault gate: the open's probe is
+     * the first read, the fourth is a unit's */
+    exec_opts so = {.head = true, .weight_budget_bytes = least, .stream_io = EXEC_IO_DIRECT,
+                    .direct_engine = MEM_DIRECT_THREADS};
+    lares_read_fail_after(4, LARES_READ_FAULT_EIO);
+    CHECK(decode(&r, &so, prompt, 5, &got));
+    lares_read_fail_after(0, LARES_READ_FAULT_EIO);
+    CHECK(got.plan.direct && got.plan.direct_engine == MEM_DIRECT_THREADS);
+    CHECKF(got.c.direct_fallbacks == 1 && got.c.direct_bytes > 0,
+           "%llu fallbacks, %llu bytes read directly", (unsigned long long)got.c.direct_fallbacks,
+           (unsigned long long)got.c.direct_bytes);
+    CHECK(memcmp(got.ids, ref.ids, sizeof got.ids) == 0);
+    CHECK(memcmp(got.logits, ref.logits, (size_t)n_vocab * sizeof(float)) == 0);
+    /* the open's probe read fails (as on a file system that accepts O_DIRECT
+     * and refuses the reads): everything streams through the page cache */
+    lares_read_fail_after(1, LARES_READ_FAULT_EIO);
+    CHECK(decode(&r, &so, prompt, 5, &got));
+    lares_read_fail_after(0, LARES_READ_FAULT_EIO);
+    CHECK(got.plan.streaming && !got.plan.direct && got.c.direct_bytes == 0 &&
+          got.c.prefetch_bytes > 0);
+    CHECK(memcmp(got.ids, ref.ids, sizeof got.ids) == 0);
+    CHECK(memcmp(got.logits, ref.logits, (size_t)n_vocab * sizeof(float)) == 0);
+    /* an unknown way of reading is refused */
+    exec_local *e = NULL;
+    exec_opts bad = {.head = true, .stream_io = EXEC_IO_COUNT};
+    CHECK(exec_local_create(r.m, r.kv, r.cx, &bad, &e, &err) == LARES_EINVAL && e == NULL);
+    bad = (exec_opts){.head = true, .direct_engine = MEM_DIRECT_COUNT};
+    CHECK(exec_local_create(r.m, r.kv, r.cx, &bad, &e, &err) == LARES_EINVAL && e == NULL);
+    free(ref.logits);
+    free(got.logits);
     rig_close(&r);
 }
 
@@ -424,8 +529,9 @@ static bool copy_file(const char *from, const char *to) {
     return ok;
 }
 
-/* The kernel's view: residency bounded by the window, bytes really read. */
-static void check_residency(void) {
+/* The kernel's view: residency bounded by the window (nothing in the page
+ * cache when read directly), bytes really read. */
+static void check_residency(exec_stream_io io) {
     const char *copy = "test_mem_stream.copy.gguf";
     if (!copy_file(fixture("stories260K.gguf"), copy)) {
         CHECKF(false, "cannot copy the model to %s", copy);
@@ -458,7 +564,7 @@ static void check_residency(void) {
      * executor's discipline, not the kernel's read-ahead (which the plan
      * leaves slack for, and which on this 1 MB file would read all of it) */
     exec_opts so = {.head = true, .weight_budget_bytes = least, .window_units = 1,
-                    .read_method = MEM_READ_FADVISE_POPULATE};
+                    .read_method = MEM_READ_FADVISE_POPULATE, .stream_io = io};
     exec_local *e = NULL;
     CHECK_OK(exec_local_create(r.m, r.kv, r.cx, &so, &e, &err), &err);
     if (e == NULL) {
@@ -474,7 +580,9 @@ static void check_residency(void) {
     exec_counters c0, c1;
     exec_local_counters(e, &c0);
     /* the slack: pages shared with a neighbour at each end of each range */
-    const uint64_t bound = plan.window_bytes + 2 * n_ranges * mf.page;
+    const bool direct = io == EXEC_IO_DIRECT && direct_works(copy);
+    CHECK(plan.direct == direct);
+    const uint64_t bound = (direct ? 0 : plan.window_bytes) + 2 * n_ranges * mf.page;
     uint64_t most = 0;
     int32_t pos[1];
     const int32_t tok = 1;
@@ -509,6 +617,25 @@ static void check_residency(void) {
     unlink(copy);
 }
 
+/* The public option: an unknown way of reading is refused by the session. */
+static void check_session_option(void) {
+    lares_model *lm = NULL;
+    lares_error err = {0};
+    CHECK_OK(lares_model_open(fixture("stories260K.gguf"), NULL, &lm, &err), &err);
+    if (lm == NULL) {
+        return;
+    }
+    lares_session_opts so = lares_session_opts_default();
+    so.stream_io = (lares_stream_io)7;
+    lares_session *s = NULL;
+    CHECK(lares_session_create(lm, &so, &s, &err) == LARES_EINVAL && s == NULL);
+    CHECKF(strstr(err.msg, "stream I/O 7") != NULL, "message: %s", err.msg);
+    so.stream_io = LARES_STREAM_IO_DIRECT;
+    CHECK_OK(lares_session_create(lm, &so, &s, &err), &err);
+    lares_session_free(s);
+    lares_model_close(lm);
+}
+
 int main(void) {
     json_error_t je;
     json_t *root = json_load_file(fixture("expected/greedy_once_upon_a_time.json"), 0, &je);
@@ -517,9 +644,13 @@ int main(void) {
         check_model(root, greedy_cases[c].file, greedy_cases[c].min_agree);
     }
     json_decref(root);
-    check_rebudget("stories260K.gguf");
-    check_rebudget("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf");
+    check_rebudget("stories260K.gguf", EXEC_IO_MMAP);
+    check_rebudget("stories260K.gguf", EXEC_IO_DIRECT);
+    check_rebudget("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", EXEC_IO_AUTO);
     check_windows();
-    check_residency();
+    check_direct_fallback();
+    check_residency(EXEC_IO_MMAP);
+    check_residency(EXEC_IO_DIRECT);
+    check_session_option();
     return check_finish("mem_stream");
 }

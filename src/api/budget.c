@@ -60,6 +60,15 @@ lares_status api_exec_opts(const lares_session *s, exec_opts *out, uint64_t *bud
     out->window_units = s->o.mem_window;
     out->lock = s->o.mem_lock;
     out->expert_cache = s->o.expert_cache;
+    out->stream_io = s->o.stream_io == LARES_STREAM_IO_MMAP     ? EXEC_IO_MMAP
+                     : s->o.stream_io == LARES_STREAM_IO_DIRECT ? EXEC_IO_DIRECT
+                                                                : EXEC_IO_AUTO;
+    /* the GPU finds a matrix by the address of its weights in the mapping
+     * (gpu/session.c): views re-pointed into read buffers would send those
+     * products back to the CPU, so a session with offload streams through it */
+    if (s->o.offload != NULL && strcmp(s->o.offload, "none") != 0) {
+        out->stream_io = EXEC_IO_MMAP;
+    }
 
     uint64_t budget = s->o.mem_budget;
     char source[96];

@@ -94,6 +94,10 @@ static void fill_residency(lares_session *s, lares_stats *fig, const exec_counte
     fig->window_bytes = plan.window_bytes;
     fig->locked_bytes = plan.locked_bytes;
     fig->prefetch_bytes = c_end->prefetch_bytes - c_start->prefetch_bytes;
+    fig->prefetch_ms = lares_ns_to_ms(c_end->prefetch_ns - c_start->prefetch_ns);
+    fig->stream_direct = plan.direct;
+    fig->direct_bytes = c_end->direct_bytes - c_start->direct_bytes;
+    fig->buffer_bytes = c_end->buffer_peak_bytes;
     fig->prompt_wait_ms = lares_ns_to_ms(c_prompt->wait_ns - c_start->wait_ns);
     fig->gen_wait_ms = c_first ? lares_ns_to_ms(c_end->wait_ns - c_first->wait_ns) : 0;
     fig->expert_hits = c_end->expert_hits - c_prompt->expert_hits;

@@ -45,6 +45,7 @@ struct lares_worker {
     int32_t n_threads;
     uint64_t mem_budget;
     bool no_stream;
+    exec_stream_io stream_io;
     char *profile_cache_dir; /* owned copy; NULL: no cache */
     lares_worker_event_fn on_event;
     void *user;
@@ -503,7 +504,8 @@ static lares_status setup_locked(lares_worker *w, const cluster_plan_msg *p, boo
         st = model_ctx_create(m, w->pool, (int32_t)p->n_batch, (int32_t)p->n_ctx, &w->cx, err);
         w->n_batch = st == LARES_OK ? (int32_t)p->n_batch : 0;
     }
-    exec_opts eo = {.windows = w->windows, .n_windows = w->n_windows, .head = false};
+    exec_opts eo = {.windows = w->windows, .n_windows = w->n_windows, .head = false,
+                    .stream_io = w->stream_io};
     if (st == LARES_OK) {
         st = worker_budget(w, &eo, held, err);
     }
@@ -613,6 +615,9 @@ lares_status lares_worker_create(const lares_worker_opts *o, lares_worker **out,
         w->n_threads = o->n_threads;
         w->mem_budget = o->mem_budget;
         w->no_stream = o->no_stream;
+        w->stream_io = o->stream_io == LARES_STREAM_IO_MMAP     ? EXEC_IO_MMAP
+                       : o->stream_io == LARES_STREAM_IO_DIRECT ? EXEC_IO_DIRECT
+                                                                : EXEC_IO_AUTO;
         w->on_event = o->on_event;
         w->user = o->user;
         atomic_init(&w->slow_milli, 1000);

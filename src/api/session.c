@@ -62,6 +62,9 @@ lares_status api_session_create(lares_model *lm, const lares_session_opts *opts,
     if (o.mem_window < 0) {
         return lares_fail(err, LARES_EINVAL, "memory window of %d layers", o.mem_window);
     }
+    if ((unsigned)o.stream_io > LARES_STREAM_IO_DIRECT) {
+        return lares_fail(err, LARES_EINVAL, "unknown stream I/O %d", (int)o.stream_io);
+    }
     if (o.kv_type != LARES_KV_F16 && o.kv_type != LARES_KV_F32) {
         return lares_fail(err, LARES_EINVAL, "unknown KV cache type %d", (int)o.kv_type);
     }

@@ -17,6 +17,9 @@
  *
  * So window i+1 is read (large sequential reads) while window i computes,
  * and never more than fits is prefetched (no prefetch-release thrash).
+ * Streamed units are read directly (O_DIRECT) into buffers the executor owns
+ * where the file system allows it (exec_opts.stream_io, direct.c): the
+ * forward pass then runs on a view of the model pointed into them.
  *
  * MoE layers: a layer unit holds everything but the experts. When a router
  * has chosen (model_ctx_on_route), exactly the chosen experts' slices are
@@ -43,6 +46,15 @@ typedef struct exec_window {
     int32_t l0, l1;
 } exec_window;
 
+/* How streamed units are read (docs/memory.md, "Direct reads"). */
+typedef enum exec_stream_io {
+    EXEC_IO_AUTO = 0, /* direct reads where the file system allows them, else EXEC_IO_MMAP */
+    EXEC_IO_MMAP,     /* through the page cache into the mapping (read_method) */
+    EXEC_IO_DIRECT,   /* direct reads into buffers the executor owns; EXEC_IO_MMAP with a
+                         warning where the file system refuses them */
+    EXEC_IO_COUNT
+} exec_stream_io;
+
 typedef struct exec_opts {
     /* memory the weights may use (KV cache and buffers already taken off);
      * 0: no limit, everything stays mapped and nothing special happens */
@@ -57,6 +69,8 @@ typedef struct exec_opts {
     int32_t n_windows;
     mem_read_method read_method; /* how prefetches read; 0: the measured best */
     lares_expert_cache expert_cache; /* MoE: what the expert cache evicts first */
+    exec_stream_io stream_io;        /* how streamed units are read */
+    mem_direct_engine direct_engine; /* direct reads: how requests stay in flight (tests) */
 } exec_opts;
 
 /* What the executor decided. */
@@ -74,6 +88,8 @@ typedef struct exec_plan_info {
     uint64_t readahead_slack_bytes; /* kept free for the kernel's read-ahead */
     uint64_t min_budget_bytes; /* the smallest weight budget that works */
     uint64_t locked_bytes;
+    bool direct;               /* streamed units are read directly into owned buffers */
+    mem_direct_engine direct_engine; /* and how (MEM_DIRECT_AUTO when not direct) */
 } exec_plan_info;
 
 /* Cumulative figures since creation (read them before and after a span of
@@ -90,6 +106,12 @@ typedef struct exec_counters {
     uint64_t expert_bytes;   /* MoE: bytes of expert slices read */
     uint64_t route_pairs;    /* MoE: (token, layer) choices compared with the previous token's */
     uint64_t route_shared;   /* MoE: of their experts, chosen by the previous token too */
+    uint64_t direct_bytes;   /* of prefetch_bytes, read directly into owned buffers */
+    uint64_t direct_fallbacks; /* direct reads that failed and went through the page cache */
+    /* levels, not sums: the owned buffers of direct reads now and at most (the
+     * window's bytes live in them instead of the page cache) */
+    uint64_t buffer_bytes;
+    uint64_t buffer_peak_bytes;
 } exec_counters;
 
 typedef struct exec_local exec_local;

@@ -29,6 +29,9 @@ typedef struct exec_unit {
     bool pinned;        /* stays resident across tokens */
     unit_state state;   /* guarded by exec_stream.mu */
     atomic_bool loaded; /* pinned and read: the caller may use it without the lock */
+    mem_layout lay;     /* owned: where the span lands in a buffer of direct reads */
+    uint8_t *buf;       /* while read directly: the owned buffer (lay.bytes) holding it */
+    size_t buf_bytes;   /* its size */
 } exec_unit;
 
 /* The expert slices of the MoE layers this device runs, and which of them
@@ -61,6 +64,31 @@ typedef struct exec_routes {
     uint64_t pairs;    /* (token, layer) pairs compared */
     bool to_cache;     /* streaming: choices go on to the expert cache */
 } exec_routes;
+
+/* An owned buffer of direct reads, free for the next unit. */
+typedef struct exec_buffer {
+    uint8_t *p;
+    size_t bytes;
+} exec_buffer;
+
+/* Direct reads of streamed units (direct.c). The forward pass runs on
+ * `view`, a copy of the model whose layer views (and output matrix) point
+ * into a unit's owned buffer while the unit is read directly and back into
+ * the mapping otherwise. Buffers are kept for the next unit rather than
+ * unmapped: their pages stay faulted in, and the buffers never hold more than
+ * the window (a unit at a time beyond it when no spare fits) however units
+ * of different sizes come and go. */
+typedef struct exec_direct {
+    mem_direct *d;        /* owned; NULL: streamed units come through the page cache */
+    model view;           /* e->m with `layers` below */
+    model_layer *layers;  /* owned copy of e->m's, n_layer */
+    exec_buffer *spare;   /* owned: buffers no unit uses */
+    size_t n_spare;
+    uint64_t live_bytes;  /* buffers holding units */
+    uint64_t spare_bytes;
+    uint64_t peak_bytes;  /* of live + spare */
+    bool tried;           /* open was tried (once per executor) */
+} exec_direct;
 
 typedef struct exec_stream {
     pthread_mutex_t mu;
@@ -102,6 +130,7 @@ struct exec_local {
     exec_routes r;       /* MoE layers: what the routers chose */
     exec_plan_info plan;
     exec_stream st;
+    exec_direct dx;
 };
 
 /* plan.c: the units of the cycle and what stays resident */
@@ -126,6 +155,26 @@ void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked)
 lares_status exec_routes_build(exec_local *e, lares_error *err);
 void exec_routes_free(exec_local *e);
 void exec_routes_observe(void *user, int32_t layer, const int32_t *experts, int32_t n);
+
+/* direct.c: direct reads of streamed units into owned buffers. open tries
+ * to start them for the executor's file (false: the page cache serves, with
+ * a warning when they were asked for explicitly). */
+void exec_direct_init(exec_local *e);
+bool exec_direct_open(exec_local *e);
+void exec_direct_free(exec_local *e);
+/* The model the forward pass runs on: the view while reading directly. */
+const model *exec_direct_model(const exec_local *e);
+/* Prefetch thread: reads unit `un` into an owned buffer and points its views
+ * there, keeping the buffers within `window` bytes where it can. On failure
+ * nothing changed (the caller reads through the page cache). */
+lares_status exec_direct_fetch(exec_local *e, exec_unit *un, uint64_t window, mem_io *io,
+                               lares_error *err);
+/* Points the unit's views back into the mapping and keeps its buffer as a
+ * spare; returns the bytes it held. */
+uint64_t exec_direct_release(exec_local *e, exec_unit *un);
+/* Every unit held in a buffer is released and the spare buffers unmapped (the
+ * prefetch thread is stopped); those units' states go back to IDLE. */
+void exec_direct_drop(exec_local *e);
 
 /* stream.c: the prefetch thread and the caller's side of it. init/destroy
  * bracket the executor's life; start/stop bracket a streaming plan (the

@@ -22,6 +22,13 @@ static lares_status check_opts(const exec_opts *o, lares_error *err) {
         return lares_fail(err, LARES_EINVAL, "exec: %d windows given without a list",
                           o->n_windows);
     }
+    if ((unsigned)o->stream_io >= EXEC_IO_COUNT) {
+        return lares_fail(err, LARES_EINVAL, "exec: unknown stream I/O %d", (int)o->stream_io);
+    }
+    if ((unsigned)o->direct_engine >= MEM_DIRECT_COUNT) {
+        return lares_fail(err, LARES_EINVAL, "exec: unknown direct read engine %d",
+                          (int)o->direct_engine);
+    }
     if ((unsigned)o->read_method >= MEM_READ_COUNT) {
         return lares_fail(err, LARES_EINVAL, "exec: unknown read method %d", (int)o->read_method);
     }
@@ -54,6 +61,7 @@ static lares_status build(const model *m, model_kv *kv, model_ctx *cx, const exe
     }
     copy_windows(e, o);
     mem_file_of(m->file, &e->mf);
+    exec_direct_init(e);
     if ((st = exec_units_build(e, err)) != LARES_OK || (st = exec_experts_build(e, err)) ||
         (st = exec_routes_build(e, err)) || (st = exec_stream_init(e, err))) {
         exec_local_free(e);
@@ -144,6 +152,8 @@ static lares_status run_plan(exec_local *e, uint64_t budget, const bool *pinned,
     const uint64_t locked = e->plan.locked_bytes;
     e->plan = *p;
     e->plan.locked_bytes = locked;
+    e->plan.direct = p->streaming && exec_direct_open(e);
+    e->plan.direct_engine = e->plan.direct ? mem_direct_engine_of(e->dx.d) : MEM_DIRECT_AUTO;
     e->o.weight_budget_bytes = budget;
     exec_experts_set_capacity(e, p->streaming ? p->expert_cache_bytes : 0, !was_streaming);
     if (!p->streaming) {
@@ -172,9 +182,9 @@ static lares_status run_plan(exec_local *e, uint64_t budget, const bool *pinned,
     e->r.to_cache = e->x.bytes > 0 && e->r.counts != NULL;
     lares_log(LARES_LOG_INFO,
               "exec: streaming %s: %d of %d units pinned (%" PRIu64 " MiB), %" PRIu64
-              " MiB read per pass through a window of %" PRIu64 " MiB",
+              " MiB read per pass%s through a window of %" PRIu64 " MiB",
               gguf_path(e->m->file), p->n_pinned, p->n_units, p->pinned_bytes >> 20,
-              p->stream_bytes >> 20, p->window_bytes >> 20);
+              p->stream_bytes >> 20, e->plan.direct ? " directly" : "", p->window_bytes >> 20);
     return LARES_OK;
 }
 
@@ -225,6 +235,7 @@ lares_status exec_local_set_budget(exec_local *e, uint64_t weight_budget, lares_
         return LARES_OK;
     }
     exec_stream_stop(e);
+    exec_direct_drop(e); /* units held in buffers are read again as the new plan says */
     e->r.to_cache = false;
     unlock_everything(e);
     return run_plan(e, weight_budget, e->pin_scratch, &p, false, err);
@@ -235,6 +246,7 @@ void exec_local_free(exec_local *e) {
         return;
     }
     exec_stream_destroy(e);
+    exec_direct_free(e);
     exec_routes_free(e);
     exec_experts_free(e);
     if (e->locked.n > 0) {
@@ -282,8 +294,8 @@ lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32
         if (u >= 0) {
             exec_stream_acquire(e, u);
         }
-        lares_status st =
-            model_forward_seqs(e->m, seqs, n_seqs, e->cx, l, l + 1, pos, n_tok, x, err);
+        lares_status st = model_forward_seqs(exec_direct_model(e), seqs, n_seqs, e->cx, l, l + 1,
+                                             pos, n_tok, x, err);
         if (u >= 0) {
             exec_stream_done(e, u);
         }
@@ -300,7 +312,7 @@ lares_status exec_local_output(exec_local *e, float *x, int32_t n_rows, float *l
     if (managed) {
         exec_stream_acquire(e, e->out_unit);
     }
-    model_output(e->m, e->cx, x, n_rows, logits);
+    model_output(managed ? exec_direct_model(e) : e->m, e->cx, x, n_rows, logits);
     if (managed) {
         exec_stream_done(e, e->out_unit);
     }

@@ -126,8 +126,17 @@ static void *prefetch_main(void *arg) {
             exec_unit *un = &e->units[done];
             un->state = UNIT_RELEASING;
             pthread_mutex_unlock(&s->mu);
-            const uint64_t freed = mem_release(&e->mf, &un->span);
+            uint64_t freed;
+            if (un->buf != NULL) {
+                freed = exec_direct_release(e, un);
+                /* pages of it may sit in the page cache all the same (the
+                 * read-ahead of a pinned neighbour ran into it): drop them */
+                (void)mem_release(&e->mf, &un->span);
+            } else {
+                freed = mem_release(&e->mf, &un->span);
+            }
             pthread_mutex_lock(&s->mu);
+            s->c.buffer_bytes = e->dx.live_bytes + e->dx.spare_bytes;
             un->state = UNIT_IDLE;
             fifo_remove(s, done);
             s->inflight_bytes -= un->span.bytes;
@@ -150,11 +159,23 @@ static void *prefetch_main(void *arg) {
             s->out_asked = false;
         }
         advance(e);
+        const uint64_t window = e->plan.window_bytes; /* (a re-budget changes it under mu) */
         pthread_mutex_unlock(&s->mu);
         mem_io io = {0};
         lares_error err = {0};
-        if (mem_prefetch(&e->mf, &un->span, e->o.read_method, s->scratch, s->scratch_bytes, &io,
-                         &err) != LARES_OK) {
+        bool direct = false, fell_back = false;
+        if (!un->pinned && e->dx.d != NULL && un->lay.bytes > 0) {
+            direct = exec_direct_fetch(e, un, window, &io, &err) == LARES_OK;
+            if (!direct) { /* the views still point into the mapping: read it there */
+                fell_back = true;
+                if (s->c.direct_fallbacks == 0) { /* once: a bad disk would say it every pass */
+                    lares_log(LARES_LOG_WARN, "exec: %s; this unit (and any other whose direct "
+                              "read fails) comes through the page cache", err.msg);
+                }
+            }
+        }
+        if (!direct && mem_prefetch(&e->mf, &un->span, e->o.read_method, s->scratch,
+                                    s->scratch_bytes, &io, &err) != LARES_OK) {
             /* spans come from the checked tensor directory: this is a bug, and
              * the caller still computes correctly through page faults */
             lares_log(LARES_LOG_WARN, "exec: prefetch failed: %s", err.msg);
@@ -164,6 +185,10 @@ static void *prefetch_main(void *arg) {
         e->plan.locked_bytes += locked;
         s->c.prefetch_bytes += io.bytes;
         s->c.prefetch_ns += io.ns;
+        s->c.direct_bytes += direct ? io.bytes : 0;
+        s->c.direct_fallbacks += fell_back ? 1 : 0;
+        s->c.buffer_bytes = e->dx.live_bytes + e->dx.spare_bytes;
+        s->c.buffer_peak_bytes = e->dx.peak_bytes;
         un->state = UNIT_READY;
         if (un->pinned) {
             atomic_store_explicit(&un->loaded, true, memory_order_release);

@@ -3,7 +3,10 @@
 # works are refused with messages that say so (the latter naming the minimum,
 # which then works); under budgets from that minimum up, with several window
 # sizes, a model that does not fit streams and generates exactly the tokens
-# of the unbudgeted run, and --json reports the streaming figures.
+# of the unbudgeted run, and --json reports the streaming figures. Streamed
+# layers read directly (--stream-io direct, the default auto where the file
+# system allows it) or through the page cache (mmap) give the same tokens, and
+# the report says which way they came and counts the buffers of direct reads.
 . "$(dirname "$0")/lib.sh"
 need jq
 VOCAB=$(model vocab/ggml-vocab-llama-spm.gguf)
@@ -34,6 +37,12 @@ rc=$?
 "$LARES" run -m "$M" -p x --mem-window 0 >/dev/null 2>"$TMP/err"
 rc=$?
 [ $rc -eq 2 ] && ok || fail "--mem-window 0: rc $rc, $(cat "$TMP/err")"
+for cmd in run bench; do
+  "$LARES" $cmd -m "$M" -p 1 -n 1 --stream-io odirect >/dev/null 2>"$TMP/err"
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "'odirect' is not auto, mmap or direct" "$TMP/err" && ok \
+    || fail "$cmd --stream-io odirect: rc $rc, $(cat "$TMP/err")"
+done
 
 # --- a budget below the least that works names that least ---
 run_json "$TMP/small.json" --mem-budget 1M
@@ -48,7 +57,8 @@ least=$(sed -n 's/.*(\([0-9]*\) bytes) this session needs.*/\1/p' "$TMP/err")
 
 # --- the reference: no budget, nothing streams ---
 if run_json "$TMP/ref.json"; then
-  jq -e '.memory.streaming == false and .memory.prefetch_bytes == 0' "$TMP/ref.json" >/dev/null \
+  jq -e '.memory.streaming == false and .memory.prefetch_bytes == 0
+        and .memory.stream_io == "none" and .memory.buffer_bytes == 0' "$TMP/ref.json" >/dev/null \
     && ok || fail "unbudgeted run streams: $(jq -c .memory "$TMP/ref.json")"
 else
   fail "unbudgeted run: $(cat "$TMP/err")"
@@ -83,6 +93,53 @@ check_budget "$mid"
 check_budget "$mid" --mem-window 2
 check_budget "$mid" --mem-window 5
 check_budget "$mid" --mem-lock
+
+# direct reads where this file system allows them (the test directory is on
+# a real disk; a file system that refuses them falls back to mmap)
+direct_ok=1
+"$LARES" run -m "$M" -p x -n 1 -c 128 --mem-budget "$least" --stream-io direct >/dev/null \
+  2>"$TMP/err" || fail "probe: $(cat "$TMP/err")"
+grep -q "no direct reads" "$TMP/err" && direct_ok=0
+for io in mmap direct auto; do
+  if ! run_json "$TMP/io.json" --mem-budget "$least" --stream-io $io; then
+    fail "--stream-io $io: $(cat "$TMP/err")"
+    continue
+  fi
+  got=$(jq -c .generated_ids "$TMP/io.json")
+  [ "$got" = "$want" ] && ok || fail "--stream-io $io: tokens $got, want $want"
+  used=$([ $io = mmap ] || [ $direct_ok = 0 ] && echo mmap || echo direct)
+  if [ "$used" = direct ]; then
+    # every byte prefetched came directly, into buffers within the budget
+    jq -e --argjson b "$least" '.memory.stream_io == "direct"
+          and .memory.direct_bytes == .memory.prefetch_bytes
+          and .memory.direct_bytes >= 11 * .memory.stream_bytes
+          and .memory.buffer_bytes >= .memory.window_bytes / 2
+          and .memory.buffer_bytes + .memory.pinned_bytes <= $b' "$TMP/io.json" >/dev/null \
+      && ok || fail "--stream-io $io: $(jq -c .memory "$TMP/io.json")"
+  else
+    jq -e '.memory.stream_io == "mmap" and .memory.direct_bytes == 0
+          and .memory.buffer_bytes == 0' "$TMP/io.json" >/dev/null \
+      && ok || fail "--stream-io $io: $(jq -c .memory "$TMP/io.json")"
+  fi
+done
+# lares bench takes the option too and says which way each test read
+for io in mmap auto; do
+  want_io=$([ $io = mmap ] || [ $direct_ok = 0 ] && echo mmap || echo direct)
+  if "$LARES" bench -m "$M" -p 0 -n 2 -r 1 -c 128 --mem-budget "$least" --stream-io $io --json \
+      >"$TMP/bench.json" 2>"$TMP/err"; then
+    jq -e --arg w "$want_io" '.tests[0].stream_io == $w' "$TMP/bench.json" >/dev/null && ok \
+      || fail "bench --stream-io $io: $(cat "$TMP/bench.json")"
+  else
+    fail "bench --stream-io $io: $(cat "$TMP/err")"
+  fi
+done
+if [ $direct_ok = 1 ]; then
+  "$LARES" run -m "$M" -p "Once upon a time" -n 4 --temp 0 -c 128 --mem-budget "$least" \
+    --stream-io direct >/dev/null 2>"$TMP/err" && grep -q "read directly (O_DIRECT)" "$TMP/err" \
+    && ok || fail "human run, direct: $(cat "$TMP/err")"
+else
+  grep -q "go through the page cache" "$TMP/err" && ok || fail "no warning: $(cat "$TMP/err")"
+fi
 
 # the human figures name the split of a token's time
 if "$LARES" run -m "$M" -p "Once upon a time" -n 4 --temp 0 -c 128 --mem-budget "$least" \

@@ -16,10 +16,10 @@ RING_MODEL=$(model stories260K.gguf)
 least_of() { # file: the figure in the refusal
   sed -n 's/.*below the \([0-9.]*\) MiB this worker needs at least.*/\1/p' "$1"
 }
-probe() { # budget_a budget_b: one ring run, its stderr in $TMP/probe.err
+probe() { # budget_a budget_b [worker args]: one ring run, its stderr in $TMP/probe.err
   ring_cleanup
-  ring_worker a -t 1 -v --mem-budget "$1" || exit 1; AA=$WORKER_ADDR
-  ring_worker b -t 1 -v --mem-budget "$2" || exit 1; BB=$WORKER_ADDR
+  ring_worker a -t 1 -v --mem-budget "$1" "${@:3}" || exit 1; AA=$WORKER_ADDR
+  ring_worker b -t 1 -v --mem-budget "$2" "${@:3}" || exit 1; BB=$WORKER_ADDR
   ring_json "$TMP/ring.json" "" 0 a "$AA" 1 b "$BB" 1 # W = 2: k = 3, three windows on a
   "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 -t 1 --json --ring "$TMP/ring.json" --rebalance off \
     >"$TMP/ring.out" 2>"$TMP/probe.err"
@@ -41,4 +41,18 @@ for w in a b; do
 done
 grep -q "layers \[0, 1) \[2, 3) \[4, 5) of 5 (3 rounds)" "$TMP/a.log" && ok \
   || fail "worker a does not hold three windows: $(grep plan "$TMP/a.log")"
+# by default (auto) the workers read their streamed layers directly where the
+# file system allows it; with --stream-io mmap through the page cache, and the
+# output is the same either way
+for w in a b; do
+  grep -qE "are read directly|go through the page cache" "$TMP/$w.log" && ok \
+    || fail "worker $w does not say how it reads: $(cat "$TMP/$w.log")"
+done
+probe "$budget_a" "$budget_b" --stream-io mmap || fail "workers with --stream-io mmap: $(cat "$TMP/probe.err")"
+[ "$(jq -c .generated_ids "$TMP/ring.out")" = "$(jq -c .generated_ids "$TMP/local.json")" ] && ok \
+  || fail "streaming workers through the page cache change the output"
+for w in a b; do
+  grep -q "exec: streaming" "$TMP/$w.log" && ! grep -q "are read directly" "$TMP/$w.log" && ok \
+    || fail "worker $w with --stream-io mmap: $(cat "$TMP/$w.log")"
+done
 finish

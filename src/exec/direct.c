@@ -1,0 +1,227 @@
+/*
+ * Direct reads of streamed units into buffers the executor owns.
+ *
+ * Through the page cache a streamed layer costs the kernel's CPU twice
+ * (filling pages, then reclaiming them) on the cores the compute needs, and
+ * its read-ahead reads past what was asked. Read directly (mem_direct_read:
+ * O_DIRECT, 4 MiB requests, several in flight), a unit lands in an owned
+ * buffer and the forward pass's views of its weights are pointed there until
+ * it is released: the forward pass runs on `view`, a copy of the model whose
+ * layer array is the executor's own (the model itself stays read-only and
+ * shared). Pinned units, the embedding and MoE expert slices keep coming
+ * through the mapping.
+ *
+ * A weight's bytes keep their file offset modulo 4096 in the buffer (see
+ * mem_layout_of), so every tensor is exactly as aligned as in the mapping and
+ * the kernels see no difference: outputs are bit-identical.
+ *
+ * Threads: the prefetch thread alone fetches and releases while it runs;
+ * init, open, drop and free run on the caller's thread while it is stopped.
+ * The caller reads a layer's views only between acquire and done, which the
+ * stream's lock orders after the fetch that set them.
+ */
+#include "exec/exec_impl.h"
+
+/* a spare buffer serves a unit if it wastes at most a quarter of it */
+#define SPARE_WASTE_DIV 4
+
+void exec_direct_init(exec_local *e) {
+    e->dx.view = *e->m;
+    e->dx.view.layers = NULL;
+}
+
+const model *exec_direct_model(const exec_local *e) {
+    return e->dx.d != NULL ? &e->dx.view : e->m;
+}
+
+bool exec_direct_open(exec_local *e) {
+    exec_direct *dx = &e->dx;
+    if (dx->d != NULL) {
+        return true;
+    }
+    if (e->o.stream_io == EXEC_IO_MMAP || dx->tried) {
+        return false;
+    }
+    dx->tried = true;
+    const bool asked = e->o.stream_io == EXEC_IO_DIRECT;
+    lares_error err = {0};
+    if (e->mf.fd < 0) {
+        lares_fail(&err, LARES_EUNSUPPORTED, "%s: not a file", e->mf.path);
+    } else if (mem_direct_open(e->mf.path, e->o.direct_engine, &dx->d, &err) == LARES_OK) {
+        const size_t n_layer = (size_t)e->m->hp.n_layer;
+        dx->layers = lares_alloc_array(LARES_MAX(n_layer, 1), sizeof *dx->layers);
+        if (dx->layers == NULL) {
+            lares_fail(&err, LARES_ENOMEM, "exec: out of memory for the layer views");
+        } else {
+            memcpy(dx->layers, e->m->layers, n_layer * sizeof *dx->layers);
+            dx->view.layers = dx->layers;
+        }
+        for (int32_t i = 0; i < e->n_units && dx->layers != NULL; i++) {
+            if (mem_layout_of(&e->units[i].span, MEM_DIRECT_ALIGN, &e->units[i].lay, &err) !=
+                LARES_OK) {
+                break;
+            }
+        }
+        if (err.msg[0] == '\0') {
+            lares_log(LARES_LOG_INFO, "exec: streamed layers of %s are read directly (%s)",
+                      e->mf.path, mem_direct_engine_name(mem_direct_engine_of(dx->d)));
+            return true;
+        }
+        mem_direct_close(dx->d);
+        dx->d = NULL;
+        lares_free(dx->layers);
+        dx->layers = NULL;
+        dx->view.layers = NULL;
+    }
+    lares_log(asked ? LARES_LOG_WARN : LARES_LOG_INFO,
+              "exec: %s; streamed layers go through the page cache", err.msg);
+    return false;
+}
+
+/* Points the unit's views into buf, or back into the mapping (buf NULL). */
+static void point_views(exec_local *e, const exec_unit *un, const uint8_t *buf) {
+    const model *m = e->m;
+    const uint8_t *base = e->mf.base;
+    if (un->layer >= 0) {
+        const model_layer_plan *lp = &m->plan->layers[un->layer];
+        const model_layer *from = &m->layers[un->layer];
+        model_layer *to = &e->dx.layers[un->layer];
+        for (int r = 0; r < MODEL_ROLE_COUNT; r++) {
+            const model_weight *w = &lp->w[r];
+            if (w->t == NULL || w->form == MODEL_FORM_EXPERTS) {
+                continue; /* absent, or read per choice through the mapping */
+            }
+            const uint8_t *at = buf ? mem_layout_addr(&un->lay, buf, w->lo, w->bytes) : NULL;
+            if ((const uint8_t *)from->mat[r].data == base + w->lo) {
+                to->mat[r].data = at ? at : from->mat[r].data;
+            }
+            if ((const uint8_t *)from->vec[r] == base + w->lo) { /* not a widened copy */
+                to->vec[r] = at ? (const float *)(const void *)at : from->vec[r];
+            }
+        }
+        return;
+    }
+    const model_plan *p = m->plan;
+    model *v = &e->dx.view;
+    const uint8_t *at = buf ? mem_layout_addr(&un->lay, buf, p->output.lo, p->output.bytes) : NULL;
+    if ((const uint8_t *)m->output.data == base + p->output.lo) {
+        v->output.data = at ? at : m->output.data;
+    }
+    at = buf ? mem_layout_addr(&un->lay, buf, p->output_norm.lo, p->output_norm.bytes) : NULL;
+    if ((const uint8_t *)m->output_norm == base + p->output_norm.lo) {
+        v->output_norm = at ? (const float *)(const void *)at : m->output_norm;
+    }
+}
+
+static void unmap_spare(exec_direct *dx, size_t i) {
+    mem_buffer_unmap(dx->spare[i].p, dx->spare[i].bytes);
+    dx->spare_bytes -= dx->spare[i].bytes;
+    dx->spare[i] = dx->spare[--dx->n_spare];
+}
+
+/* A buffer of at least `need` bytes: the best fitting spare, else a new one
+ * after unmapping spares until the buffers fit the window again. */
+static bool take_buffer(exec_local *e, size_t need, uint64_t limit, exec_buffer *out) {
+    exec_direct *dx = &e->dx;
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < dx->n_spare; i++) {
+        const size_t b = dx->spare[i].bytes;
+        if (b >= need && b - need <= need / SPARE_WASTE_DIV &&
+            (best == SIZE_MAX || b < dx->spare[best].bytes)) {
+            best = i;
+        }
+    }
+    if (best != SIZE_MAX) {
+        *out = dx->spare[best];
+        dx->spare_bytes -= out->bytes;
+        dx->spare[best] = dx->spare[--dx->n_spare];
+        dx->live_bytes += out->bytes;
+        return true;
+    }
+    /* (limit: the window; the read-ahead slack stays for the pinned units'
+     * reads through the page cache) */
+    while (dx->n_spare > 0 && dx->live_bytes + dx->spare_bytes + need > limit) {
+        size_t largest = 0;
+        for (size_t i = 1; i < dx->n_spare; i++) {
+            largest = dx->spare[i].bytes > dx->spare[largest].bytes ? i : largest;
+        }
+        unmap_spare(dx, largest);
+    }
+    out->p = mem_buffer_map(need);
+    if (out->p == NULL) {
+        return false;
+    }
+    out->bytes = need;
+    dx->live_bytes += need;
+    dx->peak_bytes = LARES_MAX(dx->peak_bytes, dx->live_bytes + dx->spare_bytes);
+    return true;
+}
+
+static void give_buffer(exec_direct *dx, uint8_t *p, size_t bytes) {
+    dx->live_bytes -= bytes;
+    exec_buffer *s = lares_realloc(dx->spare, (dx->n_spare + 1) * sizeof *s);
+    if (s == NULL) {
+        mem_buffer_unmap(p, bytes); /* cannot keep it: give it back */
+        return;
+    }
+    dx->spare = s;
+    dx->spare[dx->n_spare++] = (exec_buffer){.p = p, .bytes = bytes};
+    dx->spare_bytes += bytes;
+}
+
+lares_status exec_direct_fetch(exec_local *e, exec_unit *un, uint64_t window, mem_io *io,
+                               lares_error *err) {
+    exec_direct *dx = &e->dx;
+    exec_buffer b;
+    if (!take_buffer(e, (size_t)un->lay.bytes, window, &b)) {
+        return lares_fail(err, LARES_ENOMEM, "exec: no memory for a %" PRIu64 "-byte read buffer",
+                          un->lay.bytes);
+    }
+    lares_status st = mem_direct_read(dx->d, &un->lay, b.p, io, err);
+    if (st != LARES_OK) {
+        give_buffer(dx, b.p, b.bytes);
+        return st;
+    }
+    un->buf = b.p;
+    un->buf_bytes = b.bytes;
+    point_views(e, un, un->buf);
+    return LARES_OK;
+}
+
+uint64_t exec_direct_release(exec_local *e, exec_unit *un) {
+    point_views(e, un, NULL);
+    const uint64_t bytes = un->buf_bytes;
+    give_buffer(&e->dx, un->buf, un->buf_bytes);
+    un->buf = NULL;
+    un->buf_bytes = 0;
+    return bytes;
+}
+
+void exec_direct_drop(exec_local *e) {
+    exec_direct *dx = &e->dx;
+    for (int32_t i = 0; i < e->n_units; i++) {
+        exec_unit *un = &e->units[i];
+        if (un->buf != NULL) {
+            exec_direct_release(e, un);
+            un->state = UNIT_IDLE;
+        }
+    }
+    while (dx->n_spare > 0) {
+        unmap_spare(dx, dx->n_spare - 1);
+    }
+}
+
+void exec_direct_free(exec_local *e) {
+    exec_direct *dx = &e->dx;
+    exec_direct_drop(e);
+    lares_free(dx->spare);
+    dx->spare = NULL;
+    for (int32_t i = 0; i < e->n_units; i++) {
+        mem_layout_free(&e->units[i].lay);
+    }
+    mem_direct_close(dx->d);
+    dx->d = NULL;
+    lares_free(dx->layers);
+    dx->layers = NULL;
+    dx->view.layers = NULL;
+}
