@@ -110,8 +110,11 @@ def stream(port, prompt, max_tokens, out):
         if "error" in o:
             out.append(("error", r.status, data[:200]))
             return
-        # llama-server ends with a chunk of timings and no choices
-        if o.get("choices") and o["choices"][0].get("text"):
+        # a token is a chunk with text, or one not yet finished (a token whose
+        # text is empty, as a copying model's <s>); llama-server ends with a
+        # chunk of timings and no choices
+        ch = o.get("choices")
+        if ch and (ch[0].get("text") or ch[0].get("finish_reason") is None):
             n += 1
             if first is None:
                 first = time.time()
