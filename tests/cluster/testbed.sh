@@ -106,10 +106,13 @@ tb_device() {
       ip netns exec "$ns" tc qdisc add dev "$peer" root tbf rate "$rate" burst 32kbit latency 50ms || return 1
   fi
   tb_cgroups "$i" "$quota" "$mem" "$disk" || return 1
+  # nsenter, not `ip netns exec`: that one also gives the program a mount
+  # namespace with a fresh /sys, where no cgroup is mounted, so a device
+  # could not read its own memory limit (and never streamed)
   cat >"$TMP/tb-in-$i" <<EOS
 #!/bin/sh
 for c in cpu memory blkio; do echo \$\$ > /sys/fs/cgroup/\$c/$TB_CG-$i/cgroup.procs || exit 1; done
-exec ip netns exec $ns "${TB_LARES:-$LARES}" "\$@"
+exec nsenter --net=/run/netns/$ns "${TB_LARES:-$LARES}" "\$@"
 EOS
   chmod +x "$TMP/tb-in-$i"
 }
