@@ -300,6 +300,11 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
         return lares_fail(err, LARES_EINVAL, "synth: routing %d is not realistic or random",
                           (int)o->routing);
     }
+    if (o->copy && p->n_expert > 0) {
+        return lares_fail(err, LARES_EINVAL,
+                          "synth: --copy makes dense models; %s is a mixture of experts",
+                          p->name);
+    }
     if (realistic) {
         const synth_route_shape rs = {.n_layer = n_layer,
                                       .n_embd = p->n_embd,
@@ -317,12 +322,6 @@ lares_status lares_synth(const lares_synth_opts *o, const char *out_path, lares_
                   "%.3f, top-%d share %.3f",
                   (double)routing.sigma, routing.band0, routing.band0 + SYNTH_ROUTE_BAND - 1,
                   routing.sim_overlap, p->n_expert_used, routing.sim_top_share);
-    }
-    if (o->copy && p->n_expert > 0) {
-        synth_routing_free(&routing);
-        return lares_fail(err, LARES_EINVAL,
-                          "synth: --copy makes dense models; %s is a mixture of experts",
-                          p->name);
     }
     lares_status st = gguf_open(o->vocab_path, NULL, &vocab, err);
     if (st != LARES_OK) {
