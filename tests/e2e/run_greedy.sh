@@ -24,9 +24,7 @@ check_model() { # file min_agree
   [ -n "$want" ] || { fail "$base missing from $EXP"; return; }
   if [ "$got_prompt" = "$want_prompt" ]; then ok; else fail "$file: prompt ids $got_prompt, want $want_prompt"; fi
   local agree
-  agree=$(jq -n --argjson a "$got" --argjson b "$want" \
-    '[range(0; [($a|length), ($b|length)] | min) as $i | if $a[$i] == $b[$i] then 1 else 0 end]
-     | (index(0) // length)')
+  agree=$(ids_agree "$got" "$want")
   if [ "$agree" -ge "$min" ]; then ok; else fail "$file: $agree tokens agree, want $min"; fi
   # the text is the detokenized ids and the figures are present
   jq -e '.timings.prompt_tok_s > 0 and .timings.gen_tok_s > 0 and .timings.ttft_ms > 0
