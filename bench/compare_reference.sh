@@ -53,7 +53,7 @@ ISA_ARG=()
 AT=""
 [ "$DEPTH" -eq 0 ] || AT=" @ d$DEPTH"
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+. bench/lib.sh
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 bw=$(build/bench/bench_membw --threads "$THREADS" --mib 1024 --reps 5 | jq .read_gb_s)

@@ -84,9 +84,9 @@ for r in $(seq 1 "$REPS"); do
   [ "$(jq -c .generated_ids "$TMP/plain.$r.json")" = "$(jq -c .generated_ids "$TMP/lookup.$r.json")" ] || same=no
 done
 ring_cleanup
-median() { printf '%s\n' "$@" | sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
-mp=$(median "${plain_ms[@]}")
-ml=$(median "${lookup_ms[@]}")
+. "$here/bench/lib.sh"
+mp=$(printf '%s\n' "${plain_ms[@]}" | median)
+ml=$(printf '%s\n' "${lookup_ms[@]}" | median)
 {
   echo "| rep | decoding | ms/token | tok/s | drafted / accepted | compute per device, of which disk wait (whole run) |"
   echo "|---|---|---|---|---|---|"

@@ -50,7 +50,7 @@ ring_trap
 export RING_MODEL=$MODEL
 PROMPT="Once upon a time"
 
-median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+. "$here/bench/lib.sh"
 per_token() { jq '.timings.gen_ms / (.timings.generated_tokens - 1)' "$1"; }
 
 echo "model $MODEL: $NTOK tokens, $THREADS threads per device, $REPEATS repeats" >&2

@@ -27,7 +27,7 @@ command -v jq >/dev/null || { echo "needs jq" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+. bench/lib.sh
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "| temp | mode | gen tok/s (median of $RUNS) | drafted | accepted | rate | drafting / gen | speed-up |"
