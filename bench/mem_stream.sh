@@ -12,18 +12,22 @@
 #
 # usage: sudo bench/mem_stream.sh [-m MODEL] [-l "none 3.0G 2.0G"] [-n TOKENS] [-r REPS]
 #                                 [-e "lares ref"] [-c CTX] [-t REF_THREADS] [-T LARES_THREADS]
-#                                 [-- LARES_ARGS...]
+#                                 [-P PROMPT_TOKENS] [-- LARES_ARGS...]
+# -P N: a prompt of about N tokens (a sentence repeated; each engine's own
+# count is printed) and a second table of prompt speeds, as pp128 is judged.
 # engines: lares (its default way of streaming), lares-mmap and lares-direct
 # (lares --stream-io mmap / direct), ref.
 # lares picks its thread count unless -T is given (streaming, it leaves a core
 # to its prefetch thread); the reference engine runs with -t (default 2).
-# env: LARES (default build/lares), REF (llama-completion), BENCH_DIR (where the
-#      synthesized llama-7b Q4_K_M is kept, default /work/models)
+# env: LARES (default build/lares); LLAMA_CPP_BUILD, the reference engine's build
+#      directory (bin/llama-completion; or REF, the binary itself), needed when
+#      the engines include ref; BENCH_MODELS (where the synthesized llama-7b
+#      Q4_K_M is kept, default bench-models/)
 set -uo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 LARES=${LARES:-$here/build/lares}
-REF=${REF:-/work/ref/llama.cpp/build/bin/llama-completion}
-BENCH_DIR=${BENCH_DIR:-/work/models}
+REF=${REF:-${LLAMA_CPP_BUILD:+$LLAMA_CPP_BUILD/bin/llama-completion}}
+BENCH_MODELS=${BENCH_MODELS:-bench-models}
 MODEL=""
 LIMITS="none 3.0G 2.0G"
 N=16
@@ -33,6 +37,7 @@ CTX=512
 THREADS=2        # the reference engine's; lares chooses its own unless -T is given
 LTHREADS=""
 PROMPT="Once upon a time"
+PP=""
 while [ $# -gt 0 ]; do
   case $1 in
     -m) MODEL=$2; shift 2 ;;
@@ -43,18 +48,28 @@ while [ $# -gt 0 ]; do
     -c) CTX=$2; shift 2 ;;
     -t) THREADS=$2; shift 2 ;;
     -T) LTHREADS=$2; shift 2 ;;
+    -P) PP=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "usage: $0 [-m MODEL] [-l LIMITS] [-n N] [-r REPS] [-e ENGINES] [-c CTX] [-t T] [-- LARES_ARGS]" >&2; exit 2 ;;
   esac
 done
 EXTRA=("$@")
+if [ -n "$PP" ]; then # about 12 tokens a sentence with the llama vocabularies
+  PROMPT=$(for _ in $(seq 1 $(( (PP + 11) / 12 ))); do printf ' Once upon a time there was a little girl.'; done)
+  PROMPT=${PROMPT# }
+fi
 [ -n "$LTHREADS" ] && EXTRA=(-t "$LTHREADS" "${EXTRA[@]}")
 [ "$(id -u)" -eq 0 ] || { echo "needs root (cgroups, drop_caches)" >&2; exit 1; }
 command -v jq >/dev/null || { echo "needs jq" >&2; exit 1; }
+case " $ENGINES " in
+  *" ref "*)
+    [ -n "$REF" ] || { echo "set LLAMA_CPP_BUILD to the reference engine's build directory (the one with bin/llama-completion), or REF to the binary" >&2; exit 1; }
+    [ -x "$REF" ] || { echo "reference engine not found at $REF (LLAMA_CPP_BUILD / REF)" >&2; exit 1; } ;;
+esac
 if [ -z "$MODEL" ]; then
-  MODEL=$BENCH_DIR/llama-7b-q4_k_m.gguf
+  MODEL=$BENCH_MODELS/llama-7b-q4_k_m.gguf
   if [ ! -f "$MODEL" ]; then
-    mkdir -p "$BENCH_DIR"
+    mkdir -p "$BENCH_MODELS"
     "$LARES" synth --preset llama-7b --type q4_k_m -o "$MODEL" \
       --vocab-from "$here/../shared/models/vocab/ggml-vocab-llama-spm.gguf" || exit 1
   fi
@@ -152,6 +167,8 @@ for limit in $LIMITS; do
           continue
         fi
         tps=$(jq .timings.gen_tok_s "$OUT")
+        pps=$(jq .timings.prompt_tok_s "$OUT")
+        ppn=$(jq .timings.prompt_tokens "$OUT")
         line=$(jq -r '"\(.memory.stream_io) stream \(.memory.stream_bytes / 1e9 * 100 | floor / 100) GB/token, pinned \(.memory.pinned_bytes / 1e9 * 100 | floor / 100) GB, wait \(.timings.gen_wait_ms / ((.timings.token_ms | length) + 0.001) | floor) ms/token of \(.timings.gen_ms / ((.timings.token_ms | length) + 0.001) | floor), token max/median \((.timings.token_ms | max) / ((.timings.token_ms | sort | .[length / 2 | floor]) + 0.001) * 100 | floor / 100), disk read \(.memory.disk_read_bytes / 1e9 * 10 | floor / 10) GB, peak RSS \(.memory.peak_rss_bytes / 1e6 | floor) MB"' "$OUT")
         RES[$limit,$engine,stream]=$(jq .memory.stream_bytes "$OUT")
       else
@@ -163,10 +180,13 @@ for limit in $LIMITS; do
           continue
         fi
         tps=$(awk '/ eval time =/ && !/prompt/ { for (i = 1; i <= NF; i++) if ($i == "tokens" && $(i+1) ~ /per/) print $(i-1) }' "$ERR" | tail -1)
+        pps=$(awk '/prompt eval time =/ { for (i = 1; i <= NF; i++) if ($i == "tokens" && $(i+1) ~ /per/) print $(i-1) }' "$ERR" | tail -1)
+        ppn=$(awk '/prompt eval time =/ { for (i = 1; i <= NF; i++) if ($i ~ /^tokens/ && $(i-2) == "/") print $(i-1) }' "$ERR" | tail -1)
         line=$(grep -E "^.*(prompt eval|  eval) time" "$ERR" | sed 's/.*common_perf_print: *//' | tr '\n' ' ')
       fi
-      echo "$limit $engine rep $rep: $tps tok/s | cgroup peak $((PEAK / 1000000)) MB | $line"
+      echo "$limit $engine rep $rep: $tps tok/s | prompt $ppn tokens at $pps tok/s | cgroup peak $((PEAK / 1000000)) MB | $line"
       RES[$limit,$engine]="${RES[$limit,$engine]:-} $tps"
+      RES[$limit,$engine,pp]="${RES[$limit,$engine,pp]:-} $pps"
     done
   done
 done
@@ -195,3 +215,18 @@ for limit in $LIMITS; do
     echo "| $limit | $engine | $l | $ratio | $(awk -v s="$stream" 'BEGIN { printf "%.2f GB", s / 1e9 }') | $bound | $vs |"
   done
 done
+
+if [ -n "$PP" ]; then
+  echo
+  echo "| limit | engine | prompt tok/s, about $PP tokens (median of $REPS) | vs reference |"
+  echo "|---|---|---|---|"
+  for limit in $LIMITS; do
+    r=$(echo "${RES[$limit,ref,pp]:-}" | tr ' ' '\n' | grep . | median)
+    for engine in $ENGINES; do
+      l=$(echo "${RES[$limit,$engine,pp]:-}" | tr ' ' '\n' | grep . | median)
+      ratio="-"
+      [ "$engine" != ref ] && ratio=$(awk -v a="$l" -v b="$r" 'BEGIN { if (b + 0 > 0) printf "%.1fx", a / b; else print "-" }')
+      echo "| $limit | $engine | $l | $ratio |"
+    done
+  done
+fi

@@ -313,31 +313,44 @@ static void test_overlap(void) {
     toy_free(m);
 }
 
-/* Streaming is priced at the streaming figure, else the sequential one, but
- * never above SCHED_DIRECT_HEADROOM times the direct reads: a faster figure
- * was a cache answering. */
+/* Where direct reads work (a direct figure in the profile), the executor
+ * streams with them and streaming is priced at that figure. Where it streams
+ * through the mapping (a GPU session), at the streaming figure, else the
+ * sequential one, but never above SCHED_DIRECT_HEADROOM times the direct
+ * reads: a faster figure was a cache answering. */
 static void test_direct_bound(void) {
     sched_device d;
     dev_c(&d); /* sequential 2e9 */
-    CHECK(sched_disk_stream_Bps(&d) == 2e9);
+    CHECK(sched_disk_stream_Bps(&d) == 2e9 && !sched_disk_streams_direct(&d));
     d.disk_stream_Bps = 8e9;
     CHECK(sched_disk_stream_Bps(&d) == 8e9); /* no direct figure: no bound */
     d.disk_direct_Bps = 1.6e9;
-    CHECKF(NEAR(sched_disk_stream_Bps(&d), SCHED_DIRECT_HEADROOM * 1.6e9), "%g",
-           sched_disk_stream_Bps(&d));
+    CHECK(sched_disk_streams_direct(&d) && sched_disk_stream_Bps(&d) == 1.6e9);
+    d.disk_direct_Bps = 9e9; /* direct reads faster than the page cache */
+    CHECK(sched_disk_stream_Bps(&d) == 9e9);
+    d.gpu = SCHED_GPU_CUDA; /* streams through the mapping: the bound */
+    d.disk_direct_Bps = 1.6e9;
+    CHECKF(!sched_disk_streams_direct(&d) &&
+               NEAR(sched_disk_stream_Bps(&d), SCHED_DIRECT_HEADROOM * 1.6e9),
+           "%g", sched_disk_stream_Bps(&d));
     d.disk_direct_Bps = 7e9; /* within the headroom: the streaming figure */
     CHECK(sched_disk_stream_Bps(&d) == 8e9);
     d.disk_stream_Bps = 0; /* the sequential figure is bounded too */
     d.disk_direct_Bps = 1e9;
     CHECK(NEAR(sched_disk_stream_Bps(&d), SCHED_DIRECT_HEADROOM * 1e9));
-    /* the plan prices with it: test_overlap's C streams 6e8 bytes; a streaming
-     * figure of 8e9 bounded by direct reads of 1.6e9 reads at 2e9, 0.3 s */
+    d.gpu = SCHED_GPU_NONE;
+    d.os = SCHED_OS_MACOS; /* macOS: priced by random reads, not direct streaming */
+    CHECK(!sched_disk_streams_direct(&d));
+    /* the plan prices with it: test_overlap's C streams 6e8 bytes; directly
+     * at 1.6e9, with no CPU of the reading thread (the page cache's figure
+     * costs some, below) */
     lares_error err = {0};
     sched_model *m = toy_model(6);
     sched_device devs[2];
     dev_s(&devs[0]);
     dev_c(&devs[1]);
     devs[1].disk_stream_Bps = 8e9;
+    devs[1].disk_stream_cpu_Bps = 4e9;
     devs[1].disk_direct_Bps = 1.6e9;
     sched_opts o = toy_opts();
     size_t ring[2] = {0, 1};
@@ -345,12 +358,11 @@ static void test_direct_bound(void) {
     sched_plan *p = NULL;
     CHECK_OK(sched_plan_from_windows(m, devs, 2, &o, ring, w1, NULL, 2, &p, &err), &err);
     if (p != NULL) {
-        CHECKF(p->a[1].disk_read_bytes == 600000000 &&
-                   NEAR(p->a[1].t_read_s, 6e8 / (SCHED_DIRECT_HEADROOM * 1.6e9)),
+        CHECKF(p->a[1].disk_read_bytes == 600000000 && NEAR(p->a[1].t_read_s, 6e8 / 1.6e9),
                "C reads %g s", p->a[1].t_read_s);
         sched_plan_free(p);
     }
-    /* without the bound the cache's figure would have priced it 4x cheaper */
+    /* through the mapping (no direct figure): the cache's figure */
     devs[1].disk_direct_Bps = 0;
     CHECK_OK(sched_plan_from_windows(m, devs, 2, &o, ring, w1, NULL, 2, &p, &err), &err);
     if (p != NULL) {

@@ -55,11 +55,18 @@ double sched_rate_of(const sched_rates *r, uint32_t type) {
 }
 
 double sched_disk_stream_Bps(const sched_device *d) {
+    if (sched_disk_streams_direct(d)) {
+        return d->disk_direct_Bps;
+    }
     const double r = d->disk_stream_Bps > 0 ? d->disk_stream_Bps : d->disk_seq_Bps;
     if (d->disk_direct_Bps > 0 && r > SCHED_DIRECT_HEADROOM * d->disk_direct_Bps) {
         return SCHED_DIRECT_HEADROOM * d->disk_direct_Bps;
     }
     return r;
+}
+
+bool sched_disk_streams_direct(const sched_device *d) {
+    return d->os != SCHED_OS_MACOS && d->gpu == SCHED_GPU_NONE && d->disk_direct_Bps > 0;
 }
 
 bool sched_unified(const sched_device *d) {
@@ -367,8 +374,9 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
         } else if (dv->gpu == SCHED_GPU_METAL) {
             c->vram_limit[d] = dv->vram_avail_bytes;
         }
-        /* what streaming reads at: measured as the executor reads where the
-         * profile has it, else the sequential figure, bounded by direct reads;
+        /* what streaming reads at: direct reads where the file system takes
+         * them, else the page cache's streaming figure (or the sequential
+         * one) bounded by direct reads (sched_disk_stream_Bps);
          * macOS: random reads (scheduling.md; its executor path is not measured) */
         if (dv->os == SCHED_OS_MACOS && dv->disk_rand_Bps > 0) {
             c->disk_Bps[d] = dv->disk_rand_Bps;
@@ -377,7 +385,8 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
         }
         /* the prefetch thread's CPU per byte, where the executor streams
          * (not on macOS, whose path is not measured) */
-        c->read_cpu[d] = dv->os != SCHED_OS_MACOS && dv->disk_stream_cpu_Bps > 0
+        c->read_cpu[d] = dv->os != SCHED_OS_MACOS && !sched_disk_streams_direct(dv) &&
+                                 dv->disk_stream_cpu_Bps > 0
                              ? 1.0 / dv->disk_stream_cpu_Bps
                              : 0.0;
         const int32_t th = dv->threads > 0 ? dv->threads : dv->cores;

@@ -116,14 +116,17 @@ static lares_status layer_time_at(void *ctx, double f, double *g, lares_error *e
 }
 
 /* A disk rate the ring measured (or fitted to the waits it measured): it
- * replaces every rate the profile had, the streaming one included, which
- * the latency model prefers (sched_disk_stream_Bps) and which would else
- * hide it. */
+ * replaces every rate the profile had, the streaming and direct ones
+ * included, which the latency model prefers (sched_disk_stream_Bps) and
+ * which would else hide it. */
 static void set_disk(sched_device *d, double Bps) {
     d->disk_seq_Bps = Bps;
     d->disk_rand_Bps = Bps;
     if (d->disk_stream_Bps > 0) {
         d->disk_stream_Bps = Bps;
+    }
+    if (d->disk_direct_Bps > 0) {
+        d->disk_direct_Bps = Bps;
     }
 }
 

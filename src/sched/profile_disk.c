@@ -6,11 +6,14 @@
  *
  * The page cache must not answer, whatever other processes hold in it. Three
  * guards (docs/scheduling-impl.md, "The disk profile and the caches"):
- *  - Direct reads first: 16 MiB aligned O_DIRECT reads (F_NOCACHE on macOS)
- *    from the start of the file, one pass at most. They never come from this
- *    system's page cache, so they bound the other figures: the planner prices
- *    streaming at no more than SCHED_DIRECT_HEADROOM times this rate
- *    (sched_disk_stream_Bps). Where the file system refuses direct I/O
+ *  - Direct reads first: O_DIRECT reads (F_NOCACHE on macOS) from the start
+ *    of the file, one pass at most, made as the executor's direct streaming
+ *    makes them (mem_direct_read: 4 MiB requests, several in flight). They
+ *    never come from this system's page cache, so they are what streaming
+ *    costs where the executor reads directly (its default wherever the file
+ *    system takes them) and otherwise bound the other figures: the planner
+ *    prices page-cache streaming at no more than SCHED_DIRECT_HEADROOM times
+ *    this rate (sched_disk_stream_Bps). Where the file system refuses direct I/O
  *    (procfs, tmpfs before Linux 6.6, some overlays) there is no bound, and
  *    the profile says so in disk.note.
  *  - Before the sequential and the streaming tests, the file's pages are
@@ -40,7 +43,8 @@
  * Measured inside the device's cgroups it includes what they impose on that
  * path: a blkio throttle, the page cache charged to a memory limit, the kernel
  * time of reading spent from a CPU quota. This is the figure the latency model
- * prices streaming with on Linux and Android, within the direct bound.
+ * prices streaming with on Linux and Android where direct reads are refused
+ * (or the bound they give where they are not: --stream-io mmap).
  *
  * Without a model file, a temporary file of up to 64 MiB is written in the
  * given directory (and unlinked at once, so nothing is left behind).
@@ -61,7 +65,7 @@
 #include <unistd.h>
 
 #define SEQ_BLOCK    (4u << 20)
-#define DIRECT_BLOCK (16u << 20)
+#define DIRECT_UNIT  (32u << 20) /* about a streamed layer of a 1-3B model */
 #define RAND_BLOCK   4096u
 /* a block with more than 1/HELD_SHARE of its pages still in the page cache
  * after DONTNEED is held by another process: not timed */
@@ -217,43 +221,48 @@ static double tally_rate(const read_tally *t) {
 double sched_disk_direct_rate(const char *path, double slice_s, uint64_t *bytes, char *note,
                               size_t cap) {
     *bytes = 0;
-    bool direct = false;
-    int fd = open_uncached(path, &direct);
-    if (fd < 0 || !direct) {
+    lares_error e = {0};
+    mem_direct *dr = NULL;
+    if (mem_direct_open(path, MEM_DIRECT_AUTO, &dr, &e) != LARES_OK) {
         snprintf(note, cap, "direct reads refused by the file system (%s): the stream figure "
-                 "has no bound", fd < 0 ? strerror(errno) : "no O_DIRECT");
-        if (fd >= 0) {
-            close(fd);
-        }
+                 "has no bound", e.msg);
         return 0;
     }
-    uint8_t *buf = lares_alloc_aligned(DIRECT_BLOCK, 4096);
-    if (buf == NULL) {
+    struct stat sb;
+    const int fd = open(path, O_RDONLY);
+    const bool sized = fd >= 0 && fstat(fd, &sb) == 0;
+    if (fd >= 0) {
         close(fd);
-        snprintf(note, cap, "no memory for the direct reads: the stream figure has no bound");
+    }
+    uint8_t *buf = sized ? mem_buffer_map(DIRECT_UNIT) : NULL;
+    if (buf == NULL) {
+        mem_direct_close(dr);
+        snprintf(note, cap, "%s: the stream figure has no bound",
+                 sized ? "no memory for the direct reads" : "the file's size is unknown");
         return 0;
     }
+    /* units as the executor reads a streamed layer: one extent, cut by
+     * mem_direct_read into MEM_DIRECT_REQUEST reads, MEM_DIRECT_DEPTH in flight */
+    const uint64_t size = (uint64_t)sb.st_size;
     read_tally t = {0};
     const double t_end = sched_now_s() + slice_s;
-    for (uint64_t off = 0; t.bytes == 0 || sched_now_s() < t_end;) {
-        const double t0 = sched_now_s();
-        ssize_t r = lares_pread(fd, buf, DIRECT_BLOCK, (off_t)off);
-        if (r < 0) {
+    for (uint64_t off = 0; off < size && (t.bytes == 0 || sched_now_s() < t_end);) {
+        uint64_t n = LARES_MIN((uint64_t)DIRECT_UNIT, size - off);
+        mem_extent x = {off, off + ((n + MEM_DIRECT_ALIGN - 1) & ~(uint64_t)(MEM_DIRECT_ALIGN - 1)), 0};
+        mem_layout l = {&x, 1, 1, x.hi - x.lo, MEM_DIRECT_ALIGN};
+        mem_io io = {0};
+        if (mem_direct_read(dr, &l, buf, &io, &e) != LARES_OK) {
             /* EINVAL: the device wants another alignment than ours */
-            snprintf(note, cap, "direct reads failed (%s): the stream figure has no bound",
-                     strerror(errno));
+            snprintf(note, cap, "direct reads failed (%s): the stream figure has no bound", e.msg);
             t.bytes = 0;
             break;
         }
-        t.busy_s += sched_now_s() - t0;
-        t.bytes += (uint64_t)r;
-        off += (uint64_t)r;
-        if ((size_t)r < DIRECT_BLOCK) {
-            break; /* the end of the file */
-        }
+        t.busy_s += (double)io.ns / 1e9;
+        t.bytes += n;
+        off += n;
     }
-    lares_free_aligned(buf);
-    close(fd);
+    mem_buffer_unmap(buf, DIRECT_UNIT);
+    mem_direct_close(dr);
     *bytes = t.bytes;
     return tally_rate(&t);
 }

@@ -343,13 +343,14 @@ void sched_probe_cpu_model(const char *root, char *out, size_t cap) {
 uint64_t sched_fingerprint(const sched_device *d) {
     char s[1024];
     /* RAM in whole GiB: MemTotal moves by a few pages between kernel builds */
-    /* "p4": the profile's format (full-speed rates with the quota beside them,
+    /* "p5": the profile's format (full-speed rates with the quota beside them,
      * the streaming read, rates calibrated on a model's windows; since p4 the
      * disk figures time only what the page cache did not hold, with the
-     * direct-read bound beside them); an older cache never answers. The CPU's
+     * direct-read bound beside them; since p5 direct reads are timed as the
+     * executor streams, several in flight); an older cache never answers. The CPU's
      * features (a VM moved to another host) and the model the rates were
      * calibrated on count too. */
-    snprintf(s, sizeof s, "p4|%s|%d|%d|%" PRIu64 "|%s|%s|%.3f|%.3f|%s|%s|%s|%" PRIu64,
+    snprintf(s, sizeof s, "p5|%s|%d|%d|%" PRIu64 "|%s|%s|%.3f|%.3f|%s|%s|%s|%" PRIu64,
              d->cpu_model, d->cores, d->threads, d->ram_total_bytes >> 30, d->isa,
              sched_os_name(d->os), d->cpu_quota, d->cpu_quota_period_s, lares_version(),
              d->cpu_flags, d->cal.model, d->cal.model_bytes);

@@ -95,8 +95,10 @@ typedef struct sched_device {
     double disk_stream_cpu_Bps; /* bytes streamed per second of the reading thread's CPU time
                                    (page-cache work in the kernel); under a CPU quota it is
                                    spent from the quota; 0: unknown (not priced) */
-    double disk_direct_Bps;     /* sequential reads that bypass the page cache (O_DIRECT,
-                                   16 MiB aligned reads): the bound on the two figures above
+    double disk_direct_Bps;     /* sequential reads that bypass the page cache as the
+                                   executor's direct streaming does (O_DIRECT, 4 MiB requests,
+                                   16 in flight): what streaming costs where it reads directly,
+                                   else the bound on the two figures above
                                    (sched_disk_stream_Bps); 0: not measured (the file system
                                    refuses direct I/O, or an older profile) */
     double disk_cached_share;   /* share (0..1) of the bytes the sequential and streaming tests
@@ -142,9 +144,15 @@ void sched_device_init(sched_device *d, const char *name);
  * rate of 16 MiB direct reads at depth one (docs/performance.md, issue 16);
  * anything faster was a cache answering, which a streamed share will not find. */
 #define SCHED_DIRECT_HEADROOM 1.25
-/* What streaming a share reads at on a Linux or Android device: the streaming
- * figure (else the sequential one), at most SCHED_DIRECT_HEADROOM times the
- * direct-read figure where the profile has one. */
+/* Whether the executor streams this device's share with direct reads: its
+ * default (--stream-io auto) wherever the file system takes them, which the
+ * profile's direct figure says, on Linux and Android without a GPU (a GPU
+ * session streams through the mapping; macOS is priced by random reads). */
+bool sched_disk_streams_direct(const sched_device *d);
+/* What streaming a share reads at on a Linux or Android device: the direct
+ * figure, measured as the executor reads (sched_disk_streams_direct); else
+ * the page cache's streaming figure (else the sequential one), at most
+ * SCHED_DIRECT_HEADROOM times the direct figure where the profile has one. */
 double sched_disk_stream_Bps(const sched_device *d);
 
 /* The rate a device computes `type` at (by_type, else other); 0 when unknown. */
