@@ -326,6 +326,7 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_object_set_new(root, "stop", json_string(stop_name(st->stop)));
     json_object_set_new(root, "seed", json_integer((json_int_t)o->sampler.seed));
     json_object_set_new(root, "threads", json_integer(o->session.n_threads ? o->session.n_threads : 0));
+    json_object_set_new(root, "compute_threads", json_integer(lares_session_n_threads(s)));
     json_object_set_new(root, "n_ctx", json_integer(lares_session_n_ctx(s)));
     json_object_set_new(root, "isa", json_string(lares_isa()));
     json_object_set_new(root, "cpu_flags", json_string(lares_cpu_flags()));

@@ -54,9 +54,11 @@ while [ $# -gt 0 ]; do
   esac
 done
 EXTRA=("$@")
-if [ -n "$PP" ]; then # about 12 tokens a sentence with the llama vocabularies
-  PROMPT=$(for _ in $(seq 1 $(( (PP + 11) / 12 ))); do printf ' Once upon a time there was a little girl.'; done)
+SHOWN="'$PROMPT'"
+if [ -n "$PP" ]; then # 10 tokens a sentence with the llama vocabularies
+  PROMPT=$(for _ in $(seq 1 $(( (PP + 9) / 10 ))); do printf ' Once upon a time there was a little girl.'; done)
   PROMPT=${PROMPT# }
+  SHOWN="'Once upon a time there was a little girl.' x $(( (PP + 9) / 10 ))"
 fi
 [ -n "$LTHREADS" ] && EXTRA=(-t "$LTHREADS" "${EXTRA[@]}")
 [ "$(id -u)" -eq 0 ] || { echo "needs root (cgroups, drop_caches)" >&2; exit 1; }
@@ -148,8 +150,8 @@ fi
 best_gbs=$(printf '%s\n' "$seq_gbs" "$direct_gbs" "${pop_gbs:-0}" "${dio_gbs:-0}" | sort -g | tail -1)
 echo "# $(date -u +%FT%TZ) $(uname -r), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# model $MODEL ($size bytes), sequential cold read $seq_gbs GB/s (dd bs=4M), $direct_gbs GB/s (dd bs=4M iflag=direct), ${pop_gbs:-?} GB/s (populate, 128 MiB units), ${dio_gbs:-?} GB/s (direct reads, io_uring, 128 MiB units)"
-echo "# lares: $LARES run -m MODEL -p '$PROMPT' -n $N --temp 0 -c $CTX --json ${EXTRA[*]}"
-echo "# ref:   $REF -m MODEL -p '$PROMPT' -n $N --temp 0 -t $THREADS -c $CTX --no-repack --no-warmup -no-cnv"
+echo "# lares: $LARES run -m MODEL -p $SHOWN -n $N --temp 0 -c $CTX --json ${EXTRA[*]}"
+echo "# ref:   $REF -m MODEL -p $SHOWN -n $N --temp 0 -t $THREADS -c $CTX --no-repack --no-warmup -no-cnv"
 declare -A RES
 for limit in $LIMITS; do
   for rep in $(seq 1 "$REPS"); do

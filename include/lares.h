@@ -220,6 +220,9 @@ LARES_API lares_status lares_session_create(lares_model *m, const lares_session_
                                             lares_session **out, lares_error *err);
 LARES_API void lares_session_free(lares_session *s);
 LARES_API int32_t lares_session_n_ctx(const lares_session *s);
+/* The threads that compute (n_threads as asked, or as chosen for 0: every
+ * core, one fewer while weights stream through the page cache). */
+LARES_API int32_t lares_session_n_threads(const lares_session *s);
 /* Gives the session a draft model for speculative decoding
  * (lares_generate_opts.draft_n, docs/speculative.md): a smaller model with the
  * same vocabulary (size, every token's text, BOS, EOS and the tokens that end

@@ -112,11 +112,20 @@ lares_status api_session_create(lares_model *lm, const lares_session_opts *opts,
     if (st == LARES_OK) {
         st = exec_local_create(lm->m, s->kv, s->cx, &eo, &s->exec, err);
     }
-    /* weights that stream keep a prefetch thread busy in the kernel: when the
-     * thread count is ours to choose, leave it a core (measured in
-     * docs/memory.md: 6-8 % faster on 2 cores than sharing them) */
+    /* weights that stream through the page cache keep a prefetch thread busy
+     * in the kernel: when the thread count is ours to choose, leave it a core
+     * (measured in docs/memory.md: 6-8 % faster on 2 cores than sharing
+     * them). Direct reads cost it next to no CPU (the disk's DMA fills the
+     * buffers while it waits), so every core computes: 1.16x generation and
+     * 1.7x prompt speed on 2 cores for llama-7b in 3.0 GB (docs/performance.md,
+     * issue 18). */
     const bool auto_threads = (opts == NULL || opts->n_threads == 0) && !s->pool_borrowed;
-    if (st == LARES_OK && auto_threads && o.n_threads > 1 && api_streams_surely(s)) {
+    exec_plan_info pi = {0};
+    if (st == LARES_OK) {
+        exec_local_plan(s->exec, &pi);
+    }
+    if (st == LARES_OK && auto_threads && o.n_threads > 1 && !pi.direct &&
+        api_streams_surely(s)) {
         ops_pool *fewer = NULL;
         if (ops_pool_create(o.n_threads - 1, &fewer, NULL) == LARES_OK) {
             ops_pool_free(s->pool);
@@ -146,6 +155,10 @@ lares_status lares_session_create(lares_model *lm, const lares_session_opts *opt
 
 int32_t lares_session_n_ctx(const lares_session *s) {
     return s->o.n_ctx;
+}
+
+int32_t lares_session_n_threads(const lares_session *s) {
+    return s->o.n_threads;
 }
 
 void lares_session_truncate(lares_session *s, int32_t pos) {

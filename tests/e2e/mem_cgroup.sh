@@ -102,6 +102,22 @@ if make_cgroup auto $LIMIT; then
     check_run "160 MiB cgroup" $LIMIT "$TMP/auto.json"
     jq -e --argjson lim $LIMIT '.memory.budget_bytes == $lim' "$TMP/auto.json" >/dev/null \
       && ok || fail "the budget is not the cgroup limit: $(jq -c .memory "$TMP/auto.json")"
+    # threads left to lares: every core computes where streamed units are read
+    # directly; through the page cache one core is left to the prefetch thread
+    cores=$(nproc)
+    for io in direct mmap; do
+      if run_in "$CG" "$TMP/th-$io.json" run -m "$M" -p "Once upon a time" -n 2 --temp 0 -c 256 \
+          --json --stream-io $io; then
+        got_io=$(jq -r .memory.stream_io "$TMP/th-$io.json")
+        want_th=$cores
+        [ "$got_io" = mmap ] && [ "$cores" -gt 1 ] && want_th=$((cores - 1))
+        jq -e --argjson t "$want_th" '.memory.streaming == true and .compute_threads == $t' \
+          "$TMP/th-$io.json" >/dev/null && ok \
+          || fail "--stream-io $io ($got_io): $(jq -c '{compute_threads, memory}' "$TMP/th-$io.json"), want $want_th threads"
+      else
+        fail "--stream-io $io in a 160 MiB cgroup: $(cat "$TMP/err")"
+      fi
+    done
   else
     fail "in a 160 MiB cgroup: rc $?, $(cat "$TMP/err")"
   fi
