@@ -193,13 +193,18 @@ for limit in $LIMITS; do
   done
 done
 
+med_of() { echo "${RES[$1]:-}" | tr ' ' '\n' | grep . | median; } # a RES key's median
+ratio_to() { # a b: a / b as "N.Nx", "-" without b
+  awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 > 0) printf "%.1fx", a / b; else print "-" }'
+}
+
 echo
 echo "| limit | engine | tok/s (median of $REPS) | vs reference | reads per token | disk bound (must re-read / $best_gbs GB/s) | engine / bound |"
 echo "|---|---|---|---|---|---|---|"
 for limit in $LIMITS; do
-  r=$(echo "${RES[$limit,ref]:-}" | tr ' ' '\n' | grep . | median)
+  r=$(med_of "$limit,ref")
   for engine in $ENGINES; do
-    l=$(echo "${RES[$limit,$engine]:-}" | tr ' ' '\n' | grep . | median)
+    l=$(med_of "$limit,$engine")
     stream=${RES[$limit,$engine,stream]:-0}
     if [ "$limit" = none ]; then
       bound="-"
@@ -213,7 +218,7 @@ for limit in $LIMITS; do
       vs=$(awk -v m="$must" -v g="$best_gbs" -v t="$l" 'BEGIN { if (t > 0) printf "%.2fx slower", (g * 1e9 / m) / t; else print "-" }')
     fi
     ratio="-"
-    [ "$engine" != ref ] && ratio=$(awk -v a="$l" -v b="$r" 'BEGIN { if (b + 0 > 0) printf "%.1fx", a / b; else print "-" }')
+    [ "$engine" != ref ] && ratio=$(ratio_to "$l" "$r")
     echo "| $limit | $engine | $l | $ratio | $(awk -v s="$stream" 'BEGIN { printf "%.2f GB", s / 1e9 }') | $bound | $vs |"
   done
 done
@@ -223,11 +228,11 @@ if [ -n "$PP" ]; then
   echo "| limit | engine | prompt tok/s, about $PP tokens (median of $REPS) | vs reference |"
   echo "|---|---|---|---|"
   for limit in $LIMITS; do
-    r=$(echo "${RES[$limit,ref,pp]:-}" | tr ' ' '\n' | grep . | median)
+    r=$(med_of "$limit,ref,pp")
     for engine in $ENGINES; do
-      l=$(echo "${RES[$limit,$engine,pp]:-}" | tr ' ' '\n' | grep . | median)
+      l=$(med_of "$limit,$engine,pp")
       ratio="-"
-      [ "$engine" != ref ] && ratio=$(awk -v a="$l" -v b="$r" 'BEGIN { if (b + 0 > 0) printf "%.1fx", a / b; else print "-" }')
+      [ "$engine" != ref ] && ratio=$(ratio_to "$l" "$r")
       echo "| $limit | $engine | $l | $ratio |"
     done
   done
