@@ -341,9 +341,8 @@ static void test_direct_bound(void) {
     d.gpu = SCHED_GPU_NONE;
     d.os = SCHED_OS_MACOS; /* macOS: priced by random reads, not direct streaming */
     CHECK(!sched_disk_streams_direct(&d));
-    /* the plan prices with it: test_overlap's C streams 6e8 bytes; directly
-     * at 1.6e9, with no CPU of the reading thread (the page cache's figure
-     * costs some, below) */
+    /* the plan prices with it: test_overlap's C streams 6e8 bytes, directly
+     * at 1.6e9 (the CPU of reading: test_read_cpu) */
     lares_error err = {0};
     sched_model *m = toy_model(6);
     sched_device devs[2];
@@ -450,6 +449,15 @@ static void test_read_cpu(void) {
         CHECKF(NEAR(p->a[1].t_cpu_s, 0.08 + 0.02), "read CPU: C cpu %g", p->a[1].t_cpu_s);
         sched_plan_free(p);
     }
+    /* read directly (a direct figure, as fast as the sequential one): the
+     * page cache's CPU is not spent, the quota holds the compute alone */
+    devs[1].disk_direct_Bps = devs[1].disk_seq_Bps;
+    CHECK_OK(sched_plan_from_windows(m, devs, 2, &o, ring, w2, NULL, 2, &p, &err), &err);
+    if (p != NULL) {
+        CHECKF(NEAR(p->t_token_s, 0.54), "direct reads under a quota: T %g", p->t_token_s);
+        sched_plan_free(p);
+    }
+    devs[1].disk_direct_Bps = 0;
     /* without a quota the reader runs on another core: not priced */
     devs[1].cpu_quota = 0;
     CHECK_OK(sched_plan_from_windows(m, devs, 2, &o, ring, w2, NULL, 2, &p, &err), &err);

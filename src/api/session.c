@@ -116,9 +116,9 @@ lares_status api_session_create(lares_model *lm, const lares_session_opts *opts,
      * in the kernel: when the thread count is ours to choose, leave it a core
      * (measured in docs/memory.md: 6-8 % faster on 2 cores than sharing
      * them). Direct reads cost it next to no CPU (the disk's DMA fills the
-     * buffers while it waits), so every core computes: 1.16x generation and
-     * 1.7x prompt speed on 2 cores for llama-7b in 3.0 GB (docs/performance.md,
-     * issue 18). */
+     * buffers while it waits), so every core computes: on 2 cores, llama-7b in
+     * 3.0 and 2.0 GB, prompts 1.6x faster and generation the same within the
+     * noise (docs/memory.md). */
     const bool auto_threads = (opts == NULL || opts->n_threads == 0) && !s->pool_borrowed;
     exec_plan_info pi = {0};
     if (st == LARES_OK) {

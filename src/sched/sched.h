@@ -142,7 +142,9 @@ void sched_device_init(sched_device *d, const char *name);
 /* How far a cached read may beat a direct one before the planner stops
  * believing it: on a cold disk the kernel's read-ahead read at most 1.2x the
  * rate of 16 MiB direct reads at depth one (docs/performance.md, issue 16);
- * anything faster was a cache answering, which a streamed share will not find. */
+ * anything faster was a cache answering, which a streamed share will not find.
+ * Since profile p5 the direct figure has several reads in flight, so the
+ * bound (used only where the executor streams through the mapping) is looser. */
 #define SCHED_DIRECT_HEADROOM 1.25
 /* Whether the executor streams this device's share with direct reads: its
  * default (--stream-io auto) wherever the file system takes them, which the
