@@ -17,8 +17,9 @@
 # count is printed) and a second table of prompt speeds, as pp128 is judged.
 # engines: lares (its default way of streaming), lares-mmap and lares-direct
 # (lares --stream-io mmap / direct), ref.
-# lares picks its thread count unless -T is given (streaming, it leaves a core
-# to its prefetch thread); the reference engine runs with -t (default 2).
+# lares picks its thread count unless -T is given (streaming through the page
+# cache it leaves a core to its prefetch thread; reading directly it computes
+# on every core); the reference engine runs with -t (default 2).
 # env: LARES (default build/lares); LLAMA_CPP_BUILD, the reference engine's build
 #      directory (bin/llama-completion; or REF, the binary itself), needed when
 #      the engines include ref; BENCH_MODELS (where the synthesized llama-7b
@@ -50,7 +51,7 @@ while [ $# -gt 0 ]; do
     -T) LTHREADS=$2; shift 2 ;;
     -P) PP=$2; shift 2 ;;
     --) shift; break ;;
-    *) echo "usage: $0 [-m MODEL] [-l LIMITS] [-n N] [-r REPS] [-e ENGINES] [-c CTX] [-t T] [-- LARES_ARGS]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-m MODEL] [-l LIMITS] [-n N] [-r REPS] [-e ENGINES] [-c CTX] [-t T] [-T T] [-P TOKENS] [-- LARES_ARGS]" >&2; exit 2 ;;
   esac
 done
 EXTRA=("$@")
