@@ -36,11 +36,7 @@ done
 command -v jq >/dev/null || { echo "needs jq" >&2; exit 1; }
 [ -x "$LARES" ] || { echo "no lares binary at $LARES (set LARES)" >&2; exit 1; }
 if [ -z "$MODEL" ]; then
-  dir=${LARES_BENCH_DIR:-/tmp/lares-bench}
-  mkdir -p "$dir" || exit 1
-  MODEL=$dir/llama-7b-q4_k_m-copy.gguf
-  [ -f "$MODEL" ] || "$LARES" synth --preset llama-7b --type q4_k_m --copy -o "$MODEL" \
-    --vocab-from "$here/../shared/models/vocab/ggml-vocab-llama-spm.gguf" >&2 || exit 1
+  MODEL=$(tb_bench_model "$LARES" "$here" --copy) || exit 1
 fi
 MODEL=$(readlink -f "$MODEL")
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ring-lookup.XXXXXX")

@@ -180,13 +180,14 @@ for _ in range(n_kv):
 EOF
 }
 
-# tb_bench_model LARES ROOT: the benchmarks' default model, llama-7b Q4_K_M in
-# $LARES_BENCH_DIR (/tmp/lares-bench), made by lares synth on first use; its path
+# tb_bench_model LARES ROOT [--copy]: the benchmarks' default model, llama-7b
+# Q4_K_M in $LARES_BENCH_DIR (/tmp/lares-bench), made by lares synth on first
+# use (with --copy: its copying variant, lares synth --copy); its path
 tb_bench_model() {
   local dir=${LARES_BENCH_DIR:-/tmp/lares-bench} m
   mkdir -p "$dir" || return 1
-  m=$dir/llama-7b-q4_k_m.gguf
-  [ -f "$m" ] || "$1" synth --preset llama-7b --type q4_k_m -o "$m" \
+  m=$dir/llama-7b-q4_k_m${3:+-copy}.gguf
+  [ -f "$m" ] || "$1" synth --preset llama-7b --type q4_k_m ${3:+--copy} -o "$m" \
     --vocab-from "$2/../shared/models/vocab/ggml-vocab-llama-spm.gguf" >&2 || return 1
   readlink -f "$m"
 }

@@ -58,6 +58,16 @@ same_greedy_ids() { # base plain-ids draft-ids label
   fi
 }
 
+# lares run on a fixture (model FILE) with the caller's prompt $P, 64 tokens,
+# 2 threads, --json into OUT and any further arguments; a failed run fails the
+# test with lares's own message. (The speculative tests compare such runs.)
+run_json() { # file out extra-args...
+  local file=$1 out=$2
+  shift 2
+  "$LARES" run -m "$(model "$file")" -p "$P" -n 64 -t 2 --json "$@" >"$out" 2>"$TMP/err" ||
+    fail "$file $*: lares run failed: $(cat "$TMP/err")"
+}
+
 need() {
   command -v "$1" >/dev/null 2>&1 || { echo "$TEST_NAME: needs $1" >&2; exit 1; }
 }

@@ -9,13 +9,6 @@
 need jq
 P="Once upon a time, there was a little girl named Lily. She loved to"
 
-gen() { # target out extra-args...
-  local file=$1 out=$2
-  shift 2
-  "$LARES" run -m "$(model "$file")" -p "$P" -n 64 -t 2 --json "$@" >"$out" 2>"$TMP/err" ||
-    fail "$file $*: lares run failed: $(cat "$TMP/err")"
-}
-
 TS=derived/TinyStories-656K.llamacpp
 # target:draft, the draft sharing the target's vocabulary (2048 or 512 tokens)
 for pair in TinyStories-656K.f16.gguf:TinyStories-656K-Q8_0.raincandy.gguf \
@@ -37,8 +30,8 @@ for pair in TinyStories-656K.f16.gguf:TinyStories-656K-Q8_0.raincandy.gguf \
   target=${pair%%:*}
   draft=${pair#*:}
   base=$(basename "$target")
-  [ -f "$TMP/$base.plain" ] || gen "$target" "$TMP/$base.plain" --temp 0
-  gen "$target" "$TMP/$base.draft" --temp 0 --draft "$(model "$draft")" --draft-n 5
+  [ -f "$TMP/$base.plain" ] || run_json "$target" "$TMP/$base.plain" --temp 0
+  run_json "$target" "$TMP/$base.draft" --temp 0 --draft "$(model "$draft")" --draft-n 5
   a=$(jq -c .generated_ids "$TMP/$base.plain")
   b=$(jq -c .generated_ids "$TMP/$base.draft")
   same_greedy_ids "$base" "$a" "$b" "$pair: --draft"
@@ -50,30 +43,30 @@ for pair in TinyStories-656K.f16.gguf:TinyStories-656K-Q8_0.raincandy.gguf \
       .timings.draft_ms, .draft_n]' "$TMP/$base.draft")"
 done
 # a draft with the target's own weights proposes what the target decides: all taken
-gen TinyStories-656K.f16.gguf "$TMP/self" --temp 0 --draft "$(model TinyStories-656K.f16.gguf)"
+run_json TinyStories-656K.f16.gguf "$TMP/self" --temp 0 --draft "$(model TinyStories-656K.f16.gguf)"
 jq -e '.timings.drafted_tokens == .timings.accepted_tokens and .timings.accepted_tokens > 0' \
   "$TMP/self" >/dev/null && ok || fail "the target as its own draft: $(jq -c .timings "$TMP/self")"
 jq -e '.timings.drafted_tokens == 0 and .timings.draft_ms == 0' \
   "$TMP/TinyStories-656K.f16.gguf.plain" >/dev/null && ok || fail "plain decoding reports drafts"
 # the smallest batch that verifies a draft (one token and one draft): same ids
-gen stories260K.gguf "$TMP/b1" --temp 0 --draft "$(model stories260K.gguf)" --draft-n 1 -b 2
+run_json stories260K.gguf "$TMP/b1" --temp 0 --draft "$(model stories260K.gguf)" --draft-n 1 -b 2
 [ "$(jq -c .generated_ids "$TMP/b1")" = "$(jq -c .generated_ids "$TMP/stories260K.gguf.plain")" ] &&
   ok || fail "--draft-n 1 -b 2 changed the greedy ids"
 
 # sampling: the same seed gives the same text with a draft, the draft's
 # figures included (its draws come from its own seeded stream)
 DQ=$(model "$TS-Q4_0.gguf")
-gen TinyStories-656K.f16.gguf "$TMP/s1" --temp 0.8 --seed 7 --draft "$DQ"
-gen TinyStories-656K.f16.gguf "$TMP/s2" --temp 0.8 --seed 7 --draft "$DQ"
+run_json TinyStories-656K.f16.gguf "$TMP/s1" --temp 0.8 --seed 7 --draft "$DQ"
+run_json TinyStories-656K.f16.gguf "$TMP/s2" --temp 0.8 --seed 7 --draft "$DQ"
 [ "$(jq -c '[.generated_ids, .timings.drafted_tokens, .timings.accepted_tokens]' "$TMP/s1")" = \
   "$(jq -c '[.generated_ids, .timings.drafted_tokens, .timings.accepted_tokens]' "$TMP/s2")" ] &&
   ok || fail "sampling with --draft and a seed is not reproducible"
 jq -e '.timings.drafted_tokens > 0 and .timings.accepted_tokens > 0' "$TMP/s1" >/dev/null && ok ||
   fail "sampling with --draft: $(jq -c .timings "$TMP/s1")"
 # top-k, top-p, min-p and a repeat penalty on both models: reproducible too
-gen TinyStories-656K.f16.gguf "$TMP/k1" --temp 1.1 --top-k 5 --top-p 0.9 --min-p 0.1 \
+run_json TinyStories-656K.f16.gguf "$TMP/k1" --temp 1.1 --top-k 5 --top-p 0.9 --min-p 0.1 \
   --repeat-penalty 1.3 --seed 11 --draft "$DQ" --draft-n 3
-gen TinyStories-656K.f16.gguf "$TMP/k2" --temp 1.1 --top-k 5 --top-p 0.9 --min-p 0.1 \
+run_json TinyStories-656K.f16.gguf "$TMP/k2" --temp 1.1 --top-k 5 --top-p 0.9 --min-p 0.1 \
   --repeat-penalty 1.3 --seed 11 --draft "$DQ" --draft-n 3
 [ -n "$(jq -c .generated_ids "$TMP/k1")" ] &&
   [ "$(jq -c .generated_ids "$TMP/k1")" = "$(jq -c .generated_ids "$TMP/k2")" ] && ok ||

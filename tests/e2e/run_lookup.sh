@@ -7,13 +7,6 @@
 need jq
 P="Once upon a time, there was a little girl named Lily. She loved to play with her toys. Once upon a time, there was a little girl named Lily. She loved to"
 
-gen() { # file out extra-args...
-  local file=$1 out=$2
-  shift 2
-  "$LARES" run -m "$(model "$file")" -p "$P" -n 64 -t 2 --json "$@" >"$out" 2>"$TMP/err" ||
-    fail "$file $*: lares run failed: $(cat "$TMP/err")"
-}
-
 # every model of ../shared/models (the vocabulary-only and test-vector files have no weights)
 for f in stories260K.gguf TinyStories-656K.f16.gguf TinyStories-656K-Q8_0.raincandy.gguf \
          derived/TinyStories-656K.f32.llama.gguf derived/TinyStories-656K.f32.qwen2-arch.gguf \
@@ -25,8 +18,8 @@ for f in stories260K.gguf TinyStories-656K.f16.gguf TinyStories-656K-Q8_0.rainca
          derived/TinyStories-656K-qwen2moe-4x2-shared.gguf \
          derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf; do
   base=$(basename "$f")
-  gen "$f" "$TMP/$base.plain" --temp 0
-  gen "$f" "$TMP/$base.lookup" --temp 0 --lookup 6
+  run_json "$f" "$TMP/$base.plain" --temp 0
+  run_json "$f" "$TMP/$base.lookup" --temp 0 --lookup 6
   a=$(jq -c .generated_ids "$TMP/$base.plain")
   b=$(jq -c .generated_ids "$TMP/$base.lookup")
   same_greedy_ids "$base" "$a" "$b" "$f: --lookup 6"
@@ -39,13 +32,13 @@ jq -e '.timings.drafted_tokens > 0 and .timings.accepted_tokens > 0' "$TMP/stori
 jq -e '.timings.drafted_tokens == 0' "$TMP/stories260K.gguf.plain" >/dev/null && ok ||
   fail "plain decoding reports drafts"
 # the smallest batch that verifies a draft (one token and one draft): same ids
-gen stories260K.gguf "$TMP/b1" --temp 0 --lookup 1 -b 2
+run_json stories260K.gguf "$TMP/b1" --temp 0 --lookup 1 -b 2
 [ "$(jq -c .generated_ids "$TMP/b1")" = "$(jq -c .generated_ids "$TMP/stories260K.gguf.plain")" ] &&
   ok || fail "--lookup 1 -b 2 changed the greedy ids"
 
 # sampling: the same seed gives the same text with drafts
-gen stories260K.gguf "$TMP/s1" --temp 0.8 --seed 7 --lookup 6
-gen stories260K.gguf "$TMP/s2" --temp 0.8 --seed 7 --lookup 6
+run_json stories260K.gguf "$TMP/s1" --temp 0.8 --seed 7 --lookup 6
+run_json stories260K.gguf "$TMP/s2" --temp 0.8 --seed 7 --lookup 6
 [ "$(jq -c .generated_ids "$TMP/s1")" = "$(jq -c .generated_ids "$TMP/s2")" ] && ok ||
   fail "sampling with --lookup and a seed is not reproducible"
 
