@@ -386,14 +386,14 @@ static void test_disk_cache(void) {
     /* direct reads of a regular file come back with bytes, or with a note */
     uint64_t got = 0;
     char note[200] = "";
-    const double r = sched_disk_direct_rate(path, 0.05, &got, note, sizeof note);
+    const double r = sched_disk_direct_rate(path, bytes, 0.05, &got, note, sizeof note);
     CHECKF((r > 0 && got > 0 && note[0] == '\0') || (r == 0 && strstr(note, "direct reads")),
            "direct %g B/s, %" PRIu64 " bytes, note %s", r, got, note);
     unlink(path);
 #if defined(__linux__)
     /* a file system that refuses O_DIRECT: no bound, and a note that says so */
     got = 1;
-    CHECK(sched_disk_direct_rate("/proc/self/status", 0.05, &got, note, sizeof note) == 0);
+    CHECK(sched_disk_direct_rate("/proc/self/status", 4096, 0.05, &got, note, sizeof note) == 0);
     CHECKF(got == 0 && strstr(note, "refused") != NULL, "%s", note);
     /* tmpfs: its pages never leave memory (and older kernels refuse O_DIRECT there) */
     struct statfs fs;

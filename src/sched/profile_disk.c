@@ -218,8 +218,8 @@ static double tally_rate(const read_tally *t) {
     return t->busy_s > 0 && t->bytes > 0 ? (double)t->bytes / t->busy_s : 0;
 }
 
-double sched_disk_direct_rate(const char *path, double slice_s, uint64_t *bytes, char *note,
-                              size_t cap) {
+double sched_disk_direct_rate(const char *path, uint64_t size, double slice_s, uint64_t *bytes,
+                              char *note, size_t cap) {
     *bytes = 0;
     lares_error e = {0};
     mem_direct *dr = NULL;
@@ -228,22 +228,14 @@ double sched_disk_direct_rate(const char *path, double slice_s, uint64_t *bytes,
                  "has no bound", e.msg);
         return 0;
     }
-    struct stat sb;
-    const int fd = open(path, O_RDONLY);
-    const bool sized = fd >= 0 && fstat(fd, &sb) == 0;
-    if (fd >= 0) {
-        close(fd);
-    }
-    uint8_t *buf = sized ? mem_buffer_map(DIRECT_UNIT) : NULL;
+    uint8_t *buf = mem_buffer_map(DIRECT_UNIT);
     if (buf == NULL) {
         mem_direct_close(dr);
-        snprintf(note, cap, "%s: the stream figure has no bound",
-                 sized ? "no memory for the direct reads" : "the file's size is unknown");
+        snprintf(note, cap, "no memory for the direct reads: the stream figure has no bound");
         return 0;
     }
     /* units as the executor reads a streamed layer: one extent, cut by
      * mem_direct_read into MEM_DIRECT_REQUEST reads, MEM_DIRECT_DEPTH in flight */
-    const uint64_t size = (uint64_t)sb.st_size;
     read_tally t = {0};
     const double t_end = sched_now_s() + slice_s;
     for (uint64_t off = 0; off < size && (t.bytes == 0 || sched_now_s() < t_end);) {
@@ -367,7 +359,8 @@ static lares_status buffered_tests(int fdb, const char *path, uint64_t size, uin
      * caches below the system (a virtual disk's host) */
     uint64_t direct_bytes = 0;
     d->disk_direct_Bps =
-        sched_disk_direct_rate(path, 0.15 * budget, &direct_bytes, info->disk_note, sizeof info->disk_note);
+        sched_disk_direct_rate(path, size, 0.15 * budget, &direct_bytes, info->disk_note,
+                               sizeof info->disk_note);
     void *base = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fdb, 0);
     if (base == MAP_FAILED) {
         return lares_fail(err, LARES_EIO, "%s: mmap: %s", path, strerror(errno));

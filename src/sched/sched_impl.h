@@ -138,12 +138,12 @@ lares_status sched_profile_cpu(sched_device *d, int32_t n_threads, uint32_t budg
 lares_status sched_profile_disk(const char *file, const char *dir, uint32_t budget_ms,
                                 sched_device *d, sched_profile_info *info, lares_error *err);
 /* Direct sequential reads (O_DIRECT, F_NOCACHE on macOS) from the start of
- * `path` as the executor streams (mem_direct_read of 32 MiB units: 4 MiB
+ * `path` (of `size` bytes) as the executor streams (mem_direct_read of 32 MiB units: 4 MiB
  * requests, several in flight) for up to slice_s, one pass at most (a second
  * pass would find the disk's own caches warm): bytes per second, *bytes read.
  * 0 with a note in note[cap] where the file system refuses direct I/O. */
-double sched_disk_direct_rate(const char *path, double slice_s, uint64_t *bytes, char *note,
-                              size_t cap);
+double sched_disk_direct_rate(const char *path, uint64_t size, double slice_s, uint64_t *bytes,
+                              char *note, size_t cap);
 void sched_probe_cpu_model(const char *root, char *out, size_t cap);
 lares_status sched_probe_memory_macos(sched_device *d, lares_error *err);
 
