@@ -269,7 +269,7 @@ static void check_rebalance_shipped(lares_model *m) {
     lares_session *s = open_ring(m, ring, 1, &err);
     CHECKF(s != NULL, "%s: %s", what, err.msg);
     if (s != NULL) {
-        lares_worker_set_fetch_delay(ws[0].w, 50); /* after its first windows came */
+        lares_worker_set_fetch_delay(ws[0].w, 150); /* after its first windows came */
         int32_t got[N_GEN];
         size_t n_got = 0;
         /* w2 slowed 300 times: a token takes far longer than a chunk's pause */
