@@ -225,6 +225,14 @@ int cmd_serve(int argc, char **argv) {
             strchr(o.host, ':') ? "[" : "",
             o.host, strchr(o.host, ':') ? "]" : "", (unsigned)server_port(sv),
             o.api_key ? " (API key required)" : "");
+    lares_stats res;
+    if (batch != NULL && (lares_batch_stats(batch, 0, &res), res.streaming)) {
+        fprintf(stderr,
+                "lares: the weights do not all fit a memory budget of %.1f MiB beside %d KV "
+                "caches: %.1f MiB of them stream from disk each step, read once for every "
+                "request decoding\n",
+                res.mem_budget_bytes / 1048576.0, parallel, res.stream_bytes / 1048576.0);
+    }
     fflush(stderr);
     int sig = 0;
     sigwait(&sigs, &sig);

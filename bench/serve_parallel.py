@@ -3,11 +3,17 @@
 
   bench/serve_parallel.py LARES_BINARY MODEL [--streams "1 4 8"] [--tokens 64]
                           [--reps 3] [--threads 2] [--long 1536]
-                          [--engine lares|llama-server]
+                          [--engine lares|llama-server] [--ctx 512]
+                          [--limit 3.0G] [--no-ttft]
 
 --engine llama-server runs the reference engine's server instead (the first
-argument is then its llama-server binary, started with `-np S -c 512*S`, its
-continuous batching on by default) for the same figures side by side.
+argument is then its llama-server binary, started with `-np S -c CTX*S`, its
+continuous batching on by default) for the same figures side by side. Each
+stream has --ctx positions (lares: `-c CTX`, a context per sequence).
+
+--limit runs each lares server in a fresh memory cgroup of that size (decimal
+G/M, as bench/mem_stream.sh; root), from a cold page cache: weights that do not
+fit beside the streams' caches stream from disk, read once a step for all.
 
 For each S in --streams: starts `lares serve --parallel S` (S = 1: without
 --parallel, the one-request-at-a-time server) and sends S streamed
@@ -26,6 +32,7 @@ Prints one JSON object; exits 1 when a reply is malformed or the server fails.
 import argparse
 import http.client
 import json
+import os
 import re
 import socket
 import statistics
@@ -61,12 +68,45 @@ def start_reference(binary, model, parallel, threads, ctx):
     sys.exit("serve_parallel: llama-server did not start: " + " ".join(args))
 
 
-def start(lares, model, parallel, threads, ctx, engine="lares"):
+def in_cgroup(args, limit):
+    """args run in a fresh memory cgroup of `limit` bytes (v1, else v2), from
+    a cold page cache; the cgroup is removed when the process has ended."""
+    rel = ""
+    v1 = os.path.isdir("/sys/fs/cgroup/memory")
+    for line in open("/proc/self/cgroup"):
+        ident, ctrl, path = line.rstrip("\n").split(":", 2)
+        if (v1 and "memory" in ctrl.split(",")) or (not v1 and ident == "0"):
+            rel = path.rstrip("/")
+    base = ("/sys/fs/cgroup/memory" if v1 else "/sys/fs/cgroup") + rel
+    cg = f"{base}/lares-serve-bench-{os.getpid()}-{len(CGROUPS)}"
+    os.mkdir(cg)
+    with open(f"{cg}/{'memory.limit_in_bytes' if v1 else 'memory.max'}", "w") as f:
+        f.write(str(limit))
+    CGROUPS.append(cg)
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+    return ["sh", "-c", 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', "sh", cg] + args
+
+
+CGROUPS = []
+
+
+def size_bytes(text):
+    """3.0G -> 3000000000 (decimal, as bench/mem_stream.sh)"""
+    unit = {"G": 1e9, "M": 1e6}.get(text[-1:], 1)
+    return int(float(text.rstrip("GM")) * unit)
+
+
+def start(lares, model, parallel, threads, ctx, engine="lares", limit=None):
     if engine == "llama-server":
-        return start_reference(lares, model, parallel, threads, ctx)
+        return start_reference(lares, model, parallel, threads, ctx * max(parallel, 1))
+    # lares's context is each sequence's; llama-server splits its own among the slots
     args = [lares, "serve", "-m", model, "--port", "0", "-t", str(threads), "-c", str(ctx)]
     if parallel > 1:
         args += ["--parallel", str(parallel)]
+    if limit:
+        args = in_cgroup(args, size_bytes(limit))
     srv = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
     t0 = time.time()
     log = []
@@ -164,11 +204,26 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--long", type=int, default=1536)
     ap.add_argument("--engine", choices=["lares", "llama-server"], default="lares")
+    ap.add_argument("--ctx", type=int, default=512, help="positions for each stream")
+    ap.add_argument("--limit", help="lares in a memory cgroup of this size (3.0G), cold")
+    ap.add_argument("--no-ttft", action="store_true", help="throughput only")
     a = ap.parse_args()
+    if a.limit and a.engine != "lares":
+        sys.exit("serve_parallel: --limit is for lares (bench/mem_stream.sh runs the reference)")
     result = {"engine": a.engine, "model": a.model, "tokens": a.tokens, "threads": a.threads,
-              "streams": {}}
+              "limit": a.limit, "streams": {}}
+    try:
+        run(a, result)
+    finally:
+        for cg in CGROUPS:
+            if os.path.isdir(cg):
+                os.rmdir(cg)
+    print(json.dumps(result))
+
+
+def run(a, result):
     for s in [int(x) for x in a.streams.split()]:
-        srv, port = start(a.lares, a.model, s, a.threads, 512 * max(s, 1), a.engine)
+        srv, port = start(a.lares, a.model, s, a.threads, a.ctx, a.engine, a.limit)
         try:
             throughput(port, s, 8, -1)  # warm-up
             figs = [throughput(port, s, a.tokens, rep) for rep in range(a.reps)]
@@ -181,8 +236,10 @@ def main():
     if one:
         for k, v in result["streams"].items():
             v["over_one"] = round(v["aggregate_tps"] / one, 2)
+    if a.no_ttft:
+        return
     # first token of a short request: idle, and while a long prompt is read
-    srv, port = start(a.lares, a.model, 2, a.threads, 4096, a.engine)
+    srv, port = start(a.lares, a.model, 2, a.threads, 2048, a.engine, a.limit)
     try:
         ttft(port, "warm up")
         idle = statistics.median(ttft(port, f"Hello number {i}") for i in range(a.reps))
@@ -203,7 +260,6 @@ def main():
     finally:
         srv.terminate()
         srv.wait(timeout=60)
-    print(json.dumps(result))
 
 
 if __name__ == "__main__":

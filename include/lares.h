@@ -392,8 +392,11 @@ LARES_API size_t lares_session_reuse_prefix(lares_session *s, const int32_t *tok
 typedef struct lares_batch lares_batch;
 
 /* opts as for a session; n_ctx is each sequence's. n_batch is raised to n_seq
- * when smaller. Not yet over a ring or with weights streamed from disk
- * (LARES_EUNSUPPORTED names the reason). */
+ * when smaller. The n_seq KV caches come out of the memory budget (mem_budget,
+ * else the cgroup's or MemAvailable's): the weights get the rest and stream
+ * from disk where it is short, each streamed layer read once a step for every
+ * sequence; a budget the caches leave too little of is LARES_ERANGE. Not yet
+ * over a ring (LARES_EUNSUPPORTED). */
 LARES_API lares_status lares_batch_create(lares_model *m, const lares_session_opts *opts,
                                           int32_t n_seq, lares_batch **out, lares_error *err);
 LARES_API void lares_batch_free(lares_batch *b);
@@ -433,7 +436,9 @@ LARES_API void lares_batch_cancel(lares_batch *b, int32_t seq);
 /* Whether the sequence is active (started and not finished). */
 LARES_API bool lares_batch_active(const lares_batch *b, int32_t seq);
 /* The figures of the sequence's current or last run (prompt_ms counts from
- * its start to its last prompt chunk, so it includes steps shared with others). */
+ * its start to its last prompt chunk, so it includes steps shared with others),
+ * with the batch's weight residency (budget, streaming, bytes streamed per
+ * pass); the read and wait counters are the batch's, not given per sequence. */
 LARES_API void lares_batch_stats(const lares_batch *b, int32_t seq, lares_stats *out);
 
 /* ---- scoring: perplexity and KL divergence (docs/perplexity.md) -------- */

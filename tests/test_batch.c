@@ -386,11 +386,124 @@ static void test_slots(void) {
     lares_model_close(m);
 }
 
+/* on_token that stops the sequence after N_GEN tokens */
+static bool on_token_until(const lares_token_info *t, void *user) {
+    on_token(t, user);
+    return ((collect *)user)->n < N_GEN;
+}
+
+/* The least budget a session of the model needs, from the refusal of a
+ * budget of one byte (which names it); 0 when none is named. */
+static uint64_t least_budget(lares_model *m, const lares_session_opts *so) {
+    lares_session_opts o = *so;
+    o.mem_budget = 1;
+    lares_session *s = NULL;
+    lares_error err = {0};
+    const lares_status st = lares_session_create(m, &o, &s, &err);
+    lares_session_free(s);
+    const char *at = strstr(err.msg, " bytes) this session needs");
+    if (st != LARES_ERANGE || at == NULL) {
+        CHECKF(false, "budget of 1 byte: %s", err.msg);
+        return 0;
+    }
+    while (at > err.msg && at[-1] >= '0' && at[-1] <= '9') {
+        at--;
+    }
+    return strtoull(at, NULL, 10);
+}
+
+/* Under a memory budget too small for the weights beside the sequences'
+ * caches, the batch streams them from disk, and each sequence still gets its
+ * tokens alone (greedy). Budgets that the caches, full, would leave too little
+ * of are refused with a message; the least that the batch takes streams once
+ * every sequence may fill its context, no less than with empty caches. */
+static void test_streamed(const char *file) {
+    lares_error err = {0};
+    lares_model *m = NULL;
+    CHECK_OK(lares_model_open(fixture(file), NULL, &m, &err), &err);
+    if (m == NULL) {
+        return;
+    }
+    lares_session_opts so = lares_session_opts_default();
+    so.n_ctx = 256;
+    so.n_threads = 2;
+    so.stream_io = LARES_STREAM_IO_MMAP; /* the tests' tmpfs may refuse O_DIRECT */
+    prompt_ids p[N_SEQ];
+    collect want[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) {
+        p[i].ids = NULL;
+        CHECK_OK(lares_tokenize(m, prompts[i], strlen(prompts[i]), NULL, &p[i].ids, &p[i].n, &err),
+                 &err);
+        alone(m, p[i].ids, p[i].n, false, &want[i]);
+    }
+    const uint64_t least = least_budget(m, &so);
+    lares_batch *b = NULL;
+    so.mem_budget = least;
+    const lares_status first = lares_batch_create(m, &so, N_SEQ, &b, &err);
+    CHECKF(first == LARES_ERANGE && b == NULL && strstr(err.msg, "KV caches") != NULL,
+           "%s: a batch of %d in one session's least budget: %d, %s", file, N_SEQ, (int)first,
+           err.msg);
+    /* steps finer than the weights of these tiny files, so that the first
+     * budget that takes the batch and its four sequences leaves the weights
+     * less than they need; a budget short of that is refused by creation or
+     * by a start, in a message */
+    collect got[N_SEQ];
+    lares_stats idle, busy;
+    for (int k = 1; k <= 4096 && b == NULL && least > 0; k++) {
+        so.mem_budget = least + least / 2048 * (uint64_t)k;
+        lares_status st = lares_batch_create(m, &so, N_SEQ, &b, &err);
+        if (st == LARES_OK) {
+            memset(got, 0, sizeof got);
+            lares_batch_set_shared_prompt_rows(b, 0);
+            lares_batch_stats(b, 0, &idle);
+            for (int i = 0; i < N_SEQ && st == LARES_OK; i++) {
+                /* no length: each may reach the whole context, which the
+                 * plan counts; the callback stops it after N_GEN tokens */
+                lares_generate_opts o = gen_opts(&got[i], false);
+                o.n_predict = -1;
+                o.on_token = on_token_until;
+                st = lares_batch_start(b, i, p[i].ids, p[i].n, &o, &err);
+            }
+            if (st != LARES_OK) {
+                lares_batch_free(b);
+                b = NULL;
+            }
+        }
+        CHECKF(st == LARES_OK || st == LARES_ERANGE, "%s: budget %" PRIu64 ": %s", file,
+               so.mem_budget, err.msg);
+    }
+    CHECKF(b != NULL, "%s: no budget up to 3x the least took a batch of %d", file, N_SEQ);
+    if (b != NULL) {
+        lares_batch_stats(b, 0, &busy);
+        CHECKF(busy.stream_bytes >= idle.stream_bytes,
+               "%s: %" PRIu64 " bytes a pass streamed with four contexts to fill, %" PRIu64
+               " with none", file, busy.stream_bytes, idle.stream_bytes);
+        run_all(b);
+        for (int i = 0; i < N_SEQ; i++) {
+            lares_stats st;
+            lares_batch_stats(b, i, &st);
+            CHECKF(st.streaming && st.stream_bytes > 0 && st.mem_budget_bytes == so.mem_budget,
+                   "%s: budget %" PRIu64 ": streaming %d, %" PRIu64 " bytes a pass", file,
+                   so.mem_budget, st.streaming, st.stream_bytes);
+            CHECKF(agree(&got[i], &want[i]) == want[i].n && got[i].n == want[i].n,
+                   "%s streamed, sequence %d: %d of %d tokens as alone", file, i,
+                   agree(&got[i], &want[i]), want[i].n);
+        }
+        lares_batch_free(b);
+    }
+    for (int i = 0; i < N_SEQ; i++) {
+        lares_free(p[i].ids);
+    }
+    lares_model_close(m);
+}
+
 int main(void) {
     for (size_t c = 0; c < LARES_ARRAY_LEN(greedy_cases); c++) {
         test_equal_alone(greedy_cases[c].file, greedy_cases[c].min_agree < 48 ? 16 : N_GEN);
     }
     test_slots();
     test_interactive();
+    test_streamed("stories260K.gguf");
+    test_streamed("derived/TinyStories-656K.llamacpp-Q4_0.gguf");
     return check_finish("test_batch");
 }

@@ -135,6 +135,10 @@ lares_status api_exec_opts(const lares_session *s, exec_opts *out, uint64_t *bud
 /* Re-plans the weights for a KV cache holding `positions` positions (a
  * generate call's reach): fewer positions leave more of the budget to pin. */
 lares_status api_plan_positions(lares_session *s, int32_t positions, lares_error *err);
+/* The same beside n_kv more caches (a batch's sequences), each counted for
+ * the positions it may touch; the caches' bytes are in the heap count. */
+lares_status api_plan_caches(lares_session *s, int32_t positions, model_kv *const *kv,
+                             const int32_t *kv_positions, int32_t n_kv, lares_error *err);
 /* True when the weights stream even with an empty KV cache. */
 bool api_streams_surely(const lares_session *s);
 

@@ -50,6 +50,8 @@ struct lares_batch {
     lares_session *s; /* owned */
     int32_t n_seq;
     batch_seq *seq;
+    model_kv **kvs;   /* n_seq: the sequences' caches, for the memory budget */
+    int32_t *touched; /* n_seq: their touched positions, for the memory budget */
     model_seq *runs;  /* n_seq: this step's rows per sequence */
     int32_t *tokens;  /* n_batch */
     int32_t *out_of;  /* n_seq: the sequence of each output row */
@@ -58,6 +60,7 @@ struct lares_batch {
     int32_t turn;     /* among prompts of equal length, the one that reads first next step */
     int32_t shared_prompt_rows; /* prompt rows per step while another sequence is active */
     int32_t *order;   /* n_seq: this step's prompts, shortest first */
+    bool streaming;   /* the weights stream from disk: every step is one whole pass */
     /* A prompt read alone goes through the layers a slice per step, so that a
      * request arriving meanwhile waits for a slice, not for the whole chunk */
     struct {
@@ -90,6 +93,8 @@ void lares_batch_free(lares_batch *b) {
         lares_free(b->seq[i].history);
     }
     lares_free(b->seq);
+    lares_free(b->kvs);
+    lares_free(b->touched);
     lares_free(b->runs);
     lares_free(b->tokens);
     lares_free(b->out_of);
@@ -127,14 +132,6 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     }
     lares_session *s = b->s;
     const model *m = lm->m;
-    exec_plan_info pi;
-    exec_local_plan(s->exec, &pi);
-    if (pi.streaming) {
-        lares_batch_free(b);
-        return lares_fail(err, LARES_EUNSUPPORTED,
-                          "batch: the weights do not fit the memory budget and would stream from "
-                          "disk; several sequences at once need them in memory (for now)");
-    }
     if (s->o.n_batch < n_seq) {
         lares_batch_free(b);
         return lares_fail(err, LARES_EINVAL,
@@ -145,6 +142,8 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     b->n_seq = n_seq;
     b->seq = lares_calloc((size_t)n_seq, sizeof *b->seq);
     b->runs = lares_calloc((size_t)n_seq, sizeof *b->runs);
+    b->kvs = lares_calloc((size_t)n_seq, sizeof *b->kvs);
+    b->touched = lares_calloc((size_t)n_seq, sizeof *b->touched);
     b->tokens = lares_alloc_array((size_t)s->o.n_batch, sizeof *b->tokens);
     b->out_of = lares_alloc_array((size_t)n_seq, sizeof *b->out_of);
     b->order = lares_alloc_array((size_t)n_seq, sizeof *b->order);
@@ -156,7 +155,8 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
                                    sizeof *b->chunk.x);
     b->last_x = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_embd, sizeof *b->last_x);
     b->logits = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_vocab, sizeof *b->logits);
-    if (b->seq == NULL || b->runs == NULL || b->tokens == NULL || b->out_of == NULL ||
+    if (b->seq == NULL || b->runs == NULL || b->kvs == NULL || b->touched == NULL ||
+        b->tokens == NULL || b->out_of == NULL ||
         b->order == NULL || b->chunk.tokens == NULL || b->chunk.pos == NULL || b->chunk.x == NULL ||
         b->last_x == NULL || b->logits == NULL) {
         lares_batch_free(b);
@@ -176,7 +176,28 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
             lares_batch_free(b);
             return st;
         }
+        b->kvs[i] = q->kv;
+        b->touched[i] = s->o.n_ctx;
     }
+    /* the sequences' caches come out of the memory budget: the weights get
+     * what is left, streaming from disk where that is less than they need
+     * (a step then reads each streamed layer once for every sequence). A
+     * budget that cannot run with every cache full is refused here, as a
+     * session's is; the plan then counts what the sequences may touch */
+    st = api_plan_caches(s, 0, b->kvs, b->touched, n_seq, err);
+    if (st == LARES_OK) {
+        memset(b->touched, 0, (size_t)n_seq * sizeof *b->touched);
+        st = api_plan_caches(s, 0, b->kvs, b->touched, n_seq, err);
+    }
+    if (st != LARES_OK) {
+        lares_error_prefix(err, "batch: %d sequences' KV caches of %d positions: ", (int)n_seq,
+                           (int)s->o.n_ctx);
+        lares_batch_free(b);
+        return st;
+    }
+    exec_plan_info pi;
+    exec_local_plan(s->exec, &pi);
+    b->streaming = pi.streaming;
     *out = b;
     return LARES_OK;
 }
@@ -253,6 +274,18 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
     }
     lares_status st = text_sampler_create(&o.sampler, m->hp.n_vocab, &q->smp, err);
     if (st != LARES_OK) {
+        seq_release(q);
+        return st;
+    }
+    /* the weights get what the caches leave at the positions the active
+     * sequences may reach (pages a cache touched stay with it) */
+    const int64_t reach = o.n_predict >= 0 ? need : n_ctx;
+    const int32_t was = b->touched[seq];
+    b->touched[seq] = LARES_MAX(was, (int32_t)LARES_MIN(reach, (int64_t)n_ctx));
+    if ((st = api_plan_caches(b->s, 0, b->kvs, b->touched, b->n_seq, err)) != LARES_OK) {
+        lares_error_prefix(err, "batch: sequence %d may fill %d positions, beside the others: ",
+                           (int)seq, (int)b->touched[seq]);
+        b->touched[seq] = was;
         seq_release(q);
         return st;
     }
@@ -454,7 +487,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     }
     /* a prompt read alone, more rows than a shared step: in slices of layers */
     if (!shared && n_prompts == 1 && b->shared_prompt_rows > 0 && b->chunk.seq < 0 &&
-        m->hp.n_layer > 1) {
+        m->hp.n_layer > 1 && !b->streaming) {
         const batch_seq *q = &b->seq[b->order[0]];
         const int32_t take =
             (int32_t)LARES_MIN(q->n_prompt - q->at, (size_t)LARES_MIN(limit, LONE_CHUNK_ROWS));
@@ -487,7 +520,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         *n_active = count_active(b);
         return st;
     }
-    exec_local_begin_pass(s->exec, true);
+    exec_local_begin_pass(s->exec, n_out > 0);
     lares_status st = model_embed(m, b->tokens, n_rows, s->x, err);
     if (st == LARES_OK) {
         st = exec_local_forward_seqs(s->exec, b->runs, n_runs, 0, m->hp.n_layer, s->pos, n_rows,
@@ -554,4 +587,15 @@ void lares_batch_stats(const lares_batch *b, int32_t seq, lares_stats *out) {
     if (seq >= 0 && seq < b->n_seq) {
         *out = b->seq[seq].st;
     }
+    /* the residency is the batch's, shared by its sequences (the read and
+     * wait counters are too, and stay 0 here) */
+    exec_plan_info plan;
+    exec_local_plan(b->s->exec, &plan);
+    out->mem_budget_bytes = b->s->mem_budget_bytes;
+    out->streaming = plan.streaming;
+    out->stream_bytes = plan.stream_bytes;
+    out->pinned_bytes = plan.pinned_bytes;
+    out->window_bytes = plan.window_bytes;
+    out->locked_bytes = plan.locked_bytes;
+    out->stream_direct = plan.direct;
 }

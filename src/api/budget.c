@@ -42,13 +42,24 @@ static uint64_t kv_touched(const model_kv *kv, int32_t positions) {
     return LARES_MIN(used, all);
 }
 
-/* The session's memory besides weights with `positions` positions in use. */
-static uint64_t overhead(const lares_session *s, int32_t positions, uint64_t *other) {
+/* The session's memory besides weights with `positions` positions in use,
+ * and n_kv more caches (a batch's) with theirs. */
+static uint64_t overhead_caches(const lares_session *s, int32_t positions, model_kv *const *kv,
+                                const int32_t *kv_positions, int32_t n_kv, uint64_t *other) {
     const lares_model *lm = s->lm;
-    const uint64_t heap = lares_mem_in_use() - (uint64_t)s->kv->bytes; /* the KV cache is counted below */
+    uint64_t heap = lares_mem_in_use() - (uint64_t)s->kv->bytes; /* the caches are counted below */
+    uint64_t caches = kv_touched(s->kv, positions);
+    for (int32_t i = 0; i < n_kv; i++) {
+        heap -= (uint64_t)kv[i]->bytes;
+        caches += kv_touched(kv[i], kv_positions[i]);
+    }
     *other = (uint64_t)lm->m->hp.n_vocab * SAMPLER_BYTES_PER_TOKEN +
              gguf_file_bytes(lm->file) / PAGE_TABLE_SHARE + RESERVE_BYTES;
-    return heap + kv_touched(s->kv, positions) + *other;
+    return heap + caches + *other;
+}
+
+static uint64_t overhead(const lares_session *s, int32_t positions, uint64_t *other) {
+    return overhead_caches(s, positions, NULL, NULL, 0, other);
 }
 
 lares_status api_exec_opts(const lares_session *s, exec_opts *out, uint64_t *budget_out,
@@ -115,13 +126,22 @@ lares_status api_exec_opts(const lares_session *s, exec_opts *out, uint64_t *bud
 }
 
 lares_status api_plan_positions(lares_session *s, int32_t positions, lares_error *err) {
+    return api_plan_caches(s, positions, NULL, NULL, 0, err);
+}
+
+lares_status api_plan_caches(lares_session *s, int32_t positions, model_kv *const *kv,
+                             const int32_t *kv_positions, int32_t n_kv, lares_error *err) {
     if (s->mem_budget_bytes == UINT64_MAX) {
         return LARES_OK;
     }
     uint64_t other;
-    const uint64_t need = overhead(s, positions, &other);
+    const uint64_t need = overhead_caches(s, positions, kv, kv_positions, n_kv, &other);
     if (need >= s->mem_budget_bytes) {
-        return LARES_OK; /* cannot happen after creation's check; keep the plan */
+        /* not after creation's check alone: a batch's caches came since */
+        return lares_fail(err, LARES_ERANGE,
+                          "%.1f MiB of buffers and KV caches leave nothing of the memory budget "
+                          "of %.1f MiB for weights",
+                          mib(need), mib(s->mem_budget_bytes));
     }
     return exec_local_set_budget(s->exec, s->mem_budget_bytes - need, err);
 }

@@ -4,7 +4,9 @@
 # server without --parallel), streamed and not, completions and chat, with n
 # choices; a client that leaves mid-answer frees its slot and the others go
 # on; embeddings still answer; more requests than slots queue and then run;
-# the server stops cleanly. The server's log says it batches.
+# the server stops cleanly. The server's log says it batches. Under a memory
+# budget too small for the weights beside the caches they stream, and the
+# texts stay the same.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 M=$(model derived/TinyStories-656K.f32.llama.gguf)
@@ -98,5 +100,54 @@ else
   grep -q -- "--prompt-share" "$TMP/bad.err" && ok || fail "--prompt-share -1: $(cat "$TMP/bad.err")"
 fi
 stop_server par TERM
+
+# under a memory budget the weights do not fit beside three caches: they
+# stream from disk, read once a step for every request, and the texts stay
+# those alone. The least budget that serves three comes from the least one
+# session needs (a budget of 1 KiB is refused naming it), raised in steps
+# smaller than the weights
+"$LARES" run -m "$M" -p x -c 512 --mem-budget 1K >/dev/null 2>"$TMP/least.err"
+least=$(sed -n 's/.*(\([0-9]*\) bytes) this session needs.*/\1/p' "$TMP/least.err")
+[ -n "$least" ] && ok || fail "no least budget in: $(cat "$TMP/least.err")"
+lean=""
+for k in $(seq 4 4 512); do
+  [ -n "$least" ] || break
+  b=$((least + least * k / 512))
+  "$LARES" serve --port 0 -m "$M" -t 1 -c 512 --parallel 3 --mem-budget "$b" --model-name m \
+    2>"$TMP/lean.log" &
+  pid=$!
+  port=""
+  for i in $(seq 1 400); do
+    port=$(sed -n 's|.* on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$TMP/lean.log")
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if [ -n "$port" ]; then
+    lean=$port
+    SERVER_PIDS+=("$pid")
+    PID_lean=$pid
+    break
+  fi
+  wait "$pid" 2>/dev/null
+  grep -q "KV caches" "$TMP/lean.log" || { fail "budget $b: $(cat "$TMP/lean.log")"; break; }
+done
+if [ -z "$lean" ]; then
+  fail "no budget up to twice the least served three requests"
+else
+  grep -q "stream from disk each step" "$TMP/lean.log" && ok || fail "lean log: $(cat "$TMP/lean.log")"
+  PIDS=()
+  for i in 0 1 2; do
+    curl -sS -o "$TMP/lean$i" -H 'Content-Type: application/json' \
+      --data-binary "$(body "${prompts[$i]}" 40)" "http://127.0.0.1:$lean/v1/completions" &
+    PIDS+=($!)
+  done
+  wait "${PIDS[@]}"
+  for i in 0 1 2; do
+    cmp -s <(jq -j '.choices[0].text' "$TMP/lean$i") "$TMP/alone$i" && ok ||
+      fail "streamed $i [$(cat "$TMP/lean$i")] alone [$(cat "$TMP/alone$i")]"
+  done
+  stop_server lean TERM
+fi
 stop_server one TERM
 finish
