@@ -27,6 +27,9 @@ static void serve_usage(FILE *to) {
           "      --draft MODEL       speculative decoding with a draft model of the same\n"
           "                          vocabulary (one request at a time: not with --parallel)\n"
           "      --draft-n N         tokens the draft proposes per pass, at most (default 7)\n"
+          "      --lookup N          speculative decoding without a draft model: up to N tokens\n"
+          "                          that followed the context's last words earlier in it\n"
+          "                          (prompt lookup; with or without --parallel)\n"
           "      --prompt-share N    with --parallel: prompt tokens a step reads while other\n"
           "                          requests decode (default 8: they are not held up; 0: no limit)\n"
           "      --max-body SIZE     largest request body (default 1M)\n"
@@ -104,6 +107,11 @@ int cmd_serve(int argc, char **argv) {
             if (!app_parse_i32(a, v, 1, LARES_LOOKUP_MAX, &o.draft_n)) {
                 return APP_USAGE;
             }
+        } else if (strcmp(a, "--lookup") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 1, LARES_LOOKUP_MAX, &o.lookup)) {
+                return APP_USAGE;
+            }
         } else if (strcmp(a, "--prompt-share") == 0) {
             VALUE();
             if (!app_parse_i32(a, v, 0, 1 << 20, &prompt_share)) {
@@ -168,6 +176,10 @@ int cmd_serve(int argc, char **argv) {
     }
     if (draft != NULL && parallel > 1) {
         app_error("serve: --draft serves one request at a time; it does not go with --parallel");
+        return APP_USAGE;
+    }
+    if (draft != NULL && o.lookup > 0) {
+        app_error("serve: drafts come from --draft or from --lookup, not both");
         return APP_USAGE;
     }
     if (draft != NULL && o.draft_n == 0) {

@@ -4,7 +4,7 @@
   bench/serve_parallel.py LARES_BINARY MODEL [--streams "1 4 8"] [--tokens 64]
                           [--reps 3] [--threads 2] [--long 1536]
                           [--engine lares|llama-server] [--ctx 512]
-                          [--limit 3.0G] [--no-ttft]
+                          [--limit 3.0G] [--no-ttft] [--lookup N]
 
 --engine llama-server runs the reference engine's server instead (the first
 argument is then its llama-server binary, started with `-np S -c CTX*S`, its
@@ -14,6 +14,7 @@ stream has --ctx positions (lares: `-c CTX`, a context per sequence).
 --limit runs each lares server in a fresh memory cgroup of that size (decimal
 G/M, as bench/mem_stream.sh; root), from a cold page cache: weights that do not
 fit beside the streams' caches stream from disk, read once a step for all.
+--lookup N serves with prompt lookup (`lares serve --lookup N`).
 
 For each S in --streams: starts `lares serve --parallel S` (S = 1: without
 --parallel, the one-request-at-a-time server) and sends S streamed
@@ -98,13 +99,15 @@ def size_bytes(text):
     return int(float(text.rstrip("GM")) * unit)
 
 
-def start(lares, model, parallel, threads, ctx, engine="lares", limit=None):
+def start(lares, model, parallel, threads, ctx, engine="lares", limit=None, lookup=0):
     if engine == "llama-server":
         return start_reference(lares, model, parallel, threads, ctx * max(parallel, 1))
     # lares's context is each sequence's; llama-server splits its own among the slots
     args = [lares, "serve", "-m", model, "--port", "0", "-t", str(threads), "-c", str(ctx)]
     if parallel > 1:
         args += ["--parallel", str(parallel)]
+    if lookup:
+        args += ["--lookup", str(lookup)]
     if limit:
         args = in_cgroup(args, size_bytes(limit))
     srv = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
@@ -207,11 +210,12 @@ def main():
     ap.add_argument("--ctx", type=int, default=512, help="positions for each stream")
     ap.add_argument("--limit", help="lares in a memory cgroup of this size (3.0G), cold")
     ap.add_argument("--no-ttft", action="store_true", help="throughput only")
+    ap.add_argument("--lookup", type=int, default=0, help="lares serve --lookup N")
     a = ap.parse_args()
     if a.limit and a.engine != "lares":
         sys.exit("serve_parallel: --limit is for lares (bench/mem_stream.sh runs the reference)")
     result = {"engine": a.engine, "model": a.model, "tokens": a.tokens, "threads": a.threads,
-              "limit": a.limit, "streams": {}}
+              "limit": a.limit, "lookup": a.lookup, "streams": {}}
     try:
         run(a, result)
     finally:
@@ -223,7 +227,7 @@ def main():
 
 def run(a, result):
     for s in [int(x) for x in a.streams.split()]:
-        srv, port = start(a.lares, a.model, s, a.threads, a.ctx, a.engine, a.limit)
+        srv, port = start(a.lares, a.model, s, a.threads, a.ctx, a.engine, a.limit, a.lookup)
         try:
             throughput(port, s, 8, -1)  # warm-up
             figs = [throughput(port, s, a.tokens, rep) for rep in range(a.reps)]

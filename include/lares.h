@@ -413,8 +413,9 @@ LARES_API size_t lares_batch_cached(const lares_batch *b, int32_t seq, const int
 
 /* Starts sequence `seq` (free: never started, finished or released) on a
  * prompt with its own options; the part of the prompt its cache already holds
- * from its last use is kept. Drafting (opts.lookup) is refused. The prompt is
- * copied. */
+ * from its last use is kept. Prompt lookup (opts.lookup) drafts within the
+ * batch's rows (each generating sequence's token and drafts in one step);
+ * a draft model (opts.draft_n) is refused. The prompt is copied. */
 LARES_API lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *prompt,
                                          size_t n_prompt, const lares_generate_opts *opts,
                                          lares_error *err);

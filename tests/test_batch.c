@@ -1,7 +1,8 @@
 /*
  * api/batch: several sequences decoding together give each the tokens it gets
  * alone (greedy, and sampled with a seed), whether they start together, join
- * between steps, read their prompts in small chunks or reuse a cached prefix;
+ * between steps, read their prompts in small chunks, reuse a cached prefix or
+ * draft by prompt lookup;
  * a cancelled sequence frees its slot without touching the others; bad calls
  * are refused with a message (issue 20).
  */
@@ -121,7 +122,9 @@ static void test_equal_alone(const char *file, int min_agree) {
     }
     /* three arrangements: all at once; 0 first and the rest after 3 steps;
      * prompts read 3 rows at a time (a batch of 5 rows for 4 sequences) */
-    for (int arr = 0; arr < 6; arr++) {
+    /* 6 and 7: greedy and sampled with prompt lookup (up to 4 drafts a step) */
+    int drafted = 0;
+    for (int arr = 0; arr < 8; arr++) {
         lares_session_opts so = lares_session_opts_default();
         so.n_ctx = 256;
         so.n_threads = 2;
@@ -137,12 +140,13 @@ static void test_equal_alone(const char *file, int min_agree) {
          * and draw nothing: equal to alone on float weights, whole answers
          * on all */
         lares_batch_set_shared_prompt_rows(b, arr < 5 ? 0 : 1);
-        const bool sampled = arr >= 3;
+        const bool sampled = (arr >= 3 && arr < 6) || arr == 7;
         collect got[N_SEQ];
         memset(got, 0, sizeof got);
         lares_generate_opts o[N_SEQ];
         for (int i = 0; i < N_SEQ; i++) {
             o[i] = gen_opts(&got[i], sampled);
+            o[i].lookup = arr >= 6 ? 4 : 0;
         }
         int first = arr == 1 ? 1 : N_SEQ;
         for (int i = 0; i < first; i++) {
@@ -168,7 +172,7 @@ static void test_equal_alone(const char *file, int min_agree) {
                                                             : &want_s[i];
             const int need = LARES_MIN(min_agree, w->n);
             const int a = agree(&got[i], w);
-            if (arr == 5 && !float_weights) {
+            if ((arr == 5 || arr == 7) && !float_weights) {
                 CHECKF(got[i].n > 0, "%s arrangement 5 sequence %d: no tokens", file, i);
             } else {
                 CHECKF(a >= need && (min_agree < N_GEN || got[i].n == w->n),
@@ -178,9 +182,12 @@ static void test_equal_alone(const char *file, int min_agree) {
             lares_stats st;
             lares_batch_stats(b, i, &st);
             CHECK(st.n_generated == got[i].n && st.stop != LARES_STOP_NONE);
+            CHECK(st.n_accepted <= st.n_drafted && (arr >= 6 || st.n_drafted == 0));
+            drafted += arr >= 6 ? st.n_drafted : 0;
         }
         lares_batch_free(b);
     }
+    CHECKF(drafted > 0, "%s: no drafts with lookup", file);
     for (int i = 0; i < N_SEQ; i++) {
         lares_free(p[i].ids);
     }
@@ -370,8 +377,13 @@ static void test_slots(void) {
     CHECK(lares_batch_start(b, 2, ids, n, &o0, &err) == LARES_EINVAL);
     CHECK(lares_batch_start(b, 0, ids, 0, &o0, &err) == LARES_EINVAL);
     lares_generate_opts ol = o0;
-    ol.lookup = 4;
-    CHECK(lares_batch_start(b, 0, ids, n, &ol, &err) == LARES_EUNSUPPORTED);
+    ol.draft_n = 4; /* a draft model's drafts are for one sequence */
+    CHECK(lares_batch_start(b, 0, ids, n, &ol, &err) == LARES_EUNSUPPORTED &&
+          strstr(err.msg, "draft model") != NULL);
+    ol = o0;
+    ol.lookup = LARES_LOOKUP_MAX + 1;
+    CHECK(lares_batch_start(b, 0, ids, n, &ol, &err) == LARES_EINVAL &&
+          strstr(err.msg, "lookup") != NULL);
     lares_generate_opts olong = o0;
     olong.n_predict = 1000;
     CHECK(lares_batch_start(b, 0, ids, n, &olong, &err) == LARES_ERANGE);

@@ -40,6 +40,8 @@ typedef struct batch_seq {
     text_stream ts;
     float *raw;        /* owned: logits before the sampler, for log-probabilities */
     int32_t last;
+    int32_t draft_max; /* prompt lookup: drafts the next step may add (paced) */
+    int32_t n_draft;   /* drafts after `last` in this step's rows */
     size_t n_gen;
     atomic_bool cancel;
     lares_stats st;
@@ -54,9 +56,9 @@ struct lares_batch {
     int32_t *touched; /* n_seq: their touched positions, for the memory budget */
     model_seq *runs;  /* n_seq: this step's rows per sequence */
     int32_t *tokens;  /* n_batch */
-    int32_t *out_of;  /* n_seq: the sequence of each output row */
-    float *last_x;    /* n_seq x n_embd: the hidden states whose logits are drawn from */
-    float *logits;    /* n_seq x n_vocab */
+    int32_t out_cap;  /* output rows the two below hold: n_seq, more with drafts */
+    float *last_x;    /* out_cap x n_embd: the hidden states whose logits are drawn from */
+    float *logits;    /* out_cap x n_vocab */
     int32_t turn;     /* among prompts of equal length, the one that reads first next step */
     int32_t shared_prompt_rows; /* prompt rows per step while another sequence is active */
     int32_t *order;   /* n_seq: this step's prompts, shortest first */
@@ -97,7 +99,6 @@ void lares_batch_free(lares_batch *b) {
     lares_free(b->touched);
     lares_free(b->runs);
     lares_free(b->tokens);
-    lares_free(b->out_of);
     lares_free(b->order);
     lares_free(b->chunk.tokens);
     lares_free(b->chunk.pos);
@@ -145,7 +146,7 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     b->kvs = lares_calloc((size_t)n_seq, sizeof *b->kvs);
     b->touched = lares_calloc((size_t)n_seq, sizeof *b->touched);
     b->tokens = lares_alloc_array((size_t)s->o.n_batch, sizeof *b->tokens);
-    b->out_of = lares_alloc_array((size_t)n_seq, sizeof *b->out_of);
+    b->out_cap = n_seq;
     b->order = lares_alloc_array((size_t)n_seq, sizeof *b->order);
     b->shared_prompt_rows = LARES_BATCH_SHARED_PROMPT_ROWS;
     b->chunk.seq = -1;
@@ -156,7 +157,7 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     b->last_x = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_embd, sizeof *b->last_x);
     b->logits = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_vocab, sizeof *b->logits);
     if (b->seq == NULL || b->runs == NULL || b->kvs == NULL || b->touched == NULL ||
-        b->tokens == NULL || b->out_of == NULL ||
+        b->tokens == NULL ||
         b->order == NULL || b->chunk.tokens == NULL || b->chunk.pos == NULL || b->chunk.x == NULL ||
         b->last_x == NULL || b->logits == NULL) {
         lares_batch_free(b);
@@ -244,10 +245,14 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
         return lares_fail(err, LARES_EINVAL, "logprobs: %d alternatives asked, 0 to %d allowed",
                           o.n_logprobs, MAX_LOGPROBS);
     }
-    if (o.lookup != 0 || o.draft_n != 0) {
+    if (o.draft_n != 0) {
         return lares_fail(err, LARES_EUNSUPPORTED,
-                          "batch: speculative drafts (lookup, draft model) are for one sequence "
-                          "(lares_generate)");
+                          "batch: drafts of a draft model are for one sequence (lares_generate); "
+                          "prompt lookup (lookup) works in a batch");
+    }
+    if (o.lookup < 0 || o.lookup > LARES_LOOKUP_MAX) {
+        return lares_fail(err, LARES_EINVAL, "lookup: %d drafted tokens asked, 0 to %d allowed",
+                          o.lookup, LARES_LOOKUP_MAX);
     }
     for (size_t i = 0; i < n_prompt; i++) {
         if (prompt[i] < 0 || prompt[i] >= m->hp.n_vocab) {
@@ -295,6 +300,8 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
     q->n_past = (int32_t)keep;
     q->o = o;
     q->n_gen = 0;
+    q->n_draft = 0;
+    q->draft_max = o.lookup;
     text_stream_init(&q->ts);
     atomic_store(&q->cancel, false);
     memset(&q->st, 0, sizeof q->st);
@@ -438,6 +445,77 @@ static lares_status chunk_slice(lares_batch *b, lares_error *err) {
     return st;
 }
 
+/* Prompt lookup: up to the sequence's paced number of drafts after its token
+ * (run, at the end of the rows), as the batch's rows leave room after the
+ * `later` generating sequences still to come, and its context and length. */
+static void add_drafts(lares_batch *b, batch_seq *q, model_seq *run, int32_t *n_rows,
+                       int32_t later) {
+    lares_session *s = b->s;
+    q->n_draft = 0;
+    int64_t room = LARES_MIN((int64_t)q->draft_max, (int64_t)s->o.n_batch - *n_rows - later);
+    room = LARES_MIN(room, (int64_t)s->o.n_ctx - q->n_past - 1);
+    if (q->o.n_predict >= 0) {
+        room = LARES_MIN(room, (int64_t)q->o.n_predict - (int64_t)q->n_gen - 1);
+    }
+    if (room <= 0) {
+        return;
+    }
+    q->history[q->n_past] = q->last; /* the context the drafts continue */
+    const int32_t d = api_lookup_draft(q->history, q->n_past + 1, (int32_t)room, b->tokens + *n_rows);
+    for (int32_t i = 0; i < d; i++) {
+        s->pos[*n_rows + i] = q->n_past + 1 + i;
+    }
+    run->n_rows += d;
+    *n_rows += d;
+    q->n_draft = d;
+    q->st.n_drafted += d;
+}
+
+/* A generating sequence's rows: its token, then its drafts, with the logits
+ * of each. Draws from each row in turn and keeps the next while the draw is
+ * that row's draft (the standard rule for a draft known for certain: greedy
+ * or sampled, the tokens are those of decoding without drafts); the cache
+ * forgets the rows after the first draft not drawn. */
+static void seq_verify(lares_batch *b, batch_seq *q, const int32_t *toks, float *logits) {
+    const size_t nv = (size_t)b->s->lm->m->hp.n_vocab;
+    const int32_t d = q->n_draft;
+    int32_t taken = 0;
+    for (int32_t j = 0; j <= d; j++) {
+        q->history[q->n_past++] = toks[j];
+        if (!seq_draw(b, q, logits + (size_t)j * nv) || j == d || q->last != toks[j + 1]) {
+            break;
+        }
+        taken++;
+        q->st.n_accepted++;
+    }
+    if (d > 0) {
+        /* doubled after a step whose drafts were all drawn, else one more than were */
+        q->draft_max = taken == d ? LARES_MIN(2 * q->draft_max, q->o.lookup) : taken + 1;
+    }
+    q->n_draft = 0;
+}
+
+/* Room for n output rows (drafts need more than a row a sequence). */
+static lares_status reserve_out(lares_batch *b, int32_t n, lares_error *err) {
+    if (n <= b->out_cap) {
+        return LARES_OK;
+    }
+    const model *m = b->s->lm->m;
+    float *x = lares_realloc(b->last_x, (size_t)n * (size_t)m->hp.n_embd * sizeof *x);
+    if (x != NULL) {
+        b->last_x = x;
+    }
+    float *l = lares_realloc(b->logits, (size_t)n * (size_t)m->hp.n_vocab * sizeof *l);
+    if (l != NULL) {
+        b->logits = l;
+    }
+    if (x == NULL || l == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory for the logits of %d rows", (int)n);
+    }
+    b->out_cap = n;
+    return LARES_OK;
+}
+
 lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *err) {
     lares_session *s = b->s;
     const model *m = s->lm->m;
@@ -451,15 +529,20 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             seq_finish(q, LARES_STOP_CANCELED);
         }
     }
-    /* the rows: a token of every generating sequence, then prompt chunks in turn */
-    int32_t n_rows = 0, n_runs = 0, n_out = 0;
+    /* the rows: a token of every generating sequence (with its drafts when it
+     * looks them up), then prompt chunks in turn */
+    int32_t n_rows = 0, n_runs = 0, n_out = 0, n_gen_left = 0;
     batch_seq *runs_of[1024];
+    for (int32_t i = 0; i < b->n_seq; i++) {
+        n_gen_left += b->seq[i].state == SEQ_GEN;
+    }
     for (int32_t i = 0; i < b->n_seq; i++) {
         batch_seq *q = &b->seq[i];
         if (q->state == SEQ_GEN) {
             runs_of[n_runs] = q;
-            b->out_of[n_out++] = i;
             add_rows(b, &n_rows, &n_runs, q, &q->last, 1);
+            add_drafts(b, q, &b->runs[n_runs - 1], &n_rows, --n_gen_left);
+            n_out += 1 + q->n_draft;
         }
     }
     /* the prompts, shortest rest first (a short request's first token does not
@@ -507,9 +590,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         first_prompt = first_prompt < 0 ? i : first_prompt;
         const int32_t take = (int32_t)LARES_MIN(q->n_prompt - q->at, (size_t)(limit - n_rows));
         runs_of[n_runs] = q;
-        if (q->at + (size_t)take == q->n_prompt) {
-            b->out_of[n_out++] = i;
-        }
+        n_out += q->at + (size_t)take == q->n_prompt;
         add_rows(b, &n_rows, &n_runs, q, q->prompt + q->at, take);
     }
     if (first_prompt >= 0) {
@@ -520,8 +601,12 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         *n_active = count_active(b);
         return st;
     }
+    lares_status st = reserve_out(b, n_out, err);
+    if (st != LARES_OK) {
+        return st;
+    }
     exec_local_begin_pass(s->exec, n_out > 0);
-    lares_status st = model_embed(m, b->tokens, n_rows, s->x, err);
+    st = model_embed(m, b->tokens, n_rows, s->x, err);
     if (st == LARES_OK) {
         st = exec_local_forward_seqs(s->exec, b->runs, n_runs, 0, m->hp.n_layer, s->pos, n_rows,
                                      s->x, err);
@@ -529,36 +614,47 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     if (st != LARES_OK) {
         return st;
     }
-    /* the cache holds the rows now; the last row of each output sequence gives logits */
+    /* the logits: every row of a generating sequence (its token's, then each
+     * draft's), the last row of a prompt that ends */
     int32_t k = 0;
-    const uint64_t now = lares_now_ns();
     for (int32_t r = 0; r < n_runs; r++) {
-        batch_seq *q = runs_of[r];
+        const batch_seq *q = runs_of[r];
         const model_seq *run = &b->runs[r];
-        memcpy(q->history + q->n_past, b->tokens + run->row0, (size_t)run->n_rows * sizeof(int32_t));
-        q->n_past += run->n_rows;
-        if (q->state == SEQ_PROMPT) {
-            q->at += (size_t)run->n_rows;
-            q->st.n_prompt += run->n_rows;
-            if (q->at == q->n_prompt) {
-                q->t_prompt = now;
-            }
-        }
-        if (q->state == SEQ_GEN || q->at == q->n_prompt) {
-            memcpy(b->last_x + (size_t)k++ * e,
-                   s->x + (size_t)(run->row0 + run->n_rows - 1) * e, e * sizeof(float));
-        }
+        const int32_t from = q->state == SEQ_GEN ? run->row0 : run->row0 + run->n_rows - 1;
+        const int32_t n = q->state == SEQ_GEN ? run->n_rows
+                          : q->at + (size_t)run->n_rows == q->n_prompt ? 1
+                                                                         : 0;
+        memcpy(b->last_x + (size_t)k * e, s->x + (size_t)from * e, (size_t)n * e * sizeof(float));
+        k += n;
     }
     /* a step of prompt chunks that end no prompt has no logits to draw from */
     st = n_out > 0 ? exec_local_output(s->exec, b->last_x, n_out, b->logits, err) : LARES_OK;
     if (st != LARES_OK) {
         return st;
     }
+    /* the cache holds the rows; each sequence keeps those its draws confirm */
+    k = 0;
     bool first_token = false;
-    for (int32_t j = 0; j < n_out; j++) {
-        batch_seq *q = &b->seq[b->out_of[j]];
-        first_token = first_token || q->n_gen == 0;
-        seq_draw(b, q, b->logits + (size_t)j * (size_t)m->hp.n_vocab);
+    const uint64_t now = lares_now_ns();
+    const size_t nv = (size_t)m->hp.n_vocab;
+    for (int32_t r = 0; r < n_runs; r++) {
+        batch_seq *q = runs_of[r];
+        const model_seq *run = &b->runs[r];
+        const int32_t *toks = b->tokens + run->row0;
+        if (q->state == SEQ_GEN) {
+            seq_verify(b, q, toks, b->logits + (size_t)k * nv);
+            k += run->n_rows;
+            continue;
+        }
+        memcpy(q->history + q->n_past, toks, (size_t)run->n_rows * sizeof(int32_t));
+        q->n_past += run->n_rows;
+        q->at += (size_t)run->n_rows;
+        q->st.n_prompt += run->n_rows;
+        if (q->at == q->n_prompt) {
+            q->t_prompt = now;
+            first_token = true;
+            seq_draw(b, q, b->logits + (size_t)k++ * nv);
+        }
     }
     /* the chunk in flight goes on a slice after the others' tokens, but not
      * in a step that gave a sequence its first token: that token is out once

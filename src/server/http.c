@@ -651,6 +651,11 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
     if (o.max_per_ip == 0) {
         o.max_per_ip = LARES_MAX(1, o.max_connections / 2);
     }
+    if (o.lookup < 0 || o.lookup > LARES_LOOKUP_MAX || (o.lookup != 0 && o.draft_n != 0)) {
+        return lares_fail(err, LARES_EINVAL,
+                          "prompt lookup of %d drafts: 0 to %d, and not with a draft model",
+                          o.lookup, LARES_LOOKUP_MAX);
+    }
     if (o.draft_n != 0 && o.batch != NULL) {
         return lares_fail(err, LARES_EINVAL,
                           "a draft model serves one request at a time (not with --parallel)");

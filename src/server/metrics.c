@@ -98,7 +98,7 @@ char *server_metrics_text(server *sv) {
     metric(&b, "lares_completion_tokens_total", "counter", "generated tokens");
     add(&b, "lares_completion_tokens_total %" PRIu64 "\n", mx.completion_tokens);
     metric(&b, "lares_drafted_tokens_total", "counter",
-           "tokens a draft model proposed (speculative decoding)");
+           "tokens a draft model or prompt lookup proposed (speculative decoding)");
     add(&b, "lares_drafted_tokens_total %" PRIu64 "\n", mx.drafted_tokens);
     metric(&b, "lares_accepted_tokens_total", "counter",
            "of the drafted tokens, those generated as proposed");

@@ -50,6 +50,9 @@ typedef struct server_opts {
      * (lares_session_set_draft): drafts per pass of every request
      * (lares_generate_opts.draft_n); 0: none. Not with batch. */
     int32_t draft_n;
+    /* Prompt lookup drafts per pass of every request
+     * (lares_generate_opts.lookup); 0: none. With or without batch. */
+    int32_t lookup;
 } server_opts;
 
 server_opts server_opts_default(void);

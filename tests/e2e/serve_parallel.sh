@@ -6,7 +6,7 @@
 # on; embeddings still answer; more requests than slots queue and then run;
 # the server stops cleanly. The server's log says it batches. Under a memory
 # budget too small for the weights beside the caches they stream, and the
-# texts stay the same.
+# texts stay the same; so do they with prompt lookup (--lookup) in the batch.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 M=$(model derived/TinyStories-656K.f32.llama.gguf)
@@ -100,6 +100,32 @@ else
   grep -q -- "--prompt-share" "$TMP/bad.err" && ok || fail "--prompt-share -1: $(cat "$TMP/bad.err")"
 fi
 stop_server par TERM
+
+# prompt lookup in the batch: drafts verified in each step, the texts those
+# alone, the drafts counted in /metrics; refused beside a draft model
+start_server look -m "$M" -t 1 -c 512 --parallel 3 --lookup 4 --model-name m
+PIDS=()
+for i in 0 1 2; do
+  curl -sS -o "$TMP/look$i" -H 'Content-Type: application/json' \
+    --data-binary "$(body "${prompts[$i]}" 40)" "$URL_look/v1/completions" &
+  PIDS+=($!)
+done
+wait "${PIDS[@]}"
+for i in 0 1 2; do
+  cmp -s <(jq -j '.choices[0].text' "$TMP/look$i") "$TMP/alone$i" && ok ||
+    fail "lookup $i [$(jq -j '.choices[0].text' "$TMP/look$i")] alone [$(cat "$TMP/alone$i")]"
+done
+curl -sS "$URL_look/metrics" >"$TMP/look.metrics"
+drafted=$(sed -n 's/^lares_drafted_tokens_total \([0-9]*\)$/\1/p' "$TMP/look.metrics")
+accepted=$(sed -n 's/^lares_accepted_tokens_total \([0-9]*\)$/\1/p' "$TMP/look.metrics")
+[ "${drafted:-0}" -gt 0 ] && [ "${accepted:-0}" -le "$drafted" ] && ok ||
+  fail "lookup drafts: drafted ${drafted:-none}, accepted ${accepted:-none}"
+stop_server look TERM
+if "$LARES" serve -m "$M" --draft "$M" --lookup 4 2>"$TMP/bad.err"; then
+  fail "--draft with --lookup accepted"
+else
+  grep -q -- "--lookup" "$TMP/bad.err" && ok || fail "--draft --lookup: $(cat "$TMP/bad.err")"
+fi
 
 # under a memory budget the weights do not fit beside three caches: they
 # stream from disk, read once a step for every request, and the texts stay
