@@ -6,8 +6,10 @@ trap 'for p in "${SERVER_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done; rm -rf
 need curl
 need jq
 
-# start_server NAME [lares serve options...]: sets URL_<NAME> and PID_<NAME>
-start_server() {
+# try_server NAME [lares serve options...]: sets URL_<NAME> and PID_<NAME>
+# when the server listens; else returns 1 once it has exited (its messages in
+# $TMP/NAME.log)
+try_server() {
   local name=$1 port="" pid i
   shift
   "$LARES" serve --port 0 "$@" 2>"$TMP/$name.log" &
@@ -20,11 +22,20 @@ start_server() {
     sleep 0.05
   done
   if [ -z "$port" ]; then
-    echo "$TEST_NAME: server $name did not start: $(cat "$TMP/$name.log")" >&2
-    exit 1
+    wait "$pid" 2>/dev/null
+    return 1
   fi
   printf -v "URL_$name" '%s' "http://127.0.0.1:$port"
   printf -v "PID_$name" '%s' "$pid"
+}
+
+# start_server NAME [lares serve options...]: try_server, and the test ends
+# when the server does not start
+start_server() {
+  if ! try_server "$@"; then
+    echo "$TEST_NAME: server $1 did not start: $(cat "$TMP/$1.log")" >&2
+    exit 1
+  fi
 }
 
 # stop_server NAME [SIGNAL]: the server must exit 0 within 30 s

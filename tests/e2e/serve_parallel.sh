@@ -18,6 +18,22 @@ prompts=("Once upon a time" "The little dog" "Lily and Tom went to the" "One day
 body() { # PROMPT MAX [extra json]
   printf '{"model":"m","prompt":"%s","max_tokens":%d,"temperature":0%s}' "$1" "$2" "${3:-}"
 }
+# three_at_once LABEL URL: the first three prompts sent together give the
+# texts they get alone (from the server without --parallel, $TMP/alone*)
+three_at_once() {
+  local label=$1 url=$2 i
+  PIDS=()
+  for i in 0 1 2; do
+    curl -sS -o "$TMP/$label$i" -H 'Content-Type: application/json' \
+      --data-binary "$(body "${prompts[$i]}" 40)" "$url/v1/completions" &
+    PIDS+=($!)
+  done
+  wait "${PIDS[@]}"
+  for i in 0 1 2; do
+    cmp -s <(jq -j '.choices[0].text' "$TMP/$label$i") "$TMP/alone$i" && ok ||
+      fail "$label $i [$(jq -j '.choices[0].text' "$TMP/$label$i")] alone [$(cat "$TMP/alone$i")]"
+  done
+}
 # alone, one after the other
 for i in "${!prompts[@]}"; do
   code=$(post "$URL_one" /v1/completions "$(body "${prompts[$i]}" 40)")
@@ -78,16 +94,7 @@ code=$(post "$URL_par" /v1/embeddings '{"model":"m","input":"a cat"}')
 [ "$code" = 200 ] && [ "$(jq '.data[0].embedding | length' "$TMP/body")" -gt 0 ] && ok ||
   fail "embeddings: $code $(head -c 300 "$TMP/body")"
 # the slots are free again: all three at once still agree
-PIDS=()
-for i in 0 1 2; do
-  curl -sS -o "$TMP/again$i" -H 'Content-Type: application/json' \
-    --data-binary "$(body "${prompts[$i]}" 40)" "$URL_par/v1/completions" &
-  PIDS+=($!)
-done
-wait "${PIDS[@]}"
-for i in 0 1 2; do
-  cmp -s <(jq -j '.choices[0].text' "$TMP/again$i") "$TMP/alone$i" && ok || fail "again $i"
-done
+three_at_once again "$URL_par"
 # bad value
 if "$LARES" serve -m "$M" --parallel 0 2>"$TMP/bad.err"; then
   fail "--parallel 0 accepted"
@@ -104,17 +111,7 @@ stop_server par TERM
 # prompt lookup in the batch: drafts verified in each step, the texts those
 # alone, the drafts counted in /metrics; refused beside a draft model
 start_server look -m "$M" -t 1 -c 512 --parallel 3 --lookup 4 --model-name m
-PIDS=()
-for i in 0 1 2; do
-  curl -sS -o "$TMP/look$i" -H 'Content-Type: application/json' \
-    --data-binary "$(body "${prompts[$i]}" 40)" "$URL_look/v1/completions" &
-  PIDS+=($!)
-done
-wait "${PIDS[@]}"
-for i in 0 1 2; do
-  cmp -s <(jq -j '.choices[0].text' "$TMP/look$i") "$TMP/alone$i" && ok ||
-    fail "lookup $i [$(jq -j '.choices[0].text' "$TMP/look$i")] alone [$(cat "$TMP/alone$i")]"
-done
+three_at_once lookup "$URL_look"
 curl -sS "$URL_look/metrics" >"$TMP/look.metrics"
 drafted=$(sed -n 's/^lares_drafted_tokens_total \([0-9]*\)$/\1/p' "$TMP/look.metrics")
 accepted=$(sed -n 's/^lares_accepted_tokens_total \([0-9]*\)$/\1/p' "$TMP/look.metrics")
@@ -135,44 +132,18 @@ fi
 "$LARES" run -m "$M" -p x -c 512 --mem-budget 1K >/dev/null 2>"$TMP/least.err"
 least=$(sed -n 's/.*(\([0-9]*\) bytes) this session needs.*/\1/p' "$TMP/least.err")
 [ -n "$least" ] && ok || fail "no least budget in: $(cat "$TMP/least.err")"
-lean=""
+URL_lean=""
 for k in $(seq 4 4 512); do
   [ -n "$least" ] || break
   b=$((least + least * k / 512))
-  "$LARES" serve --port 0 -m "$M" -t 1 -c 512 --parallel 3 --mem-budget "$b" --model-name m \
-    2>"$TMP/lean.log" &
-  pid=$!
-  port=""
-  for i in $(seq 1 400); do
-    port=$(sed -n 's|.* on http://127\.0\.0\.1:\([0-9]*\).*|\1|p' "$TMP/lean.log")
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.05
-  done
-  if [ -n "$port" ]; then
-    lean=$port
-    SERVER_PIDS+=("$pid")
-    PID_lean=$pid
-    break
-  fi
-  wait "$pid" 2>/dev/null
+  try_server lean -m "$M" -t 1 -c 512 --parallel 3 --mem-budget "$b" --model-name m && break
   grep -q "KV caches" "$TMP/lean.log" || { fail "budget $b: $(cat "$TMP/lean.log")"; break; }
 done
-if [ -z "$lean" ]; then
+if [ -z "$URL_lean" ]; then
   fail "no budget up to twice the least served three requests"
 else
   grep -q "stream from disk each step" "$TMP/lean.log" && ok || fail "lean log: $(cat "$TMP/lean.log")"
-  PIDS=()
-  for i in 0 1 2; do
-    curl -sS -o "$TMP/lean$i" -H 'Content-Type: application/json' \
-      --data-binary "$(body "${prompts[$i]}" 40)" "http://127.0.0.1:$lean/v1/completions" &
-    PIDS+=($!)
-  done
-  wait "${PIDS[@]}"
-  for i in 0 1 2; do
-    cmp -s <(jq -j '.choices[0].text' "$TMP/lean$i") "$TMP/alone$i" && ok ||
-      fail "streamed $i [$(cat "$TMP/lean$i")] alone [$(cat "$TMP/alone$i")]"
-  done
+  three_at_once streamed "$URL_lean"
   stop_server lean TERM
 fi
 stop_server one TERM
