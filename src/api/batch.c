@@ -62,7 +62,6 @@ struct lares_batch {
     int32_t turn;     /* among prompts of equal length, the one that reads first next step */
     int32_t shared_prompt_rows; /* prompt rows per step while another sequence is active */
     int32_t *order;   /* n_seq: this step's prompts, shortest first */
-    bool streaming;   /* the weights stream from disk: every step is one whole pass */
     /* A prompt read alone goes through the layers a slice per step, so that a
      * request arriving meanwhile waits for a slice, not for the whole chunk */
     struct {
@@ -157,9 +156,8 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     b->last_x = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_embd, sizeof *b->last_x);
     b->logits = lares_alloc_array((size_t)n_seq * (size_t)m->hp.n_vocab, sizeof *b->logits);
     if (b->seq == NULL || b->runs == NULL || b->kvs == NULL || b->touched == NULL ||
-        b->tokens == NULL ||
-        b->order == NULL || b->chunk.tokens == NULL || b->chunk.pos == NULL || b->chunk.x == NULL ||
-        b->last_x == NULL || b->logits == NULL) {
+        b->tokens == NULL || b->order == NULL || b->chunk.tokens == NULL || b->chunk.pos == NULL ||
+        b->chunk.x == NULL || b->last_x == NULL || b->logits == NULL) {
         lares_batch_free(b);
         return lares_fail(err, LARES_ENOMEM, "out of memory for a batch of %d sequences",
                           (int)n_seq);
@@ -196,9 +194,6 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
         lares_batch_free(b);
         return st;
     }
-    exec_plan_info pi;
-    exec_local_plan(s->exec, &pi);
-    b->streaming = pi.streaming;
     *out = b;
     return LARES_OK;
 }
@@ -410,8 +405,9 @@ static lares_status chunk_begin(lares_batch *b, int32_t i, int32_t take, lares_e
  * Q4_0 on 2 AVX2 cores reads 64 prompt rows at 90.8 tok/s through 22 layers
  * (32 ms a layer) and generates a token in 32 ms, so the two-layer slices an
  * earlier rule (8 rows x 22 layers / 64) gave cost two tokens' passes. A step
- * is cheap, so slices of one layer cost nothing but the steps. After the last, the sequence has
- * read the chunk (and draws its first token when that ended its prompt). */
+ * is cheap, so slices of one layer cost nothing but the steps. After the
+ * last, the sequence has read the chunk (and draws its first token when that
+ * ended its prompt). */
 static lares_status chunk_slice(lares_batch *b, lares_error *err) {
     lares_session *s = b->s;
     const model *m = s->lm->m;
@@ -465,7 +461,8 @@ static void add_drafts(lares_batch *b, batch_seq *q, model_seq *run, int32_t *n_
         return;
     }
     q->history[q->n_past] = q->last; /* the context the drafts continue */
-    const int32_t d = api_lookup_draft(q->history, q->n_past + 1, (int32_t)room, b->tokens + *n_rows);
+    const int32_t d =
+        api_lookup_draft(q->history, q->n_past + 1, (int32_t)room, b->tokens + *n_rows);
     for (int32_t i = 0; i < d; i++) {
         s->pos[*n_rows + i] = q->n_past + 1 + i;
     }
@@ -572,9 +569,13 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     if (b->shared_prompt_rows > 0 && shared) {
         limit = (int32_t)LARES_MIN((int64_t)limit, (int64_t)n_rows + b->shared_prompt_rows);
     }
-    /* a prompt read alone, more rows than a shared step: in slices of layers */
+    /* a prompt read alone, more rows than a shared step: in slices of layers,
+     * unless the weights stream (the plan changes as sequences start): a
+     * pass that starts mid-cycle would read again what was read ahead */
+    exec_plan_info plan;
+    exec_local_plan(s->exec, &plan);
     if (!shared && n_prompts == 1 && b->shared_prompt_rows > 0 && b->chunk.seq < 0 &&
-        m->hp.n_layer > 1 && !b->streaming) {
+        m->hp.n_layer > 1 && !plan.streaming) {
         const batch_seq *q = &b->seq[b->order[0]];
         const int32_t take =
             (int32_t)LARES_MIN(q->n_prompt - q->at, (size_t)LARES_MIN(limit, LONE_CHUNK_ROWS));
