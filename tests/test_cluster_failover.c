@@ -34,12 +34,31 @@ typedef struct disturb_ctx {
     int seen;
     tworker *victim;
     double factor; /* > 0: slow down by this; 0: stop (kill) the worker */
+    /* set: once two slowed tokens are seen, each chunk this worker fetches
+     * afterwards pauses as long as a slowed token took, so a fetch spans
+     * tokens whatever speed the build and the machine give them (a fixed
+     * pause was either longer than the whole run optimised or shorter
+     * than three tokens under ASan) */
+    tworker *fetcher;
+    uint64_t last_ns;
 } disturb_ctx;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static bool disturb_on_token(const lares_token_info *t, void *user) {
     disturb_ctx *k = user;
     (void)t;
     k->seen++;
+    const uint64_t now = now_ns();
+    if (k->fetcher != NULL && k->seen == k->after + 2) { /* the second slowed token */
+        const uint64_t ms = (now - k->last_ns) / 1000000u;
+        lares_worker_set_fetch_delay(k->fetcher->w, (unsigned)LARES_MAX(ms, 10u));
+    }
+    k->last_ns = now;
     if (k->seen == k->after) {
         if (k->factor > 0) {
             lares_worker_set_slowdown(k->victim->w, k->factor);
@@ -269,11 +288,11 @@ static void check_rebalance_shipped(lares_model *m) {
     lares_session *s = open_ring(m, ring, 1, &err);
     CHECKF(s != NULL, "%s: %s", what, err.msg);
     if (s != NULL) {
-        lares_worker_set_fetch_delay(ws[0].w, 150); /* after its first windows came */
         int32_t got[N_GEN];
         size_t n_got = 0;
-        /* w2 slowed 300 times: a token takes far longer than a chunk's pause */
-        disturb_ctx dc = {.after = 10, .victim = &ws[1], .factor = 300};
+        /* w2 slowed 300 times; w1's chunks, after its first windows came,
+         * each pause a slowed token's time: the fetch spans several tokens */
+        disturb_ctx dc = {.after = 10, .victim = &ws[1], .factor = 300, .fetcher = &ws[0]};
         CHECK_OK(run(s, m, N_GEN, &dc, got, &n_got, &err), &err);
         CHECK(same(got, n_got, want, n_want, what));
         lares_ring_stats rs;
