@@ -78,7 +78,7 @@ chmod +x "$TMP/in_cg"
 
 layers=${LAYERS:-12} # the default model's; set LAYERS for another
 bytes=$(stat -c %s "$MODEL")
-mem=$(awk -v b="$bytes" -v l="$layers" -v c="$CAP" 'BEGIN { printf "%d\n", b / l * (c + 0.5) }')
+mem=$(awk -v b="$bytes" -v l="$layers" -v c="$CAP" 'BEGIN { printf "%.0f\n", b / l * (c + 0.5) }')
 w=$((layers / 4))
 export RING_MODEL=$MODEL RING_DEV_EXTRA=", \"memory\": $mem"
 ring_key head || exit 1

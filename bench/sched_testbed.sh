@@ -174,7 +174,7 @@ REF_BYTES=4081004224
 model_bytes=$(stat -c %s "$MODEL")
 for i in "${!MEM[@]}"; do
   MEM[$i]=$(awk -v m="$(numfmt --from=iec "${MEM[$i]}")" -v b="$model_bytes" -v r="$REF_BYTES" \
-    'BEGIN { f = 96 * 1048576; s = b / r; if (s > 1) s = 1; printf "%d\n", f + (m - f) * s }')
+    'BEGIN { f = 96 * 1048576; s = b / r; if (s > 1) s = 1; printf "%.0f\n", f + (m - f) * s }')
 done
 echo "sched_testbed: set $SET, memory limits $(printf '%s ' "${MEM[@]}" | numfmt --to=iec --field=1-4)" \
   "for $(numfmt --to=iec "$model_bytes") of model" >&2
@@ -203,6 +203,23 @@ done
 
 cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 echo "sched_testbed: $(date -u +%FT%TZ), load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+# The disk below a VM may be cached by its host (docs/scheduling-impl.md, "The
+# disk profile and the caches"): a model file the host has not read lately
+# reads several times slower than one it has. Every run below re-reads the
+# file token after token, so the host holds it then; a device without a read
+# throttle would profile a colder disk than its runs see (2026-11-28: dev0's
+# direct reads 0.52 GB/s in the profile, "single" 4x faster than predicted).
+# One direct read of the whole file first lets the host cache it as it will
+# for the runs (where it does: on 2026-11-28 it sometimes did not, and then
+# profiles and runs both read cold); the throttled devices read below either
+# rate. (A real device has no such cache: there the cold figure is the one
+# its runs see.)
+if [ -z "$DEVICES" ]; then
+  cold
+  warm=$(dd if="$MODEL" of=/dev/null bs=4M iflag=direct 2>&1 | awk '/copied/ { print $(NF-1), $NF }')
+  echo "sched_testbed: the model read once directly to settle the disk's host cache: $warm" >&2
+fi
 
 # ---- each device profiles itself inside its cgroups ----
 if [ -n "$DEVICES" ]; then

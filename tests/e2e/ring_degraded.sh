@@ -93,7 +93,7 @@ ring_run no_room "$TMP/no_room.json"
   && ok || fail "no room: the error: $(cat "$TMP/no_room.err")"
 # the unit of capacity the error names: one layer's weights and KV cache
 LAYER_BYTES=$(sed -n 's/.*layer(s) of \([0-9.]*\) \([KMG]*i*B\)).*/\1 \2/p' "$TMP/no_room.err" \
-  | awk '{m = ($2 == "KiB") ? 1024 : ($2 == "MiB") ? 1048576 : ($2 == "GiB") ? 1073741824 : 1; printf "%d", $1 * m}')
+  | awk '{m = ($2 == "KiB") ? 1024 : ($2 == "MiB") ? 1048576 : ($2 == "GiB") ? 1073741824 : 1; printf "%.0f", $1 * m}')
 [ -n "$LAYER_BYTES" ] && [ "$LAYER_BYTES" -gt 0 ] && ok || fail "no room: no layer size in: $(cat "$TMP/no_room.err")"
 
 # ---- a device down at the start joins mid-generation; the explicit windows
