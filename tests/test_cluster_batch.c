@@ -265,7 +265,9 @@ static void check_killed(lares_model *m, bool mirror) {
         CHECK_OK(lares_session_ring_stats(lares_batch_session(b), &st, dev, 3, &err), &err);
         CHECKF(st.failovers == 1 && !dev[2].in_ring, "%s: %" PRIu64 " failovers, w2 in ring %d",
                what, st.failovers, (int)dev[2].in_ring);
-        CHECKF(mirror ? st.rebuilt_tokens == 0 : st.rebuilt_tokens > 0,
+        /* mirrored: at most each sequence's last pass, whose copy may have
+         * gone down with the worker; else every sequence's conversation */
+        CHECKF(mirror ? st.rebuilt_tokens <= N_SEQ : st.rebuilt_tokens >= 20,
                "%s: %" PRIu64 " positions re-run", what, st.rebuilt_tokens);
         lares_batch_free(b);
     }

@@ -94,6 +94,11 @@ typedef enum cluster_kv_op {
     CLUSTER_KV_TRUNCATE = 2,
     CLUSTER_KV_PUT = 3 /* KV_DONE only: the KV_DATA frames put so far are written */
 } cluster_kv_op;
+/* On the wire only (issue 20): a KV / KV_DONE operation with this bit, and a
+ * KV_GET layer with the next, are followed by a u32 KV slot; without them
+ * the slot is 0 and the frame is the one before slots, byte for byte */
+#define CLUSTER_KV_OP_SLOT    0x100u
+#define CLUSTER_KV_LAYER_SLOT 0x80000000u
 
 /* HELLO flags */
 #define CLUSTER_HELLO_PROFILE 1u /* measure yourself (cached) and send the profile in WELCOME */

@@ -542,12 +542,13 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
     case CLUSTER_KV_DONE:
         out->u.kv.op = r_u32(&r, "operation");
         out->u.kv.pos = (int32_t)r_u32(&r, "position");
+        out->u.kv.slot = (out->u.kv.op & CLUSTER_KV_OP_SLOT) ? r_u32(&r, "slot") : 0;
+        out->u.kv.op &= ~CLUSTER_KV_OP_SLOT;
         r_check(&r,
                 out->u.kv.op == CLUSTER_KV_CLEAR || out->u.kv.op == CLUSTER_KV_TRUNCATE ||
                     (out->u.kv.op == CLUSTER_KV_PUT && out->type == CLUSTER_KV_DONE),
                 "kv operation %u", out->u.kv.op);
         r_check(&r, out->u.kv.pos >= 0, "kv position %d", out->u.kv.pos);
-        out->u.kv.slot = r.ok && r.off < len ? r_u32(&r, "slot") : 0; /* PLAN flag 8 */
         r_check(&r, out->u.kv.slot < CLUSTER_MAX_SLOTS, "slot %u (at most %d)", out->u.kv.slot,
                 CLUSTER_MAX_SLOTS - 1);
         break;
@@ -582,10 +583,12 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
         out->u.kv_get.layer = r_u32(&r, "layer");
         out->u.kv_get.pos0 = (int32_t)r_u32(&r, "first position");
         out->u.kv_get.pos1 = (int32_t)r_u32(&r, "end position");
+        out->u.kv_get.slot =
+            (out->u.kv_get.layer & CLUSTER_KV_LAYER_SLOT) ? r_u32(&r, "slot") : 0;
+        out->u.kv_get.layer &= ~CLUSTER_KV_LAYER_SLOT;
         r_check(&r, out->u.kv_get.layer <= INT32_MAX, "layer %u", out->u.kv_get.layer);
         r_check(&r, out->u.kv_get.pos0 >= 0 && out->u.kv_get.pos1 > out->u.kv_get.pos0,
                 "positions %d to %d", out->u.kv_get.pos0, out->u.kv_get.pos1);
-        out->u.kv_get.slot = r.ok && r.off < len ? r_u32(&r, "slot") : 0; /* PLAN flag 8 */
         r_check(&r, out->u.kv_get.slot < CLUSTER_MAX_SLOTS, "slot %u (at most %d)",
                 out->u.kv_get.slot, CLUSTER_MAX_SLOTS - 1);
         break;
@@ -723,9 +726,10 @@ size_t cluster_encode_ready(uint8_t *buf, size_t cap, uint64_t session, const cl
 size_t cluster_encode_kv(uint8_t *buf, size_t cap, uint64_t session, uint16_t type,
                          const cluster_kv *kv) {
     wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, type, session);
-    w_u32(&w, kv->op);
+    /* slot 0: the frame before slots, byte for byte */
+    w_u32(&w, kv->op | (kv->slot != 0 ? CLUSTER_KV_OP_SLOT : 0));
     w_u32(&w, (uint32_t)kv->pos);
-    if (kv->slot != 0) { /* slot 0: the frame before slots, byte for byte */
+    if (kv->slot != 0) {
         w_u32(&w, kv->slot);
     }
     return finish(&w);
@@ -789,7 +793,10 @@ size_t cluster_encode_peer_lost(uint8_t *buf, size_t cap, uint64_t session, uint
 
 size_t cluster_encode_kv_get(uint8_t *buf, size_t cap, uint64_t session, const cluster_kv_get *g) {
     wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_KV_GET, session);
-    w_u32(&w, g->layer);
+    if (g->layer & CLUSTER_KV_LAYER_SLOT) {
+        return 0;
+    }
+    w_u32(&w, g->layer | (g->slot != 0 ? CLUSTER_KV_LAYER_SLOT : 0));
     w_u32(&w, (uint32_t)g->pos0);
     w_u32(&w, (uint32_t)g->pos1);
     if (g->slot != 0) {
