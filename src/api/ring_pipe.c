@@ -62,6 +62,9 @@ static void land(lares_session *s, ring_group *g) {
     }
     if (g->gen) {
         ring_monitor_token(r);
+        if (r->pending.on) {
+            r->pending.tokens += (uint64_t)g->n_rows; /* generated while a fetch runs */
+        }
     } else {
         cluster_pass pass[CLUSTER_MAX_DEVICES];
         cluster_head_take_pass(r->head, pass);
