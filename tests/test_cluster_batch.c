@@ -34,7 +34,7 @@ static const char *const prompts[N_SEQ] = {
 typedef struct collect {
     int32_t ids[MAX_TOK];
     int n;
-    int after;      /* > 0: stop `victim` when this many tokens came */
+    int after; /* > 0: stop `victim` when this many tokens came */
     tworker *victim;
 } collect;
 

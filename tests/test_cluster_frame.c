@@ -205,13 +205,8 @@ static size_t make_frames(uint8_t bufs[][2048], size_t *lens) {
                                .v = rows[1]};
     lens[k] = cluster_encode_kv_data(bufs[k], 2048, 77, &d);
     k++;
-    const cluster_kv_data dm = {.layer = 2,
-                                .pos0 = 7,
-                                .n_pos = 2,
-                                .row_bytes = 16,
-                                .slot = 2,
-                                .k = rows[1],
-                                .v = rows[0]};
+    const cluster_kv_data dm = {
+        .layer = 2, .pos0 = 7, .n_pos = 2, .row_bytes = 16, .slot = 2, .k = rows[1], .v = rows[0]};
     lens[k] = cluster_encode_kv_mirror(bufs[k], 2048, 77, &dm);
     k++;
     return k;
@@ -280,8 +275,7 @@ static void check_roundtrip_and_truncation(void) {
             break;
         case CLUSTER_KV_MIRROR:
             CHECK(f->u.kv_data.layer == 2 && f->u.kv_data.pos0 == 7 && f->u.kv_data.n_pos == 2 &&
-                  f->u.kv_data.slot == 2 && f->u.kv_data.k[0] == 255 &&
-                  f->u.kv_data.v[31] == 31);
+                  f->u.kv_data.slot == 2 && f->u.kv_data.k[0] == 255 && f->u.kv_data.v[31] == 31);
             n = cluster_encode_kv_mirror(again, sizeof again, f->session, &f->u.kv_data);
             break;
         case CLUSTER_ACT: {
@@ -295,8 +289,8 @@ static void check_roundtrip_and_truncation(void) {
             for (uint32_t r = 0; r < f->u.act.n_runs; r++) {
                 cluster_act_run_at(&f->u.act, r, &runs[r]);
             }
-            n = cluster_encode_act_runs(again, sizeof again, f->session, &f->u.act, runs, pos,
-                                        NULL, x);
+            n = cluster_encode_act_runs(again, sizeof again, f->session, &f->u.act, runs, pos, NULL,
+                                        x);
             break;
         }
         default:
@@ -499,25 +493,25 @@ static void check_slots(void) {
     /* ACT with a run table, by hand: 3 rows of width 1, slot 2 (rows at
      * positions 7, 8) then slot 5 (row at position 0) */
     static const uint8_t act[] = {
-        'L', 'R', 'N', 'G', 2, 0, 5, 0, /* magic, version 2, type 5 */
-        9,   0,   0,   0,   0, 0, 0, 0, /* session 9 */
-        72,  0,   0,   0, /* payload: 28 fixed + 4 + 2 x 8 runs + 12 pos + 12 data */
-        1,   0,   0,   0,   0, 0, 0, 0, /* sequence */
-        0,   0,   0,   0,               /* next layer */
-        4,   0,   0,   0,               /* end layer */
-        3,   0,   0,   0,               /* tokens */
-        1,   0,   0,   0,               /* width */
-        0,                              /* f32 */
-        1,                              /* flags: a run table */
-        0,   0,                         /* trace entries */
-        2,   0,   0,   0,               /* runs */
-        2,   0,   0,   0,   2, 0, 0, 0, /* slot 2, 2 rows */
-        5,   0,   0,   0,   1, 0, 0, 0, /* slot 5, 1 row */
-        7,   0,   0,   0,   8, 0, 0, 0, /* positions */
-        0,   0,   0,   0,               /* ... a new run starts anywhere */
-        0,   0,   0x80, 0x3f,           /* 1.0f */
-        0,   0,   0,   0x40,            /* 2.0f */
-        0,   0,   0x40, 0x40,           /* 3.0f */
+        'L', 'R', 'N',  'G',  2, 0, 5, 0, /* magic, version 2, type 5 */
+        9,   0,   0,    0,    0, 0, 0, 0, /* session 9 */
+        72,  0,   0,    0, /* payload: 28 fixed + 4 + 2 x 8 runs + 12 pos + 12 data */
+        1,   0,   0,    0,    0, 0, 0, 0, /* sequence */
+        0,   0,   0,    0,                /* next layer */
+        4,   0,   0,    0,                /* end layer */
+        3,   0,   0,    0,                /* tokens */
+        1,   0,   0,    0,                /* width */
+        0,                                /* f32 */
+        1,                                /* flags: a run table */
+        0,   0,                           /* trace entries */
+        2,   0,   0,    0,                /* runs */
+        2,   0,   0,    0,    2, 0, 0, 0, /* slot 2, 2 rows */
+        5,   0,   0,    0,    1, 0, 0, 0, /* slot 5, 1 row */
+        7,   0,   0,    0,    8, 0, 0, 0, /* positions */
+        0,   0,   0,    0,                /* ... a new run starts anywhere */
+        0,   0,   0x80, 0x3f,             /* 1.0f */
+        0,   0,   0,    0x40,             /* 2.0f */
+        0,   0,   0x40, 0x40,             /* 3.0f */
     };
     const cluster_run runs[] = {{.slot = 2, .rows = 2}, {.slot = 5, .rows = 1}};
     const int32_t pos[] = {7, 8, 0};
@@ -531,7 +525,8 @@ static void check_slots(void) {
     CHECK_OK(cluster_frame_decode(act, sizeof act, f, &err), &err);
     cluster_run r1;
     cluster_act_run_at(&f->u.act, 1, &r1);
-    CHECK(f->u.act.n_runs == 2 && r1.slot == 5 && r1.rows == 1 && cluster_act_pos(&f->u.act, 2) == 0);
+    CHECK(f->u.act.n_runs == 2 && r1.slot == 5 && r1.rows == 1 &&
+          cluster_act_pos(&f->u.act, 2) == 0);
     /* encoders refuse runs that do not add up or name a slot out of range */
     const cluster_run short_runs[] = {{.slot = 2, .rows = 1}, {.slot = 5, .rows = 1}};
     CHECK(cluster_encode_act_runs(b, sizeof b, 9, &a, short_runs, pos, NULL, x) == 0);

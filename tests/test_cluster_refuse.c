@@ -410,7 +410,8 @@ static void check_raw_slots(void) {
            "slots: kv rows of slot 2 answered by %s", cluster_frame_type_name(reply->type));
     g.pos1 = 2;
     CHECK(raw_ask(&p, buf, cluster_encode_kv_get(buf, sizeof buf, 12, &g), reply));
-    CHECKF(reply->type == CLUSTER_ERROR && has(reply->u.error.msg, "slot 2 layer 1 asked, it holds 1"),
+    CHECKF(reply->type == CLUSTER_ERROR &&
+               has(reply->u.error.msg, "slot 2 layer 1 asked, it holds 1"),
            "slots: kv rows beyond what slot 2 holds: %s", reply->u.error.msg);
     free(reply);
     gguf_close(gf);

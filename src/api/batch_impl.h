@@ -25,15 +25,15 @@ typedef enum seq_state {
 
 typedef struct batch_seq {
     seq_state state;
-    model_kv *kv;      /* owned */
-    int32_t *history;  /* owned: n_ctx ids in the cache, in order */
+    model_kv *kv;     /* owned */
+    int32_t *history; /* owned: n_ctx ids in the cache, in order */
     int32_t n_past;
-    int32_t *prompt;   /* owned copy; [at, n_prompt) still to read */
+    int32_t *prompt; /* owned copy; [at, n_prompt) still to read */
     size_t n_prompt, at;
     lares_generate_opts o;
     text_sampler *smp; /* owned while active */
     text_stream ts;
-    float *raw;        /* owned: logits before the sampler, for log-probabilities */
+    float *raw; /* owned: logits before the sampler, for log-probabilities */
     int32_t last;
     int32_t draft_max; /* prompt lookup: drafts the next step may add (paced) */
     int32_t n_draft;   /* drafts after `last` in this step's rows */
@@ -56,11 +56,11 @@ struct lares_batch {
     float *logits;    /* out_cap x n_vocab */
     int32_t turn;     /* among prompts of equal length, the one that reads first next step */
     int32_t shared_prompt_rows; /* prompt rows per step while another sequence is active */
-    int32_t *order;   /* n_seq: this step's prompts, shortest first */
+    int32_t *order;             /* n_seq: this step's prompts, shortest first */
     /* A prompt read alone goes through the layers a slice per step, so that a
      * request arriving meanwhile waits for a slice, not for the whole chunk */
     struct {
-        int32_t seq;     /* -1: none */
+        int32_t seq; /* -1: none */
         int32_t n_rows;
         int32_t layer;   /* the next layer to run */
         int32_t *tokens; /* LONE_CHUNK_ROWS */
@@ -68,7 +68,7 @@ struct lares_batch {
         float *x;        /* LONE_CHUNK_ROWS x n_embd: the rows' hidden states */
     } chunk;
     /* over a ring (batch_ring.c): the groups going around, pipelined */
-    ring_group *groups;  /* owned, max_groups (buffers made on first use) */
+    ring_group *groups; /* owned, max_groups (buffers made on first use) */
     int32_t max_groups;
     int32_t ring_groups; /* groups in flight at most (0: the devices in the plan) */
     int32_t ring_turn;   /* the sequence the next group starts from */
@@ -100,5 +100,3 @@ void batch_ring_free(lares_batch *b);
 lares_status batch_ring_step(lares_batch *b, int32_t *n_active, lares_error *err);
 
 #endif /* LARES_API_BATCH_IMPL_H */
-
-

@@ -99,8 +99,7 @@ static bool form(lares_batch *b, ring_group *g, int32_t share, int32_t prompt_ro
             g->pos[g->n_rows] = q->n_past;
             /* room for a row of each sequence still to come */
             const int64_t room = (int64_t)n_batch - g->n_rows - 1 - (share - g->n_runs - 1);
-            rows = 1 + batch_drafts(b, q, room, g->tokens + g->n_rows + 1,
-                                    g->pos + g->n_rows + 1);
+            rows = 1 + batch_drafts(b, q, room, g->tokens + g->n_rows + 1, g->pos + g->n_rows + 1);
             q->state = SEQ_FLIGHT_GEN;
         } else if (q->state == SEQ_PROMPT) {
             const size_t rest = q->n_prompt - q->at;
@@ -142,8 +141,8 @@ static lares_status launch(lares_batch *b, lares_error *err) {
     }
     /* a prompt shares the ring with others a few rows a group (a group's
      * pass is what every sequence in it waits for) */
-    const int32_t prompt_rows = active > 1 && b->shared_prompt_rows > 0 ? b->shared_prompt_rows
-                                                                        : s->o.n_batch;
+    const int32_t prompt_rows =
+        active > 1 && b->shared_prompt_rows > 0 ? b->shared_prompt_rows : s->o.n_batch;
     for (int32_t i = 0; i < b->max_groups && busy < groups && waiting > 0; i++) {
         ring_group *g = &b->groups[i];
         if (g->state != RING_GROUP_IDLE) {
@@ -188,9 +187,9 @@ static lares_status draw(lares_batch *b, ring_group *g, lares_error *err) {
         const batch_seq *q = seq_of_slot(b, g->run[r].slot);
         const int32_t n = (int32_t)g->run[r].rows;
         const int32_t from = q->state == SEQ_FLIGHT_GEN ? row : row + n - 1;
-        const int32_t take = q->state == SEQ_FLIGHT_GEN        ? n
+        const int32_t take = q->state == SEQ_FLIGHT_GEN         ? n
                              : q->at + (size_t)n == q->n_prompt ? 1
-                                                                 : 0;
+                                                                : 0;
         memcpy(b->last_x + (size_t)k * e, g->x + (size_t)from * e,
                (size_t)take * e * sizeof(float));
         k += take;

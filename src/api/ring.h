@@ -29,8 +29,8 @@
 typedef struct ring_slot {
     model_kv *kv;           /* borrowed: the session's cache (slot 0) or the sequence's */
     const int32_t *history; /* borrowed: the token ids in it, n_ctx */
-    int32_t keep;   /* positions every layer must hold now: what a plan change keeps */
-    int32_t synced; /* positions the members hold KV entries for */
+    int32_t keep;           /* positions every layer must hold now: what a plan change keeps */
+    int32_t synced;         /* positions the members hold KV entries for */
     /* KV mirroring (ring.json "kv_mirror", issue 15): the head's cache holds
      * a copy of every layer's entries, [0, mirrored[l]) of layer l (its own
      * layers computed here, the others sent by their owners), so a re-plan
@@ -49,8 +49,8 @@ typedef enum ring_group_state {
 
 typedef struct ring_group {
     ring_group_state state;
-    uint64_t seq;     /* the ACT in flight */
-    int32_t layer;    /* the next layer to run */
+    uint64_t seq;  /* the ACT in flight */
+    int32_t layer; /* the next layer to run */
     int32_t n_rows, n_runs;
     bool gen;         /* only generating rows: its pass feeds the monitor */
     int32_t *tokens;  /* owned, n_batch: the rows' ids (a failover re-embeds them) */
@@ -219,8 +219,7 @@ lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, con
  * layers' weights came (the switch adds "waited for a fetch" itself when a
  * worker fetched during it). */
 lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int32_t *members,
-                              const char *kind, const char *why, const char *how,
-                              lares_error *err);
+                              const char *kind, const char *why, const char *how, lares_error *err);
 
 /* ring_prepare.c */
 

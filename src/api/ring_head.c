@@ -117,9 +117,9 @@ lares_status ring_bind_slots(lares_session *s, int32_t n, model_kv *const *kv,
     const cluster_plan now = *p;
     cluster_head_set_slots(r->head, (uint32_t)r->n_slots);
     lares_error e = {0};
-    lares_status st =
-        now.n_dev > 1 ? cluster_head_set_plan(r->head, &now, members, CLUSTER_PLAN_KEEP_KV, &e)
-                      : LARES_OK;
+    lares_status st = now.n_dev > 1
+                          ? cluster_head_set_plan(r->head, &now, members, CLUSTER_PLAN_KEEP_KV, &e)
+                          : LARES_OK;
     if (st != LARES_OK && strstr(e.msg, "unknown flags") != NULL) {
         return lares_fail(err, LARES_EUNSUPPORTED,
                           "a worker built before batches over a ring (PLAN flag 8) cannot serve "

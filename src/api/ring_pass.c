@@ -44,10 +44,9 @@ lares_status ring_pass_slot(lares_session *s, uint32_t slot, int32_t nb, int32_t
             }
         }
         uint64_t seq_no;
-        st = slot == 0
-                 ? cluster_head_send(r->head, layer, end, s->pos, nb, s->x, &seq_no, err)
-                 : cluster_head_send_runs(r->head, layer, end, &run, 1, s->pos, nb, s->x, &seq_no,
-                                          err);
+        st = slot == 0 ? cluster_head_send(r->head, layer, end, s->pos, nb, s->x, &seq_no, err)
+                       : cluster_head_send_runs(r->head, layer, end, &run, 1, s->pos, nb, s->x,
+                                                &seq_no, err);
         if (st == LARES_OK) {
             st = cluster_head_recv(r->head, seq_no, nb, s->x, &layer, &s->cancel, err);
         }

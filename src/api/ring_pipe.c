@@ -25,8 +25,7 @@ lares_status ring_group_init(ring_group *g, int32_t n_batch, int32_t n_embd, lar
     g->x = lares_alloc_array((size_t)n_batch * (size_t)n_embd, sizeof *g->x);
     g->run = lares_alloc_array((size_t)n_batch, sizeof *g->run);
     g->seqs = lares_alloc_array((size_t)n_batch, sizeof *g->seqs);
-    if (g->tokens == NULL || g->pos == NULL || g->x == NULL || g->run == NULL ||
-        g->seqs == NULL) {
+    if (g->tokens == NULL || g->pos == NULL || g->x == NULL || g->run == NULL || g->seqs == NULL) {
         ring_group_free(g);
         return lares_fail(err, LARES_ENOMEM, "out of memory for a group of %d rows", (int)n_batch);
     }
@@ -161,8 +160,7 @@ static lares_status wait_one(lares_session *s, lares_error *err) {
         }
     }
     if (st == LARES_OK && g == NULL) {
-        return lares_fail(err, LARES_EPROTO, "ring: batch %" PRIu64 " came back to no group",
-                          seq);
+        return lares_fail(err, LARES_EPROTO, "ring: batch %" PRIu64 " came back to no group", seq);
     }
     if (st == LARES_OK) {
         g->layer = layer;

@@ -54,8 +54,8 @@ struct lares_worker {
     lares_model *lm; /* owned: the open model, kept across heads */
     ops_pool *pool;  /* owned */
     int32_t pool_threads;
-    model_kv *kv;         /* owned: slot 0's; spans this device's windows (pages of other
-                             layers stay untouched, so never resident) */
+    model_kv *kv; /* owned: slot 0's; spans this device's windows (pages of other
+                     layers stay untouched, so never resident) */
     /* owned: the KV caches of slots 1.. (a batch's sequences, issue 20), NULL
      * until a slot is first used; CLUSTER_MAX_SLOTS entries, [0] unused */
     model_kv **slot_kv;

@@ -353,8 +353,8 @@ static void dec_plan(rcur *r, cluster_plan_msg *p) {
         }
     }
     p->n_slots = (p->flags & CLUSTER_PLAN_SLOTS) ? r_u32(r, "slot count") : 1;
-    r_check(r, p->n_slots >= 1 && p->n_slots <= CLUSTER_MAX_SLOTS, "%u slots (1 to %d)",
-            p->n_slots, CLUSTER_MAX_SLOTS);
+    r_check(r, p->n_slots >= 1 && p->n_slots <= CLUSTER_MAX_SLOTS, "%u slots (1 to %d)", p->n_slots,
+            CLUSTER_MAX_SLOTS);
     if (r->ok) {
         lares_error perr;
         if (cluster_plan_check(&p->plan, &perr) != LARES_OK) {
@@ -409,8 +409,8 @@ static void dec_act(rcur *r, cluster_act *a) {
     int32_t prev = 0;
     for (uint32_t i = 0; i < a->n_tok && r->ok; i++) {
         const bool first = i == run_end || i == 0;
-        r_check(r, i < run_end || run < a->n_runs, "the %u runs end before row %u of %u",
-                a->n_runs, i, a->n_tok);
+        r_check(r, i < run_end || run < a->n_runs, "the %u runs end before row %u of %u", a->n_runs,
+                i, a->n_tok);
         if (r->ok && i == run_end) {
             cluster_run cr;
             cluster_act_run_at(a, run, &cr);
@@ -447,8 +447,7 @@ static void dec_kv_data(rcur *r, cluster_kv_data *d) {
     d->kv_f16 = r_u8(r, "kv type");
     d->last = r_u8(r, "last");
     d->slot = r_u16(r, "slot");
-    r_check(r, d->slot < CLUSTER_MAX_SLOTS, "slot %u (at most %d)", d->slot,
-            CLUSTER_MAX_SLOTS - 1);
+    r_check(r, d->slot < CLUSTER_MAX_SLOTS, "slot %u (at most %d)", d->slot, CLUSTER_MAX_SLOTS - 1);
     r_check(r, d->layer <= INT32_MAX, "layer %u", d->layer);
     r_check(r, d->pos0 >= 0 && d->n_pos >= 1 && (uint64_t)d->pos0 + d->n_pos <= INT32_MAX,
             "%u positions from %d", d->n_pos, d->pos0);
@@ -583,8 +582,7 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
         out->u.kv_get.layer = r_u32(&r, "layer");
         out->u.kv_get.pos0 = (int32_t)r_u32(&r, "first position");
         out->u.kv_get.pos1 = (int32_t)r_u32(&r, "end position");
-        out->u.kv_get.slot =
-            (out->u.kv_get.layer & CLUSTER_KV_LAYER_SLOT) ? r_u32(&r, "slot") : 0;
+        out->u.kv_get.slot = (out->u.kv_get.layer & CLUSTER_KV_LAYER_SLOT) ? r_u32(&r, "slot") : 0;
         out->u.kv_get.layer &= ~CLUSTER_KV_LAYER_SLOT;
         r_check(&r, out->u.kv_get.layer <= INT32_MAX, "layer %u", out->u.kv_get.layer);
         r_check(&r, out->u.kv_get.pos0 >= 0 && out->u.kv_get.pos1 > out->u.kv_get.pos0,

@@ -352,9 +352,9 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
         }
     }
     /* room for a run table as long as the batch (a batch of several sequences) */
-    const size_t act_max = cluster_act_bytes_runs((uint32_t)o->n_batch, (uint32_t)o->n_embd,
-                                                  rc->act_dtype, CLUSTER_MAX_TRACE,
-                                                  (uint32_t)o->n_batch);
+    const size_t act_max =
+        cluster_act_bytes_runs((uint32_t)o->n_batch, (uint32_t)o->n_embd, rc->act_dtype,
+                               CLUSTER_MAX_TRACE, (uint32_t)o->n_batch);
     const size_t kv_min = cluster_kv_data_bytes(1, o->kv_row_bytes);
     if (o->n_batch < 1 || o->n_embd < 1 || o->n_ctx < o->n_batch || act_max == 0 ||
         (o->kv_row_bytes > 0 && kv_min == 0)) {

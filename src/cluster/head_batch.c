@@ -62,8 +62,7 @@ lares_status cluster_head_send_runs(cluster_head *h, int32_t layer, int32_t end,
         }
     }
     if (h->n_flight >= CLUSTER_MAX_FLIGHT) {
-        return lares_fail(err, LARES_EBUSY, "ring send: %d batches in flight already",
-                          h->n_flight);
+        return lares_fail(err, LARES_EBUSY, "ring send: %d batches in flight already", h->n_flight);
     }
     const cluster_act a = {.seq = ++h->next_seq,
                            .layer = (uint32_t)layer,
@@ -73,7 +72,8 @@ lares_status cluster_head_send_runs(cluster_head *h, int32_t layer, int32_t end,
                            .dtype = h->act_dtype,
                            .n_trace = 0,
                            .n_runs = runs != NULL ? (uint32_t)n_runs : 0};
-    const size_t n = cluster_encode_act_runs(h->buf, h->buf_cap, h->session, &a, runs, pos, NULL, x);
+    const size_t n =
+        cluster_encode_act_runs(h->buf, h->buf_cap, h->session, &a, runs, pos, NULL, x);
     /* the clock before the send: the first worker may run before this thread does again */
     const uint64_t t_send = lares_now_ns();
     st = head_pipe_send(h, h->member[1], n, err);
@@ -97,8 +97,8 @@ lares_status cluster_head_send(cluster_head *h, int32_t layer, int32_t end, cons
      * (a canceled generation) */
     cluster_head_abandon(h);
     /* the hidden states come back into the caller's buffer (cluster_head_recv), not x */
-    lares_status st = cluster_head_send_runs(h, layer, end, NULL, 0, pos, n_tok, (float *)x, seq,
-                                             err);
+    lares_status st =
+        cluster_head_send_runs(h, layer, end, NULL, 0, pos, n_tok, (float *)x, seq, err);
     if (st == LARES_OK) {
         h->flight[h->n_flight - 1].dst = NULL;
     }
@@ -265,8 +265,7 @@ static lares_status kv_args(cluster_head *h, int32_t dev, uint32_t slot, int32_t
         return st;
     }
     if (dev < 1 || dev >= h->n_cfg || h->pos_of[dev] < 1 || layer < 0 || layer >= h->n_layer ||
-        pos0 < 0 || pos1 <= pos0 || pos1 > h->n_ctx || h->kv_row_bytes == 0 ||
-        slot >= h->n_slots) {
+        pos0 < 0 || pos1 <= pos0 || pos1 > h->n_ctx || h->kv_row_bytes == 0 || slot >= h->n_slots) {
         return lares_fail(err, LARES_EINVAL,
                           "kv transfer: device %d, slot %u, layer %d, positions %d to %d (context "
                           "%d)",
@@ -300,8 +299,9 @@ lares_status cluster_head_kv_get(cluster_head *h, int32_t dev, uint32_t slot, in
             continue; /* late frames of an earlier batch */
         }
         const cluster_kv_data *d = &f->u.kv_data;
-        if ((int32_t)d->layer != layer || d->slot != slot || d->pos0 != next || d->row_bytes != row ||
-            d->kv_f16 != (h->kv_f16 ? 1 : 0) || (int64_t)d->pos0 + d->n_pos > pos1) {
+        if ((int32_t)d->layer != layer || d->slot != slot || d->pos0 != next ||
+            d->row_bytes != row || d->kv_f16 != (h->kv_f16 ? 1 : 0) ||
+            (int64_t)d->pos0 + d->n_pos > pos1) {
             char bad[200];
             snprintf(bad, sizeof bad,
                      "sent kv rows of layer %u from position %d (%u rows of %u bytes), "

@@ -86,12 +86,12 @@ void *head_io_main(void *arg);
 
 /* A batch of hidden states in the ring, until it comes back. */
 typedef struct head_flight {
-    uint64_t seq;           /* its counter (ACT seq) */
-    int32_t n_tok, pos0;    /* rows and first position, checked on return */
-    int32_t end;            /* it comes back once a window ends at or past this layer */
-    uint32_t n_runs;        /* its run table (0: none) */
-    uint64_t sent_ns;       /* when it left (its time in the ring counts from here) */
-    float *dst;             /* borrowed: where its hidden states go (NULL: the caller's) */
+    uint64_t seq;        /* its counter (ACT seq) */
+    int32_t n_tok, pos0; /* rows and first position, checked on return */
+    int32_t end;         /* it comes back once a window ends at or past this layer */
+    uint32_t n_runs;     /* its run table (0: none) */
+    uint64_t sent_ns;    /* when it left (its time in the ring counts from here) */
+    float *dst;          /* borrowed: where its hidden states go (NULL: the caller's) */
 } head_flight;
 
 struct cluster_head {

@@ -250,8 +250,8 @@ static void on_plan(worker_compute *wc, uint64_t session, const cluster_plan_msg
  * that a window just wrote, to the head (after the hidden states went on, so
  * the copy costs the ring no latency; a frame lost with the device only
  * makes the head re-run those positions) */
-static void send_mirror(worker_compute *wc, uint64_t session, uint32_t slot, int32_t l0,
-                        int32_t l1, int32_t pos0, int32_t n) {
+static void send_mirror(worker_compute *wc, uint64_t session, uint32_t slot, int32_t l0, int32_t l1,
+                        int32_t pos0, int32_t n) {
     if (!(wc->plan.flags & CLUSTER_PLAN_MIRROR_KV) || wc->cc.kv_rows == NULL || wc->kv_fit == 0) {
         return;
     }
@@ -394,8 +394,7 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
                                   wc->x));
     row = 0;
     for (uint32_t i = 0; i < n_runs; i++) {
-        send_mirror(wc, session, wc->runs[i].slot, l0, l1, wc->pos[row],
-                    (int32_t)wc->runs[i].rows);
+        send_mirror(wc, session, wc->runs[i].slot, l0, l1, wc->pos[row], (int32_t)wc->runs[i].rows);
         row += wc->runs[i].rows;
     }
     char text[160];
@@ -467,8 +466,8 @@ static void on_kv_get(worker_compute *wc, uint64_t session, const cluster_kv_get
     for (int32_t p = g->pos0; p < g->pos1 && bad[0] == '\0';) {
         const int32_t n = (int32_t)LARES_MIN((int64_t)wc->kv_fit, (int64_t)(g->pos1 - p));
         lares_error err = {0};
-        if (wc->cc.kv_rows(wc->cc.user, g->slot, (int32_t)g->layer, p, n, false, wc->kv_k,
-                           wc->kv_v, &err) != LARES_OK) {
+        if (wc->cc.kv_rows(wc->cc.user, g->slot, (int32_t)g->layer, p, n, false, wc->kv_k, wc->kv_v,
+                           &err) != LARES_OK) {
             snprintf(bad, sizeof bad, "%s", err.msg);
             break;
         }
@@ -500,8 +499,9 @@ static void on_kv_data(worker_compute *wc, uint64_t session, const cluster_kv_da
                      wc->plan.kv_f16 ? "f16" : "f32");
         } else if (d->pos0 > filled_of(wc, d->slot, (int32_t)d->layer) ||
                    (int64_t)d->pos0 + d->n_pos > (int64_t)wc->plan.n_ctx) {
-            snprintf(bad, sizeof bad, "kv rows %d..%u of slot %u layer %u (it holds %d, context %u)",
-                     d->pos0, d->pos0 + d->n_pos, d->slot, d->layer,
+            snprintf(bad, sizeof bad,
+                     "kv rows %d..%u of slot %u layer %u (it holds %d, context %u)", d->pos0,
+                     d->pos0 + d->n_pos, d->slot, d->layer,
                      filled_of(wc, d->slot, (int32_t)d->layer), wc->plan.n_ctx);
         } else if (slot_filled(wc, d->slot) == NULL) {
             snprintf(bad, sizeof bad, "out of memory for slot %u", d->slot);
