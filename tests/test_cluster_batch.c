@@ -13,7 +13,8 @@
  * - a worker killed mid-batch: with failover the batch goes on (KV from the
  *   head's mirror copy, or re-run per sequence without it) and every
  *   sequence still gets its ids; one failover counted, the worker out;
- * - bad calls: a plan or a batch beyond the slot limit is refused.
+ * - a worker slowed mid-batch: re-balancing moves its layers away between
+ *   two steps (every slot's KV moved, nothing re-run), the same ids.
  */
 #include "cluster_harness.h"
 
@@ -34,8 +35,9 @@ static const char *const prompts[N_SEQ] = {
 typedef struct collect {
     int32_t ids[MAX_TOK];
     int n;
-    int after; /* > 0: stop `victim` when this many tokens came */
+    int after; /* > 0: disturb `victim` when this many tokens came */
     tworker *victim;
+    double slow; /* > 0: slow it down by this; 0: stop it */
 } collect;
 
 static bool on_token(const lares_token_info *t, void *user) {
@@ -44,7 +46,11 @@ static bool on_token(const lares_token_info *t, void *user) {
         c->ids[c->n++] = t->token;
     }
     if (c->victim != NULL && c->n == c->after) {
-        worker_stop(c->victim); /* closes its sockets: as if the process died */
+        if (c->slow > 0) {
+            lares_worker_set_slowdown(c->victim->w, c->slow);
+        } else {
+            worker_stop(c->victim); /* closes its sockets: as if the process died */
+        }
     }
     return true;
 }
@@ -82,15 +88,20 @@ static void alone(lares_model *m, const prompt_ids *pi, int n_predict, collect *
     lares_session_free(s);
 }
 
-static lares_batch *open_batch(lares_model *m, const char *ring, int failover, lares_error *err) {
+static lares_batch *open_batch_with(lares_model *m, const char *ring, int failover, int rebalance,
+                                    lares_error *err) {
     lares_session_opts so = lares_session_opts_default();
     so.n_ctx = N_CTX;
     so.n_threads = 1;
     so.ring = ring;
-    so.ring_rebalance = -1;
+    so.ring_rebalance = rebalance;
     so.ring_failover = failover;
     lares_batch *b = NULL;
     return lares_batch_create(m, &so, N_SEQ, &b, err) == LARES_OK ? b : NULL;
+}
+
+static lares_batch *open_batch(lares_model *m, const char *ring, int failover, lares_error *err) {
+    return open_batch_with(m, ring, failover, -1, err);
 }
 
 static int run_all(lares_batch *b) {
@@ -277,6 +288,60 @@ static void check_killed(lares_model *m, bool mirror) {
     }
 }
 
+/* A worker 100 times slower mid-batch: with re-balancing on, the head brings
+ * the groups home, moves its layers away (every slot's KV transferred from
+ * the live old owner or the head's copy, nothing re-run), and every sequence
+ * still gets its ids. */
+static void check_rebalance(lares_model *m) {
+    lares_error err = {0};
+    tworker ws[3];
+    for (int i = 0; i < 3; i++) {
+        if (!worker_start(&ws[i], 31 + i, NULL, NULL)) {
+            CHECK(false);
+            return;
+        }
+    }
+    static const int w[] = {1, 2, 1, 1};
+    const char *ring = write_ring(
+        "slow.json", ws, 3, w, fixture("stories260K.gguf"),
+        "\"heartbeat_ms\": 50, \"timeout_ms\": 3000, \"rebalance_opts\": {\"warmup_tokens\": 2, "
+        "\"hold_tokens\": 4, \"cooldown_tokens\": 16, \"threshold\": 1.0, \"min_delta_ms\": 1.0}");
+    lares_batch *b = open_batch_with(m, ring, 1, 1, &err);
+    CHECKF(b != NULL, "rebalance: batch: %s", err.msg);
+    if (b != NULL) {
+        lares_batch_set_shared_prompt_rows(b, 0);
+        collect got[N_SEQ];
+        memset(got, 0, sizeof got);
+        lares_generate_opts o[N_SEQ];
+        for (int i = 0; i < N_SEQ; i++) {
+            o[i] = gen_opts(&got[i], N_GEN);
+            CHECK_OK(lares_batch_start(b, i, p[i].ids, p[i].n, &o[i], &err), &err);
+        }
+        got[0].after = 4;
+        got[0].victim = &ws[0];
+        got[0].slow = 100;
+        run_all(b);
+        for (int i = 0; i < N_SEQ; i++) {
+            same(&got[i], &want[i], "rebalance", i);
+        }
+        lares_ring_stats st;
+        lares_ring_device dev[4];
+        memset(&st, 0, sizeof st);
+        CHECK_OK(lares_session_ring_stats(lares_batch_session(b), &st, dev, 4, &err), &err);
+        CHECKF(st.replans >= 1 && st.failovers == 0 && dev[1].n_layers < 2,
+               "rebalance: %" PRIu64 " re-plans, %" PRIu64 " failovers, w1 holds %d layers",
+               st.replans, st.failovers, dev[1].n_layers);
+        CHECKF(strstr(st.last_switch, "re-balance") != NULL && st.rebuilt_tokens == 0 &&
+                   strstr(st.last_switch, "over 5 KV slots") != NULL,
+               "rebalance: %" PRIu64 " positions re-run; last switch: %s", st.rebuilt_tokens,
+               st.last_switch);
+        lares_batch_free(b);
+    }
+    for (int i = 0; i < 3; i++) {
+        worker_stop(&ws[i]);
+    }
+}
+
 int main(void) {
     if (!harness_begin()) {
         return 1;
@@ -303,6 +368,7 @@ int main(void) {
         check_cancel(m);
         check_killed(m, true);
         check_killed(m, false);
+        check_rebalance(m);
     }
     for (int i = 0; i < 3; i++) {
         if (workers[i].w != NULL) {
