@@ -16,6 +16,7 @@
  * - a worker slowed mid-batch: re-balancing moves its layers away between
  *   two steps (every slot's KV moved, nothing re-run), the same ids.
  */
+#include "cluster/cluster.h"
 #include "cluster_harness.h"
 
 #define N_SEQ   4
@@ -342,6 +343,31 @@ static void check_rebalance(lares_model *m) {
     }
 }
 
+/* The groups kept in flight, worked by hand from the cost model
+ * (cluster_pipe_groups): busy(G) = max over devices of G x wait + rows x row,
+ * trip(G) = sum of wait + row x ceil(rows / G), the cycle the larger. */
+static void check_choose(void) {
+    /* compute only (weights in memory), 10 ms a row on each of 4 devices, 4
+     * rows: G=1 160 ms (one trip of 4 rows), 2: 80, 4: 40 (each device busy
+     * 40 ms, a trip 40) */
+    const double none[4] = {0, 0, 0, 0}, ten[4] = {10, 10, 10, 10};
+    CHECK(cluster_pipe_groups(none, ten, 4, 4, 4, 1) == 4);
+    CHECK(cluster_pipe_groups(none, ten, 4, 4, 2, 1) == 2); /* at most 2 */
+    /* the emulated 7B ring: the head waits 2250 ms a pass for its streamed
+     * weights, the workers 1230, a row costs 300 and 330 ms: G=1 11100 ms
+     * (5940 waits + 4 x 1290), 2: 8520 (the trip: 5940 + 2 x 1290; the head
+     * busy 5700), 3: 8520 (ceil(4 / 3) = 2 rows), 4: 10200 (the head reads 4
+     * times: 9000 + 1200) -> 2 (3 ties, fewer reads) */
+    const double wait[4] = {2250, 1230, 1230, 1230}, row[4] = {300, 330, 330, 330};
+    CHECKF(cluster_pipe_groups(wait, row, 4, 4, 4, 4) == 2, "7B: %d groups",
+           cluster_pipe_groups(wait, row, 4, 4, 4, 4));
+    CHECK(cluster_pipe_groups(wait, row, 4, 4, 4, 1) == 2);
+    /* 10 % or it stays: from 3 (8520) nothing is faster enough */
+    CHECK(cluster_pipe_groups(wait, row, 4, 4, 4, 3) == 3);
+    /* one sequence: one group whatever the devices */
+    CHECK(cluster_pipe_groups(none, ten, 4, 1, 1, 4) == 1);
+}
+
 int main(void) {
     if (!harness_begin()) {
         return 1;
@@ -358,6 +384,7 @@ int main(void) {
                  &err);
         alone(m, &p[i], N_GEN, &want[i]);
     }
+    check_choose();
     if (ok) {
         static const int w_2[] = {1, 2, 2};    /* 2 workers, k = 1 */
         static const int w_3[] = {0, 1, 1, 1}; /* 3 workers, k = 2 (W = 3), head none */

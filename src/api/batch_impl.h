@@ -70,7 +70,8 @@ struct lares_batch {
     /* over a ring (batch_ring.c): the groups going around, pipelined */
     ring_group *groups; /* owned, max_groups (buffers made on first use) */
     int32_t max_groups;
-    int32_t ring_groups; /* groups in flight at most (0: the devices in the plan) */
+    int32_t ring_groups; /* groups in flight at most (0: chosen by the pass costs) */
+    int32_t cur_groups;  /* the groups in flight chosen last (0: none yet) */
     int32_t ring_turn;   /* the sequence the next group starts from */
     bool last_gen;       /* the last group landed had generating rows only */
 };

@@ -9,7 +9,8 @@
  * its logits are drawn, its sequences are free to go around again, and the
  * groups are filled up before the step returns, so the ring stays busy while
  * the caller handles the tokens. The active sequences are shared among the
- * groups (ceil(active / G) each, G = the devices in the plan in force unless
+ * groups (ceil(active / G) each; G is one per device of the plan in force
+ * at first, then what the measured pass costs predict fastest, unless
  * lares_batch_set_ring_groups says otherwise), generating sequences and
  * prompt chunks alike; while another sequence is active a group takes at
  * most shared_prompt_rows of a prompt, as a step on one device does. A
@@ -70,11 +71,20 @@ void lares_batch_set_ring_groups(lares_batch *b, int32_t groups) {
     b->ring_groups = groups > 0 ? groups : 0;
 }
 
-/* groups in flight at most now */
-static int32_t groups_target(const lares_batch *b) {
-    const int32_t devices = cluster_head_plan(b->s->ring->head)->n_dev;
-    const int32_t g = b->ring_groups > 0 ? b->ring_groups : devices;
-    return LARES_MAX(1, LARES_MIN(g, b->max_groups));
+/* Groups in flight at most now, for `active` sequences: as set, else one per
+ * device at first (each device then computes a group of its own), then as
+ * the measured pass costs say (cluster_pipe_groups: where devices wait for
+ * their weights from disk, every group reads them again, and fewer groups
+ * of more rows may be faster). */
+static int32_t groups_target(lares_batch *b, int32_t active) {
+    const api_ring *r = b->s->ring;
+    const int32_t most = LARES_MAX(1, LARES_MIN(cluster_head_plan(r->head)->n_dev, b->max_groups));
+    if (b->ring_groups > 0) {
+        return LARES_MIN(b->ring_groups, b->max_groups);
+    }
+    const int32_t now = b->cur_groups > 0 ? b->cur_groups : most;
+    b->cur_groups = ring_pipe_groups(r, active, LARES_MIN(most, LARES_MAX(active, 1)), now);
+    return b->cur_groups;
 }
 
 /* The sequence of a KV slot of the ring (slot 0 is the session's). */
@@ -127,12 +137,12 @@ static bool form(lares_batch *b, ring_group *g, int32_t share, int32_t prompt_ro
 /* Sends groups until G are in flight or no sequence waits. */
 static lares_status launch(lares_batch *b, lares_error *err) {
     lares_session *s = b->s;
-    const int32_t target = groups_target(b);
     int32_t waiting = 0, active = 0;
     for (int32_t i = 0; i < b->n_seq; i++) {
         waiting += b->seq[i].state == SEQ_GEN || b->seq[i].state == SEQ_PROMPT;
         active += b->seq[i].state != SEQ_FREE;
     }
+    const int32_t target = groups_target(b, active);
     const int32_t groups = LARES_MIN(target, active);
     const int32_t share = groups > 0 ? (active + groups - 1) / groups : 0;
     int32_t busy = 0;
@@ -195,10 +205,15 @@ static lares_status draw(lares_batch *b, ring_group *g, lares_error *err) {
         k += take;
         row += n;
     }
+    exec_counters c0, c1;
+    exec_local_counters(s->exec, &c0);
+    const uint64_t t0 = lares_now_ns();
     st = n_out > 0 ? exec_local_output(s->exec, b->last_x, n_out, b->logits, err) : LARES_OK;
     if (st != LARES_OK) {
         return st;
     }
+    exec_local_counters(s->exec, &c1);
+    ring_note_output(s->ring, (lares_now_ns() - t0) / 1000u, (c1.wait_ns - c0.wait_ns) / 1000u);
     k = 0;
     row = 0;
     const uint64_t now = lares_now_ns();

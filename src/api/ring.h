@@ -75,6 +75,17 @@ typedef struct api_ring {
      * session's own passes and before any plan change */
     ring_group *groups;
     int32_t n_groups;
+    /* what a group's pass costs each device (ring_pipe.c, the groups to keep
+     * in flight), per ring.json device: ms waiting for weights from disk a
+     * pass and ms computing a row; moving estimates (< 0: none yet) made from
+     * the figures gathered over a few passes */
+    double pass_wait_ms[CLUSTER_MAX_DEVICES], row_ms[CLUSTER_MAX_DEVICES];
+    int32_t pass_samples;
+    struct {
+        uint64_t wait_us[CLUSTER_MAX_DEVICES], busy_us[CLUSTER_MAX_DEVICES];
+        int64_t rows;
+        int32_t passes;
+    } pass_acc;
     int32_t rounds;       /* k of the first plan; re-plans keep it */
     uint64_t layer_bytes; /* the largest layer's weights plus its KV cache */
     uint64_t head_budget_bytes; /* the session's memory budget; 0: none known */
@@ -167,8 +178,15 @@ lares_status ring_bind_slots(lares_session *s, int32_t n, model_kv *const *kv,
                              const int32_t *const *history, lares_error *err);
 /* The batch's groups (borrowed; NULL, 0: none any more). */
 void ring_bind_groups(api_ring *r, ring_group *groups, int32_t n);
-/* The head's ms per layer and each member's from the last pass into the monitor. */
-void ring_monitor_token(api_ring *r);
+/* The figures of the passes since the last call: with judge, the head's ms
+ * per layer row and each member's into the monitor; with rows > 0 (a
+ * batch's group of that many rows landed) into the pass costs. */
+void ring_take_pass(api_ring *r, bool judge, int32_t rows);
+/* The head's output (final norm and output matrix) of a group's rows took
+ * us, of which wait_us waiting for its weights: a part of the head's pass. */
+void ring_note_output(api_ring *r, uint64_t us, uint64_t wait_us);
+/* The pass costs start over (a new plan). */
+void ring_pass_costs_reset(api_ring *r);
 /* The plan in force into r->serving (for other threads: /health). */
 void ring_note_serving(api_ring *r);
 /* Layers per device (ring.json index) under the plan in force. */
@@ -288,6 +306,10 @@ lares_status ring_groups_recover(lares_session *s, lares_error *err);
 void ring_groups_abandon(api_ring *r);
 /* Groups in flight now. */
 int32_t ring_groups_flying(const api_ring *r);
+/* How many groups to keep in flight for n_rows rows a cycle, at most `most`,
+ * now `current`: cluster_pipe_groups with the ring's pass costs; current
+ * until it has some. */
+int32_t ring_pipe_groups(const api_ring *r, int32_t n_rows, int32_t most, int32_t current);
 
 /* ring_view.c */
 

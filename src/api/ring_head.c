@@ -287,6 +287,7 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
         r->slots[0].kv = s->kv; /* slot 0: the session's own conversation */
         r->slots[0].history = s->history;
     }
+    ring_pass_costs_reset(r);
     cluster_plan plan;
     cluster_keypair key;
     if (st == LARES_OK) {
@@ -412,15 +413,58 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     return LARES_OK;
 }
 
-void ring_monitor_token(api_ring *r) {
+void ring_pass_costs_reset(api_ring *r) {
+    for (int32_t d = 0; d < CLUSTER_MAX_DEVICES; d++) {
+        r->pass_wait_ms[d] = r->row_ms[d] = -1;
+    }
+    r->pass_samples = 0;
+    memset(&r->pass_acc, 0, sizeof r->pass_acc);
+}
+
+void ring_note_output(api_ring *r, uint64_t us, uint64_t wait_us) {
+    r->pass_acc.wait_us[0] += wait_us;
+    r->pass_acc.busy_us[0] += us - LARES_MIN(us, wait_us);
+}
+
+/* A batch's group landed: its pass's figures join the others; every few
+ * passes they are folded into the costs (a pass's figures arrive with other
+ * groups' windows in between, so only sums over several mean anything). */
+static void pass_costs(api_ring *r, const cluster_pass *pass, int32_t rows) {
+    for (int32_t d = 0; d < r->n_cfg; d++) {
+        r->pass_acc.wait_us[d] += pass[d].wait_us;
+        r->pass_acc.busy_us[d] += pass[d].compute_us - LARES_MIN(pass[d].compute_us,
+                                                                 pass[d].wait_us);
+    }
+    r->pass_acc.rows += rows;
+    if (++r->pass_acc.passes < 4) {
+        return;
+    }
+    const double alpha = r->pass_samples > 0 ? 0.5 : 1.0;
+    for (int32_t d = 0; d < r->n_cfg; d++) {
+        const double w = (double)r->pass_acc.wait_us[d] / 1e3 / r->pass_acc.passes;
+        const double c = (double)r->pass_acc.busy_us[d] / 1e3 / (double)r->pass_acc.rows;
+        r->pass_wait_ms[d] = alpha * w + (1 - alpha) * LARES_MAX(r->pass_wait_ms[d], 0.0);
+        r->row_ms[d] = alpha * c + (1 - alpha) * LARES_MAX(r->row_ms[d], 0.0);
+    }
+    r->pass_samples++;
+    memset(&r->pass_acc, 0, sizeof r->pass_acc);
+}
+
+void ring_take_pass(api_ring *r, bool judge, int32_t rows) {
     cluster_pass pass[CLUSTER_MAX_DEVICES];
+    cluster_head_take_pass(r->head, pass);
+    if (rows > 0) {
+        pass_costs(r, pass, rows);
+    }
+    if (!judge) {
+        return;
+    }
     double ms[CLUSTER_MAX_DEVICES], wait[CLUSTER_MAX_DEVICES];
     uint32_t mem[CLUSTER_MAX_DEVICES];
-    cluster_head_take_pass(r->head, pass);
     for (int32_t d = 0; d < r->n_cfg; d++) {
         const bool ran = pass[d].layers > 0;
-        ms[d] = ran ? (double)pass[d].compute_us / 1e3 / pass[d].layers : -1;
-        wait[d] = ran ? (double)pass[d].wait_us / 1e3 / pass[d].layers : -1;
+        ms[d] = ran ? (double)pass[d].compute_us / 1e3 / (double)pass[d].layers : -1;
+        wait[d] = ran ? (double)pass[d].wait_us / 1e3 / (double)pass[d].layers : -1;
         mem[d] = pass[d].mem_free_mib;
     }
     cluster_monitor_token(&r->mon, ms, wait, mem);
@@ -509,12 +553,7 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
             return st;
         }
     }
-    if (nb == 1) {
-        ring_monitor_token(r);
-    } else {
-        cluster_pass pass[CLUSTER_MAX_DEVICES]; /* prompt batches are not judged */
-        cluster_head_take_pass(r->head, pass);
-    }
+    ring_take_pass(r, nb == 1, 0); /* prompt batches are not judged */
     ring_slot_ran(r, 0, r->pos_saved[0], nb);
     ring_view_update(s);
     return LARES_OK;

@@ -59,14 +59,9 @@ static void land(lares_session *s, ring_group *g) {
         ring_slot_ran(r, g->run[i].slot, g->pos[row], (int32_t)g->run[i].rows);
         row += (int32_t)g->run[i].rows;
     }
-    if (g->gen) {
-        ring_monitor_token(r);
-        if (r->pending.on) {
-            r->pending.tokens += (uint64_t)g->n_rows; /* generated while a fetch runs */
-        }
-    } else {
-        cluster_pass pass[CLUSTER_MAX_DEVICES];
-        cluster_head_take_pass(r->head, pass);
+    ring_take_pass(r, g->gen, g->n_rows); /* a prompt's pass is not judged */
+    if (g->gen && r->pending.on) {
+        r->pending.tokens += (uint64_t)g->n_rows; /* generated while a fetch runs */
     }
     ring_view_update(s);
 }
@@ -206,4 +201,18 @@ void ring_groups_abandon(api_ring *r) {
     for (int32_t i = 0; i < r->n_groups; i++) {
         r->groups[i].state = RING_GROUP_IDLE;
     }
+}
+
+int32_t ring_pipe_groups(const api_ring *r, int32_t n_rows, int32_t most, int32_t current) {
+    const cluster_plan *p = cluster_head_plan(r->head);
+    if (r->pass_samples < 1 || n_rows < 1) {
+        return LARES_MAX(1, LARES_MIN(current, most)); /* nothing measured yet */
+    }
+    double wait[CLUSTER_MAX_DEVICES], row[CLUSTER_MAX_DEVICES];
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        const int32_t d = cluster_head_member(r->head, i);
+        wait[i] = LARES_MAX(r->pass_wait_ms[d], 0.0);
+        row[i] = LARES_MAX(r->row_ms[d], 0.0);
+    }
+    return cluster_pipe_groups(wait, row, p->n_dev, n_rows, most, current);
 }

@@ -232,6 +232,7 @@ lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int
     if (st == LARES_OK) {
         ring_plan_adopt(r); /* the planner's predictions, or none after a fallback */
         ring_note_serving(r);
+        ring_pass_costs_reset(r); /* other windows, other costs */
     }
     uint64_t moved_bytes = 0;
     int32_t n_move = 0, n_copy = 0;

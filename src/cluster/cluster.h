@@ -179,6 +179,17 @@ lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
                                   const double *ms_per_layer, const int32_t *cap_layers,
                                   const bool *can_stream, const int32_t *base, cluster_plan *out,
                                   int32_t *members, lares_error *err);
+/* How many groups of a batch's sequences to keep in the ring at once (issue
+ * 20) for n_rows rows a cycle (a row of each active sequence), at most
+ * `most`, now `current`, from the n_dev devices' costs of a pass: wait_ms,
+ * the time a pass waits for weights from disk (a device that streams reads
+ * its window again for every group), and row_ms, a row's compute. The cycle
+ * of G groups is the longer of each device's busy time, G x wait + n_rows x
+ * row, and one group's trip around the ring, the sum of wait + row x
+ * ceil(n_rows / G); the G of the shortest (ties: fewer groups). current
+ * stays unless that G is predicted 10 % faster. */
+int32_t cluster_pipe_groups(const double *wait_ms, const double *row_ms, int32_t n_dev,
+                            int32_t n_rows, int32_t most, int32_t current);
 /* "head 1 | w1 2 | w2 2 (k=2)" for messages */
 void cluster_plan_describe(const cluster_plan *p, char *buf, size_t cap);
 
