@@ -436,9 +436,11 @@ LARES_API lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares
 #define LARES_BATCH_SHARED_PROMPT_ROWS 8
 LARES_API void lares_batch_set_shared_prompt_rows(lares_batch *b, int32_t rows);
 /* Over a ring: groups of sequences in the ring at once (pipelining: device 2
- * computes one group while device 1 computes the next); 0 (the default): as
- * many as the plan in force has devices, at most the active sequences; 1:
- * every sequence in one pass, one device busy at a time. */
+ * computes one group while device 1 computes the next); 0 (the default): one
+ * per device of the plan in force at first, then as many as the measured
+ * costs of a pass predict fastest (a device that streams its weights reads
+ * them again for every group), at most the active sequences; 1: every
+ * sequence in one pass, one device busy at a time. */
 LARES_API void lares_batch_set_ring_groups(lares_batch *b, int32_t groups);
 /* Stops a sequence at the next step (LARES_STOP_CANCELED); any thread. */
 LARES_API void lares_batch_cancel(lares_batch *b, int32_t seq);
