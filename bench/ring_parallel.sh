@@ -81,7 +81,7 @@ rows=("| 1 | - | $one | $(jq -c '.streams["1"].runs' "$TMP/one.json") | 1.00 |")
 for g in $GROUPS_LIST; do
   bench "four-g$g" 4 "--ring-groups $g" || continue
   t=$(jq '.streams["4"].aggregate_tps' "$TMP/four-g$g.json")
-  rows+=("| 4 | ${g/#0/auto (4)} | $t | $(jq -c '.streams["4"].runs' "$TMP/four-g$g.json") | $(echo "$t / $one" | bc -l | xargs printf %.2f) |")
+  rows+=("| 4 | ${g/#0/auto} | $t | $(jq -c '.streams["4"].runs' "$TMP/four-g$g.json") | $(echo "$t / $one" | bc -l | xargs printf %.2f) |")
 done
 {
   echo "| requests | groups in flight | aggregate tok/s (median) | runs | over one |"
