@@ -168,11 +168,16 @@ static lares_status recv_flight(cluster_head *h, uint64_t want, float *x, uint64
             continue;
         }
         const cluster_act *a = &f->u.act;
+        char bad[200] = "";
+        if (f->session == h->session && a->seq > h->next_seq) {
+            snprintf(bad, sizeof bad, "batch %" PRIu64 " arrived, the last sent was %" PRIu64,
+                     a->seq, h->next_seq);
+            return head_device_failed(h, dev, LARES_EPROTO, bad, err);
+        }
         head_flight *fl = f->session == h->session ? flight_of(h, a->seq) : NULL;
         if (fl == NULL || (want != 0 && a->seq != want)) {
             continue; /* a batch abandoned earlier (a canceled generation, an old plan) */
         }
-        char bad[200] = "";
         const int32_t want_from = sender_of(&h->plan, (int32_t)a->layer);
         int32_t od, orr;
         if ((int32_t)a->n_tok != fl->n_tok || (int32_t)a->n_embd != h->n_embd ||
