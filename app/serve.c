@@ -32,6 +32,9 @@ static void serve_usage(FILE *to) {
           "                          (prompt lookup; with or without --parallel)\n"
           "      --prompt-share N    with --parallel: prompt tokens a step reads while other\n"
           "                          requests decode (default 8: they are not held up; 0: no limit)\n"
+          "      --ring-groups N     with --parallel and --ring: groups of requests in the ring at\n"
+          "                          once, pipelined (default 0: as the measured costs say, one per\n"
+          "                          device at first; 1: all in one pass)\n"
           "      --max-body SIZE     largest request body (default 1M)\n"
           "      --max-connections N connections served at once (default 64; 4 more are kept\n"
           "                          for /health and /metrics)\n"
@@ -54,7 +57,7 @@ int cmd_serve(int argc, char **argv) {
     so.ring_profile_cache = app_profile_cache_default(); /* an automatic ring's head */
     server_opts o = server_opts_default();
     int verbosity = 0;
-    int32_t v32, parallel = 1, prompt_share = LARES_BATCH_SHARED_PROMPT_ROWS;
+    int32_t v32, parallel = 1, prompt_share = LARES_BATCH_SHARED_PROMPT_ROWS, ring_groups = -1;
     uint64_t v64;
     o.api_key = getenv("LARES_API_KEY");
     for (int i = 1; i < argc; i++) {
@@ -110,6 +113,11 @@ int cmd_serve(int argc, char **argv) {
         } else if (strcmp(a, "--lookup") == 0) {
             VALUE();
             if (!app_parse_i32(a, v, 1, LARES_LOOKUP_MAX, &o.lookup)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--ring-groups") == 0) {
+            VALUE();
+            if (!app_parse_i32(a, v, 0, 64, &ring_groups)) {
                 return APP_USAGE;
             }
         } else if (strcmp(a, "--prompt-share") == 0) {
@@ -174,6 +182,11 @@ int cmd_serve(int argc, char **argv) {
         app_error("serve: --draft-n needs a draft model (--draft MODEL)");
         return APP_USAGE;
     }
+    if (ring_groups >= 0 && (parallel < 2 || so.ring == NULL)) {
+        app_error("serve: --ring-groups shares --parallel requests over a ring: it needs both "
+                  "--parallel N (N > 1) and --ring");
+        return APP_USAGE;
+    }
     if (draft != NULL && parallel > 1) {
         app_error("serve: --draft serves one request at a time; it does not go with --parallel");
         return APP_USAGE;
@@ -214,6 +227,7 @@ int cmd_serve(int argc, char **argv) {
             goto done;
         }
         lares_batch_set_shared_prompt_rows(batch, prompt_share);
+        lares_batch_set_ring_groups(batch, ring_groups > 0 ? ring_groups : 0);
         o.batch = batch;
     }
     if (draft != NULL && lares_model_open(draft, NULL, &dm, &err) != LARES_OK) {

@@ -11,6 +11,11 @@ argument is then its llama-server binary, started with `-np S -c CTX*S`, its
 continuous batching on by default) for the same figures side by side. Each
 stream has --ctx positions (lares: `-c CTX`, a context per sequence).
 
+--launcher PATH starts each lares server through PATH (a program that execs
+lares, e.g. a device of the emulated home, tests/cluster/testbed.sh) and
+--extra "ARGS" adds ARGS to its command line (--ring ring.json ...:
+bench/ring_parallel.sh).
+
 --limit runs each lares server in a fresh memory cgroup of that size (decimal
 G/M, as bench/mem_stream.sh; root), from a cold page cache: weights that do not
 fit beside the streams' caches stream from disk, read once a step for all.
@@ -99,11 +104,13 @@ def size_bytes(text):
     return int(float(text.rstrip("GM")) * unit)
 
 
-def start(lares, model, parallel, threads, ctx, engine="lares", limit=None, lookup=0):
+def start(lares, model, parallel, threads, ctx, engine="lares", limit=None, lookup=0,
+          launcher=None, extra=""):
     if engine == "llama-server":
         return start_reference(lares, model, parallel, threads, ctx * max(parallel, 1))
     # lares's context is each sequence's; llama-server splits its own among the slots
-    args = [lares, "serve", "-m", model, "--port", "0", "-t", str(threads), "-c", str(ctx)]
+    args = [launcher or lares, "serve", "-m", model, "--port", "0", "-t", str(threads),
+            "-c", str(ctx)] + extra.split()
     if parallel > 1:
         args += ["--parallel", str(parallel)]
     if lookup:
@@ -211,6 +218,8 @@ def main():
     ap.add_argument("--limit", help="lares in a memory cgroup of this size (3.0G), cold")
     ap.add_argument("--no-ttft", action="store_true", help="throughput only")
     ap.add_argument("--lookup", type=int, default=0, help="lares serve --lookup N")
+    ap.add_argument("--launcher", help="start lares through this program (a testbed device)")
+    ap.add_argument("--extra", default="", help="more lares serve arguments (--ring ...)")
     a = ap.parse_args()
     if a.limit and a.engine != "lares":
         sys.exit("serve_parallel: --limit is for lares (bench/mem_stream.sh runs the reference)")
@@ -227,7 +236,8 @@ def main():
 
 def run(a, result):
     for s in [int(x) for x in a.streams.split()]:
-        srv, port = start(a.lares, a.model, s, a.threads, a.ctx, a.engine, a.limit, a.lookup)
+        srv, port = start(a.lares, a.model, s, a.threads, a.ctx, a.engine, a.limit, a.lookup,
+                          a.launcher, a.extra)
         try:
             throughput(port, s, 8, -1)  # warm-up
             figs = [throughput(port, s, a.tokens, rep) for rep in range(a.reps)]
@@ -243,7 +253,8 @@ def run(a, result):
     if a.no_ttft:
         return
     # first token of a short request: idle, and while a long prompt is read
-    srv, port = start(a.lares, a.model, 2, a.threads, 2048, a.engine, a.limit)
+    srv, port = start(a.lares, a.model, 2, a.threads, 2048, a.engine, a.limit, 0, a.launcher,
+                      a.extra)
     try:
         ttft(port, "warm up")
         idle = statistics.median(ttft(port, f"Hello number {i}") for i in range(a.reps))

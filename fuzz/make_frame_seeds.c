@@ -65,6 +65,13 @@ int main(int argc, char **argv) {
     bad |= put(argv[1], "act-f32", b, cluster_encode_act(b, sizeof b, 9, &a, pos, t, x));
     a.dtype = CLUSTER_DTYPE_F16;
     bad |= put(argv[1], "act-f16", b, cluster_encode_act(b, sizeof b, 9, &a, pos, t, x));
+    /* two sequences' rows (issue 20): slot 2 at 7, 8; slot 1 at 0 */
+    const cluster_run runs[2] = {{.slot = 2, .rows = 2}, {.slot = 1, .rows = 1}};
+    const int32_t pos_runs[3] = {7, 8, 0};
+    a.n_runs = 2;
+    bad |= put(argv[1], "act-runs", b,
+               cluster_encode_act_runs(b, sizeof b, 9, &a, runs, pos_runs, t, x));
+    a.n_runs = 0;
     const cluster_kv kv = {.op = CLUSTER_KV_TRUNCATE, .pos = 3};
     bad |= put(argv[1], "kv", b, cluster_encode_kv(b, sizeof b, 9, CLUSTER_KV, &kv));
     uint8_t rows[2 * 8];

@@ -395,8 +395,11 @@ typedef struct lares_batch lares_batch;
  * when smaller. The n_seq KV caches come out of the memory budget (mem_budget,
  * else the cgroup's or MemAvailable's): the weights get the rest and stream
  * from disk where it is short, each streamed layer read once a step for every
- * sequence; a budget the caches leave too little of is LARES_ERANGE. Not yet
- * over a ring (LARES_EUNSUPPORTED). */
+ * sequence; a budget the caches leave too little of is LARES_ERANGE. Over a
+ * ring (opts.ring) every member keeps a KV cache per sequence, counted in
+ * its budget, and the sequences go around in groups, pipelined
+ * (lares_batch_set_ring_groups; docs/batching.md "Over a ring"); a worker
+ * built before that is LARES_EUNSUPPORTED. */
 LARES_API lares_status lares_batch_create(lares_model *m, const lares_session_opts *opts,
                                           int32_t n_seq, lares_batch **out, lares_error *err);
 LARES_API void lares_batch_free(lares_batch *b);
@@ -432,6 +435,13 @@ LARES_API lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares
  * Prompts are read shortest first. */
 #define LARES_BATCH_SHARED_PROMPT_ROWS 8
 LARES_API void lares_batch_set_shared_prompt_rows(lares_batch *b, int32_t rows);
+/* Over a ring: groups of sequences in the ring at once (pipelining: device 2
+ * computes one group while device 1 computes the next); 0 (the default): one
+ * per device of the plan in force at first, then as many as the measured
+ * costs of a pass predict fastest (a device that streams its weights reads
+ * them again for every group), at most the active sequences; 1: every
+ * sequence in one pass, one device busy at a time. */
+LARES_API void lares_batch_set_ring_groups(lares_batch *b, int32_t groups);
 /* Stops a sequence at the next step (LARES_STOP_CANCELED); any thread. */
 LARES_API void lares_batch_cancel(lares_batch *b, int32_t seq);
 /* Whether the sequence is active (started and not finished). */
@@ -694,6 +704,12 @@ typedef struct lares_ring_stats {
     uint64_t waited_switches;
     uint64_t prepare_failures;
     uint64_t fetch_tokens;
+    /* several sequences at once (lares_batch over a ring, issue 20): KV
+     * slots every member keeps (1: the session's own only; a batch of n, n +
+     * 1), and the most batches that were in the ring at once (> 1: its
+     * groups were pipelined) */
+    int32_t kv_slots;
+    int32_t max_in_flight;
 } lares_ring_stats;
 
 /* Figures of a ring session: LARES_EINVAL for a session on one device.

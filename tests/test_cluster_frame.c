@@ -140,6 +140,11 @@ static size_t make_frames(uint8_t bufs[][2048], size_t *lens) {
     p.flags = CLUSTER_PLAN_KEEP_KV | CLUSTER_PLAN_MIRROR_KV;
     lens[k] = cluster_encode_prepare(bufs[k], 2048, 78, &p);
     k++;
+    /* a plan whose members keep 9 KV slots (issue 20) */
+    p.flags = CLUSTER_PLAN_SLOTS;
+    p.n_slots = 9;
+    lens[k] = cluster_encode_plan(bufs[k], 2048, 79, &p);
+    k++;
     p.flags = 0;
     cluster_prepared pd = {.status = LARES_ERANGE, .fetched_bytes = 0x0102030405u};
     snprintf(pd.msg, sizeof pd.msg, "weight cache: 196608 more bytes do not fit");
@@ -152,6 +157,12 @@ static size_t make_frames(uint8_t bufs[][2048], size_t *lens) {
     lens[k] = cluster_encode_kv(bufs[k], 2048, 77, CLUSTER_KV, &kv);
     k++;
     lens[k] = cluster_encode_kv(bufs[k], 2048, 77, CLUSTER_KV_DONE, &kv);
+    k++;
+    const cluster_kv kv_slot = {.op = CLUSTER_KV_CLEAR, .pos = 0, .slot = 3};
+    lens[k] = cluster_encode_kv(bufs[k], 2048, 77, CLUSTER_KV, &kv_slot);
+    k++;
+    const cluster_kv_get kg = {.layer = 5, .pos0 = 1, .pos1 = 30, .slot = 6};
+    lens[k] = cluster_encode_kv_get(bufs[k], 2048, 77, &kg);
     k++;
     lens[k] = cluster_encode_heartbeat(bufs[k], 2048, 77, 5);
     k++;
@@ -171,6 +182,13 @@ static size_t make_frames(uint8_t bufs[][2048], size_t *lens) {
     const cluster_act a = {.seq = 3, .layer = 5, .end = 8, .n_tok = 3, .n_embd = 8};
     lens[k] = cluster_encode_act(bufs[k], 2048, 77, &a, pos, NULL, x);
     k++;
+    /* the same rows as two sequences' (issue 20): slot 1 at 10, 11, slot 3 at 0 */
+    const cluster_run runs[2] = {{.slot = 1, .rows = 2}, {.slot = 3, .rows = 1}};
+    const int32_t pos_runs[3] = {10, 11, 0};
+    cluster_act ar = a;
+    ar.n_runs = 2;
+    lens[k] = cluster_encode_act_runs(bufs[k], 2048, 77, &ar, runs, pos_runs, NULL, x);
+    k++;
     /* KV rows: a transfer (KV_DATA) and a worker's copy for the head (KV_MIRROR) */
     uint8_t rows[2][3 * 16];
     for (int i = 0; i < 3 * 16; i++) {
@@ -188,15 +206,15 @@ static size_t make_frames(uint8_t bufs[][2048], size_t *lens) {
     lens[k] = cluster_encode_kv_data(bufs[k], 2048, 77, &d);
     k++;
     const cluster_kv_data dm = {
-        .layer = 2, .pos0 = 7, .n_pos = 2, .row_bytes = 16, .k = rows[1], .v = rows[0]};
+        .layer = 2, .pos0 = 7, .n_pos = 2, .row_bytes = 16, .slot = 2, .k = rows[1], .v = rows[0]};
     lens[k] = cluster_encode_kv_mirror(bufs[k], 2048, 77, &dm);
     k++;
     return k;
 }
 
 static void check_roundtrip_and_truncation(void) {
-    static uint8_t bufs[24][2048];
-    size_t lens[24];
+    static uint8_t bufs[32][2048];
+    size_t lens[32];
     const size_t k = make_frames(bufs, lens);
     cluster_frame *f = calloc(1, sizeof *f);
     lares_error err = {0};
@@ -248,22 +266,31 @@ static void check_roundtrip_and_truncation(void) {
         case CLUSTER_LINK_OK:
             n = cluster_encode_link(again, sizeof again, f->session, f->type, f->u.link_from);
             break;
+        case CLUSTER_KV_GET:
+            CHECK(f->u.kv_get.slot == 6 && f->u.kv_get.pos1 == 30);
+            n = cluster_encode_kv_get(again, sizeof again, f->session, &f->u.kv_get);
+            break;
         case CLUSTER_KV_DATA:
             n = cluster_encode_kv_data(again, sizeof again, f->session, &f->u.kv_data);
             break;
         case CLUSTER_KV_MIRROR:
             CHECK(f->u.kv_data.layer == 2 && f->u.kv_data.pos0 == 7 && f->u.kv_data.n_pos == 2 &&
-                  f->u.kv_data.k[0] == 255 && f->u.kv_data.v[31] == 31);
+                  f->u.kv_data.slot == 2 && f->u.kv_data.k[0] == 255 && f->u.kv_data.v[31] == 31);
             n = cluster_encode_kv_mirror(again, sizeof again, f->session, &f->u.kv_data);
             break;
         case CLUSTER_ACT: {
             float x[64];
             int32_t pos[8];
+            cluster_run runs[8];
             cluster_act_read(&f->u.act, x);
             for (uint32_t t = 0; t < f->u.act.n_tok; t++) {
                 pos[t] = cluster_act_pos(&f->u.act, t);
             }
-            n = cluster_encode_act(again, sizeof again, f->session, &f->u.act, pos, NULL, x);
+            for (uint32_t r = 0; r < f->u.act.n_runs; r++) {
+                cluster_act_run_at(&f->u.act, r, &runs[r]);
+            }
+            n = cluster_encode_act_runs(again, sizeof again, f->session, &f->u.act, runs, pos, NULL,
+                                        x);
             break;
         }
         default:
@@ -456,6 +483,152 @@ static void check_hostile(void) {
 }
 
 /* ---- the plan against scheduling.md, worked by hand ---- */
+
+/* ---- several sequences (issue 20): run tables, slots, PLAN flag 8 ---- */
+
+static void check_slots(void) {
+    uint8_t b[4096], t[4096];
+    cluster_frame *f = calloc(1, sizeof *f);
+    lares_error err = {0};
+    /* ACT with a run table, by hand: 3 rows of width 1, slot 2 (rows at
+     * positions 7, 8) then slot 5 (row at position 0) */
+    static const uint8_t act[] = {
+        'L', 'R', 'N',  'G',  2, 0, 5, 0, /* magic, version 2, type 5 */
+        9,   0,   0,    0,    0, 0, 0, 0, /* session 9 */
+        72,  0,   0,    0, /* payload: 28 fixed + 4 + 2 x 8 runs + 12 pos + 12 data */
+        1,   0,   0,    0,    0, 0, 0, 0, /* sequence */
+        0,   0,   0,    0,                /* next layer */
+        4,   0,   0,    0,                /* end layer */
+        3,   0,   0,    0,                /* tokens */
+        1,   0,   0,    0,                /* width */
+        0,                                /* f32 */
+        1,                                /* flags: a run table */
+        0,   0,                           /* trace entries */
+        2,   0,   0,    0,                /* runs */
+        2,   0,   0,    0,    2, 0, 0, 0, /* slot 2, 2 rows */
+        5,   0,   0,    0,    1, 0, 0, 0, /* slot 5, 1 row */
+        7,   0,   0,    0,    8, 0, 0, 0, /* positions */
+        0,   0,   0,    0,                /* ... a new run starts anywhere */
+        0,   0,   0x80, 0x3f,             /* 1.0f */
+        0,   0,   0,    0x40,             /* 2.0f */
+        0,   0,   0x40, 0x40,             /* 3.0f */
+    };
+    const cluster_run runs[] = {{.slot = 2, .rows = 2}, {.slot = 5, .rows = 1}};
+    const int32_t pos[] = {7, 8, 0};
+    const float x[] = {1.0f, 2.0f, 3.0f};
+    cluster_act a = {.seq = 1, .layer = 0, .end = 4, .n_tok = 3, .n_embd = 1, .n_runs = 2};
+    size_t n = cluster_encode_act_runs(b, sizeof b, 9, &a, runs, pos, NULL, x);
+    CHECKF(n == sizeof act && memcmp(b, act, n) == 0, "act with runs: %zu bytes, want %zu", n,
+           sizeof act);
+    CHECK(n == cluster_act_bytes_runs(3, 1, CLUSTER_DTYPE_F32, 0, 2));
+    CHECK(cluster_encode_act(b, sizeof b, 9, &a, pos, NULL, x) == 0); /* runs need the _runs call */
+    CHECK_OK(cluster_frame_decode(act, sizeof act, f, &err), &err);
+    cluster_run r1;
+    cluster_act_run_at(&f->u.act, 1, &r1);
+    CHECK(f->u.act.n_runs == 2 && r1.slot == 5 && r1.rows == 1 &&
+          cluster_act_pos(&f->u.act, 2) == 0);
+    /* encoders refuse runs that do not add up or name a slot out of range */
+    const cluster_run short_runs[] = {{.slot = 2, .rows = 1}, {.slot = 5, .rows = 1}};
+    CHECK(cluster_encode_act_runs(b, sizeof b, 9, &a, short_runs, pos, NULL, x) == 0);
+    const cluster_run far[] = {{.slot = CLUSTER_MAX_SLOTS, .rows = 2}, {.slot = 5, .rows = 1}};
+    CHECK(cluster_encode_act_runs(b, sizeof b, 9, &a, far, pos, NULL, x) == 0);
+    /* hostile run tables */
+    memcpy(t, act, sizeof act);
+    t[45] = 3;
+    expect_refused(t, sizeof act, LARES_EFORMAT, "unknown flags 0x3", "act flags");
+    memcpy(t, act, sizeof act);
+    wr_u32le(t + 48, 4);
+    expect_refused(t, sizeof act, LARES_EFORMAT, "4 runs for 3 tokens", "more runs than rows");
+    memcpy(t, act, sizeof act);
+    wr_u32le(t + 48, 0);
+    expect_refused(t, sizeof act, LARES_EFORMAT, "0 runs", "a table of no runs");
+    memcpy(t, act, sizeof act);
+    wr_u32le(t + 52, CLUSTER_MAX_SLOTS);
+    expect_refused(t, sizeof act, LARES_EFORMAT, "names slot 4096", "slot out of range");
+    memcpy(t, act, sizeof act);
+    wr_u32le(t + 56, 3); /* slot 2 takes all 3 rows: the table's second run is left over */
+    wr_u32le(t + 76, 9);
+    expect_refused(t, sizeof act, LARES_EFORMAT, "the table has 2", "a run left over");
+    memcpy(t, act, sizeof act);
+    wr_u32le(t + 64, 2); /* slot 5's row past the end */
+    expect_refused(t, sizeof act, LARES_EFORMAT, "run 1 of 2 rows from row 2", "rows past the end");
+    memcpy(t, act, sizeof act);
+    wr_u32le(t + 56, 1); /* 1 + 1 rows for 3 tokens */
+    expect_refused(t, sizeof act, LARES_EFORMAT, "the 2 runs end before row 2", "rows short");
+    memcpy(t, act, sizeof act);
+    wr_u32le(t + 68, 9); /* slot 2's second row at 9 after 7 */
+    expect_refused(t, sizeof act, LARES_EFORMAT, "consecutive", "a gap inside a run");
+
+    /* KV and KV_GET: slot 0 is the frame before slots, byte for byte; another
+     * slot adds a u32 */
+    cluster_kv kv = {.op = CLUSTER_KV_TRUNCATE, .pos = 12};
+    n = cluster_encode_kv(b, sizeof b, 3, CLUSTER_KV, &kv);
+    CHECK(n == CLUSTER_HEADER_BYTES + 8);
+    kv.slot = 7;
+    n = cluster_encode_kv(b, sizeof b, 3, CLUSTER_KV, &kv);
+    CHECK(n == CLUSTER_HEADER_BYTES + 12 && rd_u32le(b + CLUSTER_HEADER_BYTES + 8) == 7 &&
+          rd_u32le(b + CLUSTER_HEADER_BYTES) == (CLUSTER_KV_TRUNCATE | CLUSTER_KV_OP_SLOT));
+    CHECK_OK(cluster_frame_decode(b, n, f, &err), &err);
+    CHECK(f->u.kv.slot == 7 && f->u.kv.pos == 12);
+    wr_u32le(b + CLUSTER_HEADER_BYTES + 8, CLUSTER_MAX_SLOTS);
+    expect_refused(b, n, LARES_EFORMAT, "slot 4096", "kv slot out of range");
+    cluster_kv_get g = {.layer = 3, .pos0 = 0, .pos1 = 9};
+    n = cluster_encode_kv_get(b, sizeof b, 3, &g);
+    CHECK(n == CLUSTER_HEADER_BYTES + 12);
+    g.slot = 4;
+    n = cluster_encode_kv_get(b, sizeof b, 3, &g);
+    CHECK_OK(cluster_frame_decode(b, n, f, &err), &err);
+    CHECK(n == CLUSTER_HEADER_BYTES + 16 && f->u.kv_get.slot == 4 && f->u.kv_get.pos1 == 9 &&
+          f->u.kv_get.layer == 3);
+    /* the slot bit without a slot, a slot without the bit */
+    wr_u32le(b + 16, 12);
+    expect_refused(b, CLUSTER_HEADER_BYTES + 12, LARES_EFORMAT, "slot needs 4 bytes",
+                   "kv-get slot bit without a slot");
+    g.slot = 0;
+    n = cluster_encode_kv_get(b, sizeof b, 3, &g);
+    wr_u32le(b + n, 4);
+    wr_u32le(b + 16, 16);
+    expect_refused(b, n + 4, LARES_EFORMAT, "left over", "kv-get slot without the bit");
+    /* KV_DATA and KV_MIRROR: the slot in the u16 once reserved */
+    const uint8_t rows[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    cluster_kv_data d = {
+        .layer = 1, .pos0 = 2, .n_pos = 1, .row_bytes = 4, .slot = 300, .k = rows, .v = rows + 4};
+    n = cluster_encode_kv_mirror(b, sizeof b, 3, &d);
+    CHECK(rd_u16le(b + CLUSTER_HEADER_BYTES + 18) == 300);
+    CHECK_OK(cluster_frame_decode(b, n, f, &err), &err);
+    CHECK(f->u.kv_data.slot == 300 && f->u.kv_data.v[0] == 5);
+    wr_u16le(b + CLUSTER_HEADER_BYTES + 18, CLUSTER_MAX_SLOTS);
+    expect_refused(b, n, LARES_EFORMAT, "slot 4096", "kv data slot out of range");
+    d.slot = CLUSTER_MAX_SLOTS;
+    CHECK(cluster_encode_kv_data(b, sizeof b, 3, &d) == 0);
+
+    /* PLAN flag 8: the slot count after the devices; without the flag the
+     * bytes are those of a plan before it */
+    static cluster_plan_msg p;
+    memset(&p, 0, sizeof p);
+    p.self = 1;
+    p.n_ctx = 64;
+    p.n_batch = 8;
+    p.n_embd = 16;
+    p.n_slots = 5;
+    p.plan = (cluster_plan){.n_layer = 4, .n_dev = 2, .w = {1, 3}};
+    snprintf(p.addr[1], sizeof p.addr[1], "10.0.0.1:9100");
+    const size_t plain = cluster_encode_plan(b, sizeof b, 1, &p);
+    CHECK_OK(cluster_frame_decode(b, plain, f, &err), &err);
+    CHECK(f->u.plan.n_slots == 1); /* no flag: one slot, whatever the struct said */
+    p.flags = CLUSTER_PLAN_SLOTS;
+    n = cluster_encode_plan(b, sizeof b, 1, &p);
+    CHECK(n == plain + 4 && rd_u32le(b + n - 4) == 5);
+    CHECK_OK(cluster_frame_decode(b, n, f, &err), &err);
+    CHECK(f->u.plan.n_slots == 5 && (f->u.plan.flags & CLUSTER_PLAN_SLOTS));
+    wr_u32le(b + n - 4, 0);
+    expect_refused(b, n, LARES_EFORMAT, "0 slots", "a plan of no slots");
+    wr_u32le(b + n - 4, CLUSTER_MAX_SLOTS + 1);
+    expect_refused(b, n, LARES_EFORMAT, "4097 slots", "a plan of too many slots");
+    wr_u32le(b + 16, (uint32_t)(n - 4 - CLUSTER_HEADER_BYTES));
+    expect_refused(b, n - 4, LARES_EFORMAT, "slot count", "flag 8 without its count");
+    free(f);
+}
 
 static void check_plan(void) {
     int32_t l0, l1, d, r;
@@ -663,6 +836,7 @@ int main(void) {
     check_golden();
     check_roundtrip_and_truncation();
     check_hostile();
+    check_slots();
     check_plan();
     check_ring_json();
     check_keys();

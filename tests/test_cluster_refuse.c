@@ -10,6 +10,7 @@
  */
 #include "cluster/cluster.h"
 #include "cluster_harness.h"
+#include "gguf/gguf.h"
 
 #include <stdatomic.h>
 #include <zmq.h>
@@ -290,6 +291,134 @@ static void check_raw_head(void) {
     worker_stop(&t);
 }
 
+/* sends a frame and returns the worker's first answer that is not a heartbeat */
+static bool raw_ask(raw_peer *p, const void *buf, size_t len, cluster_frame *reply) {
+    zmq_send(p->sock, buf, len, 0);
+    for (;;) {
+        zmq_pollitem_t it = {.socket = p->sock, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, 5000) != 1) {
+            return false;
+        }
+        uint8_t in[4096];
+        const int n = zmq_recv(p->sock, in, sizeof in, 0);
+        lares_error err = {0};
+        if (n <= 0 || cluster_frame_decode(in, (size_t)n, reply, &err) != LARES_OK) {
+            return false;
+        }
+        if (reply->type != CLUSTER_HEARTBEAT) {
+            return true;
+        }
+    }
+}
+
+/* A raw head that plans properly, then sends what slots (issue 20) forbid:
+ * a run table or a KV slot under a plan without slots, a slot beyond the
+ * plan's count, a slot's rows past what its cache holds; the worker refuses
+ * each with the fault named, and serves the well-formed ones. */
+static void check_raw_slots(void) {
+    tworker t;
+    CHECK(worker_start(&t, 7, NULL, NULL));
+    raw_peer p;
+    CHECK(raw_head_open(&p, &t));
+    cluster_frame *reply = calloc(1, sizeof *reply);
+    static uint8_t buf[4096];
+    lares_error err = {0};
+    gguf_file *gf = NULL;
+    CHECK_OK(gguf_open(model_path(), NULL, &gf, &err), &err);
+    cluster_keypair head, worker;
+    CHECK_OK(cluster_key_read(h_head_key, &head, &err), &err);
+    CHECK_OK(cluster_key_read(t.key, &worker, &err), &err);
+    if (gf == NULL || reply == NULL) {
+        free(reply);
+        gguf_close(gf);
+        raw_close(&p);
+        worker_stop(&t);
+        return;
+    }
+    cluster_hello h = {.model = {gguf_file_bytes(gf), gguf_header_hash(gf)},
+                       .device = 1,
+                       .n_devices = 2,
+                       .heartbeat_ms = 100,
+                       .timeout_ms = 5000};
+    snprintf(h.model_path, sizeof h.model_path, "%s", model_path());
+    snprintf(h.head_name, sizeof h.head_name, "raw");
+    CHECK(raw_ask(&p, buf, cluster_encode_hello(buf, sizeof buf, &h), reply));
+    CHECKF(reply->type == CLUSTER_WELCOME, "slots: hello answered by %s",
+           cluster_frame_type_name(reply->type));
+    static cluster_plan_msg plan;
+    memset(&plan, 0, sizeof plan);
+    plan.self = 1;
+    plan.n_ctx = 64;
+    plan.n_batch = 8;
+    plan.n_embd = 64;
+    plan.plan = (cluster_plan){.n_layer = 5, .n_dev = 2, .w = {1, 4}};
+    memcpy(plan.keys[0], head.public_key, CLUSTER_KEY_BYTES);
+    memcpy(plan.keys[1], worker.public_key, CLUSTER_KEY_BYTES);
+    snprintf(plan.addr[1], sizeof plan.addr[1], "%s", t.addr);
+    CHECK(raw_ask(&p, buf, cluster_encode_plan(buf, sizeof buf, 11, &plan), reply));
+    CHECKF(reply->type == CLUSTER_READY, "slots: plain plan answered by %s",
+           cluster_frame_type_name(reply->type));
+    float x[2 * 64];
+    for (int i = 0; i < 2 * 64; i++) {
+        x[i] = (float)(i % 7) * 0.1f;
+    }
+    const int32_t pos00[2] = {0, 0};
+    /* a run table under the plain plan */
+    const cluster_run one[1] = {{.slot = 0, .rows = 1}};
+    cluster_act a = {.seq = 1, .layer = 1, .end = 5, .n_tok = 1, .n_embd = 64, .n_runs = 1};
+    CHECK(raw_ask(&p, buf, cluster_encode_act_runs(buf, sizeof buf, 11, &a, one, pos00, NULL, x),
+                  reply));
+    CHECKF(reply->type == CLUSTER_ERROR && has(reply->u.error.msg, "plan without slots"),
+           "slots: a run table under a plain plan: %s", reply->u.error.msg);
+    cluster_kv kv = {.op = CLUSTER_KV_CLEAR, .pos = 0, .slot = 2};
+    CHECK(raw_ask(&p, buf, cluster_encode_kv(buf, sizeof buf, 11, CLUSTER_KV, &kv), reply));
+    CHECKF(reply->type == CLUSTER_ERROR && has(reply->u.error.msg, "slot 2 under a plan without"),
+           "slots: a kv slot under a plain plan: %s", reply->u.error.msg);
+    /* a plan of 3 slots */
+    plan.flags = CLUSTER_PLAN_SLOTS;
+    plan.n_slots = 3;
+    CHECK(raw_ask(&p, buf, cluster_encode_plan(buf, sizeof buf, 12, &plan), reply));
+    CHECKF(reply->type == CLUSTER_READY, "slots: plan of 3 slots answered by %s: %s",
+           cluster_frame_type_name(reply->type),
+           reply->type == CLUSTER_ERROR ? reply->u.error.msg : "");
+    const cluster_run far[1] = {{.slot = 3, .rows = 1}};
+    CHECK(raw_ask(&p, buf, cluster_encode_act_runs(buf, sizeof buf, 12, &a, far, pos00, NULL, x),
+                  reply));
+    CHECKF(reply->type == CLUSTER_ERROR && has(reply->u.error.msg, "slot 3, the plan counts 3"),
+           "slots: a slot beyond the plan's: %s", reply->u.error.msg);
+    const cluster_run gap[1] = {{.slot = 2, .rows = 1}};
+    const int32_t pos4 = 4;
+    CHECK(raw_ask(&p, buf, cluster_encode_act_runs(buf, sizeof buf, 12, &a, gap, &pos4, NULL, x),
+                  reply));
+    CHECKF(reply->type == CLUSTER_ERROR && has(reply->u.error.msg, "slot 2 positions 4..4") &&
+               has(reply->u.error.msg, "holds 0"),
+           "slots: rows past what the slot holds: %s", reply->u.error.msg);
+    /* two sequences' first rows: computed, back with their table */
+    const cluster_run two[2] = {{.slot = 1, .rows = 1}, {.slot = 2, .rows = 1}};
+    a.n_tok = 2;
+    a.n_runs = 2;
+    CHECK(raw_ask(&p, buf, cluster_encode_act_runs(buf, sizeof buf, 12, &a, two, pos00, NULL, x),
+                  reply));
+    CHECKF(reply->type == CLUSTER_ACT && reply->u.act.n_runs == 2 && reply->u.act.layer == 5,
+           "slots: two sequences' rows answered by %s %s", cluster_frame_type_name(reply->type),
+           reply->type == CLUSTER_ERROR ? reply->u.error.msg : "");
+    /* their KV entries, per slot */
+    cluster_kv_get g = {.layer = 1, .pos0 = 0, .pos1 = 1, .slot = 2};
+    CHECK(raw_ask(&p, buf, cluster_encode_kv_get(buf, sizeof buf, 12, &g), reply));
+    CHECKF(reply->type == CLUSTER_KV_DATA && reply->u.kv_data.slot == 2 &&
+               reply->u.kv_data.n_pos == 1,
+           "slots: kv rows of slot 2 answered by %s", cluster_frame_type_name(reply->type));
+    g.pos1 = 2;
+    CHECK(raw_ask(&p, buf, cluster_encode_kv_get(buf, sizeof buf, 12, &g), reply));
+    CHECKF(reply->type == CLUSTER_ERROR &&
+               has(reply->u.error.msg, "slot 2 layer 1 asked, it holds 1"),
+           "slots: kv rows beyond what slot 2 holds: %s", reply->u.error.msg);
+    free(reply);
+    gguf_close(gf);
+    raw_close(&p);
+    worker_stop(&t);
+}
+
 /* ---- a fake worker answering a real head ---- */
 
 enum { FAKE_VERSION, FAKE_GARBAGE, FAKE_ERROR, FAKE_SILENT, FAKE_BAD_ACT };
@@ -429,6 +558,7 @@ int main(void) {
         check_worker_refusals(m);
         check_busy(m);
         check_raw_head();
+        check_raw_slots();
         check_fake_workers(m);
     }
     lares_model_close(m);

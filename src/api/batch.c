@@ -13,66 +13,7 @@
  * whole chunks, each through the layers a slice per step (b->chunk), so that
  * a sequence started meanwhile joins after a slice.
  */
-#include "api/api.h"
-#include "api/ring.h"
-
-/* The rows of a chunk read alone: a slice (a layer of them, llama-1b Q4_0 on
- * 2 cores: about 11 ms) is what a request arriving meanwhile waits for, and
- * the GEMM reads 64 rows at 0.92x the speed of 128 (docs/batching.md) */
-#define LONE_CHUNK_ROWS 64
-
-typedef enum seq_state {
-    SEQ_FREE = 0, /* never started, finished, or released */
-    SEQ_PROMPT,   /* reading its prompt */
-    SEQ_GEN,      /* generating: `last` is evaluated next step */
-    SEQ_CHUNK,    /* a chunk of its prompt is partway through the layers (b->chunk) */
-} seq_state;
-
-typedef struct batch_seq {
-    seq_state state;
-    model_kv *kv;      /* owned */
-    int32_t *history;  /* owned: n_ctx ids in the cache, in order */
-    int32_t n_past;
-    int32_t *prompt;   /* owned copy; [at, n_prompt) still to read */
-    size_t n_prompt, at;
-    lares_generate_opts o;
-    text_sampler *smp; /* owned while active */
-    text_stream ts;
-    float *raw;        /* owned: logits before the sampler, for log-probabilities */
-    int32_t last;
-    int32_t draft_max; /* prompt lookup: drafts the next step may add (paced) */
-    int32_t n_draft;   /* drafts after `last` in this step's rows */
-    size_t n_gen;
-    atomic_bool cancel;
-    lares_stats st;
-    uint64_t t_start, t_prompt, t_first;
-} batch_seq;
-
-struct lares_batch {
-    lares_session *s; /* owned */
-    int32_t n_seq;
-    batch_seq *seq;
-    model_kv **kvs;   /* n_seq: the sequences' caches, for the memory budget */
-    int32_t *touched; /* n_seq: their touched positions, for the memory budget */
-    model_seq *runs;  /* n_seq: this step's rows per sequence */
-    int32_t *tokens;  /* n_batch */
-    int32_t out_cap;  /* output rows the two below hold: n_seq, more with drafts */
-    float *last_x;    /* out_cap x n_embd: the hidden states whose logits are drawn from */
-    float *logits;    /* out_cap x n_vocab */
-    int32_t turn;     /* among prompts of equal length, the one that reads first next step */
-    int32_t shared_prompt_rows; /* prompt rows per step while another sequence is active */
-    int32_t *order;   /* n_seq: this step's prompts, shortest first */
-    /* A prompt read alone goes through the layers a slice per step, so that a
-     * request arriving meanwhile waits for a slice, not for the whole chunk */
-    struct {
-        int32_t seq;     /* -1: none */
-        int32_t n_rows;
-        int32_t layer;   /* the next layer to run */
-        int32_t *tokens; /* LONE_CHUNK_ROWS */
-        int32_t *pos;    /* LONE_CHUNK_ROWS */
-        float *x;        /* LONE_CHUNK_ROWS x n_embd: the rows' hidden states */
-    } chunk;
-};
+#include "api/batch_impl.h"
 
 static void seq_release(batch_seq *q) {
     text_sampler_free(q->smp);
@@ -88,6 +29,7 @@ void lares_batch_free(lares_batch *b) {
     if (b == NULL) {
         return;
     }
+    batch_ring_free(b); /* before the caches its groups point at */
     for (int32_t i = 0; b->seq != NULL && i < b->n_seq; i++) {
         seq_release(&b->seq[i]);
         model_kv_free(b->seq[i].kv);
@@ -114,9 +56,9 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
         return lares_fail(err, LARES_EINVAL, "batch: %d sequences (1 to 1024)", (int)n_seq);
     }
     lares_session_opts o = opts ? *opts : lares_session_opts_default();
-    if (o.ring != NULL) {
-        return lares_fail(err, LARES_EUNSUPPORTED,
-                          "batch: several sequences at once do not run over a ring yet");
+    if (o.ring != NULL && n_seq + 1 > CLUSTER_MAX_SLOTS) {
+        return lares_fail(err, LARES_EINVAL, "batch: %d sequences over a ring (at most %d)",
+                          (int)n_seq, CLUSTER_MAX_SLOTS - 1);
     }
     if ((o.n_batch > 0 && o.n_batch < n_seq) || (o.n_batch == 0 && n_seq > 128)) {
         o.n_batch = n_seq; /* a row for each sequence's token (0: the session's default, 128) */
@@ -191,6 +133,13 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     if (st != LARES_OK) {
         lares_error_prefix(err, "batch: %d sequences' KV caches of %d positions: ", (int)n_seq,
                            (int)s->o.n_ctx);
+        lares_batch_free(b);
+        return st;
+    }
+    /* over a ring: every member keeps a cache per sequence, and the
+     * sequences go around in groups (batch_ring.c) */
+    if (s->ring != NULL && (st = batch_ring_init(b, err)) != LARES_OK) {
+        lares_error_prefix(err, "batch over %s: ", o.ring);
         lares_batch_free(b);
         return st;
     }
@@ -305,12 +254,15 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
     q->t_start = lares_now_ns();
     q->t_prompt = q->t_first = 0;
     q->state = SEQ_PROMPT;
+    if (b->s->ring != NULL) {
+        b->s->ring->slots[seq + 1].keep = q->n_past; /* what a plan change keeps of it */
+    }
     return LARES_OK;
 }
 
 /* The sequence's run ends: the text of a character that never completed,
  * the figures, and the slot is free again (its cache kept for a prefix). */
-static void seq_finish(batch_seq *q, lares_stop_reason why) {
+void batch_seq_finish(batch_seq *q, lares_stop_reason why) {
     api_flush(&q->o, &q->ts);
     const uint64_t t_end = lares_now_ns();
     lares_stats *f = &q->st;
@@ -329,15 +281,15 @@ static void seq_finish(batch_seq *q, lares_stop_reason why) {
 }
 
 /* Draws the sequence's next token from its logits; false when its run ended. */
-static bool seq_draw(lares_batch *b, batch_seq *q, float *logits) {
+bool batch_seq_draw(lares_batch *b, batch_seq *q, float *logits) {
     const lares_model *lm = b->s->lm;
     const int32_t n_vocab = lm->m->hp.n_vocab;
     if (q->o.n_predict >= 0 && q->n_gen >= (size_t)q->o.n_predict) {
-        seq_finish(q, LARES_STOP_LENGTH);
+        batch_seq_finish(q, LARES_STOP_LENGTH);
         return false;
     }
     if (q->n_past >= b->s->o.n_ctx) {
-        seq_finish(q, LARES_STOP_LENGTH); /* the context is full */
+        batch_seq_finish(q, LARES_STOP_LENGTH); /* the context is full */
         return false;
     }
     token_probs tp;
@@ -349,11 +301,11 @@ static bool seq_draw(lares_batch *b, batch_seq *q, float *logits) {
     q->n_gen++;
     const lares_stop_reason why = api_emit(&q->o, lm->vocab, &q->ts, tok, q->raw ? &tp : NULL);
     if (why != LARES_STOP_NONE) {
-        seq_finish(q, why);
+        batch_seq_finish(q, why);
         return false;
     }
     if (q->o.n_predict >= 0 && q->n_gen >= (size_t)q->o.n_predict) {
-        seq_finish(q, LARES_STOP_LENGTH); /* the last token needs no forward pass */
+        batch_seq_finish(q, LARES_STOP_LENGTH); /* the last token needs no forward pass */
         return false;
     }
     q->last = tok;
@@ -376,7 +328,7 @@ static void add_rows(lares_batch *b, int32_t *n_rows, int32_t *n_runs, batch_seq
     *n_rows += n;
 }
 
-static int32_t count_active(const lares_batch *b) {
+int32_t batch_count_active(const lares_batch *b) {
     int32_t n = 0;
     for (int32_t i = 0; i < b->n_seq; i++) {
         n += b->seq[i].state != SEQ_FREE;
@@ -440,7 +392,7 @@ static lares_status chunk_slice(lares_batch *b, lares_error *err) {
     memcpy(b->last_x, b->chunk.x + (size_t)(n - 1) * e, e * sizeof(float));
     st = exec_local_output(s->exec, b->last_x, 1, b->logits, err);
     if (st == LARES_OK) {
-        seq_draw(b, q, b->logits);
+        batch_seq_draw(b, q, b->logits);
     }
     return st;
 }
@@ -448,28 +400,33 @@ static lares_status chunk_slice(lares_batch *b, lares_error *err) {
 /* Prompt lookup: up to the sequence's paced number of drafts after its token
  * (run, at the end of the rows), as the batch's rows leave room after the
  * `later` generating sequences still to come, and its context and length. */
-static void add_drafts(lares_batch *b, batch_seq *q, model_seq *run, int32_t *n_rows,
-                       int32_t later) {
+int32_t batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *tokens, int32_t *pos) {
     lares_session *s = b->s;
     q->n_draft = 0;
-    int64_t room = LARES_MIN((int64_t)q->draft_max, (int64_t)s->o.n_batch - *n_rows - later);
+    room = LARES_MIN(room, (int64_t)q->draft_max);
     room = LARES_MIN(room, (int64_t)s->o.n_ctx - q->n_past - 1);
     if (q->o.n_predict >= 0) {
         room = LARES_MIN(room, (int64_t)q->o.n_predict - (int64_t)q->n_gen - 1);
     }
     if (room <= 0) {
-        return;
+        return 0;
     }
     q->history[q->n_past] = q->last; /* the context the drafts continue */
-    const int32_t d =
-        api_lookup_draft(q->history, q->n_past + 1, (int32_t)room, b->tokens + *n_rows);
+    const int32_t d = api_lookup_draft(q->history, q->n_past + 1, (int32_t)room, tokens);
     for (int32_t i = 0; i < d; i++) {
-        s->pos[*n_rows + i] = q->n_past + 1 + i;
+        pos[i] = q->n_past + 1 + i;
     }
-    run->n_rows += d;
-    *n_rows += d;
     q->n_draft = d;
     q->st.n_drafted += d;
+    return d;
+}
+
+static void add_drafts(lares_batch *b, batch_seq *q, model_seq *run, int32_t *n_rows,
+                       int32_t later) {
+    const int64_t room = (int64_t)b->s->o.n_batch - *n_rows - later;
+    const int32_t d = batch_drafts(b, q, room, b->tokens + *n_rows, b->s->pos + *n_rows);
+    run->n_rows += d;
+    *n_rows += d;
 }
 
 /* A generating sequence's rows: its token, then its drafts, with the logits
@@ -477,13 +434,13 @@ static void add_drafts(lares_batch *b, batch_seq *q, model_seq *run, int32_t *n_
  * that row's draft (the standard rule for a draft known for certain: greedy
  * or sampled, the tokens are those of decoding without drafts); the cache
  * forgets the rows after the first draft not drawn. */
-static void seq_verify(lares_batch *b, batch_seq *q, const int32_t *toks, float *logits) {
+void batch_seq_verify(lares_batch *b, batch_seq *q, const int32_t *toks, float *logits) {
     const size_t nv = (size_t)b->s->lm->m->hp.n_vocab;
     const int32_t d = q->n_draft;
     int32_t taken = 0;
     for (int32_t j = 0; j <= d; j++) {
         q->history[q->n_past++] = toks[j];
-        if (!seq_draw(b, q, logits + (size_t)j * nv) || j == d || q->last != toks[j + 1]) {
+        if (!batch_seq_draw(b, q, logits + (size_t)j * nv) || j == d || q->last != toks[j + 1]) {
             break;
         }
         taken++;
@@ -497,7 +454,7 @@ static void seq_verify(lares_batch *b, batch_seq *q, const int32_t *toks, float 
 }
 
 /* Room for n output rows (drafts need more than a row a sequence). */
-static lares_status reserve_out(lares_batch *b, int32_t n, lares_error *err) {
+lares_status batch_reserve_out(lares_batch *b, int32_t n, lares_error *err) {
     if (n <= b->out_cap) {
         return LARES_OK;
     }
@@ -518,6 +475,9 @@ static lares_status reserve_out(lares_batch *b, int32_t n, lares_error *err) {
 }
 
 lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *err) {
+    if (b->s->ring != NULL) {
+        return batch_ring_step(b, n_active, err);
+    }
     lares_session *s = b->s;
     const model *m = s->lm->m;
     const size_t e = (size_t)m->hp.n_embd;
@@ -527,7 +487,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             if (i == b->chunk.seq) {
                 b->chunk.seq = -1; /* its rows beyond n_past are simply not kept */
             }
-            seq_finish(q, LARES_STOP_CANCELED);
+            batch_seq_finish(q, LARES_STOP_CANCELED);
         }
     }
     /* the rows: a token of every generating sequence (with its drafts when it
@@ -565,7 +525,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         b->order[j] = i;
     }
     int32_t limit = s->o.n_batch;
-    const bool shared = count_active(b) > 1;
+    const bool shared = batch_count_active(b) > 1;
     if (b->shared_prompt_rows > 0 && shared) {
         limit = (int32_t)LARES_MIN((int64_t)limit, (int64_t)n_rows + b->shared_prompt_rows);
     }
@@ -584,7 +544,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             if (st == LARES_OK) {
                 st = chunk_slice(b, err);
             }
-            *n_active = count_active(b);
+            *n_active = batch_count_active(b);
             return st;
         }
     }
@@ -603,10 +563,10 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     }
     if (n_rows == 0) {
         lares_status st = b->chunk.seq >= 0 ? chunk_slice(b, err) : LARES_OK;
-        *n_active = count_active(b);
+        *n_active = batch_count_active(b);
         return st;
     }
-    lares_status st = reserve_out(b, n_out, err);
+    lares_status st = batch_reserve_out(b, n_out, err);
     if (st != LARES_OK) {
         return st;
     }
@@ -647,7 +607,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         const model_seq *run = &b->runs[r];
         const int32_t *toks = b->tokens + run->row0;
         if (q->state == SEQ_GEN) {
-            seq_verify(b, q, toks, b->logits + (size_t)k * nv);
+            batch_seq_verify(b, q, toks, b->logits + (size_t)k * nv);
             k += run->n_rows;
             continue;
         }
@@ -658,14 +618,14 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         if (q->at == q->n_prompt) {
             q->t_prompt = now;
             first_token = true;
-            seq_draw(b, q, b->logits + (size_t)k++ * nv);
+            batch_seq_draw(b, q, b->logits + (size_t)k++ * nv);
         }
     }
     /* the chunk in flight goes on a slice after the others' tokens, but not
      * in a step that gave a sequence its first token: that token is out once
      * the step returns, not a slice later */
     st = b->chunk.seq >= 0 && !first_token ? chunk_slice(b, err) : LARES_OK;
-    *n_active = count_active(b);
+    *n_active = batch_count_active(b);
     return st;
 }
 

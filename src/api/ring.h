@@ -23,22 +23,69 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* A KV slot (issue 20): slot 0 is the session's own conversation, the
+ * others a batch's sequences (lares_batch over a ring); each is a KV cache of
+ * its own on the head and on every member. What the head knows of it: */
+typedef struct ring_slot {
+    model_kv *kv;           /* borrowed: the session's cache (slot 0) or the sequence's */
+    const int32_t *history; /* borrowed: the token ids in it, n_ctx */
+    int32_t keep;           /* positions every layer must hold now: what a plan change keeps */
+    int32_t synced;         /* positions the members hold KV entries for */
+    /* KV mirroring (ring.json "kv_mirror", issue 15): the head's cache holds
+     * a copy of every layer's entries, [0, mirrored[l]) of layer l (its own
+     * layers computed here, the others sent by their owners), so a re-plan
+     * moves them from here instead of re-running the conversation */
+    int32_t *mirrored;    /* owned, n_layer */
+    uint8_t *batch_start; /* owned, n_ctx: 1 where a pass of this slot began */
+} ring_slot;
+
+/* A group of a batch's sequences in the ring (ring_pipe.c, issue 20): rows
+ * of several slots that go around together, several groups at once. */
+typedef enum ring_group_state {
+    RING_GROUP_IDLE = 0, /* free, or formed and not sent yet */
+    RING_GROUP_FLIGHT,   /* on its way through the layers (ACT `seq` out, or the head's turn) */
+    RING_GROUP_LANDED    /* every layer done: x holds the last hidden states */
+} ring_group_state;
+
+typedef struct ring_group {
+    ring_group_state state;
+    uint64_t seq;  /* the ACT in flight */
+    int32_t layer; /* the next layer to run */
+    int32_t n_rows, n_runs;
+    bool gen;         /* only generating rows: its pass feeds the monitor */
+    int32_t *tokens;  /* owned, n_batch: the rows' ids (a failover re-embeds them) */
+    int32_t *pos;     /* owned, n_batch */
+    float *x;         /* owned, n_batch x n_embd */
+    cluster_run *run; /* owned, n_batch: slot and rows of each run */
+    model_seq *seqs;  /* owned, n_batch: the same with the head's caches */
+} ring_group;
+
 typedef struct api_ring {
     cluster_ring_config *rc; /* owned */
     cluster_head *head;      /* owned */
     int32_t n_cfg;           /* devices of ring.json, the head first */
     exec_window *windows;    /* owned, n_layer + 1: the head's windows of the first plan */
     int32_t n_windows;
-    int32_t synced; /* positions the members hold KV entries for */
     bool rebalance, failover;
     bool rebuild_batched; /* ring.json "rebuild": "batched" */
-    /* KV mirroring (ring.json "kv_mirror", issue 15): the head's own KV cache
-     * holds a copy of every layer's entries, [0, mirrored[l]) of layer l
-     * (its own layers computed here, the others sent by their owners), so a
-     * re-plan moves them from here instead of re-running the conversation */
-    bool mirror;
-    int32_t *mirrored; /* owned, n_layer */
-    uint8_t *batch_start; /* owned, n_ctx: 1 where a batch of the conversation began */
+    bool mirror;          /* KV mirroring (ring_slot.mirrored) */
+    ring_slot *slots;     /* owned, n_slots: slot 0 the session's */
+    int32_t n_slots;
+    /* a batch's groups (borrowed, ring_bind_groups): drained before the
+     * session's own passes and before any plan change */
+    ring_group *groups;
+    int32_t n_groups;
+    /* what a group's pass costs each device (ring_pipe.c, the groups to keep
+     * in flight), per ring.json device: ms waiting for weights from disk a
+     * pass and ms computing a row; moving estimates (< 0: none yet) made from
+     * the figures gathered over a few passes */
+    double pass_wait_ms[CLUSTER_MAX_DEVICES], row_ms[CLUSTER_MAX_DEVICES];
+    int32_t pass_samples;
+    struct {
+        uint64_t wait_us[CLUSTER_MAX_DEVICES], busy_us[CLUSTER_MAX_DEVICES];
+        int64_t rows;
+        int32_t passes;
+    } pass_acc;
     int32_t rounds;       /* k of the first plan; re-plans keep it */
     uint64_t layer_bytes; /* the largest layer's weights plus its KV cache */
     uint64_t head_budget_bytes; /* the session's memory budget; 0: none known */
@@ -108,12 +155,38 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err);
 /* One pass of nb tokens (s->x, s->pos) through layers [0, end) (at least;
  * windows are not cut) under the plan in force; no re-plans. */
 lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *err);
-/* ring_head.c: positions [pos0, pos0 + n) of `layer` are in the head's cache
- * (its own window's rows, or a member's KV_MIRROR copy): the copy grows when
- * they follow what it holds */
-void ring_mirror_note(api_ring *r, int32_t layer, int32_t pos0, int32_t n);
-/* The head's ms per layer and each member's from the last pass into the monitor. */
-void ring_monitor_token(api_ring *r);
+/* One pass of nb rows (s->x, s->pos) of KV slot `slot` through layers
+ * [0, end): slot 0 as ring_pass, another with a run table (a re-run of a
+ * batch's sequence). */
+lares_status ring_pass_slot(lares_session *s, uint32_t slot, int32_t nb, int32_t end,
+                            lares_error *err);
+/* ring_head.c: positions [pos0, pos0 + n) of `layer` of `slot` are in the
+ * head's cache (its own window's rows, or a member's KV_MIRROR copy): the
+ * copy grows when they follow what it holds */
+void ring_mirror_note(api_ring *r, uint32_t slot, int32_t layer, int32_t pos0, int32_t n);
+/* A pass of `slot` starts at pos0: what lies beyond is rewritten (the
+ * mirror copy stops there) */
+void ring_slot_rewind(api_ring *r, uint32_t slot, int32_t pos0);
+/* A pass of `slot` over positions [pos0, pos0 + n) is done everywhere */
+void ring_slot_ran(api_ring *r, uint32_t slot, int32_t pos0, int32_t n);
+
+/* Slots 1..n for a batch of n sequences (issue 20): their caches and
+ * histories (borrowed), and every plan from now on has n + 1 KV slots (the
+ * plan in force is sent again with them: LARES_EUNSUPPORTED names a worker
+ * built before slots). */
+lares_status ring_bind_slots(lares_session *s, int32_t n, model_kv *const *kv,
+                             const int32_t *const *history, lares_error *err);
+/* The batch's groups (borrowed; NULL, 0: none any more). */
+void ring_bind_groups(api_ring *r, ring_group *groups, int32_t n);
+/* The figures of the passes since the last call: with judge, the head's ms
+ * per layer row and each member's into the monitor; with rows > 0 (a
+ * batch's group of that many rows landed) into the pass costs. */
+void ring_take_pass(api_ring *r, bool judge, int32_t rows);
+/* The head's output (final norm and output matrix) of a group's rows took
+ * us, of which wait_us waiting for its weights: a part of the head's pass. */
+void ring_note_output(api_ring *r, uint64_t us, uint64_t wait_us);
+/* The pass costs start over (a new plan). */
+void ring_pass_costs_reset(api_ring *r);
 /* The plan in force into r->serving (for other threads: /health). */
 void ring_note_serving(api_ring *r);
 /* Layers per device (ring.json index) under the plan in force. */
@@ -158,13 +231,13 @@ lares_status ring_balance(const api_ring *r, const int32_t *cand, int32_t n, con
                           cluster_plan *out, int32_t *members, lares_error *err);
 
 /* Puts plan p over ring.json devices members[] in force between two tokens
- * and rebuilds the KV entries of the layers that moved, positions [0, keep).
+ * and rebuilds the KV entries of the layers that moved, positions
+ * [0, slots[i].keep) of every slot. No group may be in flight.
  * kind and why name it in the log line; how (may be "") says how the new
  * layers' weights came (the switch adds "waited for a fetch" itself when a
  * worker fetched during it). */
 lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int32_t *members,
-                              int32_t keep, const char *kind, const char *why, const char *how,
-                              lares_error *err);
+                              const char *kind, const char *why, const char *how, lares_error *err);
 
 /* ring_prepare.c */
 
@@ -181,7 +254,9 @@ bool ring_prepare_start(lares_session *s, const cluster_plan *p, const int32_t *
 /* Between two batches: when every worker asked is ready, the pending plan is
  * put in force; a failed prepare (or a worker lost) drops it, logged, and
  * the plan in force stays. One more batch of nb tokens counted meanwhile. */
-lares_status ring_prepare_poll(lares_session *s, int32_t keep, int32_t nb, lares_error *err);
+lares_status ring_prepare_poll(lares_session *s, int32_t nb, lares_error *err);
+/* Whether ring_prepare_poll would switch now (every worker asked answered). */
+bool ring_prepare_due(const api_ring *r);
 /* Drops the pending plan (a failover comes first). */
 void ring_prepare_drop(api_ring *r);
 /* After a loss: a plan over the survivors that moves only the lost layers,
@@ -191,16 +266,50 @@ void ring_prepare_drop(api_ring *r);
 bool ring_interim_plan(const api_ring *r, cluster_plan *out, int32_t *members, char *why,
                        size_t cap);
 
-/* A member was lost: re-plans over the others, rebuilds the KV cache of
- * positions [0, keep) and warns. LARES_ERANGE when the others cannot run the
- * model; the error names what was lost. */
-lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err);
+/* A member was lost: re-plans over the others, rebuilds the KV caches of
+ * every slot's positions [0, keep) and warns. LARES_ERANGE when the others
+ * cannot run the model; the error names what was lost. */
+lares_status ring_failover(lares_session *s, lares_error *err);
 /* The monitor says a device drifted: re-plans when a better plan exists
  * (by min_gain), else accepts the figures as the new normal. */
-lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err);
+lares_status ring_rebalance(lares_session *s, lares_error *err);
 /* Between two batches, never waiting: asks the lost devices to come back and
  * re-plans when one answered (a device down at the start joins here). */
-lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err);
+lares_status ring_rejoin(lares_session *s, lares_error *err);
+/* Between two batches (no group in flight): a prepared plan that is ready,
+ * a device that answered, a re-balance the monitor asks for (gen: the last
+ * pass was of generating rows only). */
+lares_status ring_between(lares_session *s, int32_t nb, bool gen, lares_error *err);
+/* Whether ring_between has something to do, or a member was lost: a batch
+ * with groups in flight brings them home first. */
+bool ring_wants_quiet(const api_ring *r);
+
+/* ring_pipe.c: a batch's groups (issue 20) */
+
+/* Makes group g's buffers for n_batch rows of n_embd. */
+lares_status ring_group_init(ring_group *g, int32_t n_batch, int32_t n_embd, lares_error *err);
+void ring_group_free(ring_group *g);
+/* Starts group g (its tokens, pos, run and seqs filled, n_rows and n_runs
+ * set): embeds its rows, runs the head's first window when it has layer 0,
+ * and sends it on; it may land at once (a ring of the head alone). */
+lares_status ring_group_launch(lares_session *s, ring_group *g, lares_error *err);
+/* Waits until a group in flight lands (its hidden states out of the last
+ * layer); *landed: its index in the bound groups. A member lost on the way:
+ * failover, and every group in flight or landed is sent again. */
+lares_status ring_group_wait(lares_session *s, int32_t *landed, lares_error *err);
+/* Brings every group in flight home (they land; nothing is drawn). */
+lares_status ring_groups_drain(lares_session *s, lares_error *err);
+/* A member was lost (cluster_head_needs_plan): a new plan over the others,
+ * then every group in flight or landed is sent again from layer 0. */
+lares_status ring_groups_recover(lares_session *s, lares_error *err);
+/* Every group in flight or landed is dropped (a failure the batch gives up on). */
+void ring_groups_abandon(api_ring *r);
+/* Groups in flight now. */
+int32_t ring_groups_flying(const api_ring *r);
+/* How many groups to keep in flight for n_rows rows a cycle, at most `most`,
+ * now `current`: cluster_pipe_groups with the ring's pass costs; current
+ * until it has some. */
+int32_t ring_pipe_groups(const api_ring *r, int32_t n_rows, int32_t most, int32_t current);
 
 /* ring_view.c */
 

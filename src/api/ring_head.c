@@ -22,8 +22,11 @@ void api_ring_free(api_ring *r) {
     lares_free(r->windows);
     lares_free(r->x_saved);
     lares_free(r->pos_saved);
-    lares_free(r->batch_start);
-    lares_free(r->mirrored);
+    for (int32_t i = 0; r->slots != NULL && i < r->n_slots; i++) {
+        lares_free(r->slots[i].mirrored);
+        lares_free(r->slots[i].batch_start);
+    }
+    lares_free(r->slots);
     pthread_mutex_destroy(&r->view_mu);
     free(r->view); /* jansson's allocation */
     if (r->state_path != NULL) {
@@ -35,23 +38,103 @@ void api_ring_free(api_ring *r) {
 
 /* positions [pos0, pos0 + n) of `layer` are in the head's cache: the copy
  * grows when they follow what it holds */
-void ring_mirror_note(api_ring *r, int32_t layer, int32_t pos0, int32_t n) {
-    if (r->mirrored != NULL && pos0 <= r->mirrored[layer]) {
-        r->mirrored[layer] = LARES_MAX(r->mirrored[layer], pos0 + n);
+void ring_mirror_note(api_ring *r, uint32_t slot, int32_t layer, int32_t pos0, int32_t n) {
+    int32_t *m = slot < (uint32_t)r->n_slots ? r->slots[slot].mirrored : NULL;
+    if (m != NULL && pos0 <= m[layer]) {
+        m[layer] = LARES_MAX(m[layer], pos0 + n);
+    }
+}
+
+void ring_slot_rewind(api_ring *r, uint32_t slot, int32_t pos0) {
+    ring_slot *sl = &r->slots[slot];
+    for (int32_t l = 0; l < cluster_head_plan(r->head)->n_layer; l++) {
+        sl->mirrored[l] = LARES_MIN(sl->mirrored[l], pos0); /* this pass overwrites the rest */
+    }
+}
+
+void ring_slot_ran(api_ring *r, uint32_t slot, int32_t pos0, int32_t n) {
+    ring_slot *sl = &r->slots[slot];
+    /* a slot of a batch reaches exactly as far as its last pass (the members
+     * forget the rest: cluster/worker_compute.c); slot 0 only grows here */
+    sl->synced = slot == 0 ? LARES_MAX(sl->synced, pos0 + n) : pos0 + n;
+    /* the pass's shape, for an exact re-run after a plan change */
+    sl->batch_start[pos0] = 1;
+    for (int32_t i = 1; i < n; i++) {
+        sl->batch_start[pos0 + i] = 0;
     }
 }
 
 /* a member's KV_MIRROR rows (cluster_head_opts.kv_mirror): into the head's
- * cache, which the head does not use for layers it does not hold */
-static void mirror_rows(void *user, int32_t layer, int32_t pos0, int32_t n, const uint8_t *k,
-                        const uint8_t *v) {
+ * cache of that slot, which the head does not use for layers it does not hold */
+static void mirror_rows(void *user, uint32_t slot, int32_t layer, int32_t pos0, int32_t n,
+                        const uint8_t *k, const uint8_t *v) {
     lares_session *s = user;
     api_ring *r = s->ring;
-    if (r == NULL || pos0 > r->mirrored[layer]) {
+    if (r == NULL || slot >= (uint32_t)r->n_slots || r->slots[slot].kv == NULL ||
+        pos0 > r->slots[slot].mirrored[layer]) {
         return; /* a gap (a frame lost): the copy stops there; a re-plan re-runs the rest */
     }
-    model_kv_rows(s->kv, layer, pos0, n, true, (uint8_t *)k, (uint8_t *)v);
-    ring_mirror_note(r, layer, pos0, n);
+    model_kv_rows(r->slots[slot].kv, layer, pos0, n, true, (uint8_t *)k, (uint8_t *)v);
+    ring_mirror_note(r, slot, layer, pos0, n);
+}
+
+/* slot i's own tables (mirror copy, pass starts), empty */
+static lares_status slot_tables(ring_slot *sl, int32_t n_layer, int32_t n_ctx) {
+    sl->mirrored = lares_calloc((size_t)n_layer, sizeof *sl->mirrored);
+    sl->batch_start = lares_calloc((size_t)n_ctx, 1);
+    return sl->mirrored != NULL && sl->batch_start != NULL ? LARES_OK : LARES_ENOMEM;
+}
+
+lares_status ring_bind_slots(lares_session *s, int32_t n, model_kv *const *kv,
+                             const int32_t *const *history, lares_error *err) {
+    api_ring *r = s->ring;
+    const int32_t n_layer = s->lm->m->hp.n_layer;
+    if (n < 1 || n + 1 > CLUSTER_MAX_SLOTS || r->n_slots != 1) {
+        return lares_fail(err, LARES_EINVAL, "ring: %d sequences (1 to %d, once)", (int)n,
+                          CLUSTER_MAX_SLOTS - 1);
+    }
+    ring_slot *all = lares_realloc(r->slots, (size_t)(n + 1) * sizeof *all);
+    if (all == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    r->slots = all;
+    memset(all + 1, 0, (size_t)n * sizeof *all);
+    r->n_slots = n + 1;
+    for (int32_t i = 0; i < n; i++) {
+        all[i + 1].kv = kv[i];
+        all[i + 1].history = history[i];
+        if (slot_tables(&all[i + 1], n_layer, s->o.n_ctx) != LARES_OK) {
+            return lares_fail(err, LARES_ENOMEM, "out of memory");
+        }
+    }
+    /* every member keeps a cache per slot from now on: the plan in force
+     * again, with its slots (the entries held stay: the same windows) */
+    const cluster_plan *p = cluster_head_plan(r->head);
+    int32_t members[CLUSTER_MAX_DEVICES];
+    for (int32_t i = 0; i < p->n_dev; i++) {
+        members[i] = cluster_head_member(r->head, i);
+    }
+    const cluster_plan now = *p;
+    cluster_head_set_slots(r->head, (uint32_t)r->n_slots);
+    lares_error e = {0};
+    lares_status st = now.n_dev > 1
+                          ? cluster_head_set_plan(r->head, &now, members, CLUSTER_PLAN_KEEP_KV, &e)
+                          : LARES_OK;
+    if (st != LARES_OK && strstr(e.msg, "unknown flags") != NULL) {
+        return lares_fail(err, LARES_EUNSUPPORTED,
+                          "a worker built before batches over a ring (PLAN flag 8) cannot serve "
+                          "several sequences at once: %s",
+                          e.msg);
+    }
+    if (st != LARES_OK && err != NULL) {
+        *err = e;
+    }
+    return st;
+}
+
+void ring_bind_groups(api_ring *r, ring_group *groups, int32_t n) {
+    r->groups = groups;
+    r->n_groups = groups != NULL ? n : 0;
 }
 
 /* the head's windows, round by round, for its executor */
@@ -194,13 +277,17 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     r->windows = lares_calloc((size_t)m->hp.n_layer + 1, sizeof *r->windows);
     r->x_saved = lares_alloc_array((size_t)s->o.n_batch * (size_t)m->hp.n_embd, sizeof(float));
     r->pos_saved = lares_alloc_array((size_t)s->o.n_batch, sizeof(int32_t));
-    r->batch_start = lares_calloc((size_t)s->o.n_ctx, 1);
-    r->mirrored = lares_calloc((size_t)m->hp.n_layer, sizeof *r->mirrored);
+    r->slots = lares_calloc(1, sizeof *r->slots);
+    r->n_slots = r->slots != NULL ? 1 : 0;
     lares_status st = LARES_OK;
-    if (r->windows == NULL || r->x_saved == NULL || r->pos_saved == NULL ||
-        r->batch_start == NULL || r->mirrored == NULL) {
+    if (r->windows == NULL || r->x_saved == NULL || r->pos_saved == NULL || r->slots == NULL ||
+        slot_tables(&r->slots[0], m->hp.n_layer, s->o.n_ctx) != LARES_OK) {
         st = lares_fail(err, LARES_ENOMEM, "out of memory");
+    } else {
+        r->slots[0].kv = s->kv; /* slot 0: the session's own conversation */
+        r->slots[0].history = s->history;
     }
+    ring_pass_costs_reset(r);
     cluster_plan plan;
     cluster_keypair key;
     if (st == LARES_OK) {
@@ -326,59 +413,124 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
     return LARES_OK;
 }
 
-void ring_monitor_token(api_ring *r) {
+void ring_pass_costs_reset(api_ring *r) {
+    for (int32_t d = 0; d < CLUSTER_MAX_DEVICES; d++) {
+        r->pass_wait_ms[d] = r->row_ms[d] = -1;
+    }
+    r->pass_samples = 0;
+    memset(&r->pass_acc, 0, sizeof r->pass_acc);
+}
+
+void ring_note_output(api_ring *r, uint64_t us, uint64_t wait_us) {
+    r->pass_acc.wait_us[0] += wait_us;
+    r->pass_acc.busy_us[0] += us - LARES_MIN(us, wait_us);
+}
+
+/* A batch's group landed: its pass's figures join the others; every few
+ * passes they are folded into the costs (a pass's figures arrive with other
+ * groups' windows in between, so only sums over several mean anything). */
+static void pass_costs(api_ring *r, const cluster_pass *pass, int32_t rows) {
+    for (int32_t d = 0; d < r->n_cfg; d++) {
+        r->pass_acc.wait_us[d] += pass[d].wait_us;
+        r->pass_acc.busy_us[d] += pass[d].compute_us - LARES_MIN(pass[d].compute_us,
+                                                                 pass[d].wait_us);
+    }
+    r->pass_acc.rows += rows;
+    if (++r->pass_acc.passes < 4) {
+        return;
+    }
+    const double alpha = r->pass_samples > 0 ? 0.5 : 1.0;
+    for (int32_t d = 0; d < r->n_cfg; d++) {
+        const double w = (double)r->pass_acc.wait_us[d] / 1e3 / r->pass_acc.passes;
+        const double c = (double)r->pass_acc.busy_us[d] / 1e3 / (double)r->pass_acc.rows;
+        r->pass_wait_ms[d] = alpha * w + (1 - alpha) * LARES_MAX(r->pass_wait_ms[d], 0.0);
+        r->row_ms[d] = alpha * c + (1 - alpha) * LARES_MAX(r->row_ms[d], 0.0);
+    }
+    r->pass_samples++;
+    memset(&r->pass_acc, 0, sizeof r->pass_acc);
+}
+
+void ring_take_pass(api_ring *r, bool judge, int32_t rows) {
     cluster_pass pass[CLUSTER_MAX_DEVICES];
+    cluster_head_take_pass(r->head, pass);
+    if (rows > 0) {
+        pass_costs(r, pass, rows);
+    }
+    if (!judge) {
+        return;
+    }
     double ms[CLUSTER_MAX_DEVICES], wait[CLUSTER_MAX_DEVICES];
     uint32_t mem[CLUSTER_MAX_DEVICES];
-    cluster_head_take_pass(r->head, pass);
     for (int32_t d = 0; d < r->n_cfg; d++) {
         const bool ran = pass[d].layers > 0;
-        ms[d] = ran ? (double)pass[d].compute_us / 1e3 / pass[d].layers : -1;
-        wait[d] = ran ? (double)pass[d].wait_us / 1e3 / pass[d].layers : -1;
+        ms[d] = ran ? (double)pass[d].compute_us / 1e3 / (double)pass[d].layers : -1;
+        wait[d] = ran ? (double)pass[d].wait_us / 1e3 / (double)pass[d].layers : -1;
         mem[d] = pass[d].mem_free_mib;
     }
     cluster_monitor_token(&r->mon, ms, wait, mem);
+}
+
+bool ring_wants_quiet(const api_ring *r) {
+    char why[8];
+    int32_t drifted;
+    return cluster_head_needs_plan(r->head) || ring_prepare_due(r) ||
+           (r->rebalance && !r->pending.on &&
+            cluster_monitor_due(&r->mon, &drifted, why, sizeof why)) ||
+           ((r->failover || r->rebalance) && !r->pending.on && cluster_head_probe_due(r->head));
+}
+
+lares_status ring_between(lares_session *s, int32_t nb, bool gen, lares_error *err) {
+    api_ring *r = s->ring;
+    lares_status st = LARES_OK;
+    if (!r->in_switch) {
+        /* a plan prepared in the background goes in force */
+        st = ring_prepare_poll(s, nb, err);
+    }
+    if (st == LARES_OK && !r->in_switch) {
+        st = ring_rejoin(s, err); /* devices that answered since may join */
+    }
+    char why[512];
+    int32_t drifted = -1;
+    if (st == LARES_OK && r->rebalance && gen &&
+        cluster_monitor_due(&r->mon, &drifted, why, sizeof why)) {
+        st = ring_rebalance(s, err);
+    }
+    return st;
 }
 
 lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
     api_ring *r = s->ring;
     const size_t n_x = (size_t)nb * (size_t)s->lm->m->hp.n_embd;
     const int32_t keep = s->pos[0]; /* positions every layer must hold before this batch */
+    lares_status st = LARES_OK;
+    if (ring_groups_flying(r) > 0) {
+        /* a batch's groups come home first: their frames would be taken for
+         * stale ones of this pass (an embedding between a batch's steps) */
+        memcpy(r->x_saved, s->x, n_x * sizeof *s->x);
+        memcpy(r->pos_saved, s->pos, (size_t)nb * sizeof *s->pos);
+        st = ring_groups_drain(s, err);
+        memcpy(s->x, r->x_saved, n_x * sizeof *s->x);
+        memcpy(s->pos, r->pos_saved, (size_t)nb * sizeof *s->pos);
+        if (st != LARES_OK) {
+            return st;
+        }
+    }
     memcpy(r->x_saved, s->x, n_x * sizeof *s->x);
     memcpy(r->pos_saved, s->pos, (size_t)nb * sizeof *s->pos);
-    lares_status st = LARES_OK;
-    for (int32_t l = 0; l < s->lm->m->hp.n_layer; l++) {
-        /* this batch overwrites what lies beyond keep */
-        r->mirrored[l] = LARES_MIN(r->mirrored[l], keep);
-    }
-    if (keep < r->synced && cluster_head_plan(r->head)->n_dev > 1) {
+    ring_slot *own = &r->slots[0];
+    own->keep = keep;
+    ring_slot_rewind(r, 0, keep); /* this batch overwrites what lies beyond keep */
+    if (keep < own->synced && cluster_head_plan(r->head)->n_dev > 1) {
         /* a shorter context than the workers hold (a new prompt, a truncate) */
-        st = cluster_head_truncate(r->head, keep, err);
+        st = cluster_head_truncate(r->head, 0, keep, err);
         if (st == LARES_OK) {
-            r->synced = keep;
+            own->synced = keep;
         } else if (!cluster_head_needs_plan(r->head)) {
             return st;
         }
     }
-    if (st == LARES_OK && !r->in_switch) {
-        /* between two batches: a plan prepared in the background goes in force */
-        st = ring_prepare_poll(s, keep, nb, err);
-        if (st != LARES_OK && !cluster_head_needs_plan(r->head)) {
-            return st;
-        }
-    }
-    if (st == LARES_OK && !r->in_switch) {
-        /* between two batches: devices that answered since may join */
-        st = ring_rejoin(s, keep, err);
-        if (st != LARES_OK && !cluster_head_needs_plan(r->head)) {
-            return st;
-        }
-    }
-    char why[512];
-    int32_t drifted = -1;
-    if (st == LARES_OK && r->rebalance && nb == 1 &&
-        cluster_monitor_due(&r->mon, &drifted, why, sizeof why)) {
-        st = ring_rebalance(s, keep, err);
+    if (st == LARES_OK) {
+        st = ring_between(s, nb, nb == 1, err);
         if (st != LARES_OK && !cluster_head_needs_plan(r->head)) {
             return st;
         }
@@ -396,25 +548,13 @@ lares_status api_ring_forward(lares_session *s, int32_t nb, lares_error *err) {
         if (!cluster_head_needs_plan(r->head) || attempt >= r->n_cfg) {
             return st;
         }
-        st = ring_failover(s, keep, err);
+        st = ring_failover(s, err);
         if (st != LARES_OK) {
             return st;
         }
     }
-    if (nb == 1) {
-        ring_monitor_token(r);
-    } else {
-        cluster_pass pass[CLUSTER_MAX_DEVICES]; /* prompt batches are not judged */
-        cluster_head_take_pass(r->head, pass);
-    }
-    if (r->pos_saved[nb - 1] + 1 > r->synced) {
-        r->synced = r->pos_saved[nb - 1] + 1;
-    }
-    /* the batch's shape, for an exact re-run after a plan change */
-    r->batch_start[r->pos_saved[0]] = 1;
-    for (int32_t i = 1; i < nb; i++) {
-        r->batch_start[r->pos_saved[i]] = 0;
-    }
+    ring_take_pass(r, nb == 1, 0); /* prompt batches are not judged */
+    ring_slot_ran(r, 0, r->pos_saved[0], nb);
     ring_view_update(s);
     return LARES_OK;
 }
@@ -447,6 +587,8 @@ lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *
     out->waited_switches = r->waited_switches;
     out->prepare_failures = r->prepare_failures;
     out->fetch_tokens = r->fetch_tokens + (r->pending.on ? r->pending.tokens : 0);
+    out->kv_slots = r->n_slots;
+    out->max_in_flight = cluster_head_max_in_flight(h);
     for (int32_t d = 0; d < r->n_cfg; d++) {
         const cluster_device_stats *ds = cluster_head_device(h, d);
         if (d > 0) {

@@ -2,13 +2,18 @@
  * One pass of the ring: the head runs its own windows through its executor
  * and sends the hidden states around the ring between them, under the plan in
  * force. The head's forward (ring_head.c) and a plan switch that re-runs lost
- * layers (ring_switch.c) both drive it, so it stands apart from either.
+ * layers (ring_switch.c) both drive it, so it stands apart from either. A
+ * pass of a batch's sequence (a KV slot other than 0, issue 20) carries its
+ * slot in a run table and runs the head's windows on the sequence's cache.
  */
 #include "api/ring.h"
 
-lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *err) {
+lares_status ring_pass_slot(lares_session *s, uint32_t slot, int32_t nb, int32_t end,
+                            lares_error *err) {
     api_ring *r = s->ring;
     const cluster_plan *p = cluster_head_plan(r->head);
+    const cluster_run run = {.slot = slot, .rows = (uint32_t)nb};
+    const model_seq seq = {.kv = r->slots[slot].kv, .row0 = 0, .n_rows = nb};
     lares_status st = LARES_OK;
     int32_t layer = 0;
     while (layer < end) {
@@ -20,7 +25,9 @@ lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *e
             exec_counters c0, c1;
             exec_local_counters(s->exec, &c0);
             const uint64_t t0 = lares_now_ns();
-            st = exec_local_forward(s->exec, l0, l1, s->pos, nb, s->x, err);
+            st = slot == 0
+                     ? exec_local_forward(s->exec, l0, l1, s->pos, nb, s->x, err)
+                     : exec_local_forward_seqs(s->exec, &seq, 1, l0, l1, s->pos, nb, s->x, err);
             const uint64_t t1 = lares_now_ns();
             exec_local_counters(s->exec, &c1);
             cluster_head_add_local(r->head, l1 - l0, nb, (t1 - t0) / 1000u,
@@ -29,21 +36,27 @@ lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *e
                 return st;
             }
             for (int32_t l = l0; l < l1; l++) {
-                ring_mirror_note(r, l, s->pos[0], nb); /* the head's own rows are its copy */
+                ring_mirror_note(r, slot, l, s->pos[0], nb); /* the head's own rows are its copy */
             }
             layer = l1;
             if (layer >= end) {
                 break;
             }
         }
-        uint64_t seq;
-        st = cluster_head_send(r->head, layer, end, s->pos, nb, s->x, &seq, err);
+        uint64_t seq_no;
+        st = slot == 0 ? cluster_head_send(r->head, layer, end, s->pos, nb, s->x, &seq_no, err)
+                       : cluster_head_send_runs(r->head, layer, end, &run, 1, s->pos, nb, s->x,
+                                                &seq_no, err);
         if (st == LARES_OK) {
-            st = cluster_head_recv(r->head, seq, nb, s->x, &layer, &s->cancel, err);
+            st = cluster_head_recv(r->head, seq_no, nb, s->x, &layer, &s->cancel, err);
         }
         if (st != LARES_OK) {
             return st;
         }
     }
     return LARES_OK;
+}
+
+lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *err) {
+    return ring_pass_slot(s, 0, nb, end, err);
 }

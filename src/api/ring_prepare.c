@@ -140,7 +140,26 @@ static void give_up(lares_session *s, int32_t dev, const char *what) {
     cluster_monitor_accept(&r->mon);
 }
 
-lares_status ring_prepare_poll(lares_session *s, int32_t keep, int32_t nb, lares_error *err) {
+bool ring_prepare_due(const api_ring *r) {
+    if (!r->pending.on) {
+        return false;
+    }
+    bool ready = true;
+    for (int32_t d = 1; d < r->n_cfg; d++) {
+        if (!r->pending.asked[d]) {
+            continue;
+        }
+        const cluster_prep_state ps = cluster_head_prep_state(r->head, d, NULL, NULL);
+        if (ps == CLUSTER_PREP_FAILED || (!cluster_head_usable(r->head, d) &&
+                                          cluster_head_state(r->head, d) != CLUSTER_DEV_SUSPECT)) {
+            return true; /* given up: the plan in force stays */
+        }
+        ready = ready && ps == CLUSTER_PREP_READY;
+    }
+    return ready || lares_now_ns() - r->pending.moved_ns > PREPARE_STALL_NS;
+}
+
+lares_status ring_prepare_poll(lares_session *s, int32_t nb, lares_error *err) {
     api_ring *r = s->ring;
     if (!r->pending.on) {
         return LARES_OK;
@@ -208,7 +227,7 @@ lares_status ring_prepare_poll(lares_session *s, int32_t keep, int32_t nb, lares
     if (strcmp(kind, "failover") != 0) {
         atomic_fetch_add(&r->replans, 1); /* a failover was counted at the loss */
     }
-    return ring_switch_plan(s, &p, members, keep, kind, why, how, err); /* drops pending */
+    return ring_switch_plan(s, &p, members, kind, why, how, err); /* drops pending */
 }
 
 bool ring_interim_plan(const api_ring *r, cluster_plan *out, int32_t *members, char *why,

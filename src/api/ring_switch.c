@@ -30,31 +30,35 @@
 
 #include <math.h>
 
-/* Re-runs positions [from, keep) of the conversation through layers [0, end)
- * (every layer there holds [0, from)): exact, in the batches the conversation
- * was run in (the kernels of a batch of n tokens need not round like n single
- * tokens, so only the same shapes give the same bits, and the same greedy
- * text; `from` is a batch start), or batched, n_batch positions a pass (fewer
- * passes; the last bits may differ). */
-static lares_status rebuild(lares_session *s, int32_t from, int32_t keep, int32_t end,
-                            lares_error *err) {
+/* Re-runs positions [from, keep) of slot's conversation through layers
+ * [0, end) (every layer there holds [0, from)): exact, in the batches the
+ * conversation was run in (the kernels of a batch of n tokens need not round
+ * like n single tokens, so only the same shapes give the same bits, and the
+ * same greedy text; `from` is a batch start), or batched, n_batch positions a
+ * pass (fewer passes; the last bits may differ). A batch's sequence is
+ * re-run alone, in the passes it was run in with the others' rows beside
+ * its own (docs/batching.md: exact where a row's products do not depend on
+ * the other rows). */
+static lares_status rebuild(lares_session *s, uint32_t slot, int32_t from, int32_t keep,
+                            int32_t end, lares_error *err) {
     api_ring *r = s->ring;
+    ring_slot *sl = &r->slots[slot];
     const model *m = s->lm->m;
     for (int32_t p0 = from; p0 < keep && end > 0;) {
         int32_t nb = 1;
         if (r->rebuild_batched) {
             nb = LARES_MIN(s->o.n_batch, keep - p0);
         } else {
-            while (p0 + nb < keep && nb < s->o.n_batch && !r->batch_start[p0 + nb]) {
+            while (p0 + nb < keep && nb < s->o.n_batch && !sl->batch_start[p0 + nb]) {
                 nb++;
             }
         }
         for (int32_t i = 0; i < nb; i++) {
             s->pos[i] = p0 + i;
         }
-        lares_status st = model_embed(m, s->history + p0, nb, s->x, err);
+        lares_status st = model_embed(m, sl->history + p0, nb, s->x, err);
         if (st == LARES_OK) {
-            st = ring_pass(s, nb, end, err);
+            st = ring_pass_slot(s, slot, nb, end, err);
         }
         if (st != LARES_OK) {
             return st;
@@ -63,7 +67,7 @@ static lares_status rebuild(lares_session *s, int32_t from, int32_t keep, int32_
     }
     cluster_pass pass[CLUSTER_MAX_DEVICES]; /* re-runs are not judged */
     cluster_head_take_pass(r->head, pass);
-    r->synced = keep;
+    sl->synced = keep;
     r->rebuilt_tokens += (uint64_t)(end > 0 ? keep - from : 0);
     return LARES_OK;
 }
@@ -85,11 +89,11 @@ static void owners(const cluster_plan *p, const int32_t *members, int32_t *owner
     }
 }
 
-/* K and V rows of `layer` in the head's own cache: every layer has its place
- * there (the pages of layers the head never held are untouched until a copy
- * lands in them) */
-static void head_rows(lares_session *s, int32_t layer, uint8_t **k, uint8_t **v) {
-    const ops_kv_view kv = model_kv_view(s->kv, layer);
+/* K and V rows of `layer` in the head's own cache of a slot: every layer has
+ * its place there (the pages of layers the head never held are untouched
+ * until a copy lands in them) */
+static void head_rows(const ring_slot *sl, int32_t layer, uint8_t **k, uint8_t **v) {
+    const ops_kv_view kv = model_kv_view(sl->kv, layer);
     *k = kv.k;
     *v = kv.v;
 }
@@ -140,8 +144,44 @@ static uint64_t shipped_all(const api_ring *r) {
     return sum;
 }
 
+/* What a switch does for one slot: its first position and last layer re-run. */
+typedef struct slot_plan {
+    int32_t end, from;
+} slot_plan;
+
+/* The rows of a moved layer come from the head's own cache when it holds
+ * them (the head's layers, and with KV mirroring every layer: mirrored),
+ * else from their old owner (KV_GET, into the head's cache) when it is
+ * alive; a lost owner's layers the copy lacks are re-run from the first
+ * position some moved layer lacks, up to the last such layer. After a loss
+ * the head talks to nobody until the new plan is in force, so then every
+ * moved layer without a full copy is re-run. */
+static slot_plan plan_slot(const api_ring *r, const ring_slot *sl, const int32_t *before,
+                           const int32_t *after, int32_t n_layer, bool after_loss) {
+    cluster_head *h = r->head;
+    const int32_t keep = sl->keep;
+    slot_plan sp = {.end = 0, .from = keep};
+    for (int32_t l = 0; l < n_layer; l++) {
+        const int32_t have = LARES_MIN(sl->mirrored[l], keep);
+        if (before[l] != after[l] && have < keep &&
+            (after_loss || before[l] < 0 || cluster_head_state(h, before[l]) == CLUSTER_DEV_LOST)) {
+            sp.end = l + 1;
+        }
+    }
+    for (int32_t l = 0; l < sp.end; l++) {
+        if (before[l] != after[l]) {
+            sp.from = LARES_MIN(sp.from, LARES_MIN(sl->mirrored[l], keep));
+        }
+    }
+    while (sp.end > 0 && sp.from > 0 && sp.from < keep && !r->rebuild_batched &&
+           !sl->batch_start[sp.from]) {
+        sp.from--; /* the batch that position was run in starts the re-run */
+    }
+    return sp;
+}
+
 lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int32_t *members,
-                              int32_t keep, const char *kind, const char *why, const char *how,
+                              const char *kind, const char *why, const char *how,
                               lares_error *err) {
     api_ring *r = s->ring;
     cluster_head *h = r->head;
@@ -159,43 +199,31 @@ lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int
     ring_describe(r, q, cur, old_desc, sizeof old_desc);
     ring_describe(r, p, members, new_desc, sizeof new_desc);
     int32_t *before = lares_alloc_array((size_t)n_layer * 2, sizeof *before);
-    if (before == NULL) {
+    slot_plan *sp = lares_alloc_array((size_t)r->n_slots, sizeof *sp);
+    if (before == NULL || sp == NULL) {
+        lares_free(before);
+        lares_free(sp);
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     int32_t *after = before + n_layer;
     owners(q, cur, before);
     owners(p, members, after);
-    /* The rows of a moved layer come from the head's own cache when it holds
-     * them (the head's layers, and with KV mirroring every layer: r->mirrored),
-     * else from their old owner (KV_GET, into the head's cache) when it is
-     * alive; a lost owner's layers the copy lacks are re-run from the first
-     * position some moved layer lacks, up to the last such layer. After a loss
-     * the head talks to nobody until the new plan is in force, so then every
-     * moved layer without a full copy is re-run. */
     const bool after_loss = cluster_head_needs_plan(h);
-    int32_t end = 0, n_move = 0, n_copy = 0, from = keep;
-    for (int32_t l = 0; l < n_layer; l++) {
-        const int32_t have = LARES_MIN(r->mirrored[l], keep);
-        if (before[l] != after[l] && have < keep &&
-            (after_loss || before[l] < 0 || cluster_head_state(h, before[l]) == CLUSTER_DEV_LOST)) {
-            end = l + 1;
-        }
-    }
-    for (int32_t l = 0; l < end; l++) {
-        if (before[l] != after[l]) {
-            from = LARES_MIN(from, LARES_MIN(r->mirrored[l], keep));
-        }
-    }
-    while (end > 0 && from > 0 && from < keep && !r->rebuild_batched && !r->batch_start[from]) {
-        from--; /* the batch that position was run in starts the re-run */
-    }
     lares_status st = LARES_OK;
-    for (int32_t l = end; l < n_layer && st == LARES_OK && keep > 0; l++) {
-        if (before[l] != after[l] && before[l] > 0 && r->mirrored[l] < keep) {
-            uint8_t *k, *v;
-            head_rows(s, l, &k, &v);
-            st = cluster_head_kv_get(h, before[l], l, 0, keep, k, v, err);
-            r->mirrored[l] = st == LARES_OK ? keep : r->mirrored[l];
+    int32_t end_max = 0, keep_max = 0, rerun = 0;
+    for (int32_t i = 0; i < r->n_slots; i++) {
+        ring_slot *sl = &r->slots[i];
+        sp[i] = plan_slot(r, sl, before, after, n_layer, after_loss);
+        end_max = LARES_MAX(end_max, sp[i].end);
+        keep_max = LARES_MAX(keep_max, sl->keep);
+        rerun += sp[i].end > 0 ? sl->keep - sp[i].from : 0;
+        for (int32_t l = sp[i].end; l < n_layer && st == LARES_OK && sl->keep > 0; l++) {
+            if (before[l] != after[l] && before[l] > 0 && sl->mirrored[l] < sl->keep) {
+                uint8_t *k, *v;
+                head_rows(sl, l, &k, &v);
+                st = cluster_head_kv_get(h, before[l], (uint32_t)i, l, 0, sl->keep, k, v, err);
+                sl->mirrored[l] = st == LARES_OK ? sl->keep : sl->mirrored[l];
+            }
         }
     }
     if (st == LARES_OK) {
@@ -204,20 +232,33 @@ lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int
     if (st == LARES_OK) {
         ring_plan_adopt(r); /* the planner's predictions, or none after a fallback */
         ring_note_serving(r);
+        ring_pass_costs_reset(r); /* other windows, other costs */
     }
     uint64_t moved_bytes = 0;
-    for (int32_t l = 0; l < n_layer && st == LARES_OK; l++) {
-        const int32_t n = LARES_MIN(r->mirrored[l], keep);
-        if (before[l] == after[l]) {
-            continue;
+    int32_t n_move = 0, n_copy = 0;
+    for (int32_t l = 0; l < n_layer; l++) {
+        /* complete: every slot that holds anything has all of it in the copy */
+        bool any = false, full = true;
+        for (int32_t i = 0; i < r->n_slots; i++) {
+            any = any || r->slots[i].keep > 0;
+            full = full && r->slots[i].mirrored[l] >= r->slots[i].keep;
         }
-        n_move++;
-        n_copy += n >= keep && keep > 0;
-        if (after[l] != 0 && n > 0) {
-            uint8_t *k, *v;
-            head_rows(s, l, &k, &v);
-            st = cluster_head_kv_put(h, after[l], l, 0, n, k, v, err);
-            moved_bytes += 2 * (uint64_t)n * row;
+        n_move += before[l] != after[l];
+        n_copy += before[l] != after[l] && any && full;
+    }
+    for (int32_t i = 0; i < r->n_slots && st == LARES_OK; i++) {
+        const ring_slot *sl = &r->slots[i];
+        for (int32_t l = 0; l < n_layer && st == LARES_OK; l++) {
+            const int32_t n = LARES_MIN(sl->mirrored[l], sl->keep);
+            if (before[l] == after[l]) {
+                continue;
+            }
+            if (after[l] != 0 && n > 0) {
+                uint8_t *k, *v;
+                head_rows(sl, l, &k, &v);
+                st = cluster_head_kv_put(h, after[l], (uint32_t)i, l, 0, n, k, v, err);
+                moved_bytes += 2 * (uint64_t)n * row;
+            }
         }
     }
     lares_free(before);
@@ -226,9 +267,12 @@ lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int
         ring_layers_by_device(r, layers);
         cluster_monitor_plan(&r->mon, layers, NULL, true);
         r->in_switch = true;
-        st = rebuild(s, from, keep, end, err);
+        for (int32_t i = 0; i < r->n_slots && st == LARES_OK; i++) {
+            st = rebuild(s, (uint32_t)i, sp[i].from, r->slots[i].keep, sp[i].end, err);
+        }
         r->in_switch = false;
     }
+    lares_free(sp);
     r->kv_moved_bytes += moved_bytes;
     const double ms = (double)(lares_now_ns() - t0) / 1e6;
     r->switch_ms += ms;
@@ -244,12 +288,16 @@ lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int
     } else {
         snprintf(weights, sizeof weights, "%s%s", how[0] ? "; " : "", how);
     }
+    char slots[96] = "";
+    if (r->n_slots > 1) {
+        snprintf(slots, sizeof slots, " over %d KV slots", (int)r->n_slots);
+    }
     snprintf(r->last_switch, sizeof r->last_switch,
              "%s: %s; plan %s -> %s%s; KV of %d moved layer(s) transferred (%" PRIu64
-             " bytes, %d complete in the head's copy), %d positions re-run through layers "
+             " bytes, %d complete in the head's copy)%s, %d positions re-run through layers "
              "0..%d, a context of %d; %.1f ms",
-             kind, why, old_desc, new_desc, weights, n_move, moved_bytes, n_copy,
-             end > 0 ? keep - from : 0, end, keep, ms);
+             kind, why, old_desc, new_desc, weights, n_move, moved_bytes, n_copy, slots, rerun,
+             end_max, keep_max, ms);
     if (st == LARES_OK) {
         lares_log(LARES_LOG_INFO, "cluster: %s", r->last_switch);
     }
@@ -317,7 +365,7 @@ static lares_status replan(api_ring *r, const int32_t *cand, int32_t n, const in
     return ring_balance(r, cand, n, base, out, members, err);
 }
 
-lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
+lares_status ring_failover(lares_session *s, lares_error *err) {
     api_ring *r = s->ring;
     cluster_head *h = r->head;
     /* the KV copies the lost device sent before it went */
@@ -343,7 +391,7 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     }
     /* the error the head holds names the device and what happened to it */
     lares_error cause = {0};
-    cluster_head_truncate(h, 0, &cause); /* returns the held failure, sends nothing */
+    cluster_head_truncate(h, 0, 0, &cause); /* returns the held failure, sends nothing */
     cluster_plan p;
     int32_t members[CLUSTER_MAX_DEVICES];
     lares_error perr = {0};
@@ -369,7 +417,7 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
     snprintf(why, sizeof why, "lost %s; new plan by %s", lost, by);
     bool ask[CLUSTER_MAX_DEVICES];
     if (ring_prepare_needs(r, &p, members, ask) == 0) {
-        return ring_switch_plan(s, &p, members, keep, "failover", why, "", err);
+        return ring_switch_plan(s, &p, members, "failover", why, "", err);
     }
     /* The plan in force is broken and the new one makes workers fetch: an
      * interim plan that fetches nothing now, the new one in the background */
@@ -380,7 +428,7 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
         lares_log(LARES_LOG_INFO, "cluster: failover: no interim plan (%s); the switch waits for "
                   "the weights", iwhy);
         snprintf(how, sizeof how, "no interim plan without a fetch: %s", iwhy);
-        return ring_switch_plan(s, &p, members, keep, "failover", why, how, err);
+        return ring_switch_plan(s, &p, members, "failover", why, how, err);
     }
     char next[256];
     ring_describe(r, &p, members, next, sizeof next);
@@ -388,18 +436,18 @@ lares_status ring_failover(lares_session *s, int32_t keep, lares_error *err) {
              "an interim plan (the lost windows to neighbours that hold their tensors); %s is "
              "fetched in the background",
              next);
-    st = ring_switch_plan(s, &ip, im, keep, "failover", why, how, err);
+    st = ring_switch_plan(s, &ip, im, "failover", why, how, err);
     if (st != LARES_OK || ring_prepare_needs(r, &p, members, ask) == 0) {
         return st;
     }
     if (!ring_prepare_start(s, &p, members, "failover", why)) {
-        st = ring_switch_plan(s, &p, members, keep, "failover", why,
+        st = ring_switch_plan(s, &p, members, "failover", why,
                               "after the interim plan (the prepare could not be asked)", err);
     }
     return st;
 }
 
-lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
+lares_status ring_rebalance(lares_session *s, lares_error *err) {
     api_ring *r = s->ring;
     cluster_head *h = r->head;
     int32_t drifted = -1;
@@ -449,10 +497,10 @@ lares_status ring_rebalance(lares_session *s, int32_t keep, lares_error *err) {
         return LARES_OK; /* put in force when the weights are in (ring_prepare_poll) */
     }
     atomic_fetch_add(&r->replans, 1);
-    return ring_switch_plan(s, &p, members, keep, "re-balance", what, "", err);
+    return ring_switch_plan(s, &p, members, "re-balance", what, "", err);
 }
 
-lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
+lares_status ring_rejoin(lares_session *s, lares_error *err) {
     api_ring *r = s->ring;
     cluster_head *h = r->head;
     if (r->n_cfg < 2 || (!r->failover && !r->rebalance) || r->pending.on) {
@@ -522,5 +570,5 @@ lares_status ring_rejoin(lares_session *s, int32_t keep, lares_error *err) {
         return LARES_OK; /* put in force when the weights are in (ring_prepare_poll) */
     }
     atomic_fetch_add(&r->replans, 1);
-    return ring_switch_plan(s, &p, members, keep, "rejoin", why, "", err);
+    return ring_switch_plan(s, &p, members, "rejoin", why, "", err);
 }

@@ -78,7 +78,11 @@ static json_t *view_json(lares_session *s) {
     json_object_set_new(o, "hops", json_integer((json_int_t)st.hops));
     json_object_set_new(o, "wait_ms", json_real(st.wait_ms));
     json_object_set_new(o, "hop_ms", num_or_null(r->hop_ms > 0 ? r->hop_ms : -1));
-    json_object_set_new(o, "positions", json_integer(r->synced));
+    json_object_set_new(o, "positions", json_integer(r->slots[0].synced));
+    /* a batch over the ring (issue 20): its KV slots, and the most batches
+     * that were in the ring at once (> 1: its groups were pipelined) */
+    json_object_set_new(o, "kv_slots", json_integer(st.kv_slots));
+    json_object_set_new(o, "max_in_flight", json_integer(st.max_in_flight));
     json_object_set_new(o, "head_pid", json_integer((json_int_t)getpid()));
     json_t *devs = json_array();
     for (int32_t d = 0; d < st.n_config; d++) {

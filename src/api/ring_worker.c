@@ -54,8 +54,13 @@ struct lares_worker {
     lares_model *lm; /* owned: the open model, kept across heads */
     ops_pool *pool;  /* owned */
     int32_t pool_threads;
-    model_kv *kv;         /* owned: spans this device's windows (pages of other layers stay
-                             untouched, so never resident) */
+    model_kv *kv; /* owned: slot 0's; spans this device's windows (pages of other
+                     layers stay untouched, so never resident) */
+    /* owned: the KV caches of slots 1.. (a batch's sequences, issue 20), NULL
+     * until a slot is first used; CLUSTER_MAX_SLOTS entries, [0] unused */
+    model_kv **slot_kv;
+    int32_t n_slots;      /* the plan's: every slot's cache counts in the budget */
+    model_seq *seqs;      /* owned: n_batch, the runs of one forward */
     model_ctx *cx;        /* owned */
     exec_local *exec;     /* owned */
     exec_window *windows; /* owned */
@@ -103,17 +108,29 @@ static void on_cluster_event(const cluster_event *ev, void *user) {
     w->on_event(&out, w->user);
 }
 
+/* The caches of slots 1.. (from `from` on: a plan counting fewer drops the rest). */
+static void free_slot_caches(lares_worker *w, int32_t from) {
+    for (int32_t i = LARES_MAX(from, 1); w->slot_kv != NULL && i < CLUSTER_MAX_SLOTS; i++) {
+        model_kv_free(w->slot_kv[i]);
+        w->slot_kv[i] = NULL;
+    }
+}
+
 static void release_windows(lares_worker *w) {
     exec_local_free(w->exec);
     model_ctx_free(w->cx);
     model_kv_free(w->kv);
+    free_slot_caches(w, 1);
     lares_free(w->windows);
+    lares_free(w->seqs);
     w->exec = NULL;
     w->cx = NULL;
     w->kv = NULL;
     w->windows = NULL;
+    w->seqs = NULL;
     w->n_windows = 0;
     w->n_batch = 0;
+    w->n_slots = 0;
 }
 
 static void cb_release(void *user) {
@@ -371,17 +388,24 @@ static lares_status worker_budget(lares_worker *w, exec_opts *eo, int32_t held, 
     if (st != LARES_OK) {
         return st;
     }
+    /* every slot's cache counts its share of the layers held (the pages of
+     * the others stay untouched), made yet or not (issue 20) */
     const uint64_t span = (uint64_t)(w->kv->l1 - w->kv->l0);
-    const uint64_t kv_unused = w->kv->bytes / span * (span - (uint64_t)held);
-    const uint64_t heap = lares_mem_in_use() - LARES_MIN(lares_mem_in_use(), kv_unused);
+    uint64_t kv_made = w->kv->bytes;
+    for (int32_t i = 1; w->slot_kv != NULL && i < CLUSTER_MAX_SLOTS; i++) {
+        kv_made += w->slot_kv[i] != NULL ? w->slot_kv[i]->bytes : 0;
+    }
+    const uint64_t kv_held = w->kv->bytes / span * (uint64_t)held * (uint64_t)w->n_slots;
+    const uint64_t heap = lares_mem_in_use() - LARES_MIN(lares_mem_in_use(), kv_made) + kv_held;
     const uint64_t overhead =
         heap + gguf_file_bytes(w->lm->file) / PAGE_TABLE_SHARE + RESERVE_BYTES;
     if (budget < overhead + least) {
         return lares_fail(err, LARES_ERANGE,
                           "a memory budget of %.1f MiB is below the %.1f MiB this worker needs at "
-                          "least (KV cache and buffers %.1f MiB, the largest layer %.1f MiB)",
+                          "least (%d KV cache%s and buffers %.1f MiB, the largest layer %.1f MiB)",
                           (double)budget / 1048576.0, (double)(overhead + least) / 1048576.0,
-                          (double)heap / 1048576.0, (double)least / 1048576.0);
+                          (int)w->n_slots, w->n_slots == 1 ? "" : "s", (double)heap / 1048576.0,
+                          (double)least / 1048576.0);
     }
     eo->weight_budget_bytes = budget - overhead;
     return LARES_OK;
@@ -466,6 +490,8 @@ static lares_status setup_locked(lares_worker *w, const cluster_plan_msg *p, boo
     if (!reuse) {
         release_windows(w);
     }
+    free_slot_caches(w, (int32_t)p->n_slots); /* slots the plan no longer counts */
+    w->n_slots = (int32_t)p->n_slots;
     int32_t threads = p->n_threads > 0 ? (int32_t)p->n_threads : w->n_threads;
     if (threads <= 0) {
         threads = lares_cpu_count();
@@ -504,6 +530,14 @@ static lares_status setup_locked(lares_worker *w, const cluster_plan_msg *p, boo
         st = model_ctx_create(m, w->pool, (int32_t)p->n_batch, (int32_t)p->n_ctx, &w->cx, err);
         w->n_batch = st == LARES_OK ? (int32_t)p->n_batch : 0;
     }
+    if (st == LARES_OK && w->slot_kv == NULL &&
+        (w->slot_kv = lares_calloc(CLUSTER_MAX_SLOTS, sizeof *w->slot_kv)) == NULL) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    if (st == LARES_OK && w->seqs == NULL &&
+        (w->seqs = lares_calloc((size_t)p->n_batch, sizeof *w->seqs)) == NULL) {
+        st = lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
     exec_opts eo = {.windows = w->windows, .n_windows = w->n_windows, .head = false,
                     .stream_io = w->stream_io};
     if (st == LARES_OK) {
@@ -521,7 +555,7 @@ static lares_status setup_locked(lares_worker *w, const cluster_plan_msg *p, boo
         return st;
     }
     const uint64_t span = (uint64_t)(w->kv->l1 - w->kv->l0);
-    out->kv_bytes = w->kv->bytes / span * (uint64_t)held;
+    out->kv_bytes = w->kv->bytes / span * (uint64_t)held * (uint64_t)w->n_slots;
     out->n_windows = (uint32_t)w->n_windows;
     *kept = reuse;
     *kv_row_bytes = (uint32_t)model_kv_row_bytes(w->kv);
@@ -542,15 +576,53 @@ static uint32_t mem_free_mib(lares_worker *w, uint64_t now) {
     return w->mem_free_mib;
 }
 
-static lares_status cb_forward(void *user, int32_t l0, int32_t l1, const int32_t *pos,
-                               int32_t n_tok, float *x, cluster_figures *fig, lares_error *err) {
+/* Slot's KV cache (slot 0: the one the executor was made with), made on the
+ * slot's first use at the plan's context; the budget counted it at setup. */
+static lares_status slot_cache(lares_worker *w, uint32_t slot, model_kv **out, lares_error *err) {
+    if (w->kv == NULL || slot >= (uint32_t)w->n_slots) {
+        return lares_fail(err, LARES_EINVAL, "kv slot %u outside the plan's %d", slot,
+                          (int)w->n_slots);
+    }
+    if (slot == 0) {
+        *out = w->kv;
+        return LARES_OK;
+    }
+    if (w->slot_kv[slot] == NULL) {
+        const model *m = w->lm->m;
+        lares_status st = model_kv_create(m, w->kv->l0, w->kv->l1, w->kv->n_ctx, w->kv->type,
+                                          &w->slot_kv[slot], err);
+        if (st != LARES_OK) {
+            return st;
+        }
+    }
+    *out = w->slot_kv[slot];
+    return LARES_OK;
+}
+
+static lares_status cb_forward(void *user, int32_t l0, int32_t l1, const cluster_run *runs,
+                               int32_t n_runs, const int32_t *pos, int32_t n_tok, float *x,
+                               cluster_figures *fig, lares_error *err) {
     lares_worker *w = user;
     struct rusage r0, r1;
     exec_counters c0, c1;
+    lares_status st = LARES_OK;
+    /* one run of slot 0 is the pass of one sequence, as before slots */
+    const bool plain = n_runs == 1 && runs[0].slot == 0;
+    int32_t row = 0;
+    for (int32_t i = 0; i < n_runs && !plain && st == LARES_OK; i++) {
+        st = slot_cache(w, runs[i].slot, &w->seqs[i].kv, err);
+        w->seqs[i].row0 = row;
+        w->seqs[i].n_rows = (int32_t)runs[i].rows;
+        row += (int32_t)runs[i].rows;
+    }
+    if (st != LARES_OK) {
+        return st;
+    }
     getrusage(RUSAGE_SELF, &r0);
     exec_local_counters(w->exec, &c0);
     const uint64_t t0 = lares_now_ns();
-    lares_status st = exec_local_forward(w->exec, l0, l1, pos, n_tok, x, err);
+    st = plain ? exec_local_forward(w->exec, l0, l1, pos, n_tok, x, err)
+               : exec_local_forward_seqs(w->exec, w->seqs, n_runs, l0, l1, pos, n_tok, x, err);
     const uint64_t t1 = lares_now_ns();
     exec_local_counters(w->exec, &c1);
     getrusage(RUSAGE_SELF, &r1);
@@ -570,15 +642,19 @@ static lares_status cb_forward(void *user, int32_t l0, int32_t l1, const int32_t
     return st;
 }
 
-static lares_status cb_kv_rows(void *user, int32_t layer, int32_t pos0, int32_t n, bool write,
-                               uint8_t *k, uint8_t *v, lares_error *err) {
+static lares_status cb_kv_rows(void *user, uint32_t slot, int32_t layer, int32_t pos0, int32_t n,
+                               bool write, uint8_t *k, uint8_t *v, lares_error *err) {
     lares_worker *w = user;
-    if (w->kv == NULL || layer < w->kv->l0 || layer >= w->kv->l1 || pos0 < 0 || n < 0 ||
-        pos0 + n > w->kv->n_ctx) {
-        return lares_fail(err, LARES_EINVAL, "kv rows %d..%d of layer %d outside the cache", pos0,
-                          pos0 + n, layer);
+    model_kv *kv = NULL;
+    lares_status st = slot_cache(w, slot, &kv, err);
+    if (st != LARES_OK) {
+        return st;
     }
-    model_kv_rows(w->kv, layer, pos0, n, write, k, v);
+    if (layer < kv->l0 || layer >= kv->l1 || pos0 < 0 || n < 0 || pos0 + n > kv->n_ctx) {
+        return lares_fail(err, LARES_EINVAL, "kv rows %d..%d of slot %u layer %d outside the cache",
+                          pos0, pos0 + n, slot, layer);
+    }
+    model_kv_rows(kv, layer, pos0, n, write, k, v);
     return LARES_OK;
 }
 
@@ -588,6 +664,7 @@ void lares_worker_free(lares_worker *w) {
     }
     cluster_worker_free(w->cw);
     release_windows(w);
+    lares_free(w->slot_kv);
     ops_pool_free(w->pool);
     lares_model_close(w->lm);
     api_fetch_close(&w->fetch);

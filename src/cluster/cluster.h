@@ -94,6 +94,11 @@ typedef enum cluster_kv_op {
     CLUSTER_KV_TRUNCATE = 2,
     CLUSTER_KV_PUT = 3 /* KV_DONE only: the KV_DATA frames put so far are written */
 } cluster_kv_op;
+/* On the wire only (issue 20): a KV / KV_DONE operation with this bit, and a
+ * KV_GET layer with the next, are followed by a u32 KV slot; without them
+ * the slot is 0 and the frame is the one before slots, byte for byte */
+#define CLUSTER_KV_OP_SLOT    0x100u
+#define CLUSTER_KV_LAYER_SLOT 0x80000000u
 
 /* HELLO flags */
 #define CLUSTER_HELLO_PROFILE 1u /* measure yourself (cached) and send the profile in WELCOME */
@@ -108,7 +113,16 @@ typedef enum cluster_kv_op {
 #define CLUSTER_PROBE_PING_BYTES (256u << 10)
 /* send the head a copy of every KV entry written (KV_MIRROR), after each window */
 #define CLUSTER_PLAN_MIRROR_KV 4u
-#define CLUSTER_PLAN_FLAGS     7u
+/* several sequences at once (issue 20): ACT frames may carry a run table (the
+ * rows of each KV slot) and KV frames name a slot; without it every row is
+ * slot 0's, as before the flag (a worker built before it refuses the PLAN) */
+#define CLUSTER_PLAN_SLOTS 8u
+#define CLUSTER_PLAN_FLAGS 15u
+/* KV slots: a batch's sequences and the head's own (slot 0); each slot is a
+ * KV cache of its own on every member, made when the slot first comes */
+#define CLUSTER_MAX_SLOTS 4096
+/* ACT flags (the byte after the element type) */
+#define CLUSTER_ACT_RUNS 1u /* a run table follows the trace count */
 /* STOP reasons */
 #define CLUSTER_STOP_END     0u /* the session ended */
 #define CLUSTER_STOP_LEFT_OUT 1u /* a new plan leaves this device out; it may be asked again */
@@ -165,6 +179,17 @@ lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
                                   const double *ms_per_layer, const int32_t *cap_layers,
                                   const bool *can_stream, const int32_t *base, cluster_plan *out,
                                   int32_t *members, lares_error *err);
+/* How many groups of a batch's sequences to keep in the ring at once (issue
+ * 20) for n_rows rows a cycle (a row of each active sequence), at most
+ * `most`, now `current`, from the n_dev devices' costs of a pass: wait_ms,
+ * the time a pass waits for weights from disk (a device that streams reads
+ * its window again for every group), and row_ms, a row's compute. The cycle
+ * of G groups is the longer of each device's busy time, G x wait + n_rows x
+ * row, and one group's trip around the ring, the sum of wait + row x
+ * ceil(n_rows / G); the G of the shortest (ties: fewer groups). current
+ * stays unless that G is predicted 10 % faster. */
+int32_t cluster_pipe_groups(const double *wait_ms, const double *row_ms, int32_t n_dev,
+                            int32_t n_rows, int32_t most, int32_t current);
 /* "head 1 | w1 2 | w2 2 (k=2)" for messages */
 void cluster_plan_describe(const cluster_plan *p, char *buf, size_t cap);
 
@@ -202,6 +227,9 @@ typedef struct cluster_plan_msg {
     uint8_t kv_f16;     /* 1: F16 KV cache, 0: F32 */
     uint16_t flags;     /* CLUSTER_PLAN_* */
     uint32_t ping_bytes; /* CLUSTER_PLAN_PROBE: filler of the bandwidth probe */
+    /* CLUSTER_PLAN_SLOTS: the KV slots the head may use (1..CLUSTER_MAX_SLOTS),
+     * each a KV cache the worker's memory budget counts; 1 without the flag */
+    uint32_t n_slots;
     cluster_plan plan;
     uint8_t keys[CLUSTER_MAX_DEVICES][CLUSTER_KEY_BYTES]; /* public keys; zero when insecure */
     char addr[CLUSTER_MAX_DEVICES][CLUSTER_MAX_ADDR + 1]; /* "" for the head */
@@ -227,8 +255,17 @@ typedef struct cluster_trace {
 } cluster_trace;
 #define CLUSTER_TRACE_BYTES 20
 
+/* The rows of one KV slot in a batch of hidden states (issue 20): `rows`
+ * consecutive rows, at consecutive positions, of sequence `slot`. */
+typedef struct cluster_run {
+    uint32_t slot; /* < CLUSTER_MAX_SLOTS */
+    uint32_t rows; /* >= 1 */
+} cluster_run;
+#define CLUSTER_RUN_BYTES 8
+
 /* Hidden states of a batch. The arrays stay in the frame's bytes: read them
- * with cluster_act_pos, cluster_act_trace_at and cluster_act_read. */
+ * with cluster_act_pos, cluster_act_run_at, cluster_act_trace_at and
+ * cluster_act_read. */
 typedef struct cluster_act {
     uint64_t seq;   /* the head's batch counter */
     uint32_t layer; /* the next layer to run; n_layer when all are done */
@@ -237,6 +274,11 @@ typedef struct cluster_act {
     uint32_t n_embd;
     uint8_t dtype; /* cluster_dtype */
     uint32_t n_trace;
+    /* runs of rows per KV slot (1..n_tok, rows adding up to n_tok; positions
+     * consecutive within each); 0: no table, every row slot 0's and the
+     * positions consecutive throughout (the frame before issue 20) */
+    uint32_t n_runs;
+    const uint8_t *runs;  /* n_runs entries */
     const uint8_t *pos;   /* n_tok int32 */
     const uint8_t *trace; /* n_trace entries */
     const uint8_t *data;  /* n_tok x n_embd of dtype */
@@ -245,6 +287,7 @@ typedef struct cluster_act {
 typedef struct cluster_kv {
     uint32_t op; /* cluster_kv_op */
     int32_t pos;
+    uint32_t slot; /* the KV slot (PLAN flag 8); 0 is written as the frame before slots */
 } cluster_kv;
 
 /* KV entries of one layer for positions [pos0, pos0 + n_pos): all K rows,
@@ -255,13 +298,15 @@ typedef struct cluster_kv_data {
     uint32_t n_pos;
     uint32_t row_bytes;
     uint8_t kv_f16;
-    uint8_t last; /* the last chunk of this layer's transfer */
+    uint8_t last;  /* the last chunk of this layer's transfer */
+    uint32_t slot; /* the KV slot (< CLUSTER_MAX_SLOTS; the field once reserved) */
     const uint8_t *k, *v;
 } cluster_kv_data;
 
 typedef struct cluster_kv_get {
     uint32_t layer;
     int32_t pos0, pos1; /* [pos0, pos1) */
+    uint32_t slot;      /* as cluster_kv's */
 } cluster_kv_get;
 
 typedef struct cluster_ping {
@@ -397,11 +442,21 @@ size_t cluster_tensor_data_bytes(uint32_t length);
 
 /* Bytes of an ACT frame for n_tok x n_embd values and n_trace entries; 0 on overflow. */
 size_t cluster_act_bytes(uint32_t n_tok, uint32_t n_embd, uint8_t dtype, uint32_t n_trace);
+/* The same with a run table of n_runs entries (0: none). */
+size_t cluster_act_bytes_runs(uint32_t n_tok, uint32_t n_embd, uint8_t dtype, uint32_t n_trace,
+                              uint32_t n_runs);
 /* Encodes hidden states x (n_tok x n_embd floats) with their positions and
- * trace; F16 rounds to nearest even. */
+ * trace; F16 rounds to nearest even. hdr->n_runs must be 0 (no run table). */
 size_t cluster_encode_act(uint8_t *buf, size_t cap, uint64_t session, const cluster_act *hdr,
                           const int32_t *pos, const cluster_trace *trace, const float *x);
+/* The same with the run table runs[hdr->n_runs] (none when 0); 0 when the
+ * runs do not add up to the rows or name a slot out of range. */
+size_t cluster_encode_act_runs(uint8_t *buf, size_t cap, uint64_t session, const cluster_act *hdr,
+                               const cluster_run *runs, const int32_t *pos,
+                               const cluster_trace *trace, const float *x);
 int32_t cluster_act_pos(const cluster_act *a, uint32_t i);
+/* Run i of the table (i < n_runs). */
+void cluster_act_run_at(const cluster_act *a, uint32_t i, cluster_run *out);
 void cluster_act_trace_at(const cluster_act *a, uint32_t i, cluster_trace *out);
 /* Converts the frame's hidden states into x (n_tok x n_embd floats). */
 void cluster_act_read(const cluster_act *a, float *x);
@@ -539,8 +594,8 @@ typedef struct cluster_head_opts {
      * the head (CLUSTER_PLAN_MIRROR_KV), and each KV_MIRROR frame of a member
      * for a layer it holds in the plan in force is handed to this call, on
      * the caller's thread, while the head waits for frames */
-    void (*kv_mirror)(void *user, int32_t layer, int32_t pos0, int32_t n_pos, const uint8_t *k,
-                      const uint8_t *v);
+    void (*kv_mirror)(void *user, uint32_t slot, int32_t layer, int32_t pos0, int32_t n_pos,
+                      const uint8_t *k, const uint8_t *v);
     void *kv_mirror_user;
 } cluster_head_opts;
 
@@ -559,7 +614,9 @@ typedef struct cluster_device_stats {
 /* What each device did since the last cluster_head_take_pass. */
 typedef struct cluster_pass {
     uint64_t compute_us, wait_us;
-    int32_t layers; /* layers run (a window of w layers counts w) */
+    /* layer rows run: a window of w layers over r rows counts w x r (a pass
+     * of several sequences is r rows; one token's pass, 1) */
+    int64_t layers;
     uint32_t mem_free_mib;
 } cluster_pass;
 
@@ -616,24 +673,54 @@ lares_status cluster_head_send(cluster_head *h, int32_t layer, int32_t end, cons
                                int32_t n_tok, const float *x, uint64_t *seq, lares_error *err);
 /* Waits for the batch `seq` to come back (or for a device to fail: the error
  * names it) and writes its hidden states into x; *layer is the next layer to
- * run. Stale frames of an earlier, abandoned batch are dropped. cancel (may
- * be NULL) is polled while waiting: LARES_ECANCELED when it becomes true. */
+ * run. Batches sent before it are abandoned (a canceled generation): their
+ * frames are dropped. cancel (may be NULL) is polled while waiting:
+ * LARES_ECANCELED when it becomes true. */
 lares_status cluster_head_recv(cluster_head *h, uint64_t seq, int32_t n_tok, float *x,
                                int32_t *layer, const _Atomic bool *cancel, lares_error *err);
+
+/* ---- several sequences at once (issue 20, docs/batching.md) ----
+ * Rows carry their KV slot (a run table in ACT), and several batches may be
+ * in the ring at once (a batch's groups: device 2 computes one while device
+ * 1 computes the next), each matched by its counter when it comes back. */
+#define CLUSTER_MAX_FLIGHT 64
+/* From the next plan on, every member keeps n_slots KV slots (1 to
+ * CLUSTER_MAX_SLOTS; 1: the plain ring, no PLAN flag 8); the memory budget
+ * of each counts them. Put in force by the next cluster_head_set_plan. */
+void cluster_head_set_slots(cluster_head *h, uint32_t n_slots);
+/* As cluster_head_send, with the rows' runs[0..n_runs) (slot and rows each;
+ * NULL: every row slot 0's, no table); x is also where the hidden states
+ * come back (cluster_head_recv_any), valid until they do or until
+ * cluster_head_abandon. At most CLUSTER_MAX_FLIGHT in flight. */
+lares_status cluster_head_send_runs(cluster_head *h, int32_t layer, int32_t end,
+                                    const cluster_run *runs, int32_t n_runs, const int32_t *pos,
+                                    int32_t n_tok, float *x, uint64_t *seq, lares_error *err);
+/* Waits for any batch sent with cluster_head_send_runs to come back, writes
+ * its hidden states into its x; *seq says which, *layer the next layer. */
+lares_status cluster_head_recv_any(cluster_head *h, uint64_t *seq, int32_t *layer,
+                                   const _Atomic bool *cancel, lares_error *err);
+/* Batches in the ring now, and the most there were at once. */
+int32_t cluster_head_in_flight(const cluster_head *h);
+int32_t cluster_head_max_in_flight(const cluster_head *h);
+/* Forgets the batches in flight (a failure, a new plan): their frames are
+ * dropped when they come. */
+void cluster_head_abandon(cluster_head *h);
 /* Handles what the network thread passed on so far, without waiting
  * (mirrored KV rows, notes on silent devices, welcomes, failures); frames
  * the caller would wait for are dropped. */
 void cluster_head_drain(cluster_head *h);
-/* Makes every member forget positions >= pos (0 clears). */
-lares_status cluster_head_truncate(cluster_head *h, int32_t pos, lares_error *err);
-/* KV entries of `layer` at positions [pos0, pos1) from member `dev` (ring.json
- * index) into k and v ((pos1 - pos0) x kv_row_bytes each), and into it. A put
- * makes the rows the device's entries for those positions; the device must
- * hold the layer in the plan in force and the entries below pos0. */
-lares_status cluster_head_kv_get(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0,
-                                 int32_t pos1, uint8_t *k, uint8_t *v, lares_error *err);
-lares_status cluster_head_kv_put(cluster_head *h, int32_t dev, int32_t layer, int32_t pos0,
-                                 int32_t pos1, const uint8_t *k, const uint8_t *v,
+/* Makes every member forget positions >= pos of KV slot `slot` (0 clears). */
+lares_status cluster_head_truncate(cluster_head *h, uint32_t slot, int32_t pos, lares_error *err);
+/* KV entries of slot `slot`, `layer`, positions [pos0, pos1) from member
+ * `dev` (ring.json index) into k and v ((pos1 - pos0) x kv_row_bytes each),
+ * and into it. A put makes the rows the device's entries for those
+ * positions; the device must hold the layer in the plan in force and the
+ * entries below pos0. */
+lares_status cluster_head_kv_get(cluster_head *h, int32_t dev, uint32_t slot, int32_t layer,
+                                 int32_t pos0, int32_t pos1, uint8_t *k, uint8_t *v,
+                                 lares_error *err);
+lares_status cluster_head_kv_put(cluster_head *h, int32_t dev, uint32_t slot, int32_t layer,
+                                 int32_t pos0, int32_t pos1, const uint8_t *k, const uint8_t *v,
                                  lares_error *err);
 /* ---- fetching in the background (issue 19, head_prepare.c) ----
  * A plan that gives a worker without the model file layers it lacks is put
@@ -673,6 +760,9 @@ lares_status cluster_head_ping(cluster_head *h, int32_t dev, uint32_t filler_byt
  * may take them). Returns how many devices became usable since the last
  * call (at the start or later). */
 int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms);
+/* Whether cluster_head_probe would ask a lost device again, or a device
+ * answered since the last call (a batch then brings its groups home). */
+bool cluster_head_probe_due(const cluster_head *h);
 const cluster_device_stats *cluster_head_device(const cluster_head *h, int32_t dev);
 /* Bytes of the model file shipped to ring.json device dev so far (TENSOR_DATA
  * payloads; safe from the caller's thread while the network thread ships). */
@@ -728,17 +818,20 @@ typedef struct cluster_compute {
      * *kv_row_bytes: one position's K row of one layer. */
     lares_status (*setup)(void *user, const cluster_plan_msg *p, bool keep_kv, cluster_ready *out,
                           bool *kept, uint32_t *kv_row_bytes, lares_error *err);
-    /* Runs layers [l0, l1) on x (n_tok x n_embd) at positions pos. */
-    lares_status (*forward)(void *user, int32_t l0, int32_t l1, const int32_t *pos, int32_t n_tok,
-                            float *x, cluster_figures *fig, lares_error *err);
-    /* Forgets positions >= pos in every window. */
-    void (*truncate)(void *user, int32_t pos);
+    /* Runs layers [l0, l1) on x (n_tok x n_embd) at positions pos: the rows
+     * of runs[0..n_runs) in order, each with the KV cache of its slot (made
+     * on a slot's first use; slots < the plan's n_slots). */
+    lares_status (*forward)(void *user, int32_t l0, int32_t l1, const cluster_run *runs,
+                            int32_t n_runs, const int32_t *pos, int32_t n_tok, float *x,
+                            cluster_figures *fig, lares_error *err);
+    /* optional: forgets positions >= pos of slot's cache in every window */
+    void (*truncate)(void *user, uint32_t slot, int32_t pos);
     /* The session ended: release its windows (the model may stay open). */
     void (*release)(void *user);
     /* Copies the K and V rows of `layer` at positions [pos0, pos0 + n) out of
-     * (write false) or into (write true) the KV cache. */
-    lares_status (*kv_rows)(void *user, int32_t layer, int32_t pos0, int32_t n, bool write,
-                            uint8_t *k, uint8_t *v, lares_error *err);
+     * (write false) or into (write true) the KV cache of `slot`. */
+    lares_status (*kv_rows)(void *user, uint32_t slot, int32_t layer, int32_t pos0, int32_t n,
+                            bool write, uint8_t *k, uint8_t *v, lares_error *err);
     /* optional (NULL: nothing to fetch, every PREPARE is answered ready):
      * makes the weights of the coming plan p's windows present, fetching
      * them over `link`, on a thread of their own while the compute thread

@@ -324,7 +324,11 @@ static void dec_plan(rcur *r, cluster_plan_msg *p) {
     r_check(r, p->n_threads <= 4096, "%u threads", p->n_threads);
     r_check(r, p->act_dtype <= CLUSTER_DTYPE_F16, "activation type %u", p->act_dtype);
     r_check(r, p->kv_f16 <= 1, "kv type %u", p->kv_f16);
-    r_check(r, cluster_act_bytes(p->n_batch, p->n_embd, p->act_dtype, CLUSTER_MAX_TRACE) != 0,
+    /* with slots, a row per run at most: a run table as long as the batch */
+    const uint32_t max_runs = (p->flags & CLUSTER_PLAN_SLOTS) ? p->n_batch : 0;
+    r_check(r,
+            cluster_act_bytes_runs(p->n_batch, p->n_embd, p->act_dtype, CLUSTER_MAX_TRACE,
+                                   max_runs) != 0,
             "a batch of %u x %u values exceeds the %u-byte frame limit", p->n_batch, p->n_embd,
             CLUSTER_MAX_FRAME);
     if (!r->ok) {
@@ -348,6 +352,9 @@ static void dec_plan(rcur *r, cluster_plan_msg *p) {
             memcpy(p->keys[d], key, CLUSTER_KEY_BYTES);
         }
     }
+    p->n_slots = (p->flags & CLUSTER_PLAN_SLOTS) ? r_u32(r, "slot count") : 1;
+    r_check(r, p->n_slots >= 1 && p->n_slots <= CLUSTER_MAX_SLOTS, "%u slots (1 to %d)", p->n_slots,
+            CLUSTER_MAX_SLOTS);
     if (r->ok) {
         lares_error perr;
         if (cluster_plan_check(&p->plan, &perr) != LARES_OK) {
@@ -363,9 +370,13 @@ static void dec_act(rcur *r, cluster_act *a) {
     a->n_tok = r_u32(r, "token count");
     a->n_embd = r_u32(r, "embedding width");
     a->dtype = r_u8(r, "element type");
-    const uint8_t reserved = r_u8(r, "reserved");
+    const uint8_t flags = r_u8(r, "flags");
     a->n_trace = r_u16(r, "trace count");
-    r_check(r, reserved == 0, "reserved byte is %u, not 0", reserved);
+    a->n_runs = (flags & CLUSTER_ACT_RUNS) ? r_u32(r, "run count") : 0;
+    a->runs = NULL;
+    r_check(r, (flags & ~CLUSTER_ACT_RUNS) == 0, "unknown flags 0x%x", flags);
+    r_check(r, !(flags & CLUSTER_ACT_RUNS) || (a->n_runs >= 1 && a->n_runs <= a->n_tok),
+            "%u runs for %u tokens", a->n_runs, a->n_tok);
     r_check(r, a->dtype <= CLUSTER_DTYPE_F16, "element type %u (0 = f32, 1 = f16)", a->dtype);
     r_check(r, a->n_tok >= 1, "no tokens");
     r_check(r, a->n_embd >= 1, "embedding width 0");
@@ -377,26 +388,48 @@ static void dec_act(rcur *r, cluster_act *a) {
         return;
     }
     /* the whole size first, from the counts, against the bytes present */
-    const size_t need = cluster_act_bytes(a->n_tok, a->n_embd, a->dtype, a->n_trace);
+    const size_t need =
+        cluster_act_bytes_runs(a->n_tok, a->n_embd, a->dtype, a->n_trace, a->n_runs);
     r_check(r, need != 0 && need == r->len,
-            "%u tokens x %u values of %s with %u trace entries need %zu bytes, the frame has %zu",
-            a->n_tok, a->n_embd, a->dtype == CLUSTER_DTYPE_F16 ? "f16" : "f32", a->n_trace, need,
-            r->len);
+            "%u tokens x %u values of %s with %u trace entries and %u runs need %zu bytes, the "
+            "frame has %zu",
+            a->n_tok, a->n_embd, a->dtype == CLUSTER_DTYPE_F16 ? "f16" : "f32", a->n_trace,
+            a->n_runs, need, r->len);
     if (!r->ok) {
         return;
     }
+    a->runs = a->n_runs > 0 ? r_bytes(r, (size_t)a->n_runs * CLUSTER_RUN_BYTES, "runs") : NULL;
     a->pos = r_bytes(r, (size_t)a->n_tok * 4, "positions");
     a->trace = r_bytes(r, (size_t)a->n_trace * CLUSTER_TRACE_BYTES, "trace");
     const size_t esize = a->dtype == CLUSTER_DTYPE_F16 ? 2 : 4;
     a->data = r_bytes(r, (size_t)a->n_tok * a->n_embd * esize, "hidden states");
+    /* the rows of each run (one run without a table) follow each other */
+    uint64_t rows = 0;
+    uint32_t run = 0, run_end = a->n_runs > 0 ? 0 : a->n_tok;
     int32_t prev = 0;
     for (uint32_t i = 0; i < a->n_tok && r->ok; i++) {
+        const bool first = i == run_end || i == 0;
+        r_check(r, i < run_end || run < a->n_runs, "the %u runs end before row %u of %u", a->n_runs,
+                i, a->n_tok);
+        if (r->ok && i == run_end) {
+            cluster_run cr;
+            cluster_act_run_at(a, run, &cr);
+            r_check(r, cr.slot < CLUSTER_MAX_SLOTS, "run %u names slot %u (at most %d)", run,
+                    cr.slot, CLUSTER_MAX_SLOTS - 1);
+            r_check(r, cr.rows >= 1 && cr.rows <= a->n_tok - i,
+                    "run %u of %u rows from row %u of %u", run, cr.rows, i, a->n_tok);
+            run_end = i + cr.rows;
+            rows += cr.rows;
+            run++;
+        }
         const int32_t p = cluster_act_pos(a, i);
         r_check(r, p >= 0 && p < INT32_MAX, "position %d of token %u", p, i);
-        r_check(r, i == 0 || p == prev + 1,
+        r_check(r, first || p == prev + 1,
                 "positions are not consecutive at token %u (%d after %d)", i, p, prev);
         prev = p;
     }
+    r_check(r, a->n_runs == 0 || (run == a->n_runs && rows == a->n_tok),
+            "%u runs for %u rows, the table has %u", run, a->n_tok, a->n_runs);
     for (uint32_t i = 0; i < a->n_trace && r->ok; i++) {
         cluster_trace t;
         cluster_act_trace_at(a, i, &t);
@@ -413,8 +446,8 @@ static void dec_kv_data(rcur *r, cluster_kv_data *d) {
     d->row_bytes = r_u32(r, "row bytes");
     d->kv_f16 = r_u8(r, "kv type");
     d->last = r_u8(r, "last");
-    const uint16_t reserved = r_u16(r, "reserved");
-    r_check(r, reserved == 0, "reserved field is %u, not 0", reserved);
+    d->slot = r_u16(r, "slot");
+    r_check(r, d->slot < CLUSTER_MAX_SLOTS, "slot %u (at most %d)", d->slot, CLUSTER_MAX_SLOTS - 1);
     r_check(r, d->layer <= INT32_MAX, "layer %u", d->layer);
     r_check(r, d->pos0 >= 0 && d->n_pos >= 1 && (uint64_t)d->pos0 + d->n_pos <= INT32_MAX,
             "%u positions from %d", d->n_pos, d->pos0);
@@ -508,11 +541,15 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
     case CLUSTER_KV_DONE:
         out->u.kv.op = r_u32(&r, "operation");
         out->u.kv.pos = (int32_t)r_u32(&r, "position");
+        out->u.kv.slot = (out->u.kv.op & CLUSTER_KV_OP_SLOT) ? r_u32(&r, "slot") : 0;
+        out->u.kv.op &= ~CLUSTER_KV_OP_SLOT;
         r_check(&r,
                 out->u.kv.op == CLUSTER_KV_CLEAR || out->u.kv.op == CLUSTER_KV_TRUNCATE ||
                     (out->u.kv.op == CLUSTER_KV_PUT && out->type == CLUSTER_KV_DONE),
                 "kv operation %u", out->u.kv.op);
         r_check(&r, out->u.kv.pos >= 0, "kv position %d", out->u.kv.pos);
+        r_check(&r, out->u.kv.slot < CLUSTER_MAX_SLOTS, "slot %u (at most %d)", out->u.kv.slot,
+                CLUSTER_MAX_SLOTS - 1);
         break;
     case CLUSTER_HEARTBEAT:
         out->u.heartbeat = r_u64(&r, "counter");
@@ -545,9 +582,13 @@ lares_status cluster_frame_decode(const uint8_t *buf, size_t len, cluster_frame 
         out->u.kv_get.layer = r_u32(&r, "layer");
         out->u.kv_get.pos0 = (int32_t)r_u32(&r, "first position");
         out->u.kv_get.pos1 = (int32_t)r_u32(&r, "end position");
+        out->u.kv_get.slot = (out->u.kv_get.layer & CLUSTER_KV_LAYER_SLOT) ? r_u32(&r, "slot") : 0;
+        out->u.kv_get.layer &= ~CLUSTER_KV_LAYER_SLOT;
         r_check(&r, out->u.kv_get.layer <= INT32_MAX, "layer %u", out->u.kv_get.layer);
         r_check(&r, out->u.kv_get.pos0 >= 0 && out->u.kv_get.pos1 > out->u.kv_get.pos0,
                 "positions %d to %d", out->u.kv_get.pos0, out->u.kv_get.pos1);
+        r_check(&r, out->u.kv_get.slot < CLUSTER_MAX_SLOTS, "slot %u (at most %d)",
+                out->u.kv_get.slot, CLUSTER_MAX_SLOTS - 1);
         break;
     case CLUSTER_KV_DATA:
     case CLUSTER_KV_MIRROR:
@@ -642,6 +683,9 @@ static size_t encode_plan_body(uint8_t *buf, size_t cap, uint16_t type, uint64_t
         w_bytes(&w, p->keys[d], CLUSTER_KEY_BYTES);
         w_str(&w, p->addr[d], CLUSTER_MAX_ADDR);
     }
+    if (p->flags & CLUSTER_PLAN_SLOTS) { /* after the devices: a plan without it is unchanged */
+        w_u32(&w, p->n_slots);
+    }
     return finish(&w);
 }
 
@@ -680,8 +724,12 @@ size_t cluster_encode_ready(uint8_t *buf, size_t cap, uint64_t session, const cl
 size_t cluster_encode_kv(uint8_t *buf, size_t cap, uint64_t session, uint16_t type,
                          const cluster_kv *kv) {
     wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, type, session);
-    w_u32(&w, kv->op);
+    /* slot 0: the frame before slots, byte for byte */
+    w_u32(&w, kv->op | (kv->slot != 0 ? CLUSTER_KV_OP_SLOT : 0));
     w_u32(&w, (uint32_t)kv->pos);
+    if (kv->slot != 0) {
+        w_u32(&w, kv->slot);
+    }
     return finish(&w);
 }
 
@@ -743,9 +791,15 @@ size_t cluster_encode_peer_lost(uint8_t *buf, size_t cap, uint64_t session, uint
 
 size_t cluster_encode_kv_get(uint8_t *buf, size_t cap, uint64_t session, const cluster_kv_get *g) {
     wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_KV_GET, session);
-    w_u32(&w, g->layer);
+    if (g->layer & CLUSTER_KV_LAYER_SLOT) {
+        return 0;
+    }
+    w_u32(&w, g->layer | (g->slot != 0 ? CLUSTER_KV_LAYER_SLOT : 0));
     w_u32(&w, (uint32_t)g->pos0);
     w_u32(&w, (uint32_t)g->pos1);
+    if (g->slot != 0) {
+        w_u32(&w, g->slot);
+    }
     return finish(&w);
 }
 
@@ -771,7 +825,7 @@ uint32_t cluster_kv_data_fit(size_t cap, uint32_t row_bytes) {
 static size_t encode_kv_rows(uint8_t *buf, size_t cap, uint16_t type, uint64_t session,
                              const cluster_kv_data *d) {
     const size_t need = cluster_kv_data_bytes(d->n_pos, d->row_bytes);
-    if (need == 0 || need > cap) {
+    if (need == 0 || need > cap || d->slot >= CLUSTER_MAX_SLOTS) {
         return 0;
     }
     wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, type, session);
@@ -781,7 +835,7 @@ static size_t encode_kv_rows(uint8_t *buf, size_t cap, uint16_t type, uint64_t s
     w_u32(&w, d->row_bytes);
     w_u8(&w, d->kv_f16);
     w_u8(&w, d->last);
-    w_u16(&w, 0);
+    w_u16(&w, (uint16_t)d->slot);
     const size_t rows = (size_t)d->n_pos * d->row_bytes;
     w_bytes(&w, d->k, rows);
     w_bytes(&w, d->v, rows);
@@ -802,23 +856,50 @@ size_t cluster_encode_kv_mirror(uint8_t *buf, size_t cap, uint64_t session,
 
 #define ACT_FIXED_BYTES (8 + 4 + 4 + 4 + 4 + 1 + 1 + 2)
 
-size_t cluster_act_bytes(uint32_t n_tok, uint32_t n_embd, uint8_t dtype, uint32_t n_trace) {
-    size_t vals, data, pos, tr, total;
+size_t cluster_act_bytes_runs(uint32_t n_tok, uint32_t n_embd, uint8_t dtype, uint32_t n_trace,
+                              uint32_t n_runs) {
+    size_t vals, data, pos, tr, runs = 0, total;
     const size_t esize = dtype == CLUSTER_DTYPE_F16 ? 2 : 4;
+    if (n_runs > 0 && (!lares_mul_size(n_runs, CLUSTER_RUN_BYTES, &runs) ||
+                       !lares_add_size(runs, 4, &runs))) { /* the count, then the runs */
+        return 0;
+    }
     if (!lares_mul_size(n_tok, n_embd, &vals) || !lares_mul_size(vals, esize, &data) ||
         !lares_mul_size(n_tok, 4, &pos) || !lares_mul_size(n_trace, CLUSTER_TRACE_BYTES, &tr) ||
         !lares_add_size(CLUSTER_HEADER_BYTES + ACT_FIXED_BYTES, pos, &total) ||
         !lares_add_size(total, tr, &total) || !lares_add_size(total, data, &total) ||
-        total > CLUSTER_MAX_FRAME) {
+        !lares_add_size(total, runs, &total) || total > CLUSTER_MAX_FRAME) {
         return 0;
     }
     return total;
 }
 
+size_t cluster_act_bytes(uint32_t n_tok, uint32_t n_embd, uint8_t dtype, uint32_t n_trace) {
+    return cluster_act_bytes_runs(n_tok, n_embd, dtype, n_trace, 0);
+}
+
 size_t cluster_encode_act(uint8_t *buf, size_t cap, uint64_t session, const cluster_act *a,
                           const int32_t *pos, const cluster_trace *trace, const float *x) {
-    const size_t need = cluster_act_bytes(a->n_tok, a->n_embd, a->dtype, a->n_trace);
-    if (need == 0 || need > cap || a->n_trace > CLUSTER_MAX_TRACE) {
+    return a->n_runs == 0 ? cluster_encode_act_runs(buf, cap, session, a, NULL, pos, trace, x) : 0;
+}
+
+size_t cluster_encode_act_runs(uint8_t *buf, size_t cap, uint64_t session, const cluster_act *a,
+                               const cluster_run *runs, const int32_t *pos,
+                               const cluster_trace *trace, const float *x) {
+    const size_t need =
+        cluster_act_bytes_runs(a->n_tok, a->n_embd, a->dtype, a->n_trace, a->n_runs);
+    if (need == 0 || need > cap || a->n_trace > CLUSTER_MAX_TRACE || a->n_runs > a->n_tok ||
+        (a->n_runs > 0 && runs == NULL)) {
+        return 0;
+    }
+    uint64_t rows = 0;
+    for (uint32_t i = 0; i < a->n_runs; i++) {
+        if (runs[i].slot >= CLUSTER_MAX_SLOTS || runs[i].rows < 1) {
+            return 0;
+        }
+        rows += runs[i].rows;
+    }
+    if (a->n_runs > 0 && rows != a->n_tok) {
         return 0;
     }
     wcur w = begin(buf, cap, CLUSTER_PROTO_VERSION, CLUSTER_ACT, session);
@@ -828,8 +909,15 @@ size_t cluster_encode_act(uint8_t *buf, size_t cap, uint64_t session, const clus
     w_u32(&w, a->n_tok);
     w_u32(&w, a->n_embd);
     w_u8(&w, a->dtype);
-    w_u8(&w, 0);
+    w_u8(&w, a->n_runs > 0 ? CLUSTER_ACT_RUNS : 0);
     w_u16(&w, (uint16_t)a->n_trace);
+    if (a->n_runs > 0) {
+        w_u32(&w, a->n_runs);
+        for (uint32_t i = 0; i < a->n_runs; i++) {
+            w_u32(&w, runs[i].slot);
+            w_u32(&w, runs[i].rows);
+        }
+    }
     for (uint32_t i = 0; i < a->n_tok; i++) {
         w_u32(&w, (uint32_t)pos[i]);
     }
@@ -862,6 +950,12 @@ size_t cluster_encode_act(uint8_t *buf, size_t cap, uint64_t session, const clus
 
 int32_t cluster_act_pos(const cluster_act *a, uint32_t i) {
     return (int32_t)rd_u32le(a->pos + 4 * (size_t)i);
+}
+
+void cluster_act_run_at(const cluster_act *a, uint32_t i, cluster_run *out) {
+    const uint8_t *p = a->runs + (size_t)i * CLUSTER_RUN_BYTES;
+    out->slot = rd_u32le(p);
+    out->rows = rd_u32le(p + 4);
 }
 
 void cluster_act_trace_at(const cluster_act *a, uint32_t i, cluster_trace *out) {

@@ -150,7 +150,11 @@ void head_plan_msg(const cluster_head *h, const cluster_plan *p, const int32_t *
     msg->n_embd = (uint32_t)h->n_embd;
     msg->act_dtype = h->act_dtype;
     msg->kv_f16 = h->kv_f16 ? 1 : 0;
+    if (h->n_slots > 1 && !(flags & CLUSTER_PLAN_PROBE)) {
+        flags |= CLUSTER_PLAN_SLOTS; /* a batch of several sequences (issue 20) */
+    }
     msg->flags = (uint16_t)flags;
+    msg->n_slots = (flags & CLUSTER_PLAN_SLOTS) ? h->n_slots : 1;
     msg->ping_bytes = (flags & CLUSTER_PLAN_PROBE) ? PROBE_PING_BYTES : 0;
     msg->plan = *p;
     for (int32_t i = 0; i < p->n_dev; i++) {
@@ -207,6 +211,7 @@ lares_status cluster_head_set_plan(cluster_head *h, const cluster_plan *p, const
     h->plan = *p;
     h->needs_plan = false;
     h->session = head_new_session_id();
+    cluster_head_abandon(h); /* what is in flight belongs to the old session */
     for (int32_t d = 1; d < h->n_cfg; d++) {
         if (h->pos_of[d] < 0 && was[d] >= 1 &&
             (h->state[d] == CLUSTER_DEV_SERVING || h->state[d] == CLUSTER_DEV_SUSPECT)) {
@@ -346,8 +351,10 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
                               rc->path, d, rc->dev[d].name);
         }
     }
-    const size_t act_max = cluster_act_bytes((uint32_t)o->n_batch, (uint32_t)o->n_embd,
-                                             rc->act_dtype, CLUSTER_MAX_TRACE);
+    /* room for a run table as long as the batch (a batch of several sequences) */
+    const size_t act_max =
+        cluster_act_bytes_runs((uint32_t)o->n_batch, (uint32_t)o->n_embd, rc->act_dtype,
+                               CLUSTER_MAX_TRACE, (uint32_t)o->n_batch);
     const size_t kv_min = cluster_kv_data_bytes(1, o->kv_row_bytes);
     if (o->n_batch < 1 || o->n_embd < 1 || o->n_ctx < o->n_batch || act_max == 0 ||
         (o->kv_row_bytes > 0 && kv_min == 0)) {
@@ -388,6 +395,7 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
     h->pos_of[0] = 0;
     h->state[0] = CLUSTER_DEV_SERVING;
     h->plan = (cluster_plan){.n_layer = o->n_layer, .n_dev = 1, .w = {o->n_layer}};
+    h->n_slots = 1;
     if (o->key != NULL && !o->insecure) {
         memcpy(h->head_key, o->key->public_key, CLUSTER_KEY_BYTES);
     }
@@ -533,6 +541,20 @@ int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms) {
     const int32_t n = h->joined;
     h->joined = 0;
     return n;
+}
+
+bool cluster_head_probe_due(const cluster_head *h) {
+    if (h->broken || h->n_cfg < 2) {
+        return false;
+    }
+    const uint64_t now = lares_now_ns();
+    for (int32_t d = 1; d < h->n_cfg; d++) {
+        if (h->state[d] == CLUSTER_DEV_LOST &&
+            now - h->asked_ns[d] >= (uint64_t)h->io.hello_ms * 1000000u) {
+            return true;
+        }
+    }
+    return h->joined > 0;
 }
 
 uint64_t cluster_head_shipped(const cluster_head *h, int32_t dev) {

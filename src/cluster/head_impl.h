@@ -84,6 +84,16 @@ void *head_io_main(void *arg);
 /* ---- the caller's side (head.c: opening, plans, closing; head_pipe.c: the
  * pipe's frames and the devices' states; head_batch.c: batches, KV, pings) ---- */
 
+/* A batch of hidden states in the ring, until it comes back. */
+typedef struct head_flight {
+    uint64_t seq;        /* its counter (ACT seq) */
+    int32_t n_tok, pos0; /* rows and first position, checked on return */
+    int32_t end;         /* it comes back once a window ends at or past this layer */
+    uint32_t n_runs;     /* its run table (0: none) */
+    uint64_t sent_ns;    /* when it left (its time in the ring counts from here) */
+    float *dst;          /* borrowed: where its hidden states go (NULL: the caller's) */
+} head_flight;
+
 struct cluster_head {
     void *zctx;
     void *pipe; /* the session's end */
@@ -115,8 +125,11 @@ struct cluster_head {
     char head_name[CLUSTER_MAX_NAME + 1];
     uint64_t session;
     uint64_t next_seq, next_nonce;
-    int32_t sent_pos0, sent_end;
-    uint64_t sent_ns; /* when the batch in flight left (its time in the ring counts from here) */
+    /* the batches in flight, matched by their counter when they come back
+     * (several at once: a batch's groups, issue 20) */
+    head_flight flight[CLUSTER_MAX_FLIGHT];
+    int32_t n_flight, max_flight;
+    uint32_t n_slots; /* KV slots of every plan (PLAN flag 8 when > 1) */
     uint8_t head_key[CLUSTER_KEY_BYTES];
     uint8_t *buf; /* owned: one encoded frame */
     size_t buf_cap;
@@ -125,8 +138,8 @@ struct cluster_head {
     lares_error failure;
     bool needs_plan; /* with failover, a member failed: calls return `failure` until set_plan */
     uint64_t wait_us, hops;
-    void (*kv_mirror)(void *user, int32_t layer, int32_t pos0, int32_t n_pos, const uint8_t *k,
-                      const uint8_t *v);
+    void (*kv_mirror)(void *user, uint32_t slot, int32_t layer, int32_t pos0, int32_t n_pos,
+                      const uint8_t *k, const uint8_t *v);
     void *kv_mirror_user;
     bool ship_note; /* a device is being shipped weights: waits for it restart */
     /* the model's bytes: devices that asked for them (workers without the

@@ -203,12 +203,14 @@ static void take_mirror(cluster_head *h, int32_t dev, const cluster_kv_data *d) 
                           (int64_t)d->layer >= l0 && (int64_t)d->layer < l1);
     }
     if (h->kv_mirror == NULL || !holds || d->row_bytes != h->kv_row_bytes ||
-        d->kv_f16 != (h->kv_f16 ? 1 : 0) || (int64_t)d->pos0 + d->n_pos > h->n_ctx) {
-        lares_log(LARES_LOG_DEBUG, "cluster: dropped kv mirror rows of layer %u from %s", d->layer,
-                  head_dev_name(h, dev));
+        d->kv_f16 != (h->kv_f16 ? 1 : 0) || (int64_t)d->pos0 + d->n_pos > h->n_ctx ||
+        d->slot >= h->n_slots) {
+        lares_log(LARES_LOG_DEBUG, "cluster: dropped kv mirror rows of slot %u layer %u from %s",
+                  d->slot, d->layer, head_dev_name(h, dev));
         return;
     }
-    h->kv_mirror(h->kv_mirror_user, (int32_t)d->layer, d->pos0, (int32_t)d->n_pos, d->k, d->v);
+    h->kv_mirror(h->kv_mirror_user, d->slot, (int32_t)d->layer, d->pos0, (int32_t)d->n_pos, d->k,
+                 d->v);
 }
 
 lares_status head_take_frame(cluster_head *h, int32_t *dev, bool *mine, lares_error *err) {

@@ -11,7 +11,12 @@
  *
  * The KV entries are tracked per layer (filled[l]), so that a re-plan
  * (CLUSTER_PLAN_KEEP_KV) keeps what the layers still held have, and layers
- * gained start empty until the head rebuilds or transfers them (issue 9).
+ * gained start empty until the head rebuilds or transfers them (issue 9);
+ * and per KV slot (issue 20: a batch's sequences, PLAN flag 8), each slot's
+ * table made when the slot first comes. A run of a slot's rows at positions
+ * [p, p + n) leaves the slot's entries of the window's layers at [0, p + n):
+ * what lay beyond belonged to rows the head dropped (a sequence that
+ * started again, drafts not drawn), so a batch needs no KV truncation.
  */
 #include "cluster/cluster_impl.h"
 
@@ -30,10 +35,13 @@ struct worker_compute {
     bool probe;            /* the plan is a probe: no windows */
     int32_t rounds;
     int32_t n_layer;
-    int32_t *filled;       /* owned, n_layer: positions [0, filled[l]) of layer l hold KV entries */
+    /* owned, CLUSTER_MAX_SLOTS (NULL: no plan): per slot NULL (never used)
+     * or n_layer: positions [0, filled[s][l]) of layer l hold its entries */
+    int32_t **filled;
     uint32_t kv_row_bytes; /* one position's K row of one layer */
     float *x;              /* owned: n_batch x n_embd */
     int32_t *pos;          /* owned: n_batch */
+    cluster_run *runs;     /* owned: n_batch, the runs of the ACT at hand */
     uint8_t *out;          /* owned: one encoded frame */
     size_t out_cap;
     uint8_t *kv_k, *kv_v; /* owned: rows of one KV_DATA answer */
@@ -64,14 +72,24 @@ static void reply_error(worker_compute *wc, uint64_t session, lares_status code,
 static void free_buffers(worker_compute *wc) {
     lares_free(wc->x);
     lares_free(wc->pos);
+    lares_free(wc->runs);
     lares_free(wc->out);
     lares_free(wc->kv_k);
     lares_free(wc->kv_v);
     wc->x = NULL;
     wc->pos = NULL;
+    wc->runs = NULL;
     wc->out = NULL;
     wc->kv_k = wc->kv_v = NULL;
     wc->kv_fit = 0;
+}
+
+static void free_filled(worker_compute *wc) {
+    for (int32_t i = 0; wc->filled != NULL && i < CLUSTER_MAX_SLOTS; i++) {
+        lares_free(wc->filled[i]);
+    }
+    lares_free(wc->filled);
+    wc->filled = NULL;
 }
 
 static void release(worker_compute *wc) {
@@ -80,10 +98,35 @@ static void release(worker_compute *wc) {
     }
     wc->session = 0;
     wc->probe = false;
-    lares_free(wc->filled);
-    wc->filled = NULL;
+    free_filled(wc);
     wc->n_layer = 0;
     free_buffers(wc);
+}
+
+/* Positions slot's layer holds (0 for a slot never used). */
+static int32_t filled_of(const worker_compute *wc, uint32_t slot, int32_t layer) {
+    return wc->filled[slot] != NULL ? wc->filled[slot][layer] : 0;
+}
+
+/* The slot's table, made on its first use; NULL when out of memory. */
+static int32_t *slot_filled(worker_compute *wc, uint32_t slot) {
+    if (wc->filled[slot] == NULL) {
+        wc->filled[slot] = lares_calloc((size_t)wc->n_layer, sizeof *wc->filled[slot]);
+    }
+    return wc->filled[slot];
+}
+
+/* A slot other than 0 needs a plan with slots (PLAN flag 8) that counts it. */
+static bool slot_ok(const worker_compute *wc, uint32_t slot, char *bad, size_t cap) {
+    if (slot != 0 && !(wc->plan.flags & CLUSTER_PLAN_SLOTS)) {
+        snprintf(bad, cap, "kv slot %u under a plan without slots", slot);
+        return false;
+    }
+    if (slot >= wc->plan.n_slots) {
+        snprintf(bad, cap, "kv slot %u, the plan counts %u", slot, wc->plan.n_slots);
+        return false;
+    }
+    return true;
 }
 
 static void on_hello(worker_compute *wc, const cluster_hello *h) {
@@ -129,18 +172,21 @@ static int32_t round_of(const cluster_plan *p, int32_t self, int32_t layer) {
 
 static lares_status alloc_buffers(worker_compute *wc, const cluster_plan_msg *p, lares_error *err) {
     free_buffers(wc);
-    const size_t act = cluster_act_bytes(p->n_batch, p->n_embd, p->act_dtype, CLUSTER_MAX_TRACE);
+    const size_t act =
+        cluster_act_bytes_runs(p->n_batch, p->n_embd, p->act_dtype, CLUSTER_MAX_TRACE,
+                               (p->flags & CLUSTER_PLAN_SLOTS) ? p->n_batch : 0);
     const size_t kv1 = cluster_kv_data_bytes(1, wc->kv_row_bytes);
     wc->out_cap = LARES_MAX(act, kv1);
     wc->kv_fit = wc->kv_row_bytes > 0 ? cluster_kv_data_fit(wc->out_cap, wc->kv_row_bytes) : 0;
     wc->x = lares_alloc_array((size_t)p->n_batch * p->n_embd, sizeof *wc->x);
     wc->pos = lares_alloc_array(p->n_batch, sizeof *wc->pos);
+    wc->runs = lares_alloc_array(p->n_batch, sizeof *wc->runs);
     wc->out = wc->out_cap ? lares_alloc(wc->out_cap) : NULL;
     if (wc->kv_fit > 0) {
         wc->kv_k = lares_alloc_array(wc->kv_fit, wc->kv_row_bytes);
         wc->kv_v = lares_alloc_array(wc->kv_fit, wc->kv_row_bytes);
     }
-    if (wc->x == NULL || wc->pos == NULL || wc->out == NULL ||
+    if (wc->x == NULL || wc->pos == NULL || wc->runs == NULL || wc->out == NULL ||
         (wc->kv_fit > 0 && (wc->kv_k == NULL || wc->kv_v == NULL))) {
         return lares_fail(err, LARES_ENOMEM, "out of memory for a batch of %u x %u", p->n_batch,
                           p->n_embd);
@@ -166,10 +212,10 @@ static void on_plan(worker_compute *wc, uint64_t session, const cluster_plan_msg
         wc->cc.release(wc->cc.user);
     }
     if (st == LARES_OK && wc->filled == NULL) {
-        wc->filled = lares_calloc((size_t)p->plan.n_layer, sizeof *wc->filled);
+        wc->filled = lares_calloc(CLUSTER_MAX_SLOTS, sizeof *wc->filled);
         wc->n_layer = p->plan.n_layer;
         kept = false;
-        if (wc->filled == NULL) {
+        if (wc->filled == NULL || slot_filled(wc, 0) == NULL) {
             st = lares_fail(&err, LARES_ENOMEM, "out of memory");
         }
     }
@@ -183,10 +229,13 @@ static void on_plan(worker_compute *wc, uint64_t session, const cluster_plan_msg
         reply_error(wc, session, st, err.msg);
         return;
     }
-    /* entries survive only for layers held before and after, in a cache that was kept */
-    for (int32_t l = 0; l < wc->n_layer; l++) {
-        if (probe || !kept || round_of(&p->plan, (int32_t)p->self, l) < 0) {
-            wc->filled[l] = 0;
+    /* entries survive only for layers held before and after, in a cache that
+     * was kept, of slots the new plan counts (the others' caches are gone) */
+    for (uint32_t sl = 0; sl < CLUSTER_MAX_SLOTS; sl++) {
+        for (int32_t l = 0; wc->filled[sl] != NULL && l < wc->n_layer; l++) {
+            if (probe || !kept || sl >= p->n_slots || round_of(&p->plan, (int32_t)p->self, l) < 0) {
+                wc->filled[sl][l] = 0;
+            }
         }
     }
     wc->plan = *p;
@@ -201,8 +250,8 @@ static void on_plan(worker_compute *wc, uint64_t session, const cluster_plan_msg
  * that a window just wrote, to the head (after the hidden states went on, so
  * the copy costs the ring no latency; a frame lost with the device only
  * makes the head re-run those positions) */
-static void send_mirror(worker_compute *wc, uint64_t session, int32_t l0, int32_t l1, int32_t pos0,
-                        int32_t n) {
+static void send_mirror(worker_compute *wc, uint64_t session, uint32_t slot, int32_t l0, int32_t l1,
+                        int32_t pos0, int32_t n) {
     if (!(wc->plan.flags & CLUSTER_PLAN_MIRROR_KV) || wc->cc.kv_rows == NULL || wc->kv_fit == 0) {
         return;
     }
@@ -210,7 +259,8 @@ static void send_mirror(worker_compute *wc, uint64_t session, int32_t l0, int32_
         for (int32_t p = pos0; p < pos0 + n;) {
             const int32_t c = (int32_t)LARES_MIN((int64_t)wc->kv_fit, (int64_t)(pos0 + n - p));
             lares_error err = {0};
-            if (wc->cc.kv_rows(wc->cc.user, l, p, c, false, wc->kv_k, wc->kv_v, &err) != LARES_OK) {
+            if (wc->cc.kv_rows(wc->cc.user, slot, l, p, c, false, wc->kv_k, wc->kv_v, &err) !=
+                LARES_OK) {
                 return; /* the head re-runs what it lacks */
             }
             const cluster_kv_data d = {.layer = (uint32_t)l,
@@ -218,6 +268,7 @@ static void send_mirror(worker_compute *wc, uint64_t session, int32_t l0, int32_
                                        .n_pos = (uint32_t)c,
                                        .row_bytes = wc->kv_row_bytes,
                                        .kv_f16 = wc->plan.kv_f16,
+                                       .slot = slot,
                                        .k = wc->kv_k,
                                        .v = wc->kv_v};
             reply(wc, WC_TO_HEAD, wc->out,
@@ -247,17 +298,39 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
                  a->layer);
     } else if (a->n_trace >= CLUSTER_MAX_TRACE) {
         snprintf(bad, sizeof bad, "%u trace entries: no room for this device's", a->n_trace);
-    } else {
-        cluster_plan_window(p, self, r, &l0, &l1);
-        const int32_t first = cluster_act_pos(a, 0);
-        const int64_t last = (int64_t)first + a->n_tok - 1;
+    } else if (a->n_runs > 0 && !(wc->plan.flags & CLUSTER_PLAN_SLOTS)) {
+        snprintf(bad, sizeof bad, "a run table under a plan without slots");
+    }
+    /* the rows of each slot (one run of slot 0 without a table) must follow
+     * what its cache holds in every layer of the window */
+    const uint32_t n_runs = a->n_runs > 0 ? a->n_runs : 1;
+    uint32_t row = 0;
+    for (uint32_t i = 0; i < n_runs && bad[0] == '\0'; i++) {
+        if (a->n_runs > 0) {
+            cluster_act_run_at(a, i, &wc->runs[i]);
+        } else {
+            wc->runs[0] = (cluster_run){.slot = 0, .rows = a->n_tok};
+        }
+        const cluster_run *run = &wc->runs[i];
+        if (!slot_ok(wc, run->slot, bad, sizeof bad)) {
+            break;
+        }
+        if (i == 0) {
+            cluster_plan_window(p, self, r, &l0, &l1);
+        }
+        const int32_t first = cluster_act_pos(a, row);
+        const int64_t last = (int64_t)first + run->rows - 1;
         for (int32_t l = l0; l < l1 && bad[0] == '\0'; l++) {
-            if (first > wc->filled[l] || last >= (int64_t)wc->plan.n_ctx) {
+            if (first > filled_of(wc, run->slot, l) || last >= (int64_t)wc->plan.n_ctx) {
                 snprintf(bad, sizeof bad,
-                         "positions %d..%" PRId64 " (layer %d holds %d of a context of %u)", first,
-                         last, l, wc->filled[l], wc->plan.n_ctx);
+                         "slot %u positions %d..%" PRId64 " (layer %d holds %d of a context of %u)",
+                         run->slot, first, last, l, filled_of(wc, run->slot, l), wc->plan.n_ctx);
             }
         }
+        if (bad[0] == '\0' && slot_filled(wc, run->slot) == NULL) {
+            snprintf(bad, sizeof bad, "out of memory for slot %u", run->slot);
+        }
+        row += run->rows;
     }
     if (bad[0] != '\0') {
         const cluster_event ev = {.kind = CLUSTER_EV_REFUSED, .text = bad};
@@ -276,8 +349,8 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
     const uint64_t t0 = lares_now_ns();
     cluster_figures fig = {.mem_free_mib = UINT32_MAX};
     lares_error err = {0};
-    lares_status st =
-        wc->cc.forward(wc->cc.user, l0, l1, wc->pos, (int32_t)a->n_tok, wc->x, &fig, &err);
+    lares_status st = wc->cc.forward(wc->cc.user, l0, l1, wc->runs, (int32_t)n_runs, wc->pos,
+                                     (int32_t)a->n_tok, wc->x, &fig, &err);
     const uint64_t t1 = lares_now_ns();
     if (st != LARES_OK) {
         const cluster_event ev = {.kind = CLUSTER_EV_ERROR, .text = err.msg};
@@ -285,9 +358,16 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
         reply_error(wc, session, st, err.msg);
         return;
     }
-    const int32_t end = wc->pos[a->n_tok - 1] + 1;
-    for (int32_t l = l0; l < l1; l++) {
-        wc->filled[l] = LARES_MAX(wc->filled[l], end);
+    /* a run table sets how far each slot reaches (see the top); the frame
+     * without one only ever adds */
+    row = 0;
+    for (uint32_t i = 0; i < n_runs; i++) {
+        const int32_t end = wc->pos[row + wc->runs[i].rows - 1] + 1;
+        int32_t *f = wc->filled[wc->runs[i].slot];
+        for (int32_t l = l0; l < l1; l++) {
+            f[l] = a->n_runs > 0 ? end : LARES_MAX(f[l], end);
+        }
+        row += wc->runs[i].rows;
     }
     trace[a->n_trace] =
         (cluster_trace){.device = (uint16_t)self,
@@ -302,15 +382,21 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
                              .n_tok = a->n_tok,
                              .n_embd = a->n_embd,
                              .dtype = wc->plan.act_dtype,
-                             .n_trace = a->n_trace + 1};
+                             .n_trace = a->n_trace + 1,
+                             .n_runs = a->n_runs};
     /* after the model's last layer, past the end the head asked for, or from
      * the last device: back to the head */
     const uint8_t dest = l1 == p->n_layer || (uint32_t)l1 >= a->end || self == p->n_dev - 1
                              ? WC_TO_HEAD
                              : WC_TO_NEXT;
     reply(wc, dest, wc->out,
-          cluster_encode_act(wc->out, wc->out_cap, session, &out, wc->pos, trace, wc->x));
-    send_mirror(wc, session, l0, l1, wc->pos[0], (int32_t)a->n_tok);
+          cluster_encode_act_runs(wc->out, wc->out_cap, session, &out, wc->runs, wc->pos, trace,
+                                  wc->x));
+    row = 0;
+    for (uint32_t i = 0; i < n_runs; i++) {
+        send_mirror(wc, session, wc->runs[i].slot, l0, l1, wc->pos[row], (int32_t)wc->runs[i].rows);
+        row += wc->runs[i].rows;
+    }
     char text[160];
     const double compute_ms = (double)(t1 - t0) / 1e6;
     const double wait_ms = t0 > rx_ns && rx_ns != 0 ? (double)(t0 - rx_ns) / 1e6 : 0;
@@ -331,27 +417,35 @@ static void on_act(worker_compute *wc, uint64_t session, const cluster_act *a, u
 }
 
 static void on_kv(worker_compute *wc, uint64_t session, const cluster_kv *kv) {
+    char bad[CLUSTER_MAX_MSG + 1] = "";
     if (wc->session == 0 || session != wc->session) {
         reply_error(wc, session, LARES_EPROTO, "a kv operation outside the current plan");
         return;
     }
+    if (!slot_ok(wc, kv->slot, bad, sizeof bad)) {
+        reply_error(wc, session, LARES_EPROTO, bad);
+        return;
+    }
     const int32_t pos = kv->op == CLUSTER_KV_CLEAR ? 0 : kv->pos;
-    for (int32_t l = 0; l < wc->n_layer; l++) {
-        wc->filled[l] = LARES_MIN(wc->filled[l], pos);
+    for (int32_t l = 0; wc->filled[kv->slot] != NULL && l < wc->n_layer; l++) {
+        wc->filled[kv->slot][l] = LARES_MIN(wc->filled[kv->slot][l], pos);
     }
     if (wc->cc.truncate != NULL) {
-        wc->cc.truncate(wc->cc.user, pos);
+        wc->cc.truncate(wc->cc.user, kv->slot, pos);
     }
     reply(wc, WC_TO_HEAD, wc->small,
           cluster_encode_kv(wc->small, sizeof wc->small, session, CLUSTER_KV_DONE, kv));
 }
 
 /* a KV request or put must name a layer this device holds under the plan */
-static bool kv_layer_ok(worker_compute *wc, uint64_t session, uint32_t layer, char *bad,
-                        size_t cap) {
+static bool kv_layer_ok(worker_compute *wc, uint64_t session, uint32_t slot, uint32_t layer,
+                        char *bad, size_t cap) {
     if (wc->session == 0 || session != wc->session || wc->probe || wc->cc.kv_rows == NULL ||
         wc->kv_fit == 0) {
         snprintf(bad, cap, "a kv transfer outside the current plan");
+        return false;
+    }
+    if (!slot_ok(wc, slot, bad, cap)) {
         return false;
     }
     if (layer >= (uint32_t)wc->n_layer ||
@@ -364,15 +458,16 @@ static bool kv_layer_ok(worker_compute *wc, uint64_t session, uint32_t layer, ch
 
 static void on_kv_get(worker_compute *wc, uint64_t session, const cluster_kv_get *g) {
     char bad[CLUSTER_MAX_MSG + 1] = "";
-    if (kv_layer_ok(wc, session, g->layer, bad, sizeof bad) && g->pos1 > wc->filled[g->layer]) {
-        snprintf(bad, sizeof bad, "kv rows %d..%d of layer %u asked, it holds %d", g->pos0, g->pos1,
-                 g->layer, wc->filled[g->layer]);
+    if (kv_layer_ok(wc, session, g->slot, g->layer, bad, sizeof bad) &&
+        g->pos1 > filled_of(wc, g->slot, (int32_t)g->layer)) {
+        snprintf(bad, sizeof bad, "kv rows %d..%d of slot %u layer %u asked, it holds %d", g->pos0,
+                 g->pos1, g->slot, g->layer, filled_of(wc, g->slot, (int32_t)g->layer));
     }
     for (int32_t p = g->pos0; p < g->pos1 && bad[0] == '\0';) {
         const int32_t n = (int32_t)LARES_MIN((int64_t)wc->kv_fit, (int64_t)(g->pos1 - p));
         lares_error err = {0};
-        if (wc->cc.kv_rows(wc->cc.user, (int32_t)g->layer, p, n, false, wc->kv_k, wc->kv_v, &err) !=
-            LARES_OK) {
+        if (wc->cc.kv_rows(wc->cc.user, g->slot, (int32_t)g->layer, p, n, false, wc->kv_k, wc->kv_v,
+                           &err) != LARES_OK) {
             snprintf(bad, sizeof bad, "%s", err.msg);
             break;
         }
@@ -382,6 +477,7 @@ static void on_kv_get(worker_compute *wc, uint64_t session, const cluster_kv_get
                                    .row_bytes = wc->kv_row_bytes,
                                    .kv_f16 = wc->plan.kv_f16,
                                    .last = p + n == g->pos1 ? 1 : 0,
+                                   .slot = g->slot,
                                    .k = wc->kv_k,
                                    .v = wc->kv_v};
         reply(wc, WC_TO_HEAD, wc->out, cluster_encode_kv_data(wc->out, wc->out_cap, session, &d));
@@ -396,20 +492,24 @@ static void on_kv_get(worker_compute *wc, uint64_t session, const cluster_kv_get
 
 static void on_kv_data(worker_compute *wc, uint64_t session, const cluster_kv_data *d) {
     char bad[CLUSTER_MAX_MSG + 1] = "";
-    if (kv_layer_ok(wc, session, d->layer, bad, sizeof bad)) {
+    if (kv_layer_ok(wc, session, d->slot, d->layer, bad, sizeof bad)) {
         if (d->row_bytes != wc->kv_row_bytes || d->kv_f16 != wc->plan.kv_f16) {
             snprintf(bad, sizeof bad, "kv rows of %u bytes (%s), this cache has %u (%s)",
                      d->row_bytes, d->kv_f16 ? "f16" : "f32", wc->kv_row_bytes,
                      wc->plan.kv_f16 ? "f16" : "f32");
-        } else if (d->pos0 > wc->filled[d->layer] ||
+        } else if (d->pos0 > filled_of(wc, d->slot, (int32_t)d->layer) ||
                    (int64_t)d->pos0 + d->n_pos > (int64_t)wc->plan.n_ctx) {
-            snprintf(bad, sizeof bad, "kv rows %d..%u of layer %u (it holds %d, context %u)",
-                     d->pos0, d->pos0 + d->n_pos, d->layer, wc->filled[d->layer], wc->plan.n_ctx);
+            snprintf(bad, sizeof bad,
+                     "kv rows %d..%u of slot %u layer %u (it holds %d, context %u)", d->pos0,
+                     d->pos0 + d->n_pos, d->slot, d->layer,
+                     filled_of(wc, d->slot, (int32_t)d->layer), wc->plan.n_ctx);
+        } else if (slot_filled(wc, d->slot) == NULL) {
+            snprintf(bad, sizeof bad, "out of memory for slot %u", d->slot);
         }
     }
     lares_error err = {0};
     if (bad[0] == '\0' &&
-        wc->cc.kv_rows(wc->cc.user, (int32_t)d->layer, d->pos0, (int32_t)d->n_pos, true,
+        wc->cc.kv_rows(wc->cc.user, d->slot, (int32_t)d->layer, d->pos0, (int32_t)d->n_pos, true,
                        (uint8_t *)d->k, (uint8_t *)d->v, &err) != LARES_OK) {
         snprintf(bad, sizeof bad, "%s", err.msg);
     }
@@ -419,9 +519,10 @@ static void on_kv_data(worker_compute *wc, uint64_t session, const cluster_kv_da
         reply_error(wc, session, LARES_EPROTO, bad);
         return;
     }
-    wc->filled[d->layer] = LARES_MAX(wc->filled[d->layer], d->pos0 + (int32_t)d->n_pos);
+    int32_t *f = wc->filled[d->slot];
+    f[d->layer] = LARES_MAX(f[d->layer], d->pos0 + (int32_t)d->n_pos);
     if (d->last) {
-        const cluster_kv done = {.op = CLUSTER_KV_PUT, .pos = wc->filled[d->layer]};
+        const cluster_kv done = {.op = CLUSTER_KV_PUT, .pos = f[d->layer], .slot = d->slot};
         reply(wc, WC_TO_HEAD, wc->small,
               cluster_encode_kv(wc->small, sizeof wc->small, session, CLUSTER_KV_DONE, &done));
     }
