@@ -268,11 +268,10 @@ static ALWAYS_INLINE void tile_k(int64_t n, float *restrict s, size_t ldc, const
         }
         for (int r = 0; r < nr; r++) {
             const uint8_t *xb = x + r * bx + ib * bbytes;
-            if (NC == 1) {
-                /* mat-vec streams the row from memory: ask for it ahead */
-                for (size_t o = 0; o < bbytes; o += 64) {
-                    _mm_prefetch((const char *)xb + ROW_PREFETCH_BYTES + o, _MM_HINT_T0);
-                }
+            /* the rows stream from memory (a token's mat-vec, or a few
+             * sequences decoding together): ask for each ahead */
+            for (size_t o = 0; o < bbytes; o += 64) {
+                _mm_prefetch((const char *)xb + ROW_PREFETCH_BYTES + o, _MM_HINT_T0);
             }
             const krow w = prep(xb);
             __m256i sumi[QUANT_TILE_MAX];
