@@ -90,8 +90,6 @@ typedef struct api_ring {
     uint64_t layer_bytes; /* the largest layer's weights plus its KV cache */
     uint64_t head_budget_bytes; /* the session's memory budget; 0: none known */
     cluster_monitor mon;
-    /* measured: the network's share of a hop, moving estimate (ms) */
-    double hop_ms;
     /* events (replans and failovers are read by other threads: /metrics) */
     _Atomic uint64_t replans, failovers;
     _Atomic uint64_t serving; /* bit d: ring.json device d is in the plan in force */

@@ -77,7 +77,7 @@ static json_t *view_json(lares_session *s) {
     json_object_set_new(o, "preparing", json_boolean(r->pending.on));
     json_object_set_new(o, "hops", json_integer((json_int_t)st.hops));
     json_object_set_new(o, "wait_ms", json_real(st.wait_ms));
-    json_object_set_new(o, "hop_ms", num_or_null(r->hop_ms > 0 ? r->hop_ms : -1));
+    json_object_set_new(o, "hop_ms", num_or_null(cluster_head_hop_ms(r->head)));
     json_object_set_new(o, "positions", json_integer(r->slots[0].synced));
     /* a batch over the ring (issue 20): its KV slots, and the most batches
      * that were in the ring at once (> 1: its groups were pipelined) */

@@ -777,6 +777,10 @@ void cluster_head_take_pass(cluster_head *h, cluster_pass *out);
  * and the hops they made. */
 uint64_t cluster_head_wait_us(const cluster_head *h);
 uint64_t cluster_head_hops(const cluster_head *h);
+/* The network's share of one hop in ms (the transfer, not the windows: a
+ * batch alone in the ring, its time out less the windows' compute, over its
+ * hops), a moving estimate; -1 before any such batch came back. */
+double cluster_head_hop_ms(const cluster_head *h);
 
 /* ---- the worker ---- */
 

@@ -368,6 +368,7 @@ lares_status cluster_head_open(const cluster_head_opts *o, cluster_head **out, l
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     h->n_cfg = rc->n_dev;
+    h->hop_us = -1;
     memcpy(h->dev, rc->dev, sizeof h->dev);
     h->model = o->model;
     h->n_layer = o->n_layer;
@@ -501,6 +502,10 @@ uint64_t cluster_head_wait_us(const cluster_head *h) {
 
 uint64_t cluster_head_hops(const cluster_head *h) {
     return h->hops;
+}
+
+double cluster_head_hop_ms(const cluster_head *h) {
+    return h->hop_us < 0 ? -1 : h->hop_us / 1e3;
 }
 
 int32_t cluster_head_probe(cluster_head *h, uint32_t wait_ms) {

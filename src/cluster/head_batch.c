@@ -118,10 +118,14 @@ static int32_t sender_of(const cluster_plan *p, int32_t layer) {
     return -1;
 }
 
-static void count_trace(cluster_head *h, const cluster_act *a) {
+/* the windows' figures of a returned batch into the devices' stats and the
+ * pass; answers the microseconds its windows computed */
+static uint64_t count_trace(cluster_head *h, const cluster_act *a) {
+    uint64_t spent = 0;
     for (uint32_t i = 0; i < a->n_trace; i++) {
         cluster_trace t;
         cluster_act_trace_at(a, i, &t);
+        spent += t.compute_us;
         if (t.device >= (uint32_t)h->plan.n_dev) {
             continue;
         }
@@ -142,6 +146,7 @@ static void count_trace(cluster_head *h, const cluster_act *a) {
         ps->layers += layers; /* rows per pass (issue 20): one token's pass counts its layers */
         ps->mem_free_mib = t.mem_free_mib;
     }
+    return spent;
 }
 
 /* Waits for an ACT of a batch in flight (want: that one; 0: any) and takes
@@ -202,14 +207,19 @@ static lares_status recv_flight(cluster_head *h, uint64_t want, float *x, uint64
         if (bad[0] != '\0') {
             return head_device_failed(h, dev, LARES_EPROTO, bad, err);
         }
-        count_trace(h, a);
+        const uint64_t spent = count_trace(h, a);
         cluster_act_read(a, x != NULL ? x : fl->dst);
         *layer = (int32_t)a->layer;
         *seq = a->seq;
         h->hops += a->n_trace + 1;
         /* from the send, not from this call: the workers may start before the
          * caller gets here (on a loaded machine the head is often preempted) */
-        h->wait_us += (lares_now_ns() - fl->sent_ns) / 1000u;
+        const uint64_t out_us = (lares_now_ns() - fl->sent_ns) / 1000u;
+        h->wait_us += out_us;
+        if (h->n_flight == 1) { /* with others in flight a window also waits its turn */
+            const double net = (double)(out_us - LARES_MIN(out_us, spent)) / (a->n_trace + 1);
+            h->hop_us = h->hop_us < 0 ? net : 0.8 * h->hop_us + 0.2 * net;
+        }
         flight_done(h, fl);
         return LARES_OK;
     }

@@ -138,6 +138,10 @@ struct cluster_head {
     lares_error failure;
     bool needs_plan; /* with failover, a member failed: calls return `failure` until set_plan */
     uint64_t wait_us, hops;
+    /* the network's share of a hop (us), a moving estimate over batches that
+     * were alone in the ring: their time out minus the windows' times, per
+     * hop; < 0 until one came back */
+    double hop_us;
     void (*kv_mirror)(void *user, uint32_t slot, int32_t layer, int32_t pos0, int32_t n_pos,
                       const uint8_t *k, const uint8_t *v);
     void *kv_mirror_user;

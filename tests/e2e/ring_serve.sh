@@ -65,7 +65,7 @@ jq -r '.choices[0].text' "$TMP/body" | cmp -s - "$TMP/local.txt" && ok || fail "
 # with this head, b gone) and the running head's figures from its state file
 timeout 60 "$LARES" ring status --ring "$TMP/ring.json" -m "$RING_MODEL" >"$TMP/rs.out" 2>"$TMP/rs.err" \
   && ok || fail "ring status: $(cat "$TMP/rs.err")"
-grep -q "^running: head pid [0-9]*, placement explicit, 3 of 4 devices in the plan" "$TMP/rs.out" \
+grep -Eq "^running: head pid [0-9]*, placement explicit, 3 of 4 devices in the plan.*; hop [0-9]+\.[0-9]+ ms" "$TMP/rs.out" \
   && grep -q "^failovers 1, re-plans 0, .*last plan change: failover: lost b" "$TMP/rs.out" \
   && grep -Eq "^a +serving +[0-9]+ +1 +[0-9]+\.[0-9] " "$TMP/rs.out" \
   && grep -Eq "^b +(lost|rejoining) +0 +0 " "$TMP/rs.out" && ok || fail "ring status of the running ring: $(cat "$TMP/rs.out")"

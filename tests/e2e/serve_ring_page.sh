@@ -39,13 +39,14 @@ jq -e '.n_config == 4 and .devices_in_plan == 4 and .n_layer == 5 and .failovers
        and ([.devices[].state] == ["serving","serving","serving","serving"])
        and ([.devices[].name] == ["head","a","b","c"])
        and ([.devices[].layers] == [1,2,1,1]) and (.devices[2].windows == [[3,4]])
-       and .kv_mirror == true and .placement == "explicit"' "$TMP/r0" >/dev/null && ok \
+       and .kv_mirror == true and .placement == "explicit" and .hop_ms == null' "$TMP/r0" >/dev/null && ok \
   || fail "/v1/ring before any request: $(cat "$TMP/r0")"
 
 [ "$(post "$URL_ring" /v1/completions "$BODY")" = 200 ] && ok || fail "completion: $(cat "$TMP/body")"
 curl -sS "$URL_ring/v1/ring" >"$TMP/r1"
 jq -e '.positions > 10 and ([.devices[] | select(.windows_run > 0)] | length) == 4
-       and ([.devices[1:][] | select(.compute_ms > 0)] | length) == 3' "$TMP/r1" >/dev/null && ok \
+       and ([.devices[1:][] | select(.compute_ms > 0)] | length) == 3
+       and (.hop_ms | type) == "number" and .hop_ms >= 0 and .hop_ms < 2000' "$TMP/r1" >/dev/null && ok \
   || fail "/v1/ring after a request: $(cat "$TMP/r1")"
 
 # b dies; the next request fails over; the picture says so
