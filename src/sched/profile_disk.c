@@ -197,7 +197,7 @@ static size_t evict_once(const mem_file *mf, uint64_t unit, bool *held, size_t n
  * time to end tells them from the pages another process maps, and a third
  * where the second still saw fewer (the I/O was ending). Every block of a
  * small file can be in flight at once (a test's 24 MiB file in two pieces,
- * on a loaded machine: CI saw both held, none timed). */
+ * on a loaded machine: a sanitizer run here saw both held, none timed). */
 static size_t evict_file(const mem_file *mf, uint64_t unit, bool *held, size_t n_blocks,
                          mem_span *span) {
     size_t n_held = evict_once(mf, unit, held, n_blocks, span);
