@@ -1,6 +1,7 @@
 /*
  * The few-row product (quant.h: quant_rows_fmt) with AVX2 alone (no VNNI),
- * Q4_0: generation's mat-vec and several sequences decoding together.
+ * Q4_0, Q4_K, Q5_K and Q6_K: generation's mat-vec and several sequences
+ * decoding together.
  *
  * The walk of rows_avxvnni.c (rows_x86.h: an int32 lane holds one whole block
  * of 32, eight blocks of a weight row at a time, transposed once for all
@@ -14,8 +15,18 @@
  * so each block takes 8 d_w s_a off, s_a = d_a * sum(a) from the row's
  * format: per eight blocks, t = d_a * isum - 8 s_a and acc += d_w * t.
  *
+ * A K-quant super-block is one such chunk, its sub-blocks of 32 the blocks:
+ * the codes are decoded in element order, one register per sub-block, then
+ * transposed into the layout (8 x 8 words) once for all activation rows.
+ * Q4_K's codes (0..15) add up in int16 as Q4_0's do, Q5_K's (0..31) in two
+ * halves; both take their minimums, dmin m s_a per sub-block, from the block
+ * sums. Q6_K's codes stay unsigned (0..63, two pairs to an int16), its scales
+ * per 16 elements enter in the VPMADDWD, and its offset of 32 is taken off
+ * with the sums of the blocks' first 16 activations, which the format also
+ * keeps.
+ *
  * Layout of an activation row: rows_x86.h with signed codes (bias 0), the
- * block scales, then the block sums s_a.
+ * block scales, then the block sums s_a and the half sums.
  */
 #include "quant/rows_x86.h"
 
@@ -109,17 +120,240 @@ FORCE_INLINE void row_dots(const int NC, int64_t k, const uint8_t *restrict w,
     }
 }
 
-#define ROW_DOTS(t, NC, k, w, act, ab, y, ldy) ((void)(t), row_dots(NC, k, w, act, ab, y, ldy))
-enum rows_type { R_Q4_0 };
+/* ---- K-quant weights: a super-block is one 256-element chunk of the layout ---- */
+
+enum rows_type { R_Q4_0, R_Q4_K, R_Q5_K, R_Q6_K };
+
+/* The eight sub-blocks' 32 codes, each in element order in q[b], as the
+ * layout's vectors: word v of q[b] to lane b of v[v] (an 8 x 8 transpose of
+ * 32-bit words). */
+FORCE_INLINE void transpose8x8(const __m256i q[8], __m256i v[8]) {
+    __m256i t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) { /* t[2i]: words 0, 1, 4, 5 of q[2i], q[2i + 1]; t[2i + 1]: 2, 3, 6, 7 */
+        t[2 * i] = _mm256_unpacklo_epi32(q[2 * i], q[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(q[2 * i], q[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) { /* u[4h + w]: word w (low half) and w + 4 of q[4h .. 4h + 3] */
+        u[4 * h + 0] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+    }
+#pragma GCC unroll 4
+    for (int w = 0; w < 4; w++) {
+        v[w] = _mm256_permute2x128_si256(u[w], u[4 + w], 0x20);
+        v[w + 4] = _mm256_permute2x128_si256(u[w], u[4 + w], 0x31);
+    }
+}
+
+/* Q4_K/Q5_K: qs byte 32 (s / 2) + i holds element i of sub-block s, in the
+ * low nibble for even s, the high one for odd s; Q5_K adds 16 where bit s of
+ * qh byte i is set. The codes (0..15 or 0..31) of sub-block s in q[s]. */
+FORCE_INLINE void codes_q45_K(const uint8_t *qs, const uint8_t *qh, __m256i q[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+    const __m256i h = qh != NULL ? _mm256_loadu_si256((const __m256i *)(const void *)qh)
+                                 : _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        const __m256i r = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * p));
+        q[2 * p] = _mm256_and_si256(r, m4);
+        q[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(r, 4), m4);
+    }
+    if (qh == NULL) {
+        return;
+    }
+    /* bit s of each byte to bit 4 */
+    q[0] = _mm256_or_si256(q[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), m16));
+    q[1] = _mm256_or_si256(q[1], _mm256_and_si256(_mm256_slli_epi16(h, 3), m16));
+    q[2] = _mm256_or_si256(q[2], _mm256_and_si256(_mm256_slli_epi16(h, 2), m16));
+    q[3] = _mm256_or_si256(q[3], _mm256_and_si256(_mm256_slli_epi16(h, 1), m16));
+    q[4] = _mm256_or_si256(q[4], _mm256_and_si256(h, m16));
+    q[5] = _mm256_or_si256(q[5], _mm256_and_si256(_mm256_srli_epi16(h, 1), m16));
+    q[6] = _mm256_or_si256(q[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), m16));
+    q[7] = _mm256_or_si256(q[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), m16));
+}
+
+/* Q4_K/Q5_K: d * scale and dmin * minimum of sub-blocks 0..7. Of the 12
+ * bytes of scales, as 32-bit words u0 u1 u2 (kq_scale_min_k4), scale and
+ * minimum j < 4 are the low 6 bits of byte j of u0 and u1; for j >= 4 the low
+ * (scale) and high (minimum) nibble of byte j - 4 of u2 hold their low 4 bits
+ * and the top 2 bits of byte j - 4 of u0 (scale) and u1 (minimum) their high
+ * 2. b is the block's start (d, dmin, then the scales and at least 4 more
+ * bytes). */
+FORCE_INLINE void scales_k4(const uint8_t *b, __m256 *dw, __m256 *mw) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(b + 4));
+    /* u0, u2, u1, u2 >> 4 */
+    const __m128i low =
+        _mm_srlv_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4));
+    /* the top 2 bits of u0's and u1's bytes as bits 4, 5 of words 1 and 3 */
+    const __m128i top =
+        _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    const __m128i sm = _mm_or_si128(
+        _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)), top);
+    int32_t dd;
+    memcpy(&dd, b, 4);
+    const __m128 d2 = _mm_cvtph_ps(_mm_cvtsi32_si128(dd)); /* d, dmin */
+    *dw = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)), _mm256_broadcastss_ps(d2));
+    *mw = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
+                        _mm256_broadcastss_ps(_mm_movehdup_ps(d2)));
+}
+
+/* Q6_K: element e of half h = e / 128 (sub-blocks 4h .. 4h + 3), part j =
+ * (e % 128) / 32, l = e % 32: low 4 bits in ql byte 64h + 32 (j % 2) + l
+ * (nibble j / 2), high 2 in qh byte 32h + l (bits 2j, 2j + 1). The codes
+ * stay 0..63 (the 32 is taken off with the activations' sums); sub-block s
+ * in q[s]. */
+FORCE_INLINE void codes_q6_K(const block_q6_K *b, __m256i q[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(b->ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(b->ql + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)(b->qh + 32 * h));
+        q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                       _mm256_and_si256(hb, m30));
+        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+    }
+}
+
+/* One K-quant weight row against NC activation rows (k a multiple of 256).
+ * Q4_K/Q5_K, per block: d sc d_a isum - dmin m s_a (s_a the block's sum);
+ * Q6_K, per block: d d_a (sc_lo isum_lo + sc_hi isum_hi) - 32 d (sc_lo h_a +
+ * sc_hi (s_a - h_a)), h_a the sum of its first 16, the scales in VPMADDWD. */
+FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                             const uint8_t *restrict act, size_t ab, float *restrict y,
+                             size_t ldy) {
+    const size_t bb = t == R_Q4_K ? sizeof(block_q4_K)
+                                : (t == R_Q5_K ? sizeof(block_q5_K) : sizeof(block_q6_K));
+    const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
+    const float *dact = (const float *)(const void *)(act + k);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[8];
+    for (int c = 0; c < NC; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int64_t j = 0; j < n_super; j++) {
+        const uint8_t *p = w + (size_t)j * bb;
+        /* asked for 2 KiB ahead with any row count: llama-1b Q4_K_M tg16, 2
+         * threads, Zen 3, alternating builds (t/s): without it for one row
+         * 17.3-22.2 against 24.8-28.2, 1 KiB 22.2-24.1, 3 KiB 24.5-26.5, 4
+         * KiB 24.2-26.4 */
+        for (size_t o = 0; o < bb; o += 64) {
+            _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
+        }
+        __m256i q[8], v[8];
+        __m256 dw, mw, mdiff = _mm256_setzero_ps();
+        __m256i sc_lo = _mm256_setzero_si256(), sc_hi = _mm256_setzero_si256();
+        if (t == R_Q4_K) {
+            const block_q4_K *b = (const block_q4_K *)(const void *)p;
+            codes_q45_K(b->qs, NULL, q);
+            scales_k4(p, &dw, &mw);
+        } else if (t == R_Q5_K) {
+            const block_q5_K *b = (const block_q5_K *)(const void *)p;
+            codes_q45_K(b->qs, b->qh, q);
+            scales_k4(p, &dw, &mw);
+        } else {
+            const block_q6_K *b = (const block_q6_K *)(const void *)p;
+            codes_q6_K(b, q);
+            /* the scale of elements 0..15 (sc_lo) and 16..31 (sc_hi) of each
+             * lane's block, as both words of the lane */
+            const __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
+            const __m128i first = _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14);
+            sc_lo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, first));
+            sc_hi = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_add_epi8(first, _mm_set1_epi8(1))));
+            const float d = _cvtsh_ss(b->d);
+            dw = _mm256_set1_ps(d);
+            const __m256 mlo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sc_lo, ones)),
+                                             _mm256_set1_ps(16.0f * d));
+            mw = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sc_hi, ones)),
+                               _mm256_set1_ps(16.0f * d));
+            mdiff = _mm256_sub_ps(mlo, mw);
+        }
+        transpose8x8(q, v);
+        const uint8_t *a0 = act + (size_t)j * SUPER;
+        const float *f0 = dact + 8 * j;
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = a0 + (size_t)c * ab;
+            const float *f = (const float *)(const void *)((const uint8_t *)f0 + (size_t)c * ab);
+            __m256i m[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                m[i] = _mm256_maddubs_epi16(
+                    v[i], _mm256_loadu_si256((const __m256i *)(const void *)(a + 32 * i)));
+            }
+            __m256i isum;
+            if (t == R_Q4_K) { /* codes 0..15: eight pairs of at most 3810 fit int16 */
+                const __m256i s16 = _mm256_add_epi16(
+                    _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3])),
+                    _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7])));
+                isum = _mm256_madd_epi16(s16, ones);
+            } else if (t == R_Q5_K) { /* 0..31: four pairs of at most 7874 */
+                const __m256i s0 =
+                    _mm256_add_epi16(_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]));
+                const __m256i s1 =
+                    _mm256_add_epi16(_mm256_add_epi16(m[4], m[5]), _mm256_add_epi16(m[6], m[7]));
+                isum = _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
+            } else { /* 0..63: two pairs of at most 16002, then the scales */
+                isum = _mm256_add_epi32(
+                    _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(m[0], m[1]), sc_lo),
+                                     _mm256_madd_epi16(_mm256_add_epi16(m[2], m[3]), sc_lo)),
+                    _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(m[4], m[5]), sc_hi),
+                                     _mm256_madd_epi16(_mm256_add_epi16(m[6], m[7]), sc_hi)));
+            }
+            const __m256 tt = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(f));
+            acc[c] = _mm256_fmadd_ps(tt, dw, acc[c]);
+            acc[c] = _mm256_fnmadd_ps(mw, _mm256_loadu_ps(f + n_blocks), acc[c]);
+            if (t == R_Q6_K) {
+                acc[c] = _mm256_fnmadd_ps(mdiff, _mm256_loadu_ps(f + 2 * n_blocks), acc[c]);
+            }
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+        y[(size_t)c * ldy] = hsum8(acc[c]);
+    }
+}
+
+FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
+                               const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
+                               float *restrict y, size_t ldy) {
+    if (t == R_Q4_0) {
+        row_dots(NC, k, w, act, ab, y, ldy);
+    } else {
+        row_dots_k(t, NC, k, w, act, ab, y, ldy);
+    }
+}
+
+#define ROW_DOTS row_dots_any
 #include "quant/rows_drive.h"
 
-static void rows_q4_0_avx2(int64_t k, const void *restrict x, size_t bx, int64_t n_w,
-                           const void *restrict act, size_t ab, int64_t n_c, float *restrict y,
-                           size_t ldy) {
-    rows_drive(R_Q4_0, k, x, bx, n_w, act, ab, n_c, y, ldy);
-}
+#define DEFINE_ROWS(name, type)                                                                    \
+    static void name(int64_t k, const void *restrict x, size_t bx, int64_t n_w,                    \
+                     const void *restrict act, size_t ab, int64_t n_c, float *restrict y,          \
+                     size_t ldy) {                                                                 \
+        rows_drive(type, k, x, bx, n_w, act, ab, n_c, y, ldy);                                     \
+    }
+
+DEFINE_ROWS(rows_q4_0_avx2, R_Q4_0)
+DEFINE_ROWS(rows_q4_K_avx2, R_Q4_K)
+DEFINE_ROWS(rows_q5_K_avx2, R_Q5_K)
+DEFINE_ROWS(rows_q6_K_avx2, R_Q6_K)
 
 void quant_install_rows_avx2(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avx2;
-    t[GGUF_TYPE_Q4_0].rows_fmt = &rows_fmt;
+    t[GGUF_TYPE_Q4_K].rows = rows_q4_K_avx2;
+    t[GGUF_TYPE_Q5_K].rows = rows_q5_K_avx2;
+    t[GGUF_TYPE_Q6_K].rows = rows_q6_K_avx2;
+    const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        t[types[i]].rows_fmt = &rows_fmt;
+    }
 }

@@ -9,7 +9,9 @@
  * eight 32-byte vectors (byte 4b + i of vector v: element 4v + i of block b),
  * then the last k % 256 in element order; then one float per block of 32 (its
  * scale d), in element order; then, where the family asks for them, one float
- * per block, d * (sum of its signed codes). For files compiled with AVX2.
+ * per block, d * (sum of its signed codes), and one more per block, d * (sum
+ * of the codes of its first 16 elements), which Q6_K's scales per 16 need.
+ * For files compiled with AVX2.
  */
 #ifndef LARES_QUANT_ROWS_X86_H
 #define LARES_QUANT_ROWS_X86_H
@@ -23,7 +25,8 @@
 #define FORCE_INLINE static inline __attribute__((always_inline))
 #define SUPER        256
 
-/* the row in the layout above; sums: also the block sums after the scales */
+/* the row in the layout above; sums: also the block sums and half sums after
+ * the scales */
 static inline void rows256_from_float(const float *restrict x, int64_t k, void *restrict row,
                                       uint8_t bias, bool sums) {
     uint8_t *codes = row;
@@ -34,11 +37,15 @@ static inline void rows256_from_float(const float *restrict x, int64_t k, void *
         /* the codes of vec_dot's Q8_0 activations, and their fp16-rounded scale */
         d[g] = _cvtsh_ss(_cvtss_sh(q8_codes_avx2(x + g * QUANT_PANEL_GROUP, q), 0));
         if (sums) {
-            const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]),
-                                               _mm256_add_epi32(q[2], q[3]));
-            int32_t l[8];
-            _mm256_storeu_si256((__m256i *)(void *)l, s);
-            d[n_blocks + g] = d[g] * (float)(l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7]);
+            /* q[0], q[1]: elements 0..15, q[2], q[3]: 16..31 */
+            const __m256i h0 = _mm256_add_epi32(q[0], q[1]), h1 = _mm256_add_epi32(q[2], q[3]);
+            int32_t l0[8], l1[8];
+            _mm256_storeu_si256((__m256i *)(void *)l0, h0);
+            _mm256_storeu_si256((__m256i *)(void *)l1, h1);
+            const int32_t first = l0[0] + l0[1] + l0[2] + l0[3] + l0[4] + l0[5] + l0[6] + l0[7];
+            const int32_t second = l1[0] + l1[1] + l1[2] + l1[3] + l1[4] + l1[5] + l1[6] + l1[7];
+            d[n_blocks + g] = d[g] * (float)(first + second);
+            d[2 * n_blocks + g] = d[g] * (float)first;
         }
         uint8_t c[32];
         _mm256_storeu_si256((__m256i *)(void *)c,
