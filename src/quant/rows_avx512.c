@@ -542,18 +542,11 @@ FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
 #define ROW_DOTS row_dots_any
 #include "quant/rows_drive.h"
 
-#define DEFINE_ROWS(name, type)                                                                    \
-    static void name(int64_t k, const void *restrict x, size_t bx, int64_t n_w,                    \
-                     const void *restrict act, size_t ab, int64_t n_c, float *restrict y,          \
-                     size_t ldy) {                                                                 \
-        rows_drive(type, k, x, bx, n_w, act, ab, n_c, y, ldy);                                     \
-    }
-
-DEFINE_ROWS(rows_q4_0_avx512, R_Q4_0)
-DEFINE_ROWS(rows_q8_0_avx512, R_Q8_0)
-DEFINE_ROWS(rows_q4_K_avx512, R_Q4_K)
-DEFINE_ROWS(rows_q5_K_avx512, R_Q5_K)
-DEFINE_ROWS(rows_q6_K_avx512, R_Q6_K)
+ROWS_DEFINE(rows_q4_0_avx512, R_Q4_0)
+ROWS_DEFINE(rows_q8_0_avx512, R_Q8_0)
+ROWS_DEFINE(rows_q4_K_avx512, R_Q4_K)
+ROWS_DEFINE(rows_q5_K_avx512, R_Q5_K)
+ROWS_DEFINE(rows_q6_K_avx512, R_Q6_K)
 
 void quant_install_rows_avx512(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avx512;

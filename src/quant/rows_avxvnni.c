@@ -176,17 +176,8 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
 #define ROW_DOTS row_dots
 #include "quant/rows_drive.h"
 
-static void rows_q4_0_avxvnni(int64_t k, const void *restrict x, size_t bx, int64_t n_w,
-                                 const void *restrict act, size_t ab, int64_t n_c,
-                                 float *restrict y, size_t ldy) {
-    rows_drive(R_Q4_0, k, x, bx, n_w, act, ab, n_c, y, ldy);
-}
-
-static void rows_q8_0_avxvnni(int64_t k, const void *restrict x, size_t bx, int64_t n_w,
-                                 const void *restrict act, size_t ab, int64_t n_c,
-                                 float *restrict y, size_t ldy) {
-    rows_drive(R_Q8_0, k, x, bx, n_w, act, ab, n_c, y, ldy);
-}
+ROWS_DEFINE(rows_q4_0_avxvnni, R_Q4_0)
+ROWS_DEFINE(rows_q8_0_avxvnni, R_Q8_0)
 
 void quant_install_rows_avxvnni(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avxvnni;

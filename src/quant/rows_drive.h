@@ -1,6 +1,6 @@
 /*
- * The drive of the few-row product, shared by rows_avx512.c and
- * rows_avxvnni.c: each weight row against the n_c (1..QUANT_ROWS_MAX)
+ * The drive of the few-row product, shared by rows_avx512.c, rows_avxvnni.c
+ * and rows_avx2.c: each weight row against the n_c (1..QUANT_ROWS_MAX)
  * activation rows, with the row count a constant in the call so that every
  * count gets its own unrolled body. The includer defines ROW_DOTS(t, NC, k,
  * w, act, ab, y, ldy): one weight row w of type t against NC rows, the
@@ -45,5 +45,13 @@ rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx, int64
         }
     }
 }
+
+/* a quant_rows_fn named `name` driving the includer's type `type` */
+#define ROWS_DEFINE(name, type)                                                                    \
+    static void name(int64_t k, const void *restrict x, size_t bx, int64_t n_w,                    \
+                     const void *restrict act, size_t ab, int64_t n_c, float *restrict y,          \
+                     size_t ldy) {                                                                 \
+        rows_drive(type, k, x, bx, n_w, act, ab, n_c, y, ldy);                                     \
+    }
 
 #endif /* LARES_QUANT_ROWS_DRIVE_H */
