@@ -9,7 +9,11 @@
 # its next window while the others compute), each with the executor's
 # streaming on ("prefetch on": read ahead within the memory budget, release
 # after use) and off (--no-stream: plain mmap, the kernel evicts and faults
-# pages back in blindly). Caches are dropped before every run.
+# pages back in blindly). Caches are dropped before every run. With
+# streaming, the table also gives issue 18's bound for the head (the device
+# with the most to read: its layers, the embedding and the output): the bytes
+# it streams a token at its disk's rate, plus its compute a token without the
+# waits, plus 4k hops of the link's delay; and the measured time over it.
 #
 #   sudo bench/ring_emulated.sh [-m MODEL] [-n TOKENS] [-k "1 2 4"] [-o RESULTS.md]
 #        [--quota 0.5] [--mem 700M] [--disk 300M] [--rate 100mbit] [--delay 5]
@@ -78,20 +82,30 @@ for stream in on off; do
     cold
     if ! "$(tb_launcher 0)" run -m "$MODEL" -p "Once upon a time" -n "$NTOK" --temp 0 -t 1 -c 256 \
         "${headflags[@]}" --ring "$TMP/ring.json" --json >"$TMP/run.json" 2>"$TMP/run.err"; then
-      rows+=("| $k | $w | $stream | failed: $(tail -1 "$TMP/run.err") | | | |")
+      rows+=("| $k | $w | $stream | failed: $(tail -1 "$TMP/run.err") | | | | |")
       continue
     fi
     ms=$(jq '.timings.gen_ms / (.timings.generated_tokens - 1)' "$TMP/run.json")
     faults=$(jq '[.ring.device[].major_faults] | add' "$TMP/run.json")
     comp=$(jq '[.ring.device[].compute_ms] | add' "$TMP/run.json")
     toks=$(jq '.timings.generated_tokens' "$TMP/run.json")
-    rows+=("| $k | $w | $stream | $(printf %.0f "$ms") | $(printf %.3f "$(echo "1000 / $ms" | bc -l)") | $faults | $(jq -r '.ring.device | map("\(.name) \(.compute_ms | floor) ms") | join(", ")' "$TMP/run.json") |")
+    # issue 18's bound for the head (the device that reads the most: its
+    # layers plus the embedding and output): the bytes it re-reads a token
+    # at its disk's rate, plus its compute a token without the waits, plus
+    # 4k hops of at least the link's delay
+    bound=$(jq --argjson rate "$(numfmt --from=iec "$DISK")" --argjson k "$k" --argjson delay "$DELAY" \
+      '(.memory.stream_bytes / $rate * 1000) + ((.ring.device[0].compute_ms - .ring.device[0].disk_wait_ms)
+        / .timings.generated_tokens) + 4 * $k * $delay' "$TMP/run.json")
+    head_mib=$(jq '.memory.stream_bytes / 1048576 | floor' "$TMP/run.json")
+    against="$head_mib MiB, $(printf %.0f "$bound") ms, $(printf %.2f "$(echo "$ms / $bound" | bc -l)")x"
+    [ "$stream" = off ] && against="- (plain mmap: nothing streamed)"
+    rows+=("| $k | $w | $stream | $(printf %.0f "$ms") | $(printf %.3f "$(echo "1000 / $ms" | bc -l)") | $faults | $against | $(jq -r '.ring.device | map("\(.name) \(.compute_ms | floor) ms (\(.disk_wait_ms | floor) waiting)") | join(", ")' "$TMP/run.json") |")
     echo "k=$k stream=$stream: $ms ms/token ($toks tokens)" >&2
   done
   ring_cleanup
 done
 {
-  echo "| k | layers per window | prefetch (streaming) | ms/token | tok/s | major faults (all devices) | compute per device (whole run) |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| k | layers per window | prefetch (streaming) | ms/token | tok/s | major faults (all devices) | head: streamed a token, bound, measured / bound | compute per device, disk waits included (whole run) |"
+  echo "|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
 } | tee "${OUT:-/dev/null}"
