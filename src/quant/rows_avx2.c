@@ -52,6 +52,13 @@ static const quant_rows_fmt rows_fmt = {
 #define ROWS_PREFETCH_BYTES 2048
 #endif
 
+/* the n bytes of weights at p, ROWS_PREFETCH_BYTES ahead */
+FORCE_INLINE void prefetch_ahead(const uint8_t *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) {
+        _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
+    }
+}
+
 /* One Q4_0 weight row against NC activation rows */
 FORCE_INLINE void row_dots(const int NC, int64_t k, const uint8_t *restrict w,
                            const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
@@ -66,9 +73,7 @@ FORCE_INLINE void row_dots(const int NC, int64_t k, const uint8_t *restrict w,
     }
     for (int64_t j = 0; j < n_super; j++) {
         const uint8_t *p = w + (size_t)j * 8 * bb;
-        _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        prefetch_ahead(p, 8 * bb);
         __m256i t[4], v[8];
         transpose8x4(p + offsetof(block_q4_0, qs), bb, t);
 #pragma GCC unroll 4
@@ -246,9 +251,7 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
          * threads, Zen 3, alternating builds (t/s): without it for one row
          * 17.3-22.2 against 24.8-28.2, 1 KiB 22.2-24.1, 3 KiB 24.5-26.5, 4
          * KiB 24.2-26.4 */
-        for (size_t o = 0; o < bb; o += 64) {
-            _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
-        }
+        prefetch_ahead(p, bb);
         __m256i q[8], v[8];
         __m256 dw, mw, mdiff = _mm256_setzero_ps();
         __m256i sc_lo = _mm256_setzero_si256(), sc_hi = _mm256_setzero_si256();
