@@ -87,18 +87,19 @@ for stream in on off; do
     fi
     ms=$(jq '.timings.gen_ms / (.timings.generated_tokens - 1)' "$TMP/run.json")
     faults=$(jq '[.ring.device[].major_faults] | add' "$TMP/run.json")
-    comp=$(jq '[.ring.device[].compute_ms] | add' "$TMP/run.json")
     toks=$(jq '.timings.generated_tokens' "$TMP/run.json")
-    # issue 18's bound for the head (the device that reads the most: its
-    # layers plus the embedding and output): the bytes it re-reads a token
-    # at its disk's rate, plus its compute a token without the waits, plus
-    # 4k hops of at least the link's delay
-    bound=$(jq --argjson rate "$(numfmt --from=iec "$DISK")" --argjson k "$k" --argjson delay "$DELAY" \
-      '(.memory.stream_bytes / $rate * 1000) + ((.ring.device[0].compute_ms - .ring.device[0].disk_wait_ms)
-        / .timings.generated_tokens) + 4 * $k * $delay' "$TMP/run.json")
-    head_mib=$(jq '.memory.stream_bytes / 1048576 | floor' "$TMP/run.json")
-    against="$head_mib MiB, $(printf %.0f "$bound") ms, $(printf %.2f "$(echo "$ms / $bound" | bc -l)")x"
-    [ "$stream" = off ] && against="- (plain mmap: nothing streamed)"
+    against="- (plain mmap: nothing streamed)"
+    if [ "$stream" = on ]; then
+      # issue 18's bound for the head (the device that reads the most: its
+      # layers plus the embedding and output): the bytes it re-reads a token
+      # at its disk's rate, plus its compute a token without the waits, plus
+      # 4k hops of at least the link's delay
+      bound=$(jq --argjson rate "$(numfmt --from=iec "$DISK")" --argjson k "$k" --argjson delay "$DELAY" \
+        '(.memory.stream_bytes / $rate * 1000) + ((.ring.device[0].compute_ms - .ring.device[0].disk_wait_ms)
+          / .timings.generated_tokens) + 4 * $k * $delay' "$TMP/run.json")
+      head_mib=$(jq '.memory.stream_bytes / 1048576 | floor' "$TMP/run.json")
+      against="$head_mib MiB, $(printf %.0f "$bound") ms, $(printf %.2f "$(echo "$ms / $bound" | bc -l)")x"
+    fi
     rows+=("| $k | $w | $stream | $(printf %.0f "$ms") | $(printf %.3f "$(echo "1000 / $ms" | bc -l)") | $faults | $against | $(jq -r '.ring.device | map("\(.name) \(.compute_ms | floor) ms (\(.disk_wait_ms | floor) waiting)") | join(", ")' "$TMP/run.json") |")
     echo "k=$k stream=$stream: $ms ms/token ($toks tokens)" >&2
   done
