@@ -188,8 +188,14 @@ static ALWAYS_INLINE __m256 dot_block(enum fmt f, const uint8_t *x, const uint8_
  * llama-1b tg32, 2 threads, alternating rounds (docs/performance.md): Q8_0
  * without 18.2-21.7 t/s, 1 KiB ahead 22.5-23.9, 2 KiB 21.4-24.6; Q4_0 with it
  * 34.4-36.4 t/s against 34.1-34.9 for a 4-row kernel sharing the activation
- * loads (removed again). */
-#define ROW_PREFETCH_BYTES 1024
+ * loads (removed again). On an Intel Xeon (family 6 model 207), Q8_0 tg16
+ * --isa avx2, three rounds alternating builds: 1 KiB 16.7-17.7 t/s, 2 KiB
+ * 18.7-19.6, 4 KiB 20.0-21.0; 2 KiB is taken, the best that the Zen 3
+ * figures above also keep (4 KiB was not measured there, and the K-quants'
+ * walks measured 4 KiB worse on Zen 3: rows_kquant_x86.h). */
+#ifndef ROW_PREFETCH_BYTES
+#define ROW_PREFETCH_BYTES 2048
+#endif
 
 /* One weight row with one activation row. Four blocks per step share one
  * conversion of their eight scales; two accumulators hide the FMA latency. */

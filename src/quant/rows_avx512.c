@@ -234,24 +234,26 @@ FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
         _mm256_loadu_si256((const __m256i *)(const void *)b[1].qs), 1);
 }
 
-/* Software prefetch of the weight row, only with ROWS_PREFETCH_MIN_NC or
- * more activation rows: with many rows each weight byte takes long enough
- * that the hardware prefetchers fall behind (bench_gemm -k 2048 -n 131072,
- * 300 MB of weights, one thread, AMD EPYC of 2026-11-25: 8 rows Q4_0 79-82 ->
- * 116-125 G MAC/s and Q4_K 82 -> 119-130 with 2 KiB ahead; 6 rows Q4_0 87 ->
- * 125, Q8_0 68 -> 91); with one or two rows it made the product slower (Q4_K
- * one row 45 -> 36 with 1 KiB ahead, two rows 80 -> 74 with 2 KiB; each
- * thread reads one contiguous region, ops/matmul.c, which those prefetchers
- * follow) and four were even. */
-#define ROWS_PREFETCH_MIN_NC 4
-#define ROWS_PREFETCH_BYTES  2048
+/* Software prefetch of the weight row, 4 KiB ahead, with any number of
+ * activation rows. With many rows each weight byte takes long enough that
+ * the hardware prefetchers fall behind (bench_gemm -k 2048 -n 131072, 300
+ * MB of weights, one thread, AMD EPYC Zen 4 of 2026-11-25: 8 rows Q4_0
+ * 79-82 -> 116-125 G MAC/s and Q4_K 82 -> 119-130 with 2 KiB ahead; 6 rows
+ * Q4_0 87 -> 125, Q8_0 68 -> 91). With one or two rows that Zen 4 measured it
+ * slower at 1-2 KiB ahead (Q4_K one row 45 -> 36 with 1 KiB, two rows 80 ->
+ * 74 with 2 KiB), so until 2026-11-29 only four rows or more asked; on an
+ * Intel Xeon (family 6 model 207) one stream then read memory a block at a
+ * time: llama-1b tg16, 2 threads, alternating builds (t/s), Q4_0 21.3-22.8
+ * without, 32.6-33.1 with 2 KiB, 35.1-35.7 with 4 KiB ahead; Q4_K_M
+ * 20.2 / 30.6-31.8 / 30.7-33.6; with 4 and 8 rows the same within noise.
+ * (A short distance is what hurt on both CPUs: 1 KiB ahead also lost on the
+ * Xeon, rows_avxvnni.c.) */
+#define ROWS_PREFETCH_BYTES 4096
 
-/* the n bytes of weights at p, ROWS_PREFETCH_BYTES ahead, with NC rows */
-FORCE_INLINE void prefetch_ahead(int NC, const uint8_t *p, size_t n) {
-    if (NC >= ROWS_PREFETCH_MIN_NC) {
-        for (size_t o = 0; o < n; o += 64) {
-            _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
-        }
+/* the n bytes of weights at p, ROWS_PREFETCH_BYTES ahead */
+FORCE_INLINE void prefetch_ahead(const uint8_t *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) {
+        _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
     }
 }
 
@@ -277,7 +279,7 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         __m512 dw;
         const uint8_t *p = w + (size_t)j * 8 * bb;
         __m512i base;
-        prefetch_ahead(NC, p, 8 * bb);
+        prefetch_ahead(p, 8 * bb);
         if (t == R_Q4_0) {
             eight_q4_0(p, v, &dw, &base);
         } else {
@@ -478,7 +480,7 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
         __m256 mw = _mm256_setzero_ps();
         const uint8_t *p = w + (size_t)j * bb;
         const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j); /* row 0's floats */
-        prefetch_ahead(NC, p, bb);
+        prefetch_ahead(p, bb);
         if (t == R_Q4_K) {
             super_q4_K(p, v, &dw[0], &mw);
         } else if (t == R_Q5_K) {
