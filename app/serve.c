@@ -25,7 +25,8 @@ static void serve_usage(FILE *to) {
           "      --queue N           requests that may wait behind the running ones (default 8)\n"
           "      --parallel N        requests that decode together, continuous batching (default 1)\n"
           "      --draft MODEL       speculative decoding with a draft model of the same\n"
-          "                          vocabulary (one request at a time: not with --parallel)\n"
+          "                          vocabulary (with --parallel: each request its own draft\n"
+          "                          cache, verified in the shared step)\n"
           "      --draft-n N         tokens the draft proposes per pass, at most (default 7)\n"
           "      --lookup N          speculative decoding without a draft model: up to N tokens\n"
           "                          that followed the context's last words earlier in it\n"
@@ -187,10 +188,6 @@ int cmd_serve(int argc, char **argv) {
                   "--parallel N (N > 1) and --ring");
         return APP_USAGE;
     }
-    if (draft != NULL && parallel > 1) {
-        app_error("serve: --draft serves one request at a time; it does not go with --parallel");
-        return APP_USAGE;
-    }
     if (draft != NULL && o.lookup > 0) {
         app_error("serve: drafts come from --draft or from --lookup, not both");
         return APP_USAGE;
@@ -235,7 +232,8 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     if ((batch == NULL && lares_session_create(m, &so, &s, &err) != LARES_OK) ||
-        (dm != NULL && lares_session_set_draft(s, dm, &err) != LARES_OK) ||
+        (dm != NULL && batch == NULL && lares_session_set_draft(s, dm, &err) != LARES_OK) ||
+        (dm != NULL && batch != NULL && lares_batch_set_draft(batch, dm, &err) != LARES_OK) ||
         server_start(m, batch ? lares_batch_session(batch) : s, model, &o, &sv, &err) !=
             LARES_OK) {
         rc = app_fail(&err);

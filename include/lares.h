@@ -297,7 +297,8 @@ typedef struct lares_generate_opts {
      * at most LARES_LOOKUP_MAX; needs a batch (n_batch) of lookup + 1. */
     int32_t lookup;
     /* Speculative decoding with the session's draft model
-     * (lares_session_set_draft): it proposes up to this many tokens one after
+     * (lares_session_set_draft; in a batch the batch's, lares_batch_set_draft):
+     * it proposes up to this many tokens one after
      * another, the model verifies them in one forward pass. Greedy output is
      * plain decoding's; with sampling the draft draws from its own
      * distribution (the same sampler settings, its own random stream) and
@@ -414,11 +415,21 @@ LARES_API lares_session *lares_batch_session(lares_batch *b);
 LARES_API size_t lares_batch_cached(const lares_batch *b, int32_t seq, const int32_t *prompt,
                                     size_t n_prompt);
 
+/* Gives the batch a draft model for speculative decoding (opts.draft_n of
+ * lares_batch_start; the vocabulary checked as lares_session_set_draft
+ * does): each sequence that asks for drafts gets a draft session of its own
+ * (a KV cache of the draft model, kept with its slot for the next run's
+ * prefix, on the batch's threads), and its drafts are verified in the step
+ * with the others' rows. NULL removes it (sequences drafting are refused
+ * then); not while a sequence is active (LARES_EBUSY). */
+LARES_API lares_status lares_batch_set_draft(lares_batch *b, lares_model *draft,
+                                             lares_error *err);
 /* Starts sequence `seq` (free: never started, finished or released) on a
  * prompt with its own options; the part of the prompt its cache already holds
- * from its last use is kept. Prompt lookup (opts.lookup) drafts within the
- * batch's rows (each generating sequence's token and drafts in one step);
- * a draft model (opts.draft_n) is refused. The prompt is copied. */
+ * from its last use is kept. Drafts (opts.lookup: prompt lookup; opts.draft_n:
+ * the batch's draft model, lares_batch_set_draft) go within the batch's rows:
+ * each generating sequence's token and drafts in one step, verified as
+ * lares_generate verifies them. The prompt is copied. */
 LARES_API lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *prompt,
                                          size_t n_prompt, const lares_generate_opts *opts,
                                          lares_error *err);

@@ -2,7 +2,7 @@
  * api/batch: several sequences decoding together give each the tokens it gets
  * alone (greedy, and sampled with a seed), whether they start together, join
  * between steps, read their prompts in small chunks, reuse a cached prefix or
- * draft by prompt lookup;
+ * draft by prompt lookup or with a draft model;
  * a cancelled sequence frees its slot without touching the others; bad calls
  * are refused with a message (issue 20).
  */
@@ -377,9 +377,9 @@ static void test_slots(void) {
     CHECK(lares_batch_start(b, 2, ids, n, &o0, &err) == LARES_EINVAL);
     CHECK(lares_batch_start(b, 0, ids, 0, &o0, &err) == LARES_EINVAL);
     lares_generate_opts ol = o0;
-    ol.draft_n = 4; /* a draft model's drafts are for one sequence */
-    CHECK(lares_batch_start(b, 0, ids, n, &ol, &err) == LARES_EUNSUPPORTED &&
-          strstr(err.msg, "draft model") != NULL);
+    ol.draft_n = 4; /* no draft model set */
+    CHECK(lares_batch_start(b, 0, ids, n, &ol, &err) == LARES_EINVAL &&
+          strstr(err.msg, "no draft model") != NULL);
     ol = o0;
     ol.lookup = LARES_LOOKUP_MAX + 1;
     CHECK(lares_batch_start(b, 0, ids, n, &ol, &err) == LARES_EINVAL &&
@@ -509,11 +509,120 @@ static void test_streamed(const char *file) {
     lares_model_close(m);
 }
 
+/* A draft model in the batch: sequences drafting with it, one by prompt
+ * lookup and one plain, decode together; greedy, each gets exactly the
+ * tokens it gets alone without drafts (the target's weights are F16, so a
+ * row's logits do not depend on the rows beside it); sampled, a run is
+ * reproducible with its seeds. Bad calls are refused with a message. */
+static void test_draft_model(void) {
+    lares_error err = {0};
+    lares_model *m = NULL, *dm = NULL, *other = NULL;
+    CHECK_OK(lares_model_open(fixture("TinyStories-656K.f16.gguf"), NULL, &m, &err), &err);
+    CHECK_OK(lares_model_open(fixture("derived/TinyStories-656K.llamacpp-Q4_0.gguf"), NULL, &dm,
+                              &err),
+             &err);
+    CHECK_OK(lares_model_open(fixture("stories260K.gguf"), NULL, &other, &err), &err);
+    if (m == NULL || dm == NULL || other == NULL) {
+        lares_model_close(m);
+        lares_model_close(dm);
+        lares_model_close(other);
+        return;
+    }
+    prompt_ids p[N_SEQ];
+    collect want[N_SEQ];
+    for (int i = 0; i < N_SEQ; i++) {
+        p[i].ids = NULL;
+        CHECK_OK(lares_tokenize(m, prompts[i], strlen(prompts[i]), NULL, &p[i].ids, &p[i].n, &err),
+                 &err);
+        alone(m, p[i].ids, p[i].n, false, &want[i]);
+    }
+    lares_session_opts so = lares_session_opts_default();
+    so.n_ctx = 256;
+    so.n_threads = 2;
+    collect sampled_first[N_SEQ];
+    for (int run = 0; run < 3; run++) { /* greedy; sampled; sampled again */
+        lares_batch *b = NULL;
+        CHECK_OK(lares_batch_create(m, &so, N_SEQ, &b, &err), &err);
+        if (b == NULL) {
+            break;
+        }
+        CHECK(lares_batch_set_draft(b, other, &err) == LARES_EINVAL &&
+              strstr(err.msg, "different vocabularies") != NULL);
+        CHECK_OK(lares_batch_set_draft(b, dm, &err), &err);
+        collect got[N_SEQ];
+        memset(got, 0, sizeof got);
+        lares_generate_opts o[N_SEQ];
+        for (int i = 0; i < N_SEQ; i++) {
+            o[i] = gen_opts(&got[i], run > 0);
+            /* 0 and 1 draft with the model, 2 by lookup, 3 not at all */
+            o[i].draft_n = i < 2 ? 4 : 0;
+            o[i].lookup = i == 2 ? 4 : 0;
+            CHECK_OK(lares_batch_start(b, i, p[i].ids, p[i].n, &o[i], &err), &err);
+        }
+        CHECK(lares_batch_set_draft(b, NULL, &err) == LARES_EBUSY);
+        run_all(b);
+        int drafted = 0, accepted = 0;
+        for (int i = 0; i < N_SEQ; i++) {
+            lares_stats st;
+            lares_batch_stats(b, i, &st);
+            CHECK(st.n_generated == got[i].n && st.n_accepted <= st.n_drafted);
+            CHECK(i < 3 || st.n_drafted == 0);
+            if (i < 2) {
+                drafted += st.n_drafted;
+                accepted += st.n_accepted;
+            }
+            if (run == 0) {
+                CHECKF(agree(&got[i], &want[i]) == want[i].n && got[i].n == want[i].n,
+                       "draft model in a batch, sequence %d: %d of %d tokens as alone", i,
+                       agree(&got[i], &want[i]), want[i].n);
+            } else if (run == 1) {
+                sampled_first[i] = got[i];
+                CHECK(got[i].n > 0);
+            } else {
+                CHECKF(agree(&got[i], &sampled_first[i]) == sampled_first[i].n &&
+                           got[i].n == sampled_first[i].n,
+                       "sampled with a draft model, sequence %d: not reproducible", i);
+            }
+        }
+        CHECKF(drafted > 0 && accepted > 0, "run %d: %d drafted, %d accepted", run, drafted,
+               accepted);
+        /* the slot runs again with its draft session's cache: still as alone */
+        if (run == 0) {
+            collect again = {0};
+            lares_generate_opts oa = gen_opts(&again, false);
+            oa.draft_n = 3;
+            CHECK_OK(lares_batch_start(b, 0, p[0].ids, p[0].n, &oa, &err), &err);
+            run_all(b);
+            CHECK(agree(&again, &want[0]) == want[0].n && again.n == want[0].n);
+            /* refusals */
+            lares_generate_opts bad = oa;
+            bad.lookup = 2;
+            CHECK(lares_batch_start(b, 0, p[0].ids, p[0].n, &bad, &err) == LARES_EINVAL &&
+                  strstr(err.msg, "not both") != NULL);
+            bad = oa;
+            bad.draft_n = LARES_LOOKUP_MAX + 1;
+            CHECK(lares_batch_start(b, 0, p[0].ids, p[0].n, &bad, &err) == LARES_EINVAL &&
+                  strstr(err.msg, "draft") != NULL);
+            CHECK_OK(lares_batch_set_draft(b, NULL, &err), &err);
+            CHECK(lares_batch_start(b, 0, p[0].ids, p[0].n, &oa, &err) == LARES_EINVAL &&
+                  strstr(err.msg, "lares_batch_set_draft") != NULL);
+        }
+        lares_batch_free(b);
+    }
+    for (int i = 0; i < N_SEQ; i++) {
+        lares_free(p[i].ids);
+    }
+    lares_model_close(other);
+    lares_model_close(dm);
+    lares_model_close(m);
+}
+
 int main(void) {
     for (size_t c = 0; c < LARES_ARRAY_LEN(greedy_cases); c++) {
         test_equal_alone(greedy_cases[c].file, greedy_cases[c].min_agree < 48 ? 16 : N_GEN);
     }
     test_slots();
+    test_draft_model();
     test_interactive();
     test_streamed("stories260K.gguf");
     test_streamed("derived/TinyStories-656K.llamacpp-Q4_0.gguf");

@@ -135,16 +135,24 @@ static void ring_stats(lares_batch *b, lares_ring_stats *st) {
 }
 
 /* arrangements through one ring: together (pipelined, then one group),
- * started at different steps, with prompt lookup */
+ * started at different steps, with prompt lookup, with a draft model on the
+ * head (each sequence its own draft cache) */
 static void check_ring(lares_model *m, const int *w, int n_workers, const char *what) {
     lares_error err = {0};
     const char *ring = write_ring("batch.json", workers, n_workers, w, fixture("stories260K.gguf"),
                                   "\"heartbeat_ms\": 100, \"timeout_ms\": 3000");
-    for (int arr = 0; arr < 4; arr++) {
+    lares_model *dm = NULL;
+    CHECK_OK(lares_model_open(fixture("derived/stories260K-moe4top2-identical-experts.gguf"), NULL,
+                              &dm, &err),
+             &err);
+    for (int arr = 0; arr < 5 && dm != NULL; arr++) {
         lares_batch *b = open_batch(m, ring, 0, &err);
         CHECKF(b != NULL, "%s: batch: %s", what, err.msg);
         if (b == NULL) {
-            return;
+            break;
+        }
+        if (arr == 4) {
+            CHECK_OK(lares_batch_set_draft(b, dm, &err), &err);
         }
         /* prompts read whole, as alone (docs/batching.md "Identical output") */
         lares_batch_set_shared_prompt_rows(b, 0);
@@ -155,6 +163,7 @@ static void check_ring(lares_model *m, const int *w, int n_workers, const char *
         for (int i = 0; i < N_SEQ; i++) {
             o[i] = gen_opts(&got[i], N_GEN);
             o[i].lookup = arr == 3 ? 4 : 0;
+            o[i].draft_n = arr == 4 ? 3 : 0;
         }
         const int first = arr == 2 ? 1 : N_SEQ;
         for (int i = 0; i < first; i++) {
@@ -173,9 +182,14 @@ static void check_ring(lares_model *m, const int *w, int n_workers, const char *
         run_all(b);
         char name[160];
         snprintf(name, sizeof name, "%s, arrangement %d", what, arr);
+        int drafted = 0;
         for (int i = 0; i < N_SEQ; i++) {
             same(&got[i], &want[i], name, i);
+            lares_stats sst;
+            lares_batch_stats(b, i, &sst);
+            drafted += sst.n_drafted;
         }
+        CHECKF(arr < 3 || drafted > 0, "%s: no drafts", name);
         lares_ring_stats st;
         ring_stats(b, &st);
         CHECKF(st.kv_slots == N_SEQ + 1, "%s: %d kv slots", name, st.kv_slots);
@@ -188,6 +202,7 @@ static void check_ring(lares_model *m, const int *w, int n_workers, const char *
         }
         lares_batch_free(b);
     }
+    lares_model_close(dm);
 }
 
 /* A sequence cancelled mid-way ends, its slot is free at once and serves a

@@ -79,6 +79,13 @@ typedef struct token_probs {
 int32_t api_draw(const lares_generate_opts *o, text_sampler *smp, float *logits,
                  int32_t n_vocab, const int32_t *history, size_t n_hist, float *raw,
                  token_probs *tp);
+/* api_draw for a token x the draft model drew from q: the target's
+ * distribution p (probs, n_vocab floats of room) after o->on_logits and the
+ * sampler's transforms, then the acceptance rule of speculative sampling, so
+ * that the token is distributed as plain sampling's. */
+int32_t api_draw_verified(const lares_generate_opts *o, text_sampler *smp, float *logits,
+                          int32_t n_vocab, const int32_t *history, size_t n_hist, float *raw,
+                          token_probs *tp, float *probs, const float *q, int32_t x);
 /* Hands a drawn token to o->on_token through the UTF-8 assembler:
  * LARES_STOP_EOS for an end-of-generation token (not delivered),
  * LARES_STOP_CALLER when the callback stops, else LARES_STOP_NONE. */
@@ -124,6 +131,10 @@ bool api_draft_pace_go(api_draft_pace *p);
 /* After a pass that verified drafts: how many were kept. */
 void api_draft_pace_note(api_draft_pace *p, int32_t kept);
 
+/* draft.c: LARES_EINVAL with a message unless `draft` can draft for
+ * `target` (opened with weights, the same vocabulary and special ids). */
+lares_status api_draft_check(const lares_model *draft, const lares_model *target,
+                             lares_error *err);
 /* draft.c: evaluates what the draft's cache lacks of ctx[0, n) (the prompt,
  * while the target reads it) without logits. */
 lares_status api_draft_sync(lares_session *d, const int32_t *ctx, int32_t n, lares_error *err);

@@ -18,6 +18,12 @@
 static void seq_release(batch_seq *q) {
     text_sampler_free(q->smp);
     q->smp = NULL;
+    text_sampler_free(q->draft_smp);
+    q->draft_smp = NULL;
+    lares_free(q->draft_q);
+    q->draft_q = NULL;
+    lares_free(q->draft_p);
+    q->draft_p = NULL;
     lares_free(q->raw);
     q->raw = NULL;
     lares_free(q->prompt);
@@ -32,6 +38,7 @@ void lares_batch_free(lares_batch *b) {
     batch_ring_free(b); /* before the caches its groups point at */
     for (int32_t i = 0; b->seq != NULL && i < b->n_seq; i++) {
         seq_release(&b->seq[i]);
+        lares_session_free(b->seq[i].draft);
         model_kv_free(b->seq[i].kv);
         lares_free(b->seq[i].history);
     }
@@ -168,6 +175,60 @@ size_t lares_batch_cached(const lares_batch *b, int32_t seq, const int32_t *prom
     return keep;
 }
 
+lares_status lares_batch_set_draft(lares_batch *b, lares_model *draft, lares_error *err) {
+    if (batch_count_active(b) > 0) {
+        return lares_fail(err, LARES_EBUSY,
+                          "batch: the draft model changes only while no sequence is active");
+    }
+    if (draft != NULL) {
+        const lares_status st = api_draft_check(draft, b->s->lm, err);
+        if (st != LARES_OK) {
+            return st;
+        }
+    }
+    if (draft != b->draft) { /* the slots' draft sessions were the old model's */
+        for (int32_t i = 0; i < b->n_seq; i++) {
+            lares_session_free(b->seq[i].draft);
+            b->seq[i].draft = NULL;
+        }
+    }
+    b->draft = draft;
+    return LARES_OK;
+}
+
+/* Sequence q's draft session, sampler and buffers for a run with options o
+ * reaching `reach` positions. */
+static lares_status seq_draft_setup(lares_batch *b, batch_seq *q, const lares_generate_opts *o,
+                                    int64_t reach, lares_error *err) {
+    const size_t nv = (size_t)b->s->lm->m->hp.n_vocab;
+    lares_status st = LARES_OK;
+    if (q->draft == NULL) {
+        lares_session_opts so = lares_session_opts_default();
+        so.n_ctx = b->s->o.n_ctx; /* it follows its sequence's context, drafts included */
+        so.n_batch = b->s->o.n_batch;
+        st = api_session_create(b->draft, &so, b->s->pool, &q->draft, err);
+    }
+    if (st == LARES_OK) {
+        st = api_plan_positions(q->draft, (int32_t)LARES_MIN(reach, (int64_t)b->s->o.n_ctx), err);
+    }
+    if (st != LARES_OK) {
+        lares_error_prefix(err, "draft model: ");
+        return st;
+    }
+    /* the draft model draws with the same settings from a stream of its own */
+    lares_sampler_opts dso = o->sampler;
+    dso.seed ^= 0x9e3779b97f4a7c15u;
+    if ((st = text_sampler_create(&dso, (int32_t)nv, &q->draft_smp, err)) != LARES_OK) {
+        return st;
+    }
+    if (o->sampler.temperature > 0.0f &&
+        ((q->draft_q = lares_alloc_array((size_t)o->draft_n * nv, sizeof *q->draft_q)) == NULL ||
+         (q->draft_p = lares_alloc_array(nv, sizeof *q->draft_p)) == NULL)) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory for the draft's distributions");
+    }
+    return LARES_OK;
+}
+
 lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *prompt,
                                size_t n_prompt, const lares_generate_opts *opts,
                                lares_error *err) {
@@ -189,14 +250,24 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
         return lares_fail(err, LARES_EINVAL, "logprobs: %d alternatives asked, 0 to %d allowed",
                           o.n_logprobs, MAX_LOGPROBS);
     }
-    if (o.draft_n != 0) {
-        return lares_fail(err, LARES_EUNSUPPORTED,
-                          "batch: drafts of a draft model are for one sequence (lares_generate); "
-                          "prompt lookup (lookup) works in a batch");
-    }
     if (o.lookup < 0 || o.lookup > LARES_LOOKUP_MAX) {
         return lares_fail(err, LARES_EINVAL, "lookup: %d drafted tokens asked, 0 to %d allowed",
                           o.lookup, LARES_LOOKUP_MAX);
+    }
+    if (o.draft_n < 0 || o.draft_n > LARES_LOOKUP_MAX) {
+        return lares_fail(err, LARES_EINVAL,
+                          "draft: %d drafted tokens asked, 0 (off) to %d allowed", o.draft_n,
+                          LARES_LOOKUP_MAX);
+    }
+    if (o.draft_n > 0 && o.lookup > 0) {
+        return lares_fail(err, LARES_EINVAL,
+                          "drafts come from prompt lookup or from a draft model, not both");
+    }
+    if (o.draft_n > 0 && b->draft == NULL) {
+        return lares_fail(err, LARES_EINVAL,
+                          "draft: %d drafted tokens asked but the batch has no draft model "
+                          "(lares_batch_set_draft)",
+                          o.draft_n);
     }
     for (size_t i = 0; i < n_prompt; i++) {
         if (prompt[i] < 0 || prompt[i] >= m->hp.n_vocab) {
@@ -222,13 +293,16 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
     lares_status st = text_sampler_create(&o.sampler, m->hp.n_vocab, &q->smp, err);
+    /* the weights get what the caches leave at the positions the active
+     * sequences may reach (pages a cache touched stay with it) */
+    const int64_t reach = o.n_predict >= 0 ? need : n_ctx;
+    if (st == LARES_OK && o.draft_n > 0) {
+        st = seq_draft_setup(b, q, &o, reach, err);
+    }
     if (st != LARES_OK) {
         seq_release(q);
         return st;
     }
-    /* the weights get what the caches leave at the positions the active
-     * sequences may reach (pages a cache touched stay with it) */
-    const int64_t reach = o.n_predict >= 0 ? need : n_ctx;
     const int32_t was = b->touched[seq];
     b->touched[seq] = LARES_MAX(was, (int32_t)LARES_MIN(reach, (int64_t)n_ctx));
     if ((st = api_plan_caches(b->s, 0, b->kvs, b->touched, b->n_seq, err)) != LARES_OK) {
@@ -245,7 +319,8 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
     q->o = o;
     q->n_gen = 0;
     q->n_draft = 0;
-    q->draft_max = o.lookup;
+    q->draft_max = o.lookup > 0 ? o.lookup : o.draft_n;
+    q->pace = (api_draft_pace){0};
     text_stream_init(&q->ts);
     atomic_store(&q->cancel, false);
     memset(&q->st, 0, sizeof q->st);
@@ -280,8 +355,10 @@ void batch_seq_finish(batch_seq *q, lares_stop_reason why) {
     seq_release(q);
 }
 
-/* Draws the sequence's next token from its logits; false when its run ended. */
-bool batch_seq_draw(lares_batch *b, batch_seq *q, float *logits) {
+/* Draws the sequence's next token from its logits, by the rule of
+ * speculative sampling when draft x was drawn from the draft model's
+ * distribution dq (NULL: a plain draw); false when its run ended. */
+static bool seq_draw(lares_batch *b, batch_seq *q, float *logits, const float *dq, int32_t x) {
     const lares_model *lm = b->s->lm;
     const int32_t n_vocab = lm->m->hp.n_vocab;
     if (q->o.n_predict >= 0 && q->n_gen >= (size_t)q->o.n_predict) {
@@ -294,7 +371,10 @@ bool batch_seq_draw(lares_batch *b, batch_seq *q, float *logits) {
     }
     token_probs tp;
     const int32_t tok =
-        api_draw(&q->o, q->smp, logits, n_vocab, q->history, (size_t)q->n_past, q->raw, &tp);
+        dq != NULL ? api_draw_verified(&q->o, q->smp, logits, n_vocab, q->history,
+                                       (size_t)q->n_past, q->raw, &tp, q->draft_p, dq, x)
+                   : api_draw(&q->o, q->smp, logits, n_vocab, q->history, (size_t)q->n_past,
+                              q->raw, &tp);
     if (q->n_gen == 0) {
         q->t_first = lares_now_ns();
     }
@@ -311,6 +391,10 @@ bool batch_seq_draw(lares_batch *b, batch_seq *q, float *logits) {
     q->last = tok;
     q->state = SEQ_GEN;
     return true;
+}
+
+bool batch_seq_draw(lares_batch *b, batch_seq *q, float *logits) {
+    return seq_draw(b, q, logits, NULL, -1);
 }
 
 /* Adds rows [at, at + n) of `toks` for sequence q to the step. */
@@ -397,50 +481,81 @@ static lares_status chunk_slice(lares_batch *b, lares_error *err) {
     return st;
 }
 
-/* Prompt lookup: up to the sequence's paced number of drafts after its token
- * (run, at the end of the rows), as the batch's rows leave room after the
- * `later` generating sequences still to come, and its context and length. */
-int32_t batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *tokens, int32_t *pos) {
+/* Up to the sequence's paced number of drafts after its token (run, at the
+ * end of the rows), as the batch's rows leave room after the generating
+ * sequences still to come, and its context and length: by prompt lookup, or
+ * from its draft session (the draft model reads what its cache lacks of the
+ * context, then drafts one token after another; a draft model whose drafts
+ * keep failing pauses, api_draft_pace). */
+lares_status batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *tokens,
+                          int32_t *pos, int32_t *n, lares_error *err) {
     lares_session *s = b->s;
     q->n_draft = 0;
+    *n = 0;
     room = LARES_MIN(room, (int64_t)q->draft_max);
     room = LARES_MIN(room, (int64_t)s->o.n_ctx - q->n_past - 1);
     if (q->o.n_predict >= 0) {
         room = LARES_MIN(room, (int64_t)q->o.n_predict - (int64_t)q->n_gen - 1);
     }
     if (room <= 0) {
-        return 0;
+        return LARES_OK;
     }
     q->history[q->n_past] = q->last; /* the context the drafts continue */
-    const int32_t d = api_lookup_draft(q->history, q->n_past + 1, (int32_t)room, tokens);
+    int32_t d = 0;
+    if (q->o.draft_n > 0) {
+        if (!api_draft_pace_go(&q->pace)) {
+            return LARES_OK;
+        }
+        const uint64_t t0 = lares_now_ns();
+        const lares_status st = api_draft_propose(q->draft, q->draft_smp, q->history,
+                                                  q->n_past + 1, (int32_t)room, tokens,
+                                                  q->draft_q, &d, err);
+        q->st.draft_ms += lares_ns_to_ms(lares_now_ns() - t0);
+        if (st != LARES_OK) {
+            lares_error_prefix(err, "draft model: ");
+            return st;
+        }
+    } else {
+        d = api_lookup_draft(q->history, q->n_past + 1, (int32_t)room, tokens);
+    }
     for (int32_t i = 0; i < d; i++) {
         pos[i] = q->n_past + 1 + i;
     }
     q->n_draft = d;
     q->st.n_drafted += d;
-    return d;
+    *n = d;
+    return LARES_OK;
 }
 
-static void add_drafts(lares_batch *b, batch_seq *q, model_seq *run, int32_t *n_rows,
-                       int32_t later) {
+static lares_status add_drafts(lares_batch *b, batch_seq *q, model_seq *run, int32_t *n_rows,
+                               int32_t later, lares_error *err) {
     const int64_t room = (int64_t)b->s->o.n_batch - *n_rows - later;
-    const int32_t d = batch_drafts(b, q, room, b->tokens + *n_rows, b->s->pos + *n_rows);
+    int32_t d = 0;
+    const lares_status st =
+        batch_drafts(b, q, room, b->tokens + *n_rows, b->s->pos + *n_rows, &d, err);
     run->n_rows += d;
     *n_rows += d;
+    return st;
 }
 
 /* A generating sequence's rows: its token, then its drafts, with the logits
  * of each. Draws from each row in turn and keeps the next while the draw is
- * that row's draft (the standard rule for a draft known for certain: greedy
- * or sampled, the tokens are those of decoding without drafts); the cache
- * forgets the rows after the first draft not drawn. */
+ * that row's draft; the cache forgets the rows after the first draft not
+ * drawn. A draft known for certain (prompt lookup, or a greedy draft model)
+ * is kept when the plain draw equals it, so greedy or sampled the tokens are
+ * those of decoding without drafts; a draft the draft model drew from its
+ * distribution is kept by the rule of speculative sampling (api_draw_verified),
+ * which keeps plain sampling's distribution. */
 void batch_seq_verify(lares_batch *b, batch_seq *q, const int32_t *toks, float *logits) {
     const size_t nv = (size_t)b->s->lm->m->hp.n_vocab;
     const int32_t d = q->n_draft;
+    const bool drawn_drafts = q->o.draft_n > 0 && q->draft_q != NULL;
     int32_t taken = 0;
     for (int32_t j = 0; j <= d; j++) {
         q->history[q->n_past++] = toks[j];
-        if (!batch_seq_draw(b, q, logits + (size_t)j * nv) || j == d || q->last != toks[j + 1]) {
+        const float *dq = drawn_drafts && j < d ? q->draft_q + (size_t)j * nv : NULL;
+        if (!seq_draw(b, q, logits + (size_t)j * nv, dq, j < d ? toks[j + 1] : -1) || j == d ||
+            q->last != toks[j + 1]) {
             break;
         }
         taken++;
@@ -448,7 +563,11 @@ void batch_seq_verify(lares_batch *b, batch_seq *q, const int32_t *toks, float *
     }
     if (d > 0) {
         /* doubled after a step whose drafts were all drawn, else one more than were */
-        q->draft_max = taken == d ? LARES_MIN(2 * q->draft_max, q->o.lookup) : taken + 1;
+        const int32_t cap = q->o.lookup > 0 ? q->o.lookup : q->o.draft_n;
+        q->draft_max = taken == d ? LARES_MIN(2 * q->draft_max, cap) : taken + 1;
+        if (q->o.draft_n > 0) {
+            api_draft_pace_note(&q->pace, taken);
+        }
     }
     q->n_draft = 0;
 }
@@ -502,7 +621,11 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         if (q->state == SEQ_GEN) {
             runs_of[n_runs] = q;
             add_rows(b, &n_rows, &n_runs, q, &q->last, 1);
-            add_drafts(b, q, &b->runs[n_runs - 1], &n_rows, --n_gen_left);
+            const lares_status dst =
+                add_drafts(b, q, &b->runs[n_runs - 1], &n_rows, --n_gen_left, err);
+            if (dst != LARES_OK) {
+                return dst;
+            }
             n_out += 1 + q->n_draft;
         }
     }

@@ -35,8 +35,14 @@ typedef struct batch_seq {
     text_stream ts;
     float *raw; /* owned: logits before the sampler, for log-probabilities */
     int32_t last;
-    int32_t draft_max; /* prompt lookup: drafts the next step may add (paced) */
+    int32_t draft_max; /* drafts the next step may add (paced) */
     int32_t n_draft;   /* drafts after `last` in this step's rows */
+    /* a draft model's drafts (o.draft_n > 0) */
+    lares_session *draft;    /* owned, kept with the slot (its cache a prefix) */
+    text_sampler *draft_smp; /* owned while active */
+    float *draft_q;          /* owned while sampling: the draft's distribution of each draft */
+    float *draft_p;          /* owned while sampling: the target's, n_vocab */
+    api_draft_pace pace;
     size_t n_gen;
     atomic_bool cancel;
     lares_stats st;
@@ -44,7 +50,8 @@ typedef struct batch_seq {
 } batch_seq;
 
 struct lares_batch {
-    lares_session *s; /* owned */
+    lares_session *s;     /* owned */
+    lares_model *draft;   /* lares_batch_set_draft, not owned */
     int32_t n_seq;
     batch_seq *seq;
     model_kv **kvs;   /* n_seq: the sequences' caches, for the memory budget */
@@ -85,9 +92,10 @@ void batch_seq_finish(batch_seq *q, lares_stop_reason why);
 void batch_seq_verify(lares_batch *b, batch_seq *q, const int32_t *toks, float *logits);
 /* Draws the sequence's next token from its logits; false when its run ended. */
 bool batch_seq_draw(lares_batch *b, batch_seq *q, float *logits);
-/* Prompt lookup: up to `room` drafts after q's token into tokens and pos;
- * their count (q->n_draft). */
-int32_t batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *tokens, int32_t *pos);
+/* Up to `room` drafts after q's token (prompt lookup, or the batch's draft
+ * model) into tokens and pos; their count in *n and q->n_draft. */
+lares_status batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *tokens,
+                          int32_t *pos, int32_t *n, lares_error *err);
 /* Room for n output rows. */
 lares_status batch_reserve_out(lares_batch *b, int32_t n, lares_error *err);
 int32_t batch_count_active(const lares_batch *b);

@@ -94,8 +94,9 @@ static batch_seq *seq_of_slot(lares_batch *b, uint32_t slot) {
 
 /* Fills g with up to `share` sequences that are not in flight, from
  * b->ring_turn on: a generating one's token (and its drafts), a prompt's
- * next chunk (at most prompt_rows). false when none is waiting. */
-static bool form(lares_batch *b, ring_group *g, int32_t share, int32_t prompt_rows) {
+ * next chunk (at most prompt_rows). *formed: false when none is waiting. */
+static lares_status form(lares_batch *b, ring_group *g, int32_t share, int32_t prompt_rows,
+                         bool *formed, lares_error *err) {
     const int32_t n_batch = b->s->o.n_batch;
     g->n_rows = g->n_runs = 0;
     g->gen = true;
@@ -109,7 +110,13 @@ static bool form(lares_batch *b, ring_group *g, int32_t share, int32_t prompt_ro
             g->pos[g->n_rows] = q->n_past;
             /* room for a row of each sequence still to come */
             const int64_t room = (int64_t)n_batch - g->n_rows - 1 - (share - g->n_runs - 1);
-            rows = 1 + batch_drafts(b, q, room, g->tokens + g->n_rows + 1, g->pos + g->n_rows + 1);
+            int32_t d = 0;
+            const lares_status st = batch_drafts(b, q, room, g->tokens + g->n_rows + 1,
+                                                 g->pos + g->n_rows + 1, &d, err);
+            if (st != LARES_OK) {
+                return st;
+            }
+            rows = 1 + d;
             q->state = SEQ_FLIGHT_GEN;
         } else if (q->state == SEQ_PROMPT) {
             const size_t rest = q->n_prompt - q->at;
@@ -131,7 +138,8 @@ static bool form(lares_batch *b, ring_group *g, int32_t share, int32_t prompt_ro
         next = (i + 1) % b->n_seq;
     }
     b->ring_turn = next;
-    return g->n_runs > 0;
+    *formed = g->n_runs > 0;
+    return LARES_OK;
 }
 
 /* Sends groups until G are in flight or no sequence waits. */
@@ -162,7 +170,11 @@ static lares_status launch(lares_batch *b, lares_error *err) {
         if (g->x == NULL) {
             st = ring_group_init(g, s->o.n_batch, (int32_t)s->lm->m->hp.n_embd, err);
         }
-        if (st != LARES_OK || !form(b, g, share, prompt_rows)) {
+        bool formed = false;
+        if (st == LARES_OK) {
+            st = form(b, g, share, prompt_rows, &formed, err);
+        }
+        if (st != LARES_OK || !formed) {
             return st;
         }
         waiting -= g->n_runs;

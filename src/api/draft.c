@@ -43,22 +43,31 @@ static void vocab_difference(const lares_model *a, const lares_model *b, char *w
     }
 }
 
+lares_status api_draft_check(const lares_model *draft, const lares_model *target,
+                             lares_error *err) {
+    if (draft->m == NULL) {
+        return lares_fail(err, LARES_EINVAL, "draft model %s was opened for its vocabulary only",
+                          draft->path);
+    }
+    char why[128];
+    vocab_difference(draft, target, why, sizeof why); /* the draft's first */
+    if (why[0] != '\0') {
+        return lares_fail(err, LARES_EINVAL,
+                          "draft model %s and model %s have different vocabularies (%s)",
+                          draft->path, target->path, why);
+    }
+    return LARES_OK;
+}
+
 lares_status lares_session_set_draft(lares_session *s, lares_model *draft, lares_error *err) {
     if (draft == NULL) {
         lares_session_free(s->draft);
         s->draft = NULL;
         return LARES_OK;
     }
-    if (draft->m == NULL) {
-        return lares_fail(err, LARES_EINVAL, "draft model %s was opened for its vocabulary only",
-                          draft->path);
-    }
-    char why[128];
-    vocab_difference(draft, s->lm, why, sizeof why); /* the draft's first */
-    if (why[0] != '\0') {
-        return lares_fail(err, LARES_EINVAL,
-                          "draft model %s and model %s have different vocabularies (%s)",
-                          draft->path, s->lm->path, why);
+    const lares_status cst = api_draft_check(draft, s->lm, err);
+    if (cst != LARES_OK) {
+        return cst;
     }
     lares_session_opts o = lares_session_opts_default();
     o.n_ctx = s->o.n_ctx; /* it follows the target's context, drafts included */

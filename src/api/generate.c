@@ -202,11 +202,7 @@ int32_t api_draw(const lares_generate_opts *o, text_sampler *smp, float *logits,
     return tok;
 }
 
-/* api_draw for a token the draft model drew from q: the target's
- * distribution p (probs, n_vocab floats of room) after o->on_logits and the
- * sampler's transforms, then the acceptance rule of speculative sampling, so
- * that the token is distributed as plain sampling's. */
-static int32_t draw_verified(const lares_generate_opts *o, text_sampler *smp, float *logits,
+int32_t api_draw_verified(const lares_generate_opts *o, text_sampler *smp, float *logits,
                              int32_t n_vocab, const int32_t *history, size_t n_hist, float *raw,
                              token_probs *tp, float *probs, const float *q, int32_t x) {
     if (o->on_logits != NULL) {
@@ -422,7 +418,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
          * or not: it never sees a token that is not delivered */
         const int32_t tok =
             draft_sampling && spec_at < n_spec
-                ? draw_verified(&o, smp, next_logits, m->hp.n_vocab, s->history, (size_t)ctx_n,
+                ? api_draw_verified(&o, smp, next_logits, m->hp.n_vocab, s->history, (size_t)ctx_n,
                                 raw, &tp, spec_p, spec_q + (size_t)(spec_at - 1) * nv,
                                 spec[spec_at])
                 : api_draw(&o, smp, next_logits, m->hp.n_vocab, s->history, (size_t)ctx_n, raw,

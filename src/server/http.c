@@ -656,10 +656,6 @@ lares_status server_start(lares_model *m, lares_session *s, const char *model_pa
                           "prompt lookup of %d drafts: 0 to %d, and not with a draft model",
                           o.lookup, LARES_LOOKUP_MAX);
     }
-    if (o.draft_n != 0 && o.batch != NULL) {
-        return lares_fail(err, LARES_EINVAL,
-                          "a draft model serves one request at a time (not with --parallel)");
-    }
     if (o.max_per_ip < 1 || o.max_per_ip > o.max_connections) {
         return lares_fail(err, LARES_EINVAL, "connections per address %d: 1 to %d (the limit)",
                           o.max_per_ip, o.max_connections);

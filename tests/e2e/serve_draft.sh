@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# lares serve --draft MODEL (speculative decoding for one request at a time,
-# issue 20): greedy completions equal a plain server's, the second turn of a
-# chat too (the draft's cache follows the session's prefix reuse), seeded
-# sampling is reproducible, /metrics counts drafted and accepted tokens; a
-# draft beside --parallel, another vocabulary and --draft-n alone are refused.
+# lares serve --draft MODEL (speculative decoding, issue 20): greedy
+# completions equal a plain server's, the second turn of a chat too (the
+# draft's cache follows the session's prefix reuse), seeded sampling is
+# reproducible, /metrics counts drafted and accepted tokens; with --parallel
+# three requests at once, each drafting with its own draft cache, give the
+# plain server's texts; another vocabulary and --draft-n alone are refused.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
@@ -49,8 +50,36 @@ accepted=$(awk '/^lares_accepted_tokens_total/ {print $2}' "$TMP/mb")
   ok || fail "draft metrics: drafted '$drafted', accepted '$accepted'"
 grep -q '^lares_drafted_tokens_total 0$' "$TMP/ma" && ok ||
   fail "the plain server counts drafts: $(grep drafted "$TMP/ma")"
-stop_server plain
 stop_server draft
+
+# --parallel 3 with the draft: three requests decode together, each with its
+# drafts verified in the shared step, and give the texts they get alone
+start_server pardraft -m "$T" -t 1 -c 512 --parallel 3 --draft "$D" --draft-n 4
+prompts=("Once upon a time" "The little dog" "Lily and Tom went to the")
+for i in 0 1 2; do
+  [ "$(post "$A" /v1/completions "{\"model\":\"lares\",\"prompt\":\"${prompts[$i]}\",\"max_tokens\":40,\"temperature\":0}")" = 200 ] ||
+    fail "alone $i: $(cat "$TMP/body")"
+  jq -j '.choices[0].text' "$TMP/body" >"$TMP/alone$i"
+done
+PIDS=()
+for i in 0 1 2; do
+  curl -sS -o "$TMP/pd$i" -H 'Content-Type: application/json' \
+    --data-binary "{\"model\":\"lares\",\"prompt\":\"${prompts[$i]}\",\"max_tokens\":40,\"temperature\":0}" \
+    "$URL_pardraft/v1/completions" &
+  PIDS+=($!)
+done
+wait "${PIDS[@]}"
+for i in 0 1 2; do
+  [ -s "$TMP/alone$i" ] && cmp -s <(jq -j '.choices[0].text' "$TMP/pd$i") "$TMP/alone$i" && ok ||
+    fail "--parallel with a draft, $i: [$(jq -j '.choices[0].text' "$TMP/pd$i")] alone [$(cat "$TMP/alone$i")]"
+done
+curl -sS "$URL_pardraft/metrics" >"$TMP/mp"
+drafted=$(awk '/^lares_drafted_tokens_total/ {print $2}' "$TMP/mp")
+accepted=$(awk '/^lares_accepted_tokens_total/ {print $2}' "$TMP/mp")
+[ -n "$drafted" ] && [ "$drafted" -gt 0 ] && [ "$accepted" -gt 0 ] && ok ||
+  fail "--parallel with a draft: drafted '$drafted', accepted '$accepted'"
+stop_server pardraft
+stop_server plain
 
 refused() { # what pattern args...
   local what=$1 pat=$2
@@ -61,7 +90,6 @@ refused() { # what pattern args...
     grep -q -- "$pat" "$TMP/e" && ok || fail "$what: $(cat "$TMP/e")"
   fi
 }
-refused "--draft with --parallel" "--parallel" -m "$T" --draft "$D" --parallel 2
 refused "another vocabulary" "different vocabularies" -m "$T" --draft "$(model stories260K.gguf)"
 refused "--draft-n alone" "--draft" -m "$T" --draft-n 3
 refused "a missing draft" "draft model: $TMP/none.gguf" -m "$T" --draft "$TMP/none.gguf"
