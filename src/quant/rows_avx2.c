@@ -122,8 +122,8 @@ enum rows_type { R_Q4_0, R_Q4_K, R_Q5_K, R_Q6_K };
 FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                              const uint8_t *restrict act, size_t ab, float *restrict y,
                              size_t ldy) {
-    const size_t bb = t == R_Q4_K ? sizeof(block_q4_K)
-                                : (t == R_Q5_K ? sizeof(block_q5_K) : sizeof(block_q6_K));
+    const int bits = t == R_Q4_K ? 4 : (t == R_Q5_K ? 5 : 6);
+    const size_t bb = kq_bytes(bits);
     const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
     const float *dact = (const float *)(const void *)(act + k);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -141,17 +141,9 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
         __m256i q[8], v[8];
         __m256 dw, mw, mdiff = _mm256_setzero_ps();
         __m256i sc_lo = _mm256_setzero_si256(), sc_hi = _mm256_setzero_si256();
-        if (t == R_Q4_K) {
-            const block_q4_K *b = (const block_q4_K *)(const void *)p;
-            codes_q45_K(b->qs, NULL, q);
-            scales_k4(p, &dw, &mw);
-        } else if (t == R_Q5_K) {
-            const block_q5_K *b = (const block_q5_K *)(const void *)p;
-            codes_q45_K(b->qs, b->qh, q);
-            scales_k4(p, &dw, &mw);
-        } else {
+        codes_k(bits, p, q, &dw, &mw);
+        if (t == R_Q6_K) {
             const block_q6_K *b = (const block_q6_K *)(const void *)p;
-            codes_q6_K(b, q);
             /* the scale of elements 0..15 (sc_lo) and 16..31 (sc_hi) of each
              * lane's block, as both words of the lane */
             const __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);

@@ -131,4 +131,26 @@ FORCE_INLINE void codes_q6_K(const block_q6_K *b, __m256i q[8]) {
     }
 }
 
+/* Bytes of a super-block of 4, 5 or 6 bits (Q4_K, Q5_K, Q6_K) */
+FORCE_INLINE size_t kq_bytes(int bits) {
+    return bits == 4 ? sizeof(block_q4_K) : (bits == 5 ? sizeof(block_q5_K) : sizeof(block_q6_K));
+}
+
+/* The codes of the super-block at p (bits 4: Q4_K, 5: Q5_K, 6: Q6_K) in
+ * element order, sub-block s in q[s]; for Q4_K and Q5_K also d * scale and
+ * dmin * minimum of each sub-block (Q6_K's scales are each walk's own). */
+FORCE_INLINE void codes_k(int bits, const uint8_t *p, __m256i q[8], __m256 *dw, __m256 *mw) {
+    if (bits == 6) {
+        codes_q6_K((const block_q6_K *)(const void *)p, q);
+        return;
+    }
+    if (bits == 4) {
+        codes_q45_K(((const block_q4_K *)(const void *)p)->qs, NULL, q);
+    } else {
+        const block_q5_K *b = (const block_q5_K *)(const void *)p;
+        codes_q45_K(b->qs, b->qh, q);
+    }
+    scales_k4(p, dw, mw);
+}
+
 #endif /* LARES_QUANT_ROWS_KQUANT_X86_H */
