@@ -56,15 +56,11 @@ static void gemm_drive(int64_t k, const uint8_t *restrict x, size_t bx, int64_t 
                     const uint8_t *wr = x + (size_t)(r0 + r) * bx;
 #if defined(GEMM_ROW_PAIRS)
                     const uint8_t *wr1 = r + 1 < nr ? wr + bx : wr;
-                    for (size_t o = 0; o < kb_bytes; o += 64) {
-                        __builtin_prefetch(wr + ahead + o, 0, 3);
-                        __builtin_prefetch(wr1 + ahead + o, 0, 3);
-                    }
+                    quant_prefetch(wr + ahead, kb_bytes);
+                    quant_prefetch(wr1 + ahead, kb_bytes);
                     kb[np](wr, wr1, g0, kg, a, pstride, tile[r], tile[r + 1]);
 #else
-                    for (size_t o = 0; o < kb_bytes; o += 64) {
-                        __builtin_prefetch(wr + ahead + o, 0, 3);
-                    }
+                    quant_prefetch(wr + ahead, kb_bytes);
                     kb[np](wr, g0, kg, a, pstride, tile[r]);
 #endif
                 }

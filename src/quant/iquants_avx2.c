@@ -59,7 +59,7 @@ static void dot_iq4_nl_q8_0_avx2(int64_t n, float *restrict s, const void *restr
     int64_t i = 0;
     for (; i + 1 < nb; i += 2) {
         /* 36 bytes a step: every line of the row is asked for */
-        _mm_prefetch((const char *)vx + i * sizeof(block_iq4_nl) + IQ_PREFETCH_BYTES, _MM_HINT_T0);
+        quant_prefetch((const uint8_t *)vx + i * sizeof(block_iq4_nl) + IQ_PREFETCH_BYTES, 1);
         for (int k = 0; k < 2; k++) {
             const uint8_t *bx = (const uint8_t *)vx + (i + k) * sizeof(block_iq4_nl);
             const uint8_t *by = (const uint8_t *)vy + (i + k) * sizeof(block_q8_0);
@@ -137,9 +137,7 @@ static void dot_iq4_xs_q8_K_avx2(int64_t n, float *restrict s, const void *restr
     for (int64_t i = 0; i < n / QK_K; i++) {
         const uint8_t *bx = (const uint8_t *)vx + i * sizeof(block_iq4_xs);
         const uint8_t *by = (const uint8_t *)vy + i * sizeof(block_q8_K);
-        for (size_t o = 0; o < sizeof(block_iq4_xs); o += 64) {
-            _mm_prefetch((const char *)bx + IQ_PREFETCH_BYTES + o, _MM_HINT_T0);
-        }
+        quant_prefetch(bx + IQ_PREFETCH_BYTES, sizeof(block_iq4_xs));
         const uint8_t *qs = KQ_FIELD(bx, block_iq4_xs, qs);
         const int8_t *q8 = (const int8_t *)KQ_FIELD(by, block_q8_K, qs);
         const __m256i sc = iq4xs_scales(bx);

@@ -9,6 +9,15 @@
 #include "quant/blocks.h"
 #include "quant/quant.h"
 
+/* Asks for the n bytes at p (a weight row streaming from memory, some way
+ * ahead of where it is read), a cache line at a time. Prefetches never
+ * fault, so asking past the row's end is harmless. */
+static inline __attribute__((always_inline)) void quant_prefetch(const void *p, size_t n) {
+    for (size_t o = 0; o < n; o += 64) {
+        __builtin_prefetch((const char *)p + o, 0, 3);
+    }
+}
+
 #define QUANT_DECLARE_REF(t)                                                                       \
     void dequant_##t##_ref(const void *restrict src, float *restrict dst, int64_t n);             \
     void quant_##t##_ref(const float *restrict src, void *restrict dst, int64_t n)

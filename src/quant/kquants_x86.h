@@ -274,9 +274,7 @@ static ALWAYS_INLINE void tile_k(int64_t n, float *restrict s, size_t ldc, const
             const uint8_t *xb = x + r * bx + ib * bbytes;
             /* the rows stream from memory (a token's mat-vec, or a few
              * sequences decoding together): ask for each ahead */
-            for (size_t o = 0; o < bbytes; o += 64) {
-                _mm_prefetch((const char *)xb + KQ_PREFETCH_BYTES + o, _MM_HINT_T0);
-            }
+            quant_prefetch(xb + KQ_PREFETCH_BYTES, bbytes);
             const krow w = prep(xb);
             __m256i sumi[QUANT_TILE_MAX];
 #pragma GCC unroll 4

@@ -211,9 +211,7 @@ static ALWAYS_INLINE void dot_legacy(enum fmt f, int64_t n, float *s, const void
     for (; b + 4 <= nb; b += 4, x += 4 * xs, y += 4 * ys) {
         /* the weight row streams from memory: ask for it ROW_PREFETCH_BYTES
          * ahead, three lines per step of four blocks (up to 136 bytes) */
-        _mm_prefetch((const char *)x + ROW_PREFETCH_BYTES, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + ROW_PREFETCH_BYTES + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)x + ROW_PREFETCH_BYTES + 128, _MM_HINT_T0);
+        quant_prefetch(x + ROW_PREFETCH_BYTES, 3 * 64);
         __m128 dx = f16x4(pack4(fmt_d(x), fmt_d(x + xs), fmt_d(x + 2 * xs), fmt_d(x + 3 * xs)));
         __m128 dy = f16x4(pack4(ld_u16(y), ld_u16(y + ys), ld_u16(y + 2 * ys), ld_u16(y + 3 * ys)));
         const __m256 d = dup128(_mm_mul_ps(dx, dy));

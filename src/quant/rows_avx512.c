@@ -252,9 +252,7 @@ FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
 
 /* the n bytes of weights at p, ROWS_PREFETCH_BYTES ahead */
 FORCE_INLINE void prefetch_ahead(const uint8_t *p, size_t n) {
-    for (size_t o = 0; o < n; o += 64) {
-        _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
-    }
+    quant_prefetch(p + ROWS_PREFETCH_BYTES, n);
 }
 
 enum rows_type { R_Q4_0, R_Q8_0, R_Q4_K, R_Q5_K, R_Q6_K };

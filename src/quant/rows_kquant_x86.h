@@ -26,9 +26,7 @@
 
 /* the n bytes of weights at p, ROWS_PREFETCH_BYTES ahead */
 FORCE_INLINE void prefetch_ahead(const uint8_t *p, size_t n) {
-    for (size_t o = 0; o < n; o += 64) {
-        _mm_prefetch((const char *)p + ROWS_PREFETCH_BYTES + o, _MM_HINT_T0);
-    }
+    quant_prefetch(p + ROWS_PREFETCH_BYTES, n);
 }
 
 /* The eight sub-blocks' 32 codes, each in element order in q[b], as the
