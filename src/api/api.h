@@ -131,6 +131,10 @@ bool api_draft_pace_go(api_draft_pace *p);
 /* After a pass that verified drafts: how many were kept. */
 void api_draft_pace_note(api_draft_pace *p, int32_t kept);
 
+/* draft.c: the draft model's sampler: the same settings as the target's
+ * (o), drawing from a random stream of its own (the seed changed). */
+lares_status api_draft_sampler(const lares_sampler_opts *o, int32_t n_vocab, text_sampler **out,
+                               lares_error *err);
 /* draft.c: LARES_EINVAL with a message unless `draft` can draft for
  * `target` (opened with weights, the same vocabulary and special ids). */
 lares_status api_draft_check(const lares_model *draft, const lares_model *target,

@@ -196,6 +196,12 @@ lares_status lares_batch_set_draft(lares_batch *b, lares_model *draft, lares_err
     return LARES_OK;
 }
 
+/* The most drafts a step of a run with options o may add (prompt lookup's or
+ * the draft model's; 0: none) */
+static int32_t drafts_cap(const lares_generate_opts *o) {
+    return o->lookup > 0 ? o->lookup : o->draft_n;
+}
+
 /* Sequence q's draft session, sampler and buffers for a run with options o
  * reaching `reach` positions. */
 static lares_status seq_draft_setup(lares_batch *b, batch_seq *q, const lares_generate_opts *o,
@@ -215,10 +221,7 @@ static lares_status seq_draft_setup(lares_batch *b, batch_seq *q, const lares_ge
         lares_error_prefix(err, "draft model: ");
         return st;
     }
-    /* the draft model draws with the same settings from a stream of its own */
-    lares_sampler_opts dso = o->sampler;
-    dso.seed ^= 0x9e3779b97f4a7c15u;
-    if ((st = text_sampler_create(&dso, (int32_t)nv, &q->draft_smp, err)) != LARES_OK) {
+    if ((st = api_draft_sampler(&o->sampler, (int32_t)nv, &q->draft_smp, err)) != LARES_OK) {
         return st;
     }
     if (o->sampler.temperature > 0.0f &&
@@ -319,7 +322,7 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
     q->o = o;
     q->n_gen = 0;
     q->n_draft = 0;
-    q->draft_max = o.lookup > 0 ? o.lookup : o.draft_n;
+    q->draft_max = drafts_cap(&o);
     q->pace = (api_draft_pace){0};
     text_stream_init(&q->ts);
     atomic_store(&q->cancel, false);
@@ -549,11 +552,11 @@ static lares_status add_drafts(lares_batch *b, batch_seq *q, model_seq *run, int
 void batch_seq_verify(lares_batch *b, batch_seq *q, const int32_t *toks, float *logits) {
     const size_t nv = (size_t)b->s->lm->m->hp.n_vocab;
     const int32_t d = q->n_draft;
-    const bool drawn_drafts = q->o.draft_n > 0 && q->draft_q != NULL;
     int32_t taken = 0;
     for (int32_t j = 0; j <= d; j++) {
         q->history[q->n_past++] = toks[j];
-        const float *dq = drawn_drafts && j < d ? q->draft_q + (size_t)j * nv : NULL;
+        /* draft_q: drafts a sampling draft model drew */
+        const float *dq = q->draft_q != NULL && j < d ? q->draft_q + (size_t)j * nv : NULL;
         if (!seq_draw(b, q, logits + (size_t)j * nv, dq, j < d ? toks[j + 1] : -1) || j == d ||
             q->last != toks[j + 1]) {
             break;
@@ -563,8 +566,7 @@ void batch_seq_verify(lares_batch *b, batch_seq *q, const int32_t *toks, float *
     }
     if (d > 0) {
         /* doubled after a step whose drafts were all drawn, else one more than were */
-        const int32_t cap = q->o.lookup > 0 ? q->o.lookup : q->o.draft_n;
-        q->draft_max = taken == d ? LARES_MIN(2 * q->draft_max, cap) : taken + 1;
+        q->draft_max = taken == d ? LARES_MIN(2 * q->draft_max, drafts_cap(&q->o)) : taken + 1;
         if (q->o.draft_n > 0) {
             api_draft_pace_note(&q->pace, taken);
         }

@@ -82,6 +82,13 @@ lares_status lares_session_set_draft(lares_session *s, lares_model *draft, lares
     return LARES_OK;
 }
 
+lares_status api_draft_sampler(const lares_sampler_opts *o, int32_t n_vocab, text_sampler **out,
+                               lares_error *err) {
+    lares_sampler_opts dso = *o;
+    dso.seed ^= 0x9e3779b97f4a7c15u;
+    return text_sampler_create(&dso, n_vocab, out, err);
+}
+
 /* tokens at the start of ctx[0, n) the draft's cache holds already */
 static int32_t shared_prefix(const lares_session *d, const int32_t *ctx, int32_t n) {
     int32_t k = 0;

@@ -322,12 +322,9 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     if (rc != LARES_OK) {
         return rc;
     }
-    /* the draft model draws with the same settings from a stream of its own */
     text_sampler *draft_smp = NULL;
     if (o.draft_n > 0) {
-        lares_sampler_opts dso = o.sampler;
-        dso.seed ^= 0x9e3779b97f4a7c15u;
-        rc = text_sampler_create(&dso, m->hp.n_vocab, &draft_smp, err);
+        rc = api_draft_sampler(&o.sampler, m->hp.n_vocab, &draft_smp, err);
         if (rc != LARES_OK) {
             text_sampler_free(smp);
             return rc;
