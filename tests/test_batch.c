@@ -70,6 +70,17 @@ typedef struct prompt_ids {
     size_t n;
 } prompt_ids;
 
+/* Every prompt's ids, and the greedy tokens each gets alone */
+static void prompts_alone(lares_model *m, prompt_ids p[N_SEQ], collect want[N_SEQ]) {
+    lares_error err = {0};
+    for (int i = 0; i < N_SEQ; i++) {
+        p[i].ids = NULL;
+        CHECK_OK(lares_tokenize(m, prompts[i], strlen(prompts[i]), NULL, &p[i].ids, &p[i].n, &err),
+                 &err);
+        alone(m, p[i].ids, p[i].n, false, &want[i]);
+    }
+}
+
 /* Runs the batch until every sequence is done. */
 static int run_all(lares_batch *b) {
     lares_error err = {0};
@@ -442,12 +453,7 @@ static void test_streamed(const char *file) {
     so.stream_io = LARES_STREAM_IO_MMAP; /* the tests' tmpfs may refuse O_DIRECT */
     prompt_ids p[N_SEQ];
     collect want[N_SEQ];
-    for (int i = 0; i < N_SEQ; i++) {
-        p[i].ids = NULL;
-        CHECK_OK(lares_tokenize(m, prompts[i], strlen(prompts[i]), NULL, &p[i].ids, &p[i].n, &err),
-                 &err);
-        alone(m, p[i].ids, p[i].n, false, &want[i]);
-    }
+    prompts_alone(m, p, want);
     const uint64_t least = least_budget(m, &so);
     lares_batch *b = NULL;
     so.mem_budget = least;
@@ -530,12 +536,7 @@ static void test_draft_model(void) {
     }
     prompt_ids p[N_SEQ];
     collect want[N_SEQ];
-    for (int i = 0; i < N_SEQ; i++) {
-        p[i].ids = NULL;
-        CHECK_OK(lares_tokenize(m, prompts[i], strlen(prompts[i]), NULL, &p[i].ids, &p[i].n, &err),
-                 &err);
-        alone(m, p[i].ids, p[i].n, false, &want[i]);
-    }
+    prompts_alone(m, p, want);
     lares_session_opts so = lares_session_opts_default();
     so.n_ctx = 256;
     so.n_threads = 2;
