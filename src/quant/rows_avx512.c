@@ -272,16 +272,31 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
     for (int c = 0; c < NC; c++) {
         acc[c] = _mm512_setzero_ps();
     }
-    for (int64_t j = 0; j < n_super; j++) {
-        __m512i v[4];
-        __m512 dw;
-        const uint8_t *p = w + (size_t)j * 8 * bb;
-        __m512i base;
-        prefetch_ahead(p, 8 * bb);
+    /* software-pipelined: the weights of chunk j + 1 are decoded before the
+     * rows' products of chunk j in program order, so that the decode's long
+     * chain of loads, inserts and shuffles runs while the products wait */
+    __m512i vn[4], basen;
+    __m512 dwn;
+    if (n_super > 0) {
+        prefetch_ahead(w, 8 * bb);
         if (t == R_Q4_0) {
-            eight_q4_0(p, v, &dw, &base);
+            eight_q4_0(w, vn, &dwn, &basen);
         } else {
-            eight_q8_0(p, v, &dw, &base);
+            eight_q8_0(w, vn, &dwn, &basen);
+        }
+    }
+    for (int64_t j = 0; j < n_super; j++) {
+        __m512i v[4] = {vn[0], vn[1], vn[2], vn[3]};
+        const __m512 dw = dwn;
+        const __m512i base = basen;
+        if (j + 1 < n_super) {
+            const uint8_t *p = w + (size_t)(j + 1) * 8 * bb;
+            prefetch_ahead(p, 8 * bb);
+            if (t == R_Q4_0) {
+                eight_q4_0(p, vn, &dwn, &basen);
+            } else {
+                eight_q8_0(p, vn, &dwn, &basen);
+            }
         }
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
