@@ -443,7 +443,9 @@ LARES_API lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares
  * tokens keep coming and a new request's first token waits little. A prompt
  * read alone takes whole batches, each through the layers a slice per step,
  * so that a sequence started meanwhile waits for a slice, not the chunk.
- * Prompts are read shortest first. */
+ * Prompts are read shortest first, and those that fit whole in 8 x rows
+ * rows (with the rest of a chunk in flight among them) in one step, so that
+ * requests arriving together start together. */
 #define LARES_BATCH_SHARED_PROMPT_ROWS 8
 LARES_API void lares_batch_set_shared_prompt_rows(lares_batch *b, int32_t rows);
 /* Over a ring: groups of sequences in the ring at once (pipelining: device 2

@@ -25,7 +25,40 @@ static const char *const prompts[N_SEQ] = {
 typedef struct collect {
     int32_t ids[MAX_TOK];
     int n;
+    float margin[MAX_TOK]; /* alone: the top logit over the runner-up's, per token */
 } collect;
+
+/* Where a quantized file's greedy tokens may leave those alone: a product
+ * over another number of rows takes another path (the few-row product, the
+ * GEMM, vec_dot) whose sums round differently, and the logits move by about
+ * 1e-3, so a draw whose top two logits are this close may pick the other
+ * (TinyStories-656K Q4_1, "Tom" with prompt lookup: 0.030 at token 16) */
+#define NEAR_TIE 0.05f
+
+static void on_logits_margin(float *logits, int32_t n_vocab, void *user) {
+    collect *c = user;
+    float top = -INFINITY, second = -INFINITY;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (logits[i] > top) {
+            second = top;
+            top = logits[i];
+        } else if (logits[i] > second) {
+            second = logits[i];
+        }
+    }
+    if (c->n < MAX_TOK) {
+        c->margin[c->n] = top - second;
+    }
+}
+
+/* the index of the first token whose draw was a near tie alone (c->n: none) */
+static int first_near_tie(const collect *c) {
+    int k = 0;
+    while (k < c->n && c->margin[k] >= NEAR_TIE) {
+        k++;
+    }
+    return k;
+}
 
 static bool on_token(const lares_token_info *t, void *user) {
     collect *c = user;
@@ -61,6 +94,7 @@ static void alone(lares_model *m, const int32_t *ids, size_t n, bool sampled, co
     }
     memset(out, 0, sizeof *out);
     lares_generate_opts o = gen_opts(out, sampled);
+    o.on_logits = on_logits_margin;
     CHECK_OK(lares_generate(s, ids, n, &o, NULL, 0, NULL, NULL, &err), &err);
     lares_session_free(s);
 }
@@ -181,12 +215,14 @@ static void test_equal_alone(const char *file, int min_agree) {
             const collect *w = !sampled ? &want[i]
                                : arr == 4 || !float_weights ? &first_sampled[i]
                                                             : &want_s[i];
-            const int need = LARES_MIN(min_agree, w->n);
+            /* quantized weights, greedy: equal up to the first near tie */
+            const int tie = !sampled && !float_weights ? first_near_tie(w) : w->n;
+            const int need = LARES_MIN(LARES_MIN(min_agree, w->n), tie);
             const int a = agree(&got[i], w);
             if ((arr == 5 || arr == 7) && !float_weights) {
                 CHECKF(got[i].n > 0, "%s arrangement 5 sequence %d: no tokens", file, i);
             } else {
-                CHECKF(a >= need && (min_agree < N_GEN || got[i].n == w->n),
+                CHECKF(a >= need && (min_agree < N_GEN || a < tie || got[i].n == w->n),
                        "%s arrangement %d sequence %d: %d of %d tokens as alone", file, arr, i, a,
                        w->n);
             }
@@ -222,6 +258,74 @@ static bool on_token_step(const lares_token_info *t, void *user) {
         l->first_step = *l->step;
     }
     return on_token(t, &l->c);
+}
+
+/* A burst of requests: a prompt that began alone (a chunk a layer a step)
+ * and three started after its first slice all get their first token in the
+ * next step, read whole together (they fit a chunk's rows), and their tokens
+ * are still those alone; with a share of 1 row (whole prompts up to 8 rows)
+ * the longest ones wait for shares. */
+static void test_burst(lares_model *m, const lares_session_opts *so) {
+    lares_error err = {0};
+    prompt_ids p[N_SEQ];
+    collect want[N_SEQ];
+    prompts_alone(m, p, want);
+    for (int share = LARES_BATCH_SHARED_PROMPT_ROWS; share >= 1; share -= 7) {
+        lares_batch *b = NULL;
+        CHECK_OK(lares_batch_create(m, so, N_SEQ, &b, &err), &err);
+        if (b == NULL) {
+            continue;
+        }
+        lares_batch_set_shared_prompt_rows(b, share);
+        int step = 0, active = 0;
+        step_log lg[N_SEQ];
+        lares_generate_opts o[N_SEQ];
+        for (int i = 0; i < N_SEQ; i++) {
+            lg[i] = (step_log){.first_step = -1, .step = &step};
+            o[i] = gen_opts(&lg[i].c, false);
+            o[i].on_token = on_token_step;
+            o[i].user = &lg[i];
+        }
+        /* the longest prompt first, alone: more rows than a share, a chunk */
+        CHECK_OK(lares_batch_start(b, 3, p[3].ids, p[3].n, &o[3], &err), &err);
+        CHECK_OK(lares_batch_step(b, &active, &err), &err);
+        step++;
+        CHECKF(active == 1 && lg[3].first_step < 0, "the first prompt is in flight: %d", active);
+        size_t rows = p[3].n;
+        for (int i = 0; i < N_SEQ - 1; i++) {
+            CHECK_OK(lares_batch_start(b, i, p[i].ids, p[i].n, &o[i], &err), &err);
+            rows += p[i].n;
+        }
+        CHECK_OK(lares_batch_step(b, &active, &err), &err);
+        step++;
+        int started = 0;
+        for (int i = 0; i < N_SEQ; i++) {
+            started += lg[i].first_step == 1;
+        }
+        if (share == LARES_BATCH_SHARED_PROMPT_ROWS) {
+            CHECKF(started == N_SEQ && rows <= 64,
+                   "%d of %d first tokens in the step after the burst (%zu prompt rows)", started,
+                   N_SEQ, rows);
+        } else {
+            /* 8 rows whole: "Tom" (2) and "Once upon a time" (5) */
+            CHECKF(started == 2 && lg[2].first_step == 1 && lg[0].first_step == 1,
+                   "share 1: %d first tokens in the step after the burst, want the two short",
+                   started);
+        }
+        while (active > 0 && step < 400) {
+            CHECK_OK(lares_batch_step(b, &active, &err), &err);
+            step++;
+        }
+        for (int i = 0; i < N_SEQ; i++) {
+            CHECKF(agree(&lg[i].c, &want[i]) == want[i].n && lg[i].c.n == want[i].n,
+                   "share %d sequence %d: %d of %d tokens as alone", share, i,
+                   agree(&lg[i].c, &want[i]), want[i].n);
+        }
+        lares_batch_free(b);
+    }
+    for (int i = 0; i < N_SEQ; i++) {
+        lares_free(p[i].ids);
+    }
 }
 
 static void test_interactive(void) {
@@ -324,6 +428,7 @@ static void test_interactive(void) {
         CHECK(agree(&ll.c, &want_long) == want_long.n && ll.c.n == want_long.n);
         lares_batch_free(b);
     }
+    test_burst(m, &so);
     lares_free(ids);
     lares_free(shrt);
     lares_free(gen);

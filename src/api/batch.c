@@ -437,23 +437,13 @@ static lares_status chunk_begin(lares_batch *b, int32_t i, int32_t take, lares_e
     return model_embed(b->s->lm->m, b->chunk.tokens, take, b->chunk.x, err);
 }
 
-/* Runs the chunk in flight through its next layer: what a request arriving
- * meanwhile waits for, and what a step of the generating sequences carries
- * besides their tokens. A chunk's layer computes while a pass of a few rows
- * waits on memory, so equal multiply counts are not equal times: llama-1b
- * Q4_0 on 2 AVX2 cores reads 64 prompt rows at 90.8 tok/s through 22 layers
- * (32 ms a layer) and generates a token in 32 ms, so the two-layer slices an
- * earlier rule (8 rows x 22 layers / 64) gave cost two tokens' passes. A step
- * is cheap, so slices of one layer cost nothing but the steps. After the
- * last, the sequence has read the chunk (and draws its first token when that
- * ended its prompt). */
-static lares_status chunk_slice(lares_batch *b, lares_error *err) {
+/* the chunk in flight through its layers up to l1 (exclusive) */
+static lares_status chunk_pass(lares_batch *b, int32_t l1, lares_error *err) {
     lares_session *s = b->s;
     const model *m = s->lm->m;
     const int32_t n_layer = m->hp.n_layer;
     batch_seq *q = &b->seq[b->chunk.seq];
     const int32_t n = b->chunk.n_rows;
-    const int32_t l1 = b->chunk.layer + 1;
     const model_seq run = {.kv = q->kv, .row0 = 0, .n_rows = n};
     exec_local_begin_pass(s->exec, l1 == n_layer);
     lares_status st = exec_local_forward_seqs(s->exec, &run, 1, b->chunk.layer, l1,
@@ -482,6 +472,20 @@ static lares_status chunk_slice(lares_batch *b, lares_error *err) {
         batch_seq_draw(b, q, b->logits);
     }
     return st;
+}
+
+/* Runs the chunk in flight through its next layer: what a request arriving
+ * meanwhile waits for, and what a step of the generating sequences carries
+ * besides their tokens. A chunk's layer computes while a pass of a few rows
+ * waits on memory, so equal multiply counts are not equal times: llama-1b
+ * Q4_0 on 2 AVX2 cores reads 64 prompt rows at 90.8 tok/s through 22 layers
+ * (32 ms a layer) and generates a token in 32 ms, so the two-layer slices an
+ * earlier rule (8 rows x 22 layers / 64) gave cost two tokens' passes. A step
+ * is cheap, so slices of one layer cost nothing but the steps. After the
+ * last, the sequence has read the chunk (and draws its first token when that
+ * ended its prompt). */
+static lares_status chunk_slice(lares_batch *b, lares_error *err) {
+    return chunk_pass(b, b->chunk.layer + 1, err);
 }
 
 /* Up to the sequence's paced number of drafts after its token (run, at the
@@ -651,8 +655,44 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     }
     int32_t limit = s->o.n_batch;
     const bool shared = batch_count_active(b) > 1;
+    bool finish_chunk = false; /* the chunk in flight runs through all its layers this step */
     if (b->shared_prompt_rows > 0 && shared) {
-        limit = (int32_t)LARES_MIN((int64_t)limit, (int64_t)n_rows + b->shared_prompt_rows);
+        /* Prompts that fit whole in PROMPT_WHOLE_PER_SHARE shares of rows
+         * (64 by default) are read whole in this step and start together,
+         * shortest first; the chunk in flight takes its turn among them by the
+         * rows of its layers left (when it fits, it runs through them all
+         * after the step's pass). In shares of a few rows such prompts started
+         * one after another, each such step past the few-row product's 8 rows
+         * anyway (llama-1b Q4_0, 2 cores, four 12-token requests at once:
+         * first tokens 0.12 to 0.71 s apart; eight: to 2.5 s), and a short
+         * prompt that began alone went a layer a step once others were
+         * active, its first token n_layer steps later. A prompt that does not
+         * fit keeps its shares and slices, so that a short one is not held up
+         * by a long one, and the generating sequences' steps stay short. */
+        const int32_t budget = (int32_t)LARES_MIN(
+            (int64_t)limit - n_rows, (int64_t)b->shared_prompt_rows * PROMPT_WHOLE_PER_SHARE);
+        const int32_t n_layer = m->hp.n_layer;
+        const int32_t chunk_left =
+            b->chunk.seq < 0 ? INT32_MAX
+                             : (int32_t)(((int64_t)b->chunk.n_rows * (n_layer - b->chunk.layer) +
+                                          n_layer - 1) / n_layer);
+        int32_t whole = 0, used = 0;
+        for (int32_t k = 0; k <= n_prompts; k++) {
+            const batch_seq *q = k < n_prompts ? &b->seq[b->order[k]] : NULL;
+            const size_t rest = q != NULL ? q->n_prompt - q->at : SIZE_MAX;
+            if (!finish_chunk && chunk_left <= budget - used && (size_t)chunk_left <= rest) {
+                finish_chunk = true; /* its turn comes before this prompt's */
+                used += chunk_left;
+            }
+            if (q == NULL || rest > (size_t)(budget - used)) {
+                break;
+            }
+            whole += (int32_t)rest;
+            used += (int32_t)rest;
+        }
+        limit = whole > 0 || finish_chunk
+                    ? n_rows + whole
+                    : (int32_t)LARES_MIN((int64_t)limit, (int64_t)n_rows + b->shared_prompt_rows);
     }
     /* a prompt read alone, more rows than a shared step: in slices of layers,
      * unless the weights stream (the plan changes as sequences start): a
@@ -687,7 +727,9 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         b->turn = (first_prompt + 1) % b->n_seq; /* the next one reads first next time */
     }
     if (n_rows == 0) {
-        lares_status st = b->chunk.seq >= 0 ? chunk_slice(b, err) : LARES_OK;
+        lares_status st = finish_chunk      ? chunk_pass(b, m->hp.n_layer, err)
+                          : b->chunk.seq >= 0 ? chunk_slice(b, err)
+                                              : LARES_OK;
         *n_active = batch_count_active(b);
         return st;
     }
@@ -749,7 +791,9 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     /* the chunk in flight goes on a slice after the others' tokens, but not
      * in a step that gave a sequence its first token: that token is out once
      * the step returns, not a slice later */
-    st = b->chunk.seq >= 0 && !first_token ? chunk_slice(b, err) : LARES_OK;
+    st = finish_chunk                        ? chunk_pass(b, m->hp.n_layer, err)
+         : b->chunk.seq >= 0 && !first_token ? chunk_slice(b, err)
+                                             : LARES_OK;
     *n_active = batch_count_active(b);
     return st;
 }

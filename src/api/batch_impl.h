@@ -13,6 +13,11 @@
  * the GEMM reads 64 rows at 0.92x the speed of 128 (docs/batching.md) */
 #define LONE_CHUNK_ROWS 64
 
+/* While other sequences are active, prompts that fit whole in this many
+ * shares (shared_prompt_rows) are read whole in a step: 8 x 8 rows by
+ * default, a chunk's (batch.c, lares_batch_step) */
+#define PROMPT_WHOLE_PER_SHARE 8
+
 typedef enum seq_state {
     SEQ_FREE = 0, /* never started, finished, or released */
     SEQ_PROMPT,   /* reading its prompt */
