@@ -19,7 +19,9 @@ bench/ring_parallel.sh).
 --limit runs each lares server in a fresh memory cgroup of that size (decimal
 G/M, as bench/mem_stream.sh; root), from a cold page cache: weights that do not
 fit beside the streams' caches stream from disk, read once a step for all.
---lookup N serves with prompt lookup (`lares serve --lookup N`).
+--lookup N serves with prompt lookup (`lares serve --lookup N`); with it or a
+draft model (--extra "--draft D.gguf"), each figure also gives the tokens
+drafted and accepted during its runs (the server's /metrics).
 
 For each S in --streams: starts `lares serve --parallel S` (S = 1: without
 --parallel, the one-request-at-a-time server) and sends S streamed
@@ -195,6 +197,19 @@ def throughput(port, s, tokens, rep):
     return after / (end - begin) if end > begin else 0.0
 
 
+def drafts(port):
+    """(drafted, accepted) tokens so far, from the server's /metrics."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    got = {}
+    for name in ("lares_drafted_tokens_total", "lares_accepted_tokens_total"):
+        m = re.search(r"^" + name + r" (\d+)$", text, re.M)
+        got[name] = int(m.group(1)) if m else 0
+    return got["lares_drafted_tokens_total"], got["lares_accepted_tokens_total"]
+
+
 def ttft(port, prompt):
     out = []
     stream(port, prompt, 1, out)
@@ -240,12 +255,18 @@ def run(a, result):
                           a.launcher, a.extra)
         try:
             throughput(port, s, 8, -1)  # warm-up
+            drafts0 = drafts(port) if a.engine == "lares" else None
             figs = [throughput(port, s, a.tokens, rep) for rep in range(a.reps)]
+            drafts1 = drafts(port) if a.engine == "lares" else None
         finally:
             srv.terminate()
             srv.wait(timeout=60)
         result["streams"][str(s)] = {"aggregate_tps": round(statistics.median(figs), 2),
                                      "runs": [round(f, 2) for f in figs]}
+        if drafts0 and drafts1 and drafts1[0] > drafts0[0]:
+            d, acc = drafts1[0] - drafts0[0], drafts1[1] - drafts0[1]
+            result["streams"][str(s)].update({"drafted": d, "accepted": acc,
+                                              "acceptance": round(acc / d, 3)})
     one = result["streams"].get("1", {}).get("aggregate_tps")
     if one:
         for k, v in result["streams"].items():

@@ -45,6 +45,8 @@ struct lares_session {
     struct api_ring *ring; /* owned: the head's side of a ring (api/ring.h); NULL on one device */
     struct gpu_session *gpu; /* owned: weights offloaded to a GPU (gpu/gpu.h); NULL: none */
     struct lares_session *draft; /* owned: the draft model's session (draft.c); NULL: none */
+    float *logits_many;  /* owned: logits_many_cap x n_vocab, drafts of several sessions */
+    int32_t logits_many_cap;
     bool pool_borrowed; /* pool belongs to the session this one drafts for */
 };
 
@@ -111,6 +113,18 @@ int32_t api_lookup_draft(const int32_t *toks, int32_t n, int32_t max_draft, int3
 lares_status api_draft_propose(lares_session *d, text_sampler *smp, const int32_t *ctx, int32_t n,
                                int32_t max, int32_t *draft, float *q, int32_t *n_draft,
                                lares_error *err);
+/* draft.c: api_draft_propose for the m draft sessions ds[i] of one draft
+ * model at once (a batch's sequences): one pass of the draft model per draft
+ * position for all of them, on ds[0]'s executor and buffers with each
+ * session's own cache, where one session after another took a pass each.
+ * Sequence i drafts up to max[i] tokens after ctx[i][0, n[i]) into draft[i]
+ * (q[i]: the draft's distributions, or NULL when greedy) with its sampler
+ * smp[i]; n_draft[i]: how many. A sequence's drafts are what it would draft
+ * alone (the same tokens: its rows are its own in every product). */
+lares_status api_draft_propose_many(lares_session *const *ds, text_sampler *const *smp,
+                                    const int32_t *const *ctx, const int32_t *n,
+                                    const int32_t *max, int32_t *const *draft, float *const *q,
+                                    int32_t *n_draft, int32_t m, lares_error *err);
 /* draft.c: when to draft. A draft model whose drafts keep failing costs a
  * draft pass and a verified row per token for nothing: after
  * API_DRAFT_MISSES passes in a row with none kept, drafting pauses for a

@@ -509,7 +509,11 @@ lares_status batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *t
     }
     q->history[q->n_past] = q->last; /* the context the drafts continue */
     int32_t d = 0;
-    if (q->o.draft_n > 0) {
+    if (q->proposed) { /* batch_propose drafted it with the others */
+        q->proposed = false;
+        d = (int32_t)LARES_MIN((int64_t)q->n_proposed, room);
+        memcpy(tokens, q->proposal, (size_t)d * sizeof *tokens);
+    } else if (q->o.draft_n > 0) {
         if (!api_draft_pace_go(&q->pace)) {
             return LARES_OK;
         }
@@ -532,6 +536,86 @@ lares_status batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *t
     q->st.n_drafted += d;
     *n = d;
     return LARES_OK;
+}
+
+/* The drafts this step's generating sequences take from the draft model,
+ * proposed together (api_draft_propose_many: one draft pass per position for
+ * all of them, where one sequence after another took its own): each gets
+ * what batch_drafts would give it, its room reckoned as the rows are laid
+ * out below with every earlier sequence taking all its room (so never more
+ * than batch_drafts allows it), the pacing asked once. With one such
+ * sequence batch_drafts proposes as before. */
+static lares_status batch_propose(lares_batch *b, lares_error *err) {
+    lares_session *s = b->s;
+    int32_t n_gen = 0, m = 0;
+    for (int32_t i = 0; i < b->n_seq; i++) {
+        n_gen += b->seq[i].state == SEQ_GEN;
+        m += b->seq[i].state == SEQ_GEN && b->seq[i].o.draft_n > 0;
+    }
+    if (m < 2) {
+        return LARES_OK;
+    }
+    /* the call's arrays, m of each, in one block */
+    void *block = lares_alloc_array((size_t)m, 6 * sizeof(void *) + 3 * sizeof(int32_t));
+    if (block == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory for %d drafting sequences", (int)m);
+    }
+    lares_session **ds = block;
+    text_sampler **smp = (text_sampler **)(ds + m);
+    const int32_t **ctx = (const int32_t **)(smp + m);
+    int32_t **out = (int32_t **)(ctx + m);
+    float **qs = (float **)(out + m);
+    batch_seq **of = (batch_seq **)(qs + m);
+    int32_t *n = (int32_t *)(of + m), *max = n + m, *got = max + m;
+    int32_t n_rows = 0, later = n_gen;
+    m = 0;
+    for (int32_t i = 0; i < b->n_seq; i++) {
+        batch_seq *q = &b->seq[i];
+        if (q->state != SEQ_GEN) {
+            continue;
+        }
+        n_rows++;
+        later--;
+        int64_t room = (int64_t)s->o.n_batch - n_rows - later;
+        room = LARES_MIN(room, (int64_t)q->draft_max);
+        room = LARES_MIN(room, (int64_t)s->o.n_ctx - q->n_past - 1);
+        if (q->o.n_predict >= 0) {
+            room = LARES_MIN(room, (int64_t)q->o.n_predict - (int64_t)q->n_gen - 1);
+        }
+        room = LARES_MAX(room, 0);
+        if (q->o.draft_n > 0) {
+            q->proposed = true;
+            q->n_proposed = 0;
+            if (room == 0 || !api_draft_pace_go(&q->pace)) {
+                continue;
+            }
+            q->history[q->n_past] = q->last; /* the context the drafts continue */
+            ds[m] = q->draft;
+            smp[m] = q->draft_smp;
+            ctx[m] = q->history;
+            n[m] = q->n_past + 1;
+            max[m] = (int32_t)room;
+            out[m] = q->proposal;
+            qs[m] = q->draft_q;
+            of[m++] = q;
+        }
+        n_rows += (int32_t)room; /* the most it (or its lookup) may take */
+    }
+    lares_status st = LARES_OK;
+    if (m > 0) {
+        const uint64_t t0 = lares_now_ns();
+        st = api_draft_propose_many(ds, smp, ctx, n, max, out, qs, got, m, err);
+        const double ms = lares_ns_to_ms(lares_now_ns() - t0) / m;
+        for (int32_t k = 0; k < m; k++) {
+            of[k]->n_proposed = got[k];
+            of[k]->st.draft_ms += ms;
+        }
+        if (st != LARES_OK) {
+            lares_error_prefix(err, "draft model: ");
+        }
+    }
+    lares_free(block);
+    return st;
 }
 
 static lares_status add_drafts(lares_batch *b, batch_seq *q, model_seq *run, int32_t *n_rows,
@@ -614,6 +698,10 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             }
             batch_seq_finish(q, LARES_STOP_CANCELED);
         }
+    }
+    lares_status pst = batch_propose(b, err);
+    if (pst != LARES_OK) {
+        return pst;
     }
     /* the rows: a token of every generating sequence (with its drafts when it
      * looks them up), then prompt chunks in turn */

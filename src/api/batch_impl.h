@@ -48,6 +48,10 @@ typedef struct batch_seq {
     float *draft_q;          /* owned while sampling: the draft's distribution of each draft */
     float *draft_p;          /* owned while sampling: the target's, n_vocab */
     api_draft_pace pace;
+    /* this step's drafts, proposed with the other sequences' (batch_propose) */
+    bool proposed;
+    int32_t n_proposed;
+    int32_t proposal[LARES_LOOKUP_MAX];
     size_t n_gen;
     atomic_bool cancel;
     lares_stats st;

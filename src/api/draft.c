@@ -98,6 +98,16 @@ static int32_t shared_prefix(const lares_session *d, const int32_t *ctx, int32_t
     return k;
 }
 
+/* Draws sequence i's draft number k from its session's logits. */
+static int32_t draw_draft(lares_session *d, text_sampler *smp, float *q, int32_t k) {
+    if (q == NULL) {
+        return text_sampler_sample(smp, d->logits, d->history, (size_t)d->n_past);
+    }
+    float *qk = q + (size_t)k * (size_t)d->lm->m->hp.n_vocab;
+    text_sampler_probs(smp, d->logits, d->history, (size_t)d->n_past, qk);
+    return text_sampler_draw(smp, qk);
+}
+
 lares_status api_draft_sync(lares_session *d, const int32_t *ctx, int32_t n, lares_error *err) {
     const int32_t k = shared_prefix(d, ctx, n);
     d->n_past = k;
@@ -113,16 +123,8 @@ lares_status api_draft_propose(lares_session *d, text_sampler *smp, const int32_
     const int32_t keep = LARES_MIN(shared_prefix(d, ctx, n), n - 1);
     d->n_past = keep;
     lares_status st = api_evaluate(d, ctx + keep, (size_t)(n - keep), true, NULL, NULL, err);
-    const int32_t n_vocab = d->lm->m->hp.n_vocab;
     for (int32_t i = 0; st == LARES_OK && i < max; i++) {
-        int32_t tok;
-        if (q == NULL) {
-            tok = text_sampler_sample(smp, d->logits, d->history, (size_t)d->n_past);
-        } else {
-            float *qi = q + (size_t)i * (size_t)n_vocab;
-            text_sampler_probs(smp, d->logits, d->history, (size_t)d->n_past, qi);
-            tok = text_sampler_draw(smp, qi);
-        }
+        const int32_t tok = draw_draft(d, smp, q, i);
         draft[i] = tok;
         *n_draft = i + 1;
         if (i + 1 == max || text_token_is_eog(d->lm->vocab, tok)) {
@@ -130,6 +132,139 @@ lares_status api_draft_propose(lares_session *d, text_sampler *smp, const int32_
         }
         st = api_evaluate(d, &tok, 1, true, NULL, NULL, err);
     }
+    return st;
+}
+
+/* One pass of the draft model over rows of several sessions: session ds[i]
+ * (for i with rows[i] > 0) reads toks[i][0, rows[i]) at its n_past, and gets
+ * the logits of its last row. Run on ds[0]'s executor and buffers. */
+static lares_status pass_many(lares_session *const *ds, int32_t m, const int32_t *const *toks,
+                              const int32_t *rows, model_seq *runs, int32_t *of_run,
+                              lares_error *err) {
+    lares_session *drv = ds[0];
+    const model *md = drv->lm->m;
+    const size_t e = (size_t)md->hp.n_embd, nv = (size_t)md->hp.n_vocab;
+    int32_t n_rows = 0, n_runs = 0;
+    for (int32_t i = 0; i < m; i++) {
+        if (rows[i] <= 0) {
+            continue;
+        }
+        for (int32_t r = 0; r < rows[i]; r++) {
+            drv->pos[n_rows + r] = ds[i]->n_past + r;
+        }
+        lares_status st = model_embed(md, toks[i], rows[i], drv->x + (size_t)n_rows * e, err);
+        if (st != LARES_OK) {
+            return st;
+        }
+        runs[n_runs] = (model_seq){.kv = ds[i]->kv, .row0 = n_rows, .n_rows = rows[i]};
+        of_run[n_runs++] = i;
+        n_rows += rows[i];
+    }
+    if (n_runs == 0) {
+        return LARES_OK;
+    }
+    exec_local_begin_pass(drv->exec, true);
+    lares_status st = exec_local_forward_seqs(drv->exec, runs, n_runs, 0, md->hp.n_layer, drv->pos,
+                                              n_rows, drv->x, err);
+    /* each run's last row, packed at the front (in order: a row moves down
+     * only), for one product with the output matrix */
+    for (int32_t r = 0; st == LARES_OK && r < n_runs; r++) {
+        const int32_t last = runs[r].row0 + runs[r].n_rows - 1;
+        if (last != r) {
+            memmove(drv->x + (size_t)r * e, drv->x + (size_t)last * e, e * sizeof(float));
+        }
+    }
+    if (st == LARES_OK) {
+        st = exec_local_output(drv->exec, drv->x, n_runs, drv->logits_many, err);
+    }
+    for (int32_t r = 0; st == LARES_OK && r < n_runs; r++) {
+        lares_session *d = ds[of_run[r]];
+        memcpy(d->history + d->n_past, toks[of_run[r]], (size_t)rows[of_run[r]] * sizeof(int32_t));
+        d->n_past += rows[of_run[r]];
+        memcpy(d->logits, drv->logits_many + (size_t)r * nv, nv * sizeof(float));
+    }
+    return st;
+}
+
+lares_status api_draft_propose_many(lares_session *const *ds, text_sampler *const *smp,
+                                    const int32_t *const *ctx, const int32_t *n,
+                                    const int32_t *max, int32_t *const *draft, float *const *q,
+                                    int32_t *n_draft, int32_t m, lares_error *err) {
+    lares_session *drv = ds[0];
+    /* what the sessions read first must fit one pass of the driver's rows;
+     * else (a long catch-up, rare after a prompt the draft followed) and
+     * for a draft model on a ring or a GPU, one session after another */
+    int32_t catch_up = 0;
+    for (int32_t i = 0; i < m; i++) {
+        n_draft[i] = 0;
+        catch_up += n[i] - LARES_MIN(shared_prefix(ds[i], ctx[i], n[i]), n[i] - 1);
+    }
+    bool together = m > 1 && catch_up <= drv->o.n_batch;
+    for (int32_t i = 0; together && i < m; i++) {
+        together = ds[i]->ring == NULL && ds[i]->gpu == NULL && ds[i]->lm == drv->lm;
+    }
+    if (!together) {
+        for (int32_t i = 0; i < m; i++) {
+            const lares_status st = api_draft_propose(ds[i], smp[i], ctx[i], n[i], max[i],
+                                                      draft[i], q[i], &n_draft[i], err);
+            if (st != LARES_OK) {
+                return st;
+            }
+        }
+        return LARES_OK;
+    }
+    const size_t nv = (size_t)drv->lm->m->hp.n_vocab;
+    if (drv->logits_many_cap < m) {
+        float *l = lares_realloc(drv->logits_many, (size_t)m * nv * sizeof *l);
+        if (l == NULL) {
+            return lares_fail(err, LARES_ENOMEM, "out of memory for the drafts' logits");
+        }
+        drv->logits_many = l;
+        drv->logits_many_cap = m;
+    }
+    model_seq *runs = lares_alloc_array((size_t)m, sizeof *runs);
+    int32_t *of_run = lares_alloc_array((size_t)m, sizeof *of_run);
+    int32_t *rows = lares_alloc_array((size_t)m, sizeof *rows);
+    const int32_t **toks = lares_alloc_array((size_t)m, sizeof *toks);
+    if (runs == NULL || of_run == NULL || rows == NULL || toks == NULL) {
+        lares_free(runs);
+        lares_free(of_run);
+        lares_free(rows);
+        lares_free(toks);
+        return lares_fail(err, LARES_ENOMEM, "out of memory for %d drafting sequences", (int)m);
+    }
+    /* what each cache lacks of its context (the last token again when it
+     * has it all: its logits are what the first draft follows) */
+    for (int32_t i = 0; i < m; i++) {
+        const int32_t keep = LARES_MIN(shared_prefix(ds[i], ctx[i], n[i]), n[i] - 1);
+        ds[i]->n_past = keep;
+        toks[i] = ctx[i] + keep;
+        rows[i] = max[i] > 0 ? n[i] - keep : 0;
+    }
+    lares_status st = pass_many(ds, m, toks, rows, runs, of_run, err);
+    for (int32_t k = 0; st == LARES_OK; k++) {
+        bool more = false;
+        for (int32_t i = 0; i < m; i++) {
+            if (rows[i] <= 0) {
+                continue;
+            }
+            const int32_t tok = draw_draft(ds[i], smp[i], q[i], k);
+            draft[i][k] = tok;
+            n_draft[i] = k + 1;
+            /* nothing follows the end of the text; the last draft is not read */
+            rows[i] = k + 1 < max[i] && !text_token_is_eog(ds[i]->lm->vocab, tok) ? 1 : 0;
+            toks[i] = &draft[i][k];
+            more = more || rows[i] > 0;
+        }
+        if (!more) {
+            break;
+        }
+        st = pass_many(ds, m, toks, rows, runs, of_run, err);
+    }
+    lares_free(runs);
+    lares_free(of_run);
+    lares_free(rows);
+    lares_free(toks);
     return st;
 }
 

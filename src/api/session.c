@@ -23,6 +23,7 @@ void lares_session_free(lares_session *s) {
     }
     lares_free(s->x);
     lares_free(s->logits);
+    lares_free(s->logits_many);
     lares_free(s->history);
     lares_free(s->pos);
     lares_free(s);
