@@ -96,6 +96,8 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     b->tokens = lares_alloc_array((size_t)s->o.n_batch, sizeof *b->tokens);
     b->out_cap = n_seq;
     b->order = lares_alloc_array((size_t)n_seq, sizeof *b->order);
+    b->drafts_on = true;
+    b->measure_drafts = true;
     b->shared_prompt_rows = LARES_BATCH_SHARED_PROMPT_ROWS;
     b->chunk.seq = -1;
     b->chunk.tokens = lares_alloc_array(LONE_CHUNK_ROWS, sizeof *b->chunk.tokens);
@@ -324,6 +326,7 @@ lares_status lares_batch_start(lares_batch *b, int32_t seq, const int32_t *promp
     q->n_draft = 0;
     q->draft_max = drafts_cap(&o);
     q->pace = (api_draft_pace){0};
+    q->proposed = false;
     text_stream_init(&q->ts);
     atomic_store(&q->cancel, false);
     memset(&q->st, 0, sizeof q->st);
@@ -488,6 +491,12 @@ static lares_status chunk_slice(lares_batch *b, lares_error *err) {
     return chunk_pass(b, b->chunk.layer + 1, err);
 }
 
+/* Whether q drafts in this step: a greedy sequence as the batch's measure
+ * says (batch_pace.c), a sampled one always (its pacing decides) */
+static bool seq_drafts_now(const lares_batch *b, const batch_seq *q) {
+    return b->drafts_on || q->o.sampler.temperature > 0.0f;
+}
+
 /* Up to the sequence's paced number of drafts after its token (run, at the
  * end of the rows), as the batch's rows leave room after the generating
  * sequences still to come, and its context and length: by prompt lookup, or
@@ -500,6 +509,9 @@ lares_status batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *t
     q->n_draft = 0;
     *n = 0;
     room = LARES_MIN(room, (int64_t)q->draft_max);
+    if (!seq_drafts_now(b, q)) {
+        room = 0;
+    }
     room = LARES_MIN(room, (int64_t)s->o.n_ctx - q->n_past - 1);
     if (q->o.n_predict >= 0) {
         room = LARES_MIN(room, (int64_t)q->o.n_predict - (int64_t)q->n_gen - 1);
@@ -521,7 +533,8 @@ lares_status batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *t
         const lares_status st = api_draft_propose(q->draft, q->draft_smp, q->history,
                                                   q->n_past + 1, (int32_t)room, tokens,
                                                   q->draft_q, &d, err);
-        q->st.draft_ms += lares_ns_to_ms(lares_now_ns() - t0);
+        const double ms = lares_ns_to_ms(lares_now_ns() - t0);
+        q->st.draft_ms += ms;
         if (st != LARES_OK) {
             lares_error_prefix(err, "draft model: ");
             return st;
@@ -582,7 +595,7 @@ static lares_status batch_propose(lares_batch *b, lares_error *err) {
         if (q->o.n_predict >= 0) {
             room = LARES_MIN(room, (int64_t)q->o.n_predict - (int64_t)q->n_gen - 1);
         }
-        room = LARES_MAX(room, 0);
+        room = seq_drafts_now(b, q) ? LARES_MAX(room, 0) : 0;
         if (q->o.draft_n > 0) {
             q->proposed = true;
             q->n_proposed = 0;
@@ -605,10 +618,10 @@ static lares_status batch_propose(lares_batch *b, lares_error *err) {
     if (m > 0) {
         const uint64_t t0 = lares_now_ns();
         st = api_draft_propose_many(ds, smp, ctx, n, max, out, qs, got, m, err);
-        const double ms = lares_ns_to_ms(lares_now_ns() - t0) / m;
+        const double ms = lares_ns_to_ms(lares_now_ns() - t0);
         for (int32_t k = 0; k < m; k++) {
             of[k]->n_proposed = got[k];
-            of[k]->st.draft_ms += ms;
+            of[k]->st.draft_ms += ms / m;
         }
         if (st != LARES_OK) {
             lares_error_prefix(err, "draft model: ");
@@ -699,6 +712,21 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             batch_seq_finish(q, LARES_STOP_CANCELED);
         }
     }
+    /* drafts for the greedy sequences if they pay (batch_pace.c) */
+    int32_t n_gen = 0;
+    bool greedy_drafts = false;
+    size_t tokens_before = 0;
+    for (int32_t i = 0; i < b->n_seq; i++) {
+        const batch_seq *q = &b->seq[i];
+        n_gen += q->state == SEQ_GEN;
+        greedy_drafts = greedy_drafts || (q->state == SEQ_GEN && drafts_cap(&q->o) > 0 &&
+                                          q->o.sampler.temperature <= 0.0f);
+        tokens_before += q->n_gen;
+    }
+    const bool measured = b->measure_drafts && greedy_drafts;
+    b->drafts_on = !measured || batch_pace_choose(&b->pace, n_gen);
+    const uint64_t t_step = lares_now_ns();
+    int32_t greedy_drafted = 0; /* a step with drafts allowed but none found is a plain one */
     lares_status pst = batch_propose(b, err);
     if (pst != LARES_OK) {
         return pst;
@@ -721,6 +749,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
                 return dst;
             }
             n_out += 1 + q->n_draft;
+            greedy_drafted += q->o.sampler.temperature <= 0.0f ? q->n_draft : 0;
         }
     }
     /* the prompts, shortest rest first (a short request's first token does not
@@ -875,6 +904,14 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             first_token = true;
             batch_seq_draw(b, q, b->logits + (size_t)k++ * nv);
         }
+    }
+    if (measured && n_prompts == 0 && b->chunk.seq < 0) { /* a step of generation only */
+        size_t tokens_after = 0;
+        for (int32_t i = 0; i < b->n_seq; i++) {
+            tokens_after += b->seq[i].n_gen;
+        }
+        batch_pace_note(&b->pace, n_gen, greedy_drafted > 0, (int32_t)(tokens_after - tokens_before),
+                        lares_ns_to_ms(lares_now_ns() - t_step));
     }
     /* the chunk in flight goes on a slice after the others' tokens, but not
      * in a step that gave a sequence its first token: that token is out once
