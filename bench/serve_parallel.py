@@ -4,7 +4,7 @@
   bench/serve_parallel.py LARES_BINARY MODEL [--streams "1 4 8"] [--tokens 64]
                           [--reps 3] [--threads 2] [--long 1536]
                           [--engine lares|llama-server] [--ctx 512]
-                          [--limit 3.0G] [--no-ttft] [--lookup N]
+                          [--limit 3.0G] [--no-ttft] [--lookup N] [--prompt P]
 
 --engine llama-server runs the reference engine's server instead (the first
 argument is then its llama-server binary, started with `-np S -c CTX*S`, its
@@ -59,8 +59,11 @@ def free_port():
 def start_reference(binary, model, parallel, threads, ctx):
     """llama-server on a free port, ready when /health answers 200."""
     port = free_port()
+    # no chat template and no parsing of the output for thoughts: newer
+    # builds answered plain completions of a random-weights model with a 500
+    # ("Failed to parse input") mid-stream
     args = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-            "-c", str(ctx), "-np", str(parallel)]
+            "-c", str(ctx), "-np", str(parallel), "--no-jinja", "--reasoning-format", "none"]
     srv = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0 = time.time()
     while time.time() - t0 < 120 and srv.poll() is None:
@@ -174,10 +177,13 @@ def stream(port, prompt, max_tokens, out):
     out.append((t_sent, first, time.time(), n))
 
 
+PROMPT = "Story {rep} number {i}: once upon a time"
+
+
 def throughput(port, s, tokens, rep):
     outs = [[] for _ in range(s)]
-    th = [threading.Thread(target=stream, args=(port, f"Story {rep} number {i}: once upon a time",
-                                                tokens, outs[i])) for i in range(s)]
+    th = [threading.Thread(target=stream, args=(port, PROMPT.format(rep=rep, i=i), tokens,
+                                                outs[i])) for i in range(s)]
     for t in th:
         t.start()
     for t in th:
@@ -235,7 +241,10 @@ def main():
     ap.add_argument("--lookup", type=int, default=0, help="lares serve --lookup N")
     ap.add_argument("--launcher", help="start lares through this program (a testbed device)")
     ap.add_argument("--extra", default="", help="more lares serve arguments (--ring ...)")
+    ap.add_argument("--prompt", default=PROMPT,
+                    help="the streams' prompts, {rep} and {i} filled in (default: %(default)s)")
     a = ap.parse_args()
+    globals()["PROMPT"] = a.prompt
     if a.limit and a.engine != "lares":
         sys.exit("serve_parallel: --limit is for lares (bench/mem_stream.sh runs the reference)")
     result = {"engine": a.engine, "model": a.model, "tokens": a.tokens, "threads": a.threads,
