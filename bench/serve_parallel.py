@@ -56,14 +56,15 @@ def free_port():
         return so.getsockname()[1]
 
 
-def start_reference(binary, model, parallel, threads, ctx):
+def start_reference(binary, model, parallel, threads, ctx, extra=""):
     """llama-server on a free port, ready when /health answers 200."""
     port = free_port()
     # no chat template and no parsing of the output for thoughts: newer
     # builds answered plain completions of a random-weights model with a 500
     # ("Failed to parse input") mid-stream
     args = [binary, "-m", model, "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-            "-c", str(ctx), "-np", str(parallel), "--no-jinja", "--reasoning-format", "none"]
+            "-c", str(ctx), "-np", str(parallel), "--no-jinja", "--reasoning-format", "none"
+            ] + extra.split()
     srv = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     t0 = time.time()
     while time.time() - t0 < 120 and srv.poll() is None:
@@ -112,7 +113,7 @@ def size_bytes(text):
 def start(lares, model, parallel, threads, ctx, engine="lares", limit=None, lookup=0,
           launcher=None, extra=""):
     if engine == "llama-server":
-        return start_reference(lares, model, parallel, threads, ctx * max(parallel, 1))
+        return start_reference(lares, model, parallel, threads, ctx * max(parallel, 1), extra)
     # lares's context is each sequence's; llama-server splits its own among the slots
     args = [launcher or lares, "serve", "-m", model, "--port", "0", "-t", str(threads),
             "-c", str(ctx)] + extra.split()
@@ -240,7 +241,8 @@ def main():
     ap.add_argument("--no-ttft", action="store_true", help="throughput only")
     ap.add_argument("--lookup", type=int, default=0, help="lares serve --lookup N")
     ap.add_argument("--launcher", help="start lares through this program (a testbed device)")
-    ap.add_argument("--extra", default="", help="more lares serve arguments (--ring ...)")
+    ap.add_argument("--extra", default="",
+                    help="more server arguments (lares: --ring ..., --draft D; llama-server: -md D)")
     ap.add_argument("--prompt", default=PROMPT,
                     help="the streams' prompts, {rep} and {i} filled in (default: %(default)s)")
     a = ap.parse_args()
