@@ -119,8 +119,9 @@ lares_status api_draft_propose(lares_session *d, text_sampler *smp, const int32_
  * session's own cache, where one session after another took a pass each.
  * Sequence i drafts up to max[i] tokens after ctx[i][0, n[i]) into draft[i]
  * (q[i]: the draft's distributions, or NULL when greedy) with its sampler
- * smp[i]; n_draft[i]: how many. A sequence's drafts are what it would draft
- * alone (the same tokens: its rows are its own in every product). */
+ * smp[i]; n_draft[i]: how many. A sequence's drafts are drawn as alone,
+ * from logits that a quantized draft model may round otherwise over several
+ * rows than over one (verification keeps the output as it was). */
 lares_status api_draft_propose_many(lares_session *const *ds, text_sampler *const *smp,
                                     const int32_t *const *ctx, const int32_t *n,
                                     const int32_t *max, int32_t *const *draft, float *const *q,

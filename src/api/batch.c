@@ -97,7 +97,6 @@ lares_status lares_batch_create(lares_model *lm, const lares_session_opts *opts,
     b->out_cap = n_seq;
     b->order = lares_alloc_array((size_t)n_seq, sizeof *b->order);
     b->drafts_on = true;
-    b->measure_drafts = true;
     b->shared_prompt_rows = LARES_BATCH_SHARED_PROMPT_ROWS;
     b->chunk.seq = -1;
     b->chunk.tokens = lares_alloc_array(LONE_CHUNK_ROWS, sizeof *b->chunk.tokens);
@@ -508,6 +507,10 @@ lares_status batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *t
     lares_session *s = b->s;
     q->n_draft = 0;
     *n = 0;
+    /* drafts batch_propose made for this step only (never a later one's:
+     * a sampled draft's distributions go with them) */
+    const bool proposed = q->proposed;
+    q->proposed = false;
     room = LARES_MIN(room, (int64_t)q->draft_max);
     if (!seq_drafts_now(b, q)) {
         room = 0;
@@ -521,8 +524,7 @@ lares_status batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *t
     }
     q->history[q->n_past] = q->last; /* the context the drafts continue */
     int32_t d = 0;
-    if (q->proposed) { /* batch_propose drafted it with the others */
-        q->proposed = false;
+    if (proposed) { /* batch_propose drafted it with the others */
         d = (int32_t)LARES_MIN((int64_t)q->n_proposed, room);
         memcpy(tokens, q->proposal, (size_t)d * sizeof *tokens);
     } else if (q->o.draft_n > 0) {
@@ -533,8 +535,7 @@ lares_status batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *t
         const lares_status st = api_draft_propose(q->draft, q->draft_smp, q->history,
                                                   q->n_past + 1, (int32_t)room, tokens,
                                                   q->draft_q, &d, err);
-        const double ms = lares_ns_to_ms(lares_now_ns() - t0);
-        q->st.draft_ms += ms;
+        q->st.draft_ms += lares_ns_to_ms(lares_now_ns() - t0);
         if (st != LARES_OK) {
             lares_error_prefix(err, "draft model: ");
             return st;
@@ -723,8 +724,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
                                           q->o.sampler.temperature <= 0.0f);
         tokens_before += q->n_gen;
     }
-    const bool measured = b->measure_drafts && greedy_drafts;
-    b->drafts_on = !measured || batch_pace_choose(&b->pace, n_gen);
+    b->drafts_on = !greedy_drafts || batch_pace_choose(&b->pace, n_gen);
     const uint64_t t_step = lares_now_ns();
     int32_t greedy_drafted = 0; /* a step with drafts allowed but none found is a plain one */
     lares_status pst = batch_propose(b, err);
@@ -905,7 +905,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             batch_seq_draw(b, q, b->logits + (size_t)k++ * nv);
         }
     }
-    if (measured && n_prompts == 0 && b->chunk.seq < 0) { /* a step of generation only */
+    if (greedy_drafts && n_prompts == 0 && b->chunk.seq < 0) { /* a step of generation only */
         size_t tokens_after = 0;
         for (int32_t i = 0; i < b->n_seq; i++) {
             tokens_after += b->seq[i].n_gen;

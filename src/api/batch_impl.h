@@ -104,7 +104,6 @@ struct lares_batch {
     /* whether drafts pay (batch_pace.c) */
     batch_pace pace;
     bool drafts_on; /* this step: greedy sequences draft */
-    bool measure_drafts; /* lares_batch_set_draft_pacing */
 };
 
 /* batch_pace.c */
