@@ -41,14 +41,14 @@ static double cpu_now(void) {
 #define PEAK_CHAINS 12
 
 #define DP12(op, r)                                                                                \
-    op " %[a], %[b], %[x0]\n\t" op " %[a], %[b], %[x1]\n\t" op " %[a], %[b], %[x2]\n\t" op           \
-       " %[a], %[b], %[x3]\n\t" op " %[a], %[b], %[x4]\n\t" op " %[a], %[b], %[x5]\n\t" op          \
-       " %[a], %[b], %[x6]\n\t" op " %[a], %[b], %[x7]\n\t" op " %[a], %[b], %[x8]\n\t" op          \
+    op " %[a], %[b], %[x0]\n\t" op " %[a], %[b], %[x1]\n\t" op " %[a], %[b], %[x2]\n\t" op         \
+       " %[a], %[b], %[x3]\n\t" op " %[a], %[b], %[x4]\n\t" op " %[a], %[b], %[x5]\n\t" op         \
+       " %[a], %[b], %[x6]\n\t" op " %[a], %[b], %[x7]\n\t" op " %[a], %[b], %[x8]\n\t" op         \
        " %[a], %[b], %[x9]\n\t" op " %[a], %[b], %[x10]\n\t" op " %[a], %[b], %[x11]\n\t"
 #define ACC12(c)                                                                                   \
-    [x0] "+" c(x0), [x1] "+" c(x1), [x2] "+" c(x2), [x3] "+" c(x3), [x4] "+" c(x4), [x5] "+" c(x5),  \
-        [x6] "+" c(x6), [x7] "+" c(x7), [x8] "+" c(x8), [x9] "+" c(x9), [x10] "+" c(x10),           \
-        [x11] "+" c(x11)
+    [x0] "+" c(x0), [x1] "+" c(x1), [x2] "+" c(x2), [x3] "+" c(x3), [x4] "+" c(x4),                \
+        [x5] "+" c(x5), [x6] "+" c(x6), [x7] "+" c(x7), [x8] "+" c(x8), [x9] "+" c(x9),            \
+        [x10] "+" c(x10), [x11] "+" c(x11)
 
 /* the sum of the chains' lanes, so that the loop is not dead */
 static void peak_sink(const void *sums, size_t bytes) {
@@ -64,9 +64,12 @@ static void peak_sink(const void *sums, size_t bytes) {
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_avx512(void) {
-    __m512i x0 = _mm512_set1_epi32(0), x1 = _mm512_set1_epi32(1), x2 = _mm512_set1_epi32(2), x3 = _mm512_set1_epi32(3);
-    __m512i x4 = _mm512_set1_epi32(4), x5 = _mm512_set1_epi32(5), x6 = _mm512_set1_epi32(6), x7 = _mm512_set1_epi32(7);
-    __m512i x8 = _mm512_set1_epi32(8), x9 = _mm512_set1_epi32(9), x10 = _mm512_set1_epi32(10), x11 = _mm512_set1_epi32(11);
+    __m512i x0 = _mm512_set1_epi32(0), x1 = _mm512_set1_epi32(1), x2 = _mm512_set1_epi32(2),
+            x3 = _mm512_set1_epi32(3);
+    __m512i x4 = _mm512_set1_epi32(4), x5 = _mm512_set1_epi32(5), x6 = _mm512_set1_epi32(6),
+            x7 = _mm512_set1_epi32(7);
+    __m512i x8 = _mm512_set1_epi32(8), x9 = _mm512_set1_epi32(9), x10 = _mm512_set1_epi32(10),
+            x11 = _mm512_set1_epi32(11);
     const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
     const double t0 = cpu_now();
     for (long it = 0; it < PEAK_ITERS / PEAK_CHAINS; it++) {
@@ -79,9 +82,12 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_avx512
 }
 
 __attribute__((target("avx2,avxvnni"))) static double peak_avxvnni(void) {
-    __m256i x0 = _mm256_set1_epi32(0), x1 = _mm256_set1_epi32(1), x2 = _mm256_set1_epi32(2), x3 = _mm256_set1_epi32(3);
-    __m256i x4 = _mm256_set1_epi32(4), x5 = _mm256_set1_epi32(5), x6 = _mm256_set1_epi32(6), x7 = _mm256_set1_epi32(7);
-    __m256i x8 = _mm256_set1_epi32(8), x9 = _mm256_set1_epi32(9), x10 = _mm256_set1_epi32(10), x11 = _mm256_set1_epi32(11);
+    __m256i x0 = _mm256_set1_epi32(0), x1 = _mm256_set1_epi32(1), x2 = _mm256_set1_epi32(2),
+            x3 = _mm256_set1_epi32(3);
+    __m256i x4 = _mm256_set1_epi32(4), x5 = _mm256_set1_epi32(5), x6 = _mm256_set1_epi32(6),
+            x7 = _mm256_set1_epi32(7);
+    __m256i x8 = _mm256_set1_epi32(8), x9 = _mm256_set1_epi32(9), x10 = _mm256_set1_epi32(10),
+            x11 = _mm256_set1_epi32(11);
     const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
     const double t0 = cpu_now();
     for (long it = 0; it < PEAK_ITERS / PEAK_CHAINS; it++) {
@@ -101,7 +107,7 @@ __attribute__((target("avx2"))) static double peak_avx2(void) {
     __m256i p0, p1, p2, p3, p4, p5;
     const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2), one = _mm256_set1_epi16(1);
 #define PAIR(i)                                                                                    \
-    "vpmaddubsw %[a], %[b], %[p" #i "]\n\tvpmaddwd %[one], %[p" #i "], %[p" #i "]\n\t"              \
+    "vpmaddubsw %[a], %[b], %[p" #i "]\n\tvpmaddwd %[one], %[p" #i "], %[p" #i "]\n\t"             \
     "vpaddd %[p" #i "], %[x" #i "], %[x" #i "]\n\t"
     const double t0 = cpu_now();
     for (long it = 0; it < PEAK_ITERS / 6; it++) {

@@ -6,8 +6,8 @@
  * a cancelled sequence frees its slot without touching the others; bad calls
  * are refused with a message (issue 20).
  */
-#include "check.h"
 #include "api/batch_impl.h"
+#include "check.h"
 #include "core/core.h"
 #include "greedy_cases.h"
 #include "lares.h"
@@ -736,8 +736,8 @@ static void test_pace(void) {
         /* with drafts 30 tokens in 300 ms, without 4 in 36 ms */
         batch_pace_note(&p, 4, on[k], on[k] ? 30 : 4, on[k] ? 300.0 : 36.0);
     }
-    CHECKF(on[0] && on[1] && !on[2] && !on[3], "the first four choices: %d %d %d %d", on[0],
-           on[1], on[2], on[3]);
+    CHECKF(on[0] && on[1] && !on[2] && !on[3], "the first four choices: %d %d %d %d", on[0], on[1],
+           on[2], on[3]);
     int with = 0, explored_at = -1;
     for (int k = 0; k < 40; k++) {
         const bool o = batch_pace_choose(&p, 4);

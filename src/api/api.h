@@ -45,7 +45,7 @@ struct lares_session {
     struct api_ring *ring; /* owned: the head's side of a ring (api/ring.h); NULL on one device */
     struct gpu_session *gpu; /* owned: weights offloaded to a GPU (gpu/gpu.h); NULL: none */
     struct lares_session *draft; /* owned: the draft model's session (draft.c); NULL: none */
-    float *logits_many;  /* owned: logits_many_cap x n_vocab, drafts of several sessions */
+    float *logits_many;          /* owned: logits_many_cap x n_vocab, drafts of several sessions */
     int32_t logits_many_cap;
     bool pool_borrowed; /* pool belongs to the session this one drafts for */
 };
@@ -123,9 +123,9 @@ lares_status api_draft_propose(lares_session *d, text_sampler *smp, const int32_
  * from logits that a quantized draft model may round otherwise over several
  * rows than over one (verification keeps the output as it was). */
 lares_status api_draft_propose_many(lares_session *const *ds, text_sampler *const *smp,
-                                    const int32_t *const *ctx, const int32_t *n,
-                                    const int32_t *max, int32_t *const *draft, float *const *q,
-                                    int32_t *n_draft, int32_t m, lares_error *err);
+                                    const int32_t *const *ctx, const int32_t *n, const int32_t *max,
+                                    int32_t *const *draft, float *const *q, int32_t *n_draft,
+                                    int32_t m, lares_error *err);
 /* draft.c: when to draft. A draft model whose drafts keep failing costs a
  * draft pass and a verified row per token for nothing: after
  * API_DRAFT_MISSES passes in a row with none kept, drafting pauses for a

@@ -790,9 +790,10 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             (int64_t)limit - n_rows, (int64_t)b->shared_prompt_rows * PROMPT_WHOLE_PER_SHARE);
         const int32_t n_layer = m->hp.n_layer;
         const int32_t chunk_left =
-            b->chunk.seq < 0 ? INT32_MAX
-                             : (int32_t)(((int64_t)b->chunk.n_rows * (n_layer - b->chunk.layer) +
-                                          n_layer - 1) / n_layer);
+            b->chunk.seq < 0
+                ? INT32_MAX
+                : (int32_t)(((int64_t)b->chunk.n_rows * (n_layer - b->chunk.layer) + n_layer - 1) /
+                            n_layer);
         int32_t whole = 0, used = 0;
         for (int32_t k = 0; k <= n_prompts; k++) {
             const batch_seq *q = k < n_prompts ? &b->seq[b->order[k]] : NULL;
@@ -844,7 +845,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         b->turn = (first_prompt + 1) % b->n_seq; /* the next one reads first next time */
     }
     if (n_rows == 0) {
-        lares_status st = finish_chunk      ? chunk_pass(b, m->hp.n_layer, err)
+        lares_status st = finish_chunk        ? chunk_pass(b, m->hp.n_layer, err)
                           : b->chunk.seq >= 0 ? chunk_slice(b, err)
                                               : LARES_OK;
         *n_active = batch_count_active(b);
@@ -910,7 +911,8 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         for (int32_t i = 0; i < b->n_seq; i++) {
             tokens_after += b->seq[i].n_gen;
         }
-        batch_pace_note(&b->pace, n_gen, greedy_drafted > 0, (int32_t)(tokens_after - tokens_before),
+        batch_pace_note(&b->pace, n_gen, greedy_drafted > 0,
+                        (int32_t)(tokens_after - tokens_before),
                         lares_ns_to_ms(lares_now_ns() - t_step));
     }
     /* the chunk in flight goes on a slice after the others' tokens, but not

@@ -187,9 +187,9 @@ static lares_status pass_many(lares_session *const *ds, int32_t m, const int32_t
 }
 
 lares_status api_draft_propose_many(lares_session *const *ds, text_sampler *const *smp,
-                                    const int32_t *const *ctx, const int32_t *n,
-                                    const int32_t *max, int32_t *const *draft, float *const *q,
-                                    int32_t *n_draft, int32_t m, lares_error *err) {
+                                    const int32_t *const *ctx, const int32_t *n, const int32_t *max,
+                                    int32_t *const *draft, float *const *q, int32_t *n_draft,
+                                    int32_t m, lares_error *err) {
     lares_session *drv = ds[0];
     /* what the sessions read first must fit one pass of the driver's rows;
      * else (a long catch-up, rare after a prompt the draft followed) and
@@ -205,8 +205,8 @@ lares_status api_draft_propose_many(lares_session *const *ds, text_sampler *cons
     }
     if (!together) {
         for (int32_t i = 0; i < m; i++) {
-            const lares_status st = api_draft_propose(ds[i], smp[i], ctx[i], n[i], max[i],
-                                                      draft[i], q[i], &n_draft[i], err);
+            const lares_status st = api_draft_propose(ds[i], smp[i], ctx[i], n[i], max[i], draft[i],
+                                                      q[i], &n_draft[i], err);
             if (st != LARES_OK) {
                 return st;
             }
