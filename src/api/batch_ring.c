@@ -12,8 +12,9 @@
  * groups (ceil(active / G) each; G is one per device of the plan in force
  * at first, then what the measured pass costs predict fastest, unless
  * lares_batch_set_ring_groups says otherwise), generating sequences and
- * prompt chunks alike; while another sequence is active a group takes at
- * most shared_prompt_rows of a prompt, as a step on one device does. A
+ * prompt chunks alike; while another sequence is active a group takes a
+ * prompt whole when the group's prompts fit 8 x shared_prompt_rows rows,
+ * else at most shared_prompt_rows of it, as a step on one device does. A
  * prompt read alone goes in whole chunks of n_batch rows (no layer slices:
  * a slice is a pass that would stop at every worker).
  *
@@ -94,10 +95,12 @@ static batch_seq *seq_of_slot(lares_batch *b, uint32_t slot) {
 
 /* Fills g with up to `share` sequences that are not in flight, from
  * b->ring_turn on: a generating one's token (and its drafts), a prompt's
- * next chunk (at most prompt_rows). *formed: false when none is waiting. */
+ * next chunk (the whole rest while the group's whole_rows allow, else at
+ * most prompt_rows). *formed: false when none is waiting. */
 static lares_status form(lares_batch *b, ring_group *g, int32_t share, int32_t prompt_rows,
-                         bool *formed, lares_error *err) {
+                         int32_t whole_rows, bool *formed, lares_error *err) {
     const int32_t n_batch = b->s->o.n_batch;
+    int32_t whole_left = whole_rows;
     g->n_rows = g->n_runs = 0;
     g->gen = true;
     int32_t next = b->ring_turn;
@@ -120,7 +123,14 @@ static lares_status form(lares_batch *b, ring_group *g, int32_t share, int32_t p
             q->state = SEQ_FLIGHT_GEN;
         } else if (q->state == SEQ_PROMPT) {
             const size_t rest = q->n_prompt - q->at;
-            rows = (int32_t)LARES_MIN(rest, (size_t)LARES_MIN(prompt_rows, n_batch - g->n_rows));
+            /* a prompt that fits whole in the group's share of whole
+             * prompts goes whole (as on one device: batch.c), else its
+             * share of rows */
+            const bool whole = rest <= (size_t)whole_left && rest <= (size_t)(n_batch - g->n_rows);
+            rows = whole ? (int32_t)rest
+                         : (int32_t)LARES_MIN(rest,
+                                              (size_t)LARES_MIN(prompt_rows, n_batch - g->n_rows));
+            whole_left -= whole ? rows : 0;
             if (rows < 1) {
                 continue;
             }
@@ -161,6 +171,10 @@ static lares_status launch(lares_batch *b, lares_error *err) {
      * pass is what every sequence in it waits for) */
     const int32_t prompt_rows =
         active > 1 && b->shared_prompt_rows > 0 ? b->shared_prompt_rows : s->o.n_batch;
+    /* and prompts that fit whole in PROMPT_WHOLE_PER_SHARE shares, whole */
+    const int32_t whole_rows = active > 1 && b->shared_prompt_rows > 0
+                                   ? b->shared_prompt_rows * PROMPT_WHOLE_PER_SHARE
+                                   : s->o.n_batch;
     for (int32_t i = 0; i < b->max_groups && busy < groups && waiting > 0; i++) {
         ring_group *g = &b->groups[i];
         if (g->state != RING_GROUP_IDLE) {
@@ -172,7 +186,7 @@ static lares_status launch(lares_batch *b, lares_error *err) {
         }
         bool formed = false;
         if (st == LARES_OK) {
-            st = form(b, g, share, prompt_rows, &formed, err);
+            st = form(b, g, share, prompt_rows, whole_rows, &formed, err);
         }
         if (st != LARES_OK || !formed) {
             return st;
