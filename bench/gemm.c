@@ -40,7 +40,7 @@ static double cpu_now(void) {
 #define PEAK_ITERS 20000000L
 #define PEAK_CHAINS 12
 
-#define DP12(op, r)                                                                                \
+#define DP12(op)                                                                                   \
     op " %[a], %[b], %[x0]\n\t" op " %[a], %[b], %[x1]\n\t" op " %[a], %[b], %[x2]\n\t" op         \
        " %[a], %[b], %[x3]\n\t" op " %[a], %[b], %[x4]\n\t" op " %[a], %[b], %[x5]\n\t" op         \
        " %[a], %[b], %[x6]\n\t" op " %[a], %[b], %[x7]\n\t" op " %[a], %[b], %[x8]\n\t" op         \
@@ -49,6 +49,12 @@ static double cpu_now(void) {
     [x0] "+" c(x0), [x1] "+" c(x1), [x2] "+" c(x2), [x3] "+" c(x3), [x4] "+" c(x4),                \
         [x5] "+" c(x5), [x6] "+" c(x6), [x7] "+" c(x7), [x8] "+" c(x8), [x9] "+" c(x9),            \
         [x10] "+" c(x10), [x11] "+" c(x11)
+
+/* the twelve accumulators, each a variable of its own, starting at 0..11 */
+#define PEAK_ACCS(type, set1)                                                                      \
+    type x0 = set1(0), x1 = set1(1), x2 = set1(2), x3 = set1(3), x4 = set1(4), x5 = set1(5),       \
+         x6 = set1(6), x7 = set1(7), x8 = set1(8), x9 = set1(9), x10 = set1(10), x11 = set1(11)
+#define PEAK_ACC_LIST {x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11}
 
 /* the sum of the chains' lanes, so that the loop is not dead */
 static void peak_sink(const void *sums, size_t bytes) {
@@ -64,37 +70,27 @@ static void peak_sink(const void *sums, size_t bytes) {
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double peak_avx512(void) {
-    __m512i x0 = _mm512_set1_epi32(0), x1 = _mm512_set1_epi32(1), x2 = _mm512_set1_epi32(2),
-            x3 = _mm512_set1_epi32(3);
-    __m512i x4 = _mm512_set1_epi32(4), x5 = _mm512_set1_epi32(5), x6 = _mm512_set1_epi32(6),
-            x7 = _mm512_set1_epi32(7);
-    __m512i x8 = _mm512_set1_epi32(8), x9 = _mm512_set1_epi32(9), x10 = _mm512_set1_epi32(10),
-            x11 = _mm512_set1_epi32(11);
+    PEAK_ACCS(__m512i, _mm512_set1_epi32);
     const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
     const double t0 = cpu_now();
     for (long it = 0; it < PEAK_ITERS / PEAK_CHAINS; it++) {
-        __asm__ volatile(DP12("vpdpbusd", 0) : ACC12("v") : [a] "v"(a), [b] "v"(b));
+        __asm__ volatile(DP12("vpdpbusd") : ACC12("v") : [a] "v"(a), [b] "v"(b));
     }
     const double t = cpu_now() - t0;
-    const __m512i x[PEAK_CHAINS] = {x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11};
+    const __m512i x[PEAK_CHAINS] = PEAK_ACC_LIST;
     peak_sink(x, sizeof(x));
     return (double)(PEAK_ITERS / PEAK_CHAINS) * PEAK_CHAINS * 64 / t;
 }
 
 __attribute__((target("avx2,avxvnni"))) static double peak_avxvnni(void) {
-    __m256i x0 = _mm256_set1_epi32(0), x1 = _mm256_set1_epi32(1), x2 = _mm256_set1_epi32(2),
-            x3 = _mm256_set1_epi32(3);
-    __m256i x4 = _mm256_set1_epi32(4), x5 = _mm256_set1_epi32(5), x6 = _mm256_set1_epi32(6),
-            x7 = _mm256_set1_epi32(7);
-    __m256i x8 = _mm256_set1_epi32(8), x9 = _mm256_set1_epi32(9), x10 = _mm256_set1_epi32(10),
-            x11 = _mm256_set1_epi32(11);
+    PEAK_ACCS(__m256i, _mm256_set1_epi32);
     const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(-2);
     const double t0 = cpu_now();
     for (long it = 0; it < PEAK_ITERS / PEAK_CHAINS; it++) {
-        __asm__ volatile(DP12("%{vex%} vpdpbusd", 0) : ACC12("x") : [a] "x"(a), [b] "x"(b));
+        __asm__ volatile(DP12("%{vex%} vpdpbusd") : ACC12("x") : [a] "x"(a), [b] "x"(b));
     }
     const double t = cpu_now() - t0;
-    const __m256i x[PEAK_CHAINS] = {x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11};
+    const __m256i x[PEAK_CHAINS] = PEAK_ACC_LIST;
     peak_sink(x, sizeof(x));
     return (double)(PEAK_ITERS / PEAK_CHAINS) * PEAK_CHAINS * 32 / t;
 }

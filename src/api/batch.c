@@ -558,12 +558,11 @@ lares_status batch_drafts(lares_batch *b, batch_seq *q, int64_t room, int32_t *t
  * what batch_drafts would give it, its room reckoned as the rows are laid
  * out below with every earlier sequence taking all its room (so never more
  * than batch_drafts allows it), the pacing asked once. With one such
- * sequence batch_drafts proposes as before. */
-static lares_status batch_propose(lares_batch *b, lares_error *err) {
+ * sequence batch_drafts proposes as before. n_gen: the generating sequences. */
+static lares_status batch_propose(lares_batch *b, int32_t n_gen, lares_error *err) {
     lares_session *s = b->s;
-    int32_t n_gen = 0, m = 0;
+    int32_t m = 0;
     for (int32_t i = 0; i < b->n_seq; i++) {
-        n_gen += b->seq[i].state == SEQ_GEN;
         m += b->seq[i].state == SEQ_GEN && b->seq[i].o.draft_n > 0;
     }
     if (m < 2) {
@@ -727,7 +726,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     b->drafts_on = !greedy_drafts || batch_pace_choose(&b->pace, n_gen);
     const uint64_t t_step = lares_now_ns();
     int32_t greedy_drafted = 0; /* a step with drafts allowed but none found is a plain one */
-    lares_status pst = batch_propose(b, err);
+    lares_status pst = batch_propose(b, n_gen, err);
     if (pst != LARES_OK) {
         return pst;
     }

@@ -191,57 +191,55 @@ lares_status api_draft_propose_many(lares_session *const *ds, text_sampler *cons
                                     int32_t *const *draft, float *const *q, int32_t *n_draft,
                                     int32_t m, lares_error *err) {
     lares_session *drv = ds[0];
-    /* what the sessions read first must fit one pass of the driver's rows;
-     * else (a long catch-up, rare after a prompt the draft followed) and
-     * for a draft model on a ring or a GPU, one session after another */
+    /* the runs, each session's rows and tokens to read, m of each, in one block */
+    void *block = lares_alloc_array(
+        (size_t)m, sizeof(model_seq) + sizeof(const int32_t *) + 2 * sizeof(int32_t));
+    if (block == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory for %d drafting sequences", (int)m);
+    }
+    model_seq *runs = block;
+    const int32_t **toks = (const int32_t **)(void *)(runs + m);
+    int32_t *rows = (int32_t *)(void *)(toks + m), *of_run = rows + m;
+    /* what each cache lacks of its context (the last token again when it
+     * has it all: its logits are what the first draft follows) */
     int32_t catch_up = 0;
     for (int32_t i = 0; i < m; i++) {
         n_draft[i] = 0;
-        catch_up += n[i] - LARES_MIN(shared_prefix(ds[i], ctx[i], n[i]), n[i] - 1);
+        const int32_t keep = LARES_MIN(shared_prefix(ds[i], ctx[i], n[i]), n[i] - 1);
+        toks[i] = ctx[i] + keep;
+        rows[i] = max[i] > 0 ? n[i] - keep : 0;
+        catch_up += rows[i];
     }
+    /* that must fit one pass of the driver's rows; else (a long catch-up,
+     * rare after a prompt the draft followed) and for a draft model on a
+     * ring or a GPU, one session after another */
     bool together = m > 1 && catch_up <= drv->o.n_batch;
     for (int32_t i = 0; together && i < m; i++) {
         together = ds[i]->ring == NULL && ds[i]->gpu == NULL && ds[i]->lm == drv->lm;
     }
+    lares_status st = LARES_OK;
     if (!together) {
-        for (int32_t i = 0; i < m; i++) {
-            const lares_status st = api_draft_propose(ds[i], smp[i], ctx[i], n[i], max[i], draft[i],
-                                                      q[i], &n_draft[i], err);
-            if (st != LARES_OK) {
-                return st;
-            }
+        for (int32_t i = 0; st == LARES_OK && i < m; i++) {
+            st = api_draft_propose(ds[i], smp[i], ctx[i], n[i], max[i], draft[i], q[i],
+                                   &n_draft[i], err);
         }
-        return LARES_OK;
+        lares_free(block);
+        return st;
     }
     const size_t nv = (size_t)drv->lm->m->hp.n_vocab;
     if (drv->logits_many_cap < m) {
         float *l = lares_realloc(drv->logits_many, (size_t)m * nv * sizeof *l);
         if (l == NULL) {
+            lares_free(block);
             return lares_fail(err, LARES_ENOMEM, "out of memory for the drafts' logits");
         }
         drv->logits_many = l;
         drv->logits_many_cap = m;
     }
-    model_seq *runs = lares_alloc_array((size_t)m, sizeof *runs);
-    int32_t *of_run = lares_alloc_array((size_t)m, sizeof *of_run);
-    int32_t *rows = lares_alloc_array((size_t)m, sizeof *rows);
-    const int32_t **toks = lares_alloc_array((size_t)m, sizeof *toks);
-    if (runs == NULL || of_run == NULL || rows == NULL || toks == NULL) {
-        lares_free(runs);
-        lares_free(of_run);
-        lares_free(rows);
-        lares_free(toks);
-        return lares_fail(err, LARES_ENOMEM, "out of memory for %d drafting sequences", (int)m);
-    }
-    /* what each cache lacks of its context (the last token again when it
-     * has it all: its logits are what the first draft follows) */
     for (int32_t i = 0; i < m; i++) {
-        const int32_t keep = LARES_MIN(shared_prefix(ds[i], ctx[i], n[i]), n[i] - 1);
-        ds[i]->n_past = keep;
-        toks[i] = ctx[i] + keep;
-        rows[i] = max[i] > 0 ? n[i] - keep : 0;
+        ds[i]->n_past = (int32_t)(toks[i] - ctx[i]);
     }
-    lares_status st = pass_many(ds, m, toks, rows, runs, of_run, err);
+    st = pass_many(ds, m, toks, rows, runs, of_run, err);
     for (int32_t k = 0; st == LARES_OK; k++) {
         bool more = false;
         for (int32_t i = 0; i < m; i++) {
@@ -261,10 +259,7 @@ lares_status api_draft_propose_many(lares_session *const *ds, text_sampler *cons
         }
         st = pass_many(ds, m, toks, rows, runs, of_run, err);
     }
-    lares_free(runs);
-    lares_free(of_run);
-    lares_free(rows);
-    lares_free(toks);
+    lares_free(block);
     return st;
 }
 

@@ -261,6 +261,18 @@ FORCE_INLINE size_t block_bytes(enum rows_type t) {
     return t == R_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
 }
 
+/* Eight blocks of type t at p decoded (eight_q4_0, eight_q8_0), the row
+ * asked for ahead of them */
+FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m512i v[4], __m512 *dw,
+                               __m512i *base) {
+    prefetch_ahead(p, 8 * block_bytes(t));
+    if (t == R_Q4_0) {
+        eight_q4_0(p, v, dw, base);
+    } else {
+        eight_q8_0(p, v, dw, base);
+    }
+}
+
 /* One weight row against NC activation rows. */
 FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                            const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
@@ -278,25 +290,14 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
     __m512i vn[4], basen;
     __m512 dwn;
     if (n_super > 0) {
-        prefetch_ahead(w, 8 * bb);
-        if (t == R_Q4_0) {
-            eight_q4_0(w, vn, &dwn, &basen);
-        } else {
-            eight_q8_0(w, vn, &dwn, &basen);
-        }
+        eight_blocks(t, w, vn, &dwn, &basen);
     }
     for (int64_t j = 0; j < n_super; j++) {
         __m512i v[4] = {vn[0], vn[1], vn[2], vn[3]};
         const __m512 dw = dwn;
         const __m512i base = basen;
         if (j + 1 < n_super) {
-            const uint8_t *p = w + (size_t)(j + 1) * 8 * bb;
-            prefetch_ahead(p, 8 * bb);
-            if (t == R_Q4_0) {
-                eight_q4_0(p, vn, &dwn, &basen);
-            } else {
-                eight_q8_0(p, vn, &dwn, &basen);
-            }
+            eight_blocks(t, w + (size_t)(j + 1) * 8 * bb, vn, &dwn, &basen);
         }
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
