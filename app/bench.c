@@ -11,6 +11,7 @@
  * tokens/s of continuous batching.
  */
 #include "app.h"
+#include "opts.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -80,6 +81,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                 "                  lares run)\n"
                 "  --expert-cache lru|heat   MoE while streaming: what the expert cache\n"
                 "                  evicts first (as in lares run)\n"
+                "  --expert-guess auto|on|off   MoE while streaming: read the next layer's\n"
+                "                  likely experts ahead (as in lares run)\n"
                 "  --temp T, --seed S   tg samples at temperature T with seed S (default 0:\n"
                 "                  greedy; a synthetic model's greedy text repeats a few\n"
                 "                  tokens, so MoE routing is only realistic with T > 0)\n"
@@ -156,6 +159,10 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
             }
         } else if (strcmp(a, "--expert-cache") == 0) {
             if (!app_parse_expert_cache(a, v, &o->session.expert_cache)) {
+                return APP_USAGE;
+            }
+        } else if (strcmp(a, "--expert-guess") == 0) {
+            if (!app_parse_auto_on_off(a, v, &o->session.expert_guess)) {
                 return APP_USAGE;
             }
         } else if (strcmp(a, "--temp") == 0) {
@@ -384,6 +391,14 @@ int cmd_bench(int argc, char **argv) {
                 const uint64_t h = ls[k]->expert_hits, mi = ls[k]->expert_misses;
                 json_object_set_new(t, "expert_hits", json_integer((json_int_t)h));
                 json_object_set_new(t, "expert_misses", json_integer((json_int_t)mi));
+                json_object_set_new(t, "expert_guesses",
+                                    json_integer((json_int_t)ls[k]->expert_guesses));
+                json_object_set_new(t, "expert_guess_hits",
+                                    json_integer((json_int_t)ls[k]->expert_guess_hits));
+                json_object_set_new(t, "expert_guesses_made",
+                                    json_integer((json_int_t)ls[k]->expert_guesses_made));
+                json_object_set_new(t, "expert_guesses_picked",
+                                    json_integer((json_int_t)ls[k]->expert_guesses_picked));
                 json_object_set_new(t, "expert_hit_rate",
                                     h + mi > 0 ? json_real((double)h / (double)(h + mi))
                                                : json_null());
@@ -445,6 +460,15 @@ int cmd_bench(int argc, char **argv) {
                     "%.1f %% | taken by each layer's %d most chosen %.1f %%\n",
                     hr, 100 * last_tg.route_overlap, info.n_expert_used,
                     100 * last_tg.route_top_share);
+            if (last_tg.expert_guesses_made > 0) {
+                fprintf(stderr,
+                        "lares: experts (tg): next layer guessed %" PRIu64 " times, %.1f %% "
+                        "picked | %" PRIu64 " read ahead, %" PRIu64 " of them picked\n",
+                        last_tg.expert_guesses_made,
+                        100.0 * (double)last_tg.expert_guesses_picked /
+                            (double)last_tg.expert_guesses_made,
+                        last_tg.expert_guesses, last_tg.expert_guess_hits);
+            }
         }
     }
     rc = APP_OK;

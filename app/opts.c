@@ -38,6 +38,10 @@ void app_session_usage(FILE *to) {
           "                          (the default: direct where the file system allows it)\n"
           "      --expert-cache P    MoE while streaming: evict the least recently used\n"
           "                          experts (lru, the default) or the coldest per byte (heat)\n"
+          "      --expert-guess G    MoE while streaming: read the experts the next layer\n"
+          "                          will likely pick while this one computes: auto (the\n"
+          "                          default: while at least half the guesses are picked),\n"
+          "                          on (always) or off\n"
           "      --ring FILE|auto    run as the head of the ring FILE describes (docs/ring.md);\n"
           "                          auto: every paired device that answers (lares pair;\n"
           "                          --peer, --discovery, ... as lares devices --help)\n"
@@ -63,6 +67,19 @@ bool app_parse_on_off(const char *opt, const char *v, int *out) {
         return true;
     }
     app_error("%s: '%s' is not on or off", opt, v);
+    return false;
+}
+
+/* "auto" / "on" / "off" into 0 / > 0 / < 0 */
+bool app_parse_auto_on_off(const char *opt, const char *v, int *out) {
+    if (strcmp(v, "auto") == 0) {
+        *out = 0;
+        return true;
+    }
+    if (strcmp(v, "on") == 0 || strcmp(v, "off") == 0) {
+        return app_parse_on_off(opt, v, out);
+    }
+    app_error("%s: '%s' is not auto, on or off", opt, v);
     return false;
 }
 
@@ -139,6 +156,9 @@ int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
     } else if (is(a, "--expert-cache", NULL)) {
         ok = (v = app_need_value(argc, argv, i)) != NULL &&
              app_parse_expert_cache(a, v, &o->expert_cache);
+    } else if (is(a, "--expert-guess", NULL)) {
+        ok = (v = app_need_value(argc, argv, i)) != NULL &&
+             app_parse_auto_on_off(a, v, &o->expert_guess);
     } else if (is(a, "--ring", NULL)) { /* the head of a ring (docs/ring.md) */
         ok = (v = app_need_value(argc, argv, i)) != NULL;
         o->ring = v;

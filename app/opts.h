@@ -13,6 +13,7 @@ int app_sampling_opt(int argc, char **argv, int *i, lares_sampler_opts *s, bool 
 int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o);
 /* "on" / "off" (--rebalance, --failover) into > 0 / < 0; false (and a message) otherwise */
 bool app_parse_on_off(const char *opt, const char *v, int *out);
+bool app_parse_auto_on_off(const char *opt, const char *v, int *out);
 void app_sampling_usage(FILE *to);
 void app_session_usage(FILE *to);
 /* --offload, --gpu-mem, --gpu-layers (gpu_opts.c, issue 10); app_gpu_check

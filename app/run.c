@@ -372,6 +372,17 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
                         json_string(!st->streaming ? "none" : st->stream_direct ? "direct" : "mmap"));
     json_object_set_new(mem, "direct_bytes", json_integer((json_int_t)st->direct_bytes));
     json_object_set_new(mem, "buffer_bytes", json_integer((json_int_t)st->buffer_bytes));
+    if (st->route_overlap >= 0) { /* MoE, over the generated tokens */
+        json_object_set_new(mem, "expert_hits", json_integer((json_int_t)st->expert_hits));
+        json_object_set_new(mem, "expert_misses", json_integer((json_int_t)st->expert_misses));
+        json_object_set_new(mem, "expert_guesses", json_integer((json_int_t)st->expert_guesses));
+        json_object_set_new(mem, "expert_guess_hits",
+                            json_integer((json_int_t)st->expert_guess_hits));
+        json_object_set_new(mem, "expert_guesses_made",
+                            json_integer((json_int_t)st->expert_guesses_made));
+        json_object_set_new(mem, "expert_guesses_picked",
+                            json_integer((json_int_t)st->expert_guesses_picked));
+    }
     json_object_set_new(root, "memory", mem);
     json_t *ring = app_ring_json(s);
     if (ring != NULL) {

@@ -16,7 +16,8 @@
 # -P N: a prompt of about N tokens (a sentence repeated; each engine's own
 # count is printed) and a second table of prompt speeds, as pp128 is judged.
 # engines: lares (its default way of streaming), lares-mmap and lares-direct
-# (lares --stream-io mmap / direct), ref.
+# (lares --stream-io mmap / direct), lares-guess-auto, -on and -off (MoE: lares
+# --expert-guess auto / on / off), ref.
 # lares picks its thread count unless -T is given (streaming through the page
 # cache it leaves a core to its prefetch thread; reading directly it computes
 # on every core); the reference engine runs with -t (default 2).
@@ -161,7 +162,11 @@ for limit in $LIMITS; do
       PEAK=0
       if [ "${engine%%-*}" = lares ]; then
         IO=()
-        [ "$engine" != lares ] && IO=(--stream-io "${engine#lares-}")
+        case $engine in
+          lares) ;;
+          lares-guess-*) IO=(--expert-guess "${engine#lares-guess-}") ;;
+          *) IO=(--stream-io "${engine#lares-}") ;;
+        esac
         in_limit "$limit" "$LARES" run -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 -c "$CTX" \
           --json "${IO[@]}" "${EXTRA[@]}" >"$OUT" 2>"$ERR"
         rc=$?
@@ -173,6 +178,7 @@ for limit in $LIMITS; do
         pps=$(jq .timings.prompt_tok_s "$OUT")
         ppn=$(jq .timings.prompt_tokens "$OUT")
         line=$(jq -r '"\(.memory.stream_io) stream \(.memory.stream_bytes / 1e9 * 100 | floor / 100) GB/token, pinned \(.memory.pinned_bytes / 1e9 * 100 | floor / 100) GB, wait \(.timings.gen_wait_ms / ((.timings.token_ms | length) + 0.001) | floor) ms/token of \(.timings.gen_ms / ((.timings.token_ms | length) + 0.001) | floor), token max/median \((.timings.token_ms | max) / ((.timings.token_ms | sort | .[length / 2 | floor]) + 0.001) * 100 | floor / 100), disk read \(.memory.disk_read_bytes / 1e9 * 10 | floor / 10) GB, peak RSS \(.memory.peak_rss_bytes / 1e6 | floor) MB"' "$OUT")
+        line="$line$(jq -r 'if .memory.expert_misses == null then "" else " | experts: \(.memory.expert_misses) read on demand, \(.memory.expert_guesses_made) guesses made (\(.memory.expert_guesses_picked) picked), \(.memory.expert_guesses) read ahead (\(.memory.expert_guess_hits) used)" end' "$OUT")"
         RES[$limit,$engine,stream]=$(jq .memory.stream_bytes "$OUT")
       else
         in_limit "$limit" "$REF" -m "$MODEL" -p "$PROMPT" -n "$N" --temp 0 -t "$THREADS" -c "$CTX" \

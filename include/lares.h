@@ -175,6 +175,12 @@ typedef struct lares_session_opts {
     bool mem_lock;      /* lock resident weights in memory (mlock); a refusal is a warning */
     /* MoE while streaming: which cached experts make room for new ones */
     lares_expert_cache expert_cache;
+    /* MoE while streaming: while a layer computes, read the experts the next
+     * layer's router is likely to pick, learned from the choices of
+     * consecutive layers (docs/memory.md, "Guessing the next layer's
+     * experts"). 0 (the default): while at least half the guesses are
+     * picked by the router; > 0 always; < 0 never. Output never changes. */
+    int expert_guess;
     lares_stream_io stream_io; /* how streamed weights are read */
     /* Run as the head of a ring of devices (see "rings" below): NULL for this
      * device alone, else the path of a ring.json naming the workers in ring
@@ -349,6 +355,10 @@ typedef struct lares_stats {
     /* MoE models, over generation (the prompt's batches excluded) */
     uint64_t expert_hits;      /* streaming: chosen experts found in the expert cache */
     uint64_t expert_misses;    /* streaming: chosen experts read from disk */
+    uint64_t expert_guesses;   /* streaming: experts read ahead on a guess (expert_guess) */
+    uint64_t expert_guess_hits; /* of them, picked by the router they were read for */
+    uint64_t expert_guesses_made;   /* guesses made, read or not (auto reads them only */
+    uint64_t expert_guesses_picked; /* while at least half are picked): of them, picked */
     double route_overlap;      /* share of a token's experts the previous token chose
                                 * too, over layers; -1: not measured */
     double route_top_share;    /* share of the choices taken by each layer's

@@ -243,7 +243,8 @@ static void check_model(json_t *root, const char *file, int min_agree) {
                                                                : MEM_READ_DEFAULT,
                             .lock = w == 1,
                             .stream_io = (exec_stream_io)(((size_t)w / 3 + b) % EXEC_IO_COUNT),
-                            .direct_engine = w % 2 ? MEM_DIRECT_THREADS : MEM_DIRECT_AUTO};
+                            .direct_engine = w % 2 ? MEM_DIRECT_THREADS : MEM_DIRECT_AUTO,
+                            .expert_guess = (w + (int32_t)b) % 2 ? 1 : -1};
             memset(&got.ids, 0xff, sizeof got.ids);
             if (!decode_n(&r, &so, prompt, np, N_CMP, &got)) {
                 continue;

@@ -71,6 +71,7 @@ lares_status api_exec_opts(const lares_session *s, exec_opts *out, uint64_t *bud
     out->window_units = s->o.mem_window;
     out->lock = s->o.mem_lock;
     out->expert_cache = s->o.expert_cache;
+    out->expert_guess = s->o.expert_guess;
     out->stream_io = s->o.stream_io == LARES_STREAM_IO_MMAP     ? EXEC_IO_MMAP
                      : s->o.stream_io == LARES_STREAM_IO_DIRECT ? EXEC_IO_DIRECT
                                                                 : EXEC_IO_AUTO;

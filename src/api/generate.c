@@ -102,6 +102,10 @@ static void fill_residency(lares_session *s, lares_stats *fig, const exec_counte
     fig->gen_wait_ms = c_first ? lares_ns_to_ms(c_end->wait_ns - c_first->wait_ns) : 0;
     fig->expert_hits = c_end->expert_hits - c_prompt->expert_hits;
     fig->expert_misses = c_end->expert_misses - c_prompt->expert_misses;
+    fig->expert_guesses = c_end->expert_guesses - c_prompt->expert_guesses;
+    fig->expert_guess_hits = c_end->expert_guess_hits - c_prompt->expert_guess_hits;
+    fig->expert_guesses_made = c_end->expert_guess_scored - c_prompt->expert_guess_scored;
+    fig->expert_guesses_picked = c_end->expert_guess_picked - c_prompt->expert_guess_picked;
     const uint64_t pairs = c_end->route_pairs - c_prompt->route_pairs;
     const int32_t k = s->lm->m->hp.n_expert_used;
     fig->route_overlap =

@@ -69,6 +69,8 @@ typedef struct exec_opts {
     int32_t n_windows;
     mem_read_method read_method; /* how prefetches read; 0: the measured best */
     lares_expert_cache expert_cache; /* MoE: what the expert cache evicts first */
+    int32_t expert_guess; /* MoE: read the next layer's likely experts ahead;
+                             > 0 on, < 0 off, 0 the default (guess.c) */
     exec_stream_io stream_io;        /* how streamed units are read */
     mem_direct_engine direct_engine; /* direct reads: how requests stay in flight (tests) */
 } exec_opts;
@@ -104,6 +106,10 @@ typedef struct exec_counters {
     uint64_t expert_hits;    /* MoE: chosen experts found resident */
     uint64_t expert_misses;  /* MoE: chosen experts read from disk */
     uint64_t expert_bytes;   /* MoE: bytes of expert slices read */
+    uint64_t expert_guesses; /* MoE: slices read ahead on a guess */
+    uint64_t expert_guess_hits; /* MoE: of them, chosen by the next layer's router */
+    uint64_t expert_guess_scored; /* MoE: guesses made, read or not (guess.c) */
+    uint64_t expert_guess_picked; /* MoE: of them, chosen by the next layer's router */
     uint64_t route_pairs;    /* MoE: (token, layer) choices compared with the previous token's */
     uint64_t route_shared;   /* MoE: of their experts, chosen by the previous token too */
     uint64_t direct_bytes;   /* of prefetch_bytes, read directly into owned buffers */

@@ -34,6 +34,8 @@ typedef struct exec_unit {
     size_t buf_bytes;   /* its size */
 } exec_unit;
 
+enum { EXEC_GUESS_MAX = 2 }; /* experts of the next layer read ahead at most (guess.c) */
+
 /* The expert slices of the MoE layers this device runs, and which of them
  * are resident: an LRU cache of `capacity` bytes, filled on the caller's
  * thread when a router picks experts (model_ctx_on_route). */
@@ -51,6 +53,18 @@ typedef struct exec_experts {
     uint64_t capacity;    /* the cache's budget; at least layer_max */
     uint64_t cached;      /* bytes resident now */
     uint64_t wait_ns, hits, misses, read_bytes, release_bytes;
+    /* guessing the next MoE layer's experts (guess.c); guess false: off */
+    bool guess;
+    int32_t *next_moe, *prev_moe; /* owned: n_layer, the neighbour MoE layers run here */
+    float *co;            /* owned: n_layer x n_expert x n_expert, next layer's choices */
+    float *seen;          /* owned: n_layer x n_expert, times each choice was counted */
+    bool *guessed;        /* owned: n_layer x n_expert, read on a guess, not used yet */
+    float *p;             /* owned: n_expert, scratch of one guess */
+    uint64_t ticks_per_pass; /* MoE layers run here: the ticks of one token */
+    int32_t pend[EXEC_GUESS_MAX], n_pend, pend_layer; /* the last guesses, for their layer */
+    double scored, scored_picked; /* guesses scored and of them picked, decayed */
+    uint64_t n_scored, n_scored_picked; /* the same, not decayed */
+    uint64_t guesses, guess_hits;
 } exec_experts;
 
 /* What the routers chose (routes.c): the previous single-token choice of
@@ -149,6 +163,19 @@ void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, in
  * until the cache fits; `untracked` says slices may be resident without the
  * cache knowing (the weights fitted until now), so all are released. */
 void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked);
+
+/* guess.c: the next MoE layer's likely experts, learned from the choices of
+ * consecutive layers in single-token passes */
+lares_status exec_guess_build(exec_local *e, lares_error *err);
+void exec_guess_free(exec_experts *x);
+/* counts this layer's choice against the previous MoE layer's (same token) */
+void exec_guess_learn(exec_local *e, int32_t layer, const int32_t *experts, int32_t n);
+/* up to EXEC_GUESS_MAX experts of the next MoE layer worth reading now, into out; the
+ * guess is scored when that layer's router has run (exec_guess_learn) */
+int32_t exec_guess_next(exec_local *e, int32_t layer, const int32_t *experts, int32_t n,
+                        int32_t *out);
+/* guesses are picked often enough to be read (or expert_guess > 0) */
+bool exec_guess_pays(const exec_local *e);
 
 /* routes.c: the router observer, installed for MoE models when there is a
  * context; it measures choices and feeds the expert cache (r.to_cache) */

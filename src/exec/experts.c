@@ -13,7 +13,8 @@
  * one chosen once). With routers whose consecutive tokens share most experts
  * recency predicts the next choice better than frequency: LRU hits more
  * (docs/performance.md), so it is the default. The cache holds at least one whole layer's
- * experts, so a prompt batch that uses them all still fits.
+ * experts, so a prompt batch that uses them all still fits. While a layer
+ * computes, the next layer's likely experts may be read ahead (guess.c).
  */
 #include "exec/exec_impl.h"
 
@@ -73,7 +74,7 @@ lares_status exec_experts_build(exec_local *e, lares_error *err) {
         x->half_life += layer_bytes > 0 ? HEAT_HALF_LIFE : 0;
     }
     x->half_life = x->half_life > 0 ? x->half_life : HEAT_HALF_LIFE;
-    return LARES_OK;
+    return exec_guess_build(e, err);
 }
 
 void exec_experts_free(exec_local *e) {
@@ -89,6 +90,7 @@ void exec_experts_free(exec_local *e) {
     lares_free(x->resident);
     lares_free(x->heat);
     lares_free(x->missing);
+    exec_guess_free(x);
     memset(x, 0, sizeof *x);
 }
 
@@ -97,9 +99,14 @@ static double heat_now(const exec_experts *x, size_t i) {
     return (double)x->heat[i] * exp2(-(double)(x->tick - x->last_use[i]) / x->half_life);
 }
 
-/* what a slice is worth keeping: heat per byte, or recency */
+/* what a slice is worth keeping: an unused guess nothing; else heat per
+ * byte, or recency */
 static bool colder(const exec_local *e, size_t a, size_t b) {
     const exec_experts *x = &e->x;
+    const bool ga = x->guessed != NULL && x->guessed[a], gb = x->guessed != NULL && x->guessed[b];
+    if (ga != gb) {
+        return ga;
+    }
     if (e->o.expert_cache == LARES_EXPERT_CACHE_LRU) {
         return x->last_use[a] < x->last_use[b];
     }
@@ -107,24 +114,63 @@ static bool colder(const exec_local *e, size_t a, size_t b) {
            heat_now(x, b) * (double)x->slices[a].bytes;
 }
 
-/* Releases the coldest slices not chosen now until `need` more bytes fit. */
-static void make_room(exec_local *e, uint64_t need) {
+/* Releases the coldest slices used before tick `since` until `need` more
+ * bytes fit; false when they do not. */
+static bool make_room_since(exec_local *e, uint64_t need, uint64_t since) {
     exec_experts *x = &e->x;
     const size_t n = (size_t)e->m->hp.n_layer * (size_t)x->n_expert;
     while (x->cached + need > x->capacity) {
         size_t victim = n;
         for (size_t i = 0; i < n; i++) {
-            if (x->resident[i] && x->last_use[i] != x->tick &&
+            /* an unused guess may go once its layer has passed */
+            const bool stale = x->guessed != NULL && x->guessed[i] && x->last_use[i] != x->tick;
+            if (x->resident[i] && (x->last_use[i] < since || stale) &&
                 (victim == n || colder(e, i, victim))) {
                 victim = i;
             }
         }
         if (victim == n) {
-            return; /* only this call's experts are left: capacity holds a whole layer */
+            return false;
         }
         x->release_bytes += mem_release(&e->mf, &x->slices[victim]);
         x->resident[victim] = false;
         x->cached -= x->slices[victim].bytes;
+        if (x->guessed != NULL) {
+            x->guessed[victim] = false;
+        }
+    }
+    return true;
+}
+
+/* Releases the coldest slices not chosen now until `need` more bytes fit
+ * (it stops with only this call's experts left: capacity holds a layer). */
+static void make_room(exec_local *e, uint64_t need) {
+    (void)make_room_since(e, need, e->x.tick);
+}
+
+/* While this layer computes, starts reading the next MoE layer's likely
+ * experts, making room only from slices no token used in the last pass. */
+static void guess_ahead(exec_local *e, int32_t layer, const int32_t *experts, int32_t n) {
+    exec_experts *x = &e->x;
+    int32_t next[EXEC_GUESS_MAX];
+    const int32_t n_next = exec_guess_next(e, layer, experts, n, next);
+    if (n_next == 0 || !exec_guess_pays(e)) {
+        return; /* scored all the same: reads start once guesses are picked */
+    }
+    const int32_t nl = x->next_moe[layer];
+    const uint64_t since = x->tick > x->ticks_per_pass ? x->tick - x->ticks_per_pass : 0;
+    for (int32_t i = 0; i < n_next; i++) {
+        const size_t s = slot(e, nl, next[i]);
+        if (!make_room_since(e, x->slices[s].bytes, since)) {
+            break;
+        }
+        mem_prefetch_async(&e->mf, &x->slices[s]);
+        x->resident[s] = true;
+        x->guessed[s] = true;
+        x->last_use[s] = x->tick; /* not evicted for the next guess of this layer */
+        x->cached += x->slices[s].bytes;
+        x->read_bytes += x->slices[s].bytes;
+        x->guesses++;
     }
 }
 
@@ -139,6 +185,9 @@ void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked)
             x->release_bytes += mem_release(&e->mf, &x->slices[i]);
         }
         x->resident[i] = false; /* the OS keeps or drops them as it likes */
+        if (x->guessed != NULL) {
+            x->guessed[i] = false;
+        }
     }
     if (untracked || capacity == 0) {
         x->cached = 0;
@@ -156,7 +205,10 @@ void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, in
         return;
     }
     x->tick++;
-    int32_t n_missing = 0;
+    if (x->guess && e->r.prev != NULL) {
+        exec_guess_learn(e, layer, experts, n);
+    }
+    int32_t n_missing = 0, n_guessed = 0;
     uint64_t need = 0;
     for (int32_t i = 0; i < n; i++) {
         if (experts[i] < 0 || experts[i] >= x->n_expert) {
@@ -167,23 +219,31 @@ void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, in
         x->last_use[s] = x->tick;
         if (x->resident[s]) {
             x->hits++;
+            if (x->guessed != NULL && x->guessed[s]) {
+                /* read on a guess: wait below for what has not arrived */
+                x->guessed[s] = false;
+                x->guess_hits++;
+                x->missing[x->n_expert - 1 - n_guessed++] = experts[i];
+            }
         } else {
             x->missing[n_missing++] = experts[i];
             need += x->slices[s].bytes;
         }
     }
-    if (n_missing == 0) {
-        return;
+    if (n_missing > 0) {
+        x->misses += (uint64_t)n_missing;
+        make_room(e, need);
     }
-    x->misses += (uint64_t)n_missing;
-    make_room(e, need);
     const uint64_t t0 = lares_now_ns();
     /* every read in flight before the first wait */
     for (int32_t i = 0; i < n_missing; i++) {
         mem_prefetch_async(&e->mf, &x->slices[slot(e, layer, x->missing[i])]);
     }
-    for (int32_t i = 0; i < n_missing; i++) {
-        const size_t s = slot(e, layer, x->missing[i]);
+    for (int32_t i = 0; i < n_missing + n_guessed; i++) {
+        const bool guessed = i >= n_missing;
+        const int32_t ex =
+            guessed ? x->missing[x->n_expert - 1 - (i - n_missing)] : x->missing[i];
+        const size_t s = slot(e, layer, ex);
         mem_io io = {0};
         lares_error err = {0};
         /* exactly the slice: read-ahead around a fault would read other experts */
@@ -191,9 +251,16 @@ void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, in
             LARES_OK) {
             lares_log(LARES_LOG_WARN, "exec: expert prefetch failed: %s", err.msg);
         }
-        x->read_bytes += io.bytes;
-        x->resident[s] = true;
-        x->cached += x->slices[s].bytes;
+        if (!guessed) { /* a guess's bytes were counted when it was read */
+            x->read_bytes += io.bytes;
+            x->resident[s] = true;
+            x->cached += x->slices[s].bytes;
+        }
     }
-    x->wait_ns += lares_now_ns() - t0;
+    if (n_missing + n_guessed > 0) {
+        x->wait_ns += lares_now_ns() - t0;
+    }
+    if (x->guess && e->r.prev != NULL) {
+        guess_ahead(e, layer, experts, n);
+    }
 }

@@ -336,6 +336,10 @@ void exec_local_counters(exec_local *e, exec_counters *out) {
     out->expert_hits = e->x.hits;
     out->expert_misses = e->x.misses;
     out->expert_bytes = e->x.read_bytes;
+    out->expert_guesses = e->x.guesses;
+    out->expert_guess_hits = e->x.guess_hits;
+    out->expert_guess_scored = e->x.n_scored;
+    out->expert_guess_picked = e->x.n_scored_picked;
     out->route_pairs = e->r.pairs;
     out->route_shared = e->r.shared;
 }

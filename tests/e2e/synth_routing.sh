@@ -57,6 +57,29 @@ jq -e '.memory.streaming == true' "$TMP/run.json" >/dev/null && ok || fail "run 
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || fail "streamed ids $b differ from resident $a"
 c=$(ids --mem-budget "$budget" --expert-cache heat | jq -c .generated_ids)
 [ "$a" = "$c" ] && ok || fail "streamed ids with --expert-cache heat $c differ from resident $a"
+# guessing the next layer's experts: each way the same text; always reading
+# the guesses reads some and says how many were picked; never guessing makes
+# none; auto reports its guesses, read or not
+for g in on off auto; do
+  d=$(ids --mem-budget "$budget" --expert-guess $g | jq -c .generated_ids)
+  [ "$a" = "$d" ] && ok || fail "streamed ids with --expert-guess $g $d differ from resident $a"
+done
+# (this file's plan gives its expert cache one layer at every budget, all used
+# by the last token, so a guess finds no room to read into: test_expert_guess
+# checks the reads)
+bench "$TMP/moe.gguf" --mem-budget "$(least bench "$TMP/moe.gguf")" --expert-guess on >"$TMP/g.json" \
+  2>"$TMP/err" && jq -e '.tests[0] | .expert_guesses_made > 0 and .expert_guesses <= .expert_guesses_made
+    and .expert_guess_hits <= .expert_guesses and .expert_guesses_picked <= .expert_guesses_made' \
+  "$TMP/g.json" >/dev/null && ok || fail "guess figures: $(cat "$TMP/err") $(jq -c .tests[0] "$TMP/g.json")"
+"$LARES" bench -m "$TMP/moe.gguf" -p 0 -n 200 -r 1 -t 1 --temp 1 \
+  --mem-budget "$(least bench "$TMP/moe.gguf")" --expert-guess on >/dev/null 2>"$TMP/err" \
+  && grep -Eq '^lares: experts \(tg\): next layer guessed [1-9][0-9]* times, [0-9.]+ % picked \| [0-9]+ read ahead' \
+  "$TMP/err" && ok || fail "bench guess line: $(cat "$TMP/err")"
+bench "$TMP/moe.gguf" --mem-budget "$(least bench "$TMP/moe.gguf")" --expert-guess off >"$TMP/g.json" \
+  2>/dev/null && jq -e '.tests[0] | .expert_guesses == 0 and .expert_guesses_made == 0' "$TMP/g.json" \
+  >/dev/null && ok || fail "guess off figures: $(jq -c .tests[0] "$TMP/g.json")"
+"$LARES" run -m "$TMP/moe.gguf" -p "Once" -n 2 --expert-guess maybe 2>"$TMP/err" && fail "--expert-guess maybe accepted" \
+  || { [ "$(wc -l <"$TMP/err")" -eq 1 ] && grep -q "auto, on or off" "$TMP/err" && ok || fail "--expert-guess message: $(cat "$TMP/err")"; }
 # both eviction orders count hits and misses
 bench "$TMP/moe.gguf" --mem-budget "$(least bench "$TMP/moe.gguf")" --expert-cache heat >"$TMP/h.json" \
   2>"$TMP/err" && jq -e '.tests[0].expert_hit_rate > 0 and .tests[0].expert_hit_rate < 1' "$TMP/h.json" \

@@ -1,0 +1,206 @@
+/*
+ * exec: guessing the next MoE layer's experts (src/exec/guess.c).
+ *
+ * The routes are fed to a streaming executor of the shipped MoE model by
+ * hand, so what each layer picks is known: where a layer's choice decides the
+ * next layer's, the guesses read what the next router picks (most guesses
+ * used, fewer reads while the token waits than without guessing); where the
+ * layers choose independently, wrong guesses go first and do not cost the
+ * cache its working set. The cache never holds more than its capacity. A
+ * real forward pass gives the same logits, bit for bit, with and without
+ * guessing (test_mem_stream runs every budget both ways too).
+ */
+#include "check.h"
+#include "exec/exec_impl.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "ops/ops.h"
+
+#define MOE_FILE "derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf"
+#define N_CTX 64
+#define N_TOKENS 400
+
+typedef struct rig {
+    gguf_file *f;
+    model *m;
+    ops_pool *pool;
+    model_kv *kv;
+    model_ctx *cx;
+} rig;
+
+static void rig_close(rig *r) {
+    model_ctx_free(r->cx);
+    model_kv_free(r->kv);
+    ops_pool_free(r->pool);
+    model_free(r->m);
+    gguf_close(r->f);
+    memset(r, 0, sizeof *r);
+}
+
+static bool rig_open(rig *r) {
+    lares_error err = {0};
+    memset(r, 0, sizeof *r);
+    CHECK_OK(gguf_open(fixture(MOE_FILE), NULL, &r->f, &err), &err);
+    if (r->f != NULL) {
+        CHECK_OK(model_load(r->f, &r->m, &err), &err);
+    }
+    if (r->m != NULL) {
+        CHECK_OK(ops_pool_create(1, &r->pool, &err), &err);
+        CHECK_OK(model_kv_create(r->m, 0, r->m->hp.n_layer, N_CTX, GGUF_TYPE_F32, &r->kv, &err),
+                 &err);
+        CHECK_OK(model_ctx_create(r->m, r->pool, 1, N_CTX, &r->cx, &err), &err);
+    }
+    if (r->cx == NULL) {
+        rig_close(r);
+        return false;
+    }
+    CHECK(r->m->hp.n_expert == 4 && r->m->hp.n_expert_used == 2 && r->m->hp.n_layer >= 2);
+    return true;
+}
+
+/* A streaming executor whose expert cache holds `slices` experts. */
+static exec_local *open_exec(rig *r, int guess, int32_t slices) {
+    uint64_t total = 0, least = 0;
+    lares_error err = {0};
+    exec_opts o = {.head = true, .expert_guess = guess};
+    CHECK_OK(exec_weight_needs(r->m, r->kv, &o, &total, &least, &err), &err);
+    o.weight_budget_bytes = least + (total - least) / 4;
+    exec_local *e = NULL;
+    CHECK_OK(exec_local_create(r->m, r->kv, r->cx, &o, &e, &err), &err);
+    if (e == NULL) {
+        return NULL;
+    }
+    exec_plan_info plan;
+    exec_local_plan(e, &plan);
+    CHECKF(plan.streaming && e->r.to_cache, "the executor does not stream (budget %llu)",
+           (unsigned long long)o.weight_budget_bytes);
+    CHECK(e->x.guess == (guess >= 0));
+    uint64_t slice = 0;
+    for (int32_t i = 0; i < r->m->hp.n_layer * e->x.n_expert; i++) {
+        slice = LARES_MAX(slice, e->x.slices[i].bytes);
+    }
+    exec_experts_set_capacity(e, (uint64_t)slices * slice, false);
+    return e;
+}
+
+static uint64_t lcg(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 33;
+}
+
+typedef struct fed {
+    uint64_t misses, hits, guesses, guess_hits;
+    bool within; /* the cache stayed within its capacity after every layer */
+} fed;
+
+/* Feeds N_TOKENS single-token passes: layer 0 picks a pair that moves by one
+ * expert a token; each later layer picks the previous layer's pair moved by
+ * two (linked) or a pair of its own at random (independent). */
+static fed feed(rig *r, int guess, bool linked) {
+    fed out = {.within = true};
+    exec_local *e = open_exec(r, guess, 6);
+    if (e == NULL) {
+        return out;
+    }
+    uint64_t seed = 7;
+    const int32_t ne = 4;
+    for (int32_t t = 0; t < N_TOKENS; t++) {
+        e->r.n_tok = 1;
+        int32_t pick[2] = {t % ne, (t + 1) % ne};
+        for (int32_t l = 0; l < r->m->hp.n_layer; l++) {
+            if (l > 0 && linked) {
+                pick[0] = (pick[0] + 2) % ne;
+                pick[1] = (pick[1] + 2) % ne;
+            } else if (l > 0) {
+                pick[0] = (int32_t)(lcg(&seed) % ne);
+                pick[1] = (pick[0] + 1 + (int32_t)(lcg(&seed) % (ne - 1))) % ne;
+            }
+            const int32_t sorted[2] = {LARES_MIN(pick[0], pick[1]), LARES_MAX(pick[0], pick[1])};
+            exec_routes_observe(e, l, sorted, 2);
+            out.within = out.within && e->x.cached <= e->x.capacity;
+        }
+    }
+    exec_counters c;
+    exec_local_counters(e, &c);
+    out.misses = c.expert_misses;
+    out.hits = c.expert_hits;
+    out.guesses = c.expert_guesses;
+    out.guess_hits = c.expert_guess_hits;
+    exec_local_free(e);
+    return out;
+}
+
+static void check_fed(rig *r) {
+    const fed off = feed(r, -1, true), on = feed(r, 1, true);
+    CHECK(off.within && on.within);
+    CHECK(off.guesses == 0 && off.guess_hits == 0);
+    CHECK(off.hits + off.misses == on.hits + on.misses);
+    CHECKF(on.guesses > N_TOKENS / 2 && on.guess_hits * 10 >= on.guesses * 9,
+           "linked layers: %llu guesses, %llu used", (unsigned long long)on.guesses,
+           (unsigned long long)on.guess_hits);
+    /* the first layer has no layer before it to guess from: about half the
+     * reads on demand stay */
+    CHECKF(on.misses * 10 < off.misses * 6, "linked layers: %llu misses guessing, %llu not",
+           (unsigned long long)on.misses, (unsigned long long)off.misses);
+
+    const fed roff = feed(r, -1, false), ron = feed(r, 1, false);
+    fprintf(stderr,
+            "test_expert_guess: linked layers: %llu reads on demand without guessing, %llu with "
+            "(%llu guesses, %llu used); independent: %llu and %llu (%llu guesses, %llu used)\n",
+            (unsigned long long)off.misses, (unsigned long long)on.misses,
+            (unsigned long long)on.guesses, (unsigned long long)on.guess_hits,
+            (unsigned long long)roff.misses, (unsigned long long)ron.misses,
+            (unsigned long long)ron.guesses, (unsigned long long)ron.guess_hits);
+    CHECK(roff.within && ron.within);
+    /* a wrong guess goes before anything a token used: the reads on demand
+     * stay about what they are without guessing */
+    CHECKF(ron.misses <= roff.misses + roff.misses / 20,
+           "independent layers: %llu misses guessing, %llu not (%llu guesses, %llu used)",
+           (unsigned long long)ron.misses, (unsigned long long)roff.misses,
+           (unsigned long long)ron.guesses, (unsigned long long)ron.guess_hits);
+}
+
+/* Real passes: the logits do not depend on guessing. */
+static void check_logits(rig *r) {
+    const int32_t n_vocab = r->m->hp.n_vocab, n_embd = r->m->hp.n_embd;
+    float *logits[2], *x = calloc((size_t)n_embd, sizeof(float));
+    uint64_t guesses[2] = {0, 0};
+    for (int g = 0; g < 2; g++) {
+        logits[g] = calloc((size_t)n_vocab, sizeof(float));
+        exec_local *e = open_exec(r, g ? 1 : -1, 5);
+        lares_error err = {0};
+        int32_t tok = 1;
+        for (int32_t p = 0; e != NULL && p < 40; p++) {
+            exec_local_begin_pass(e, true);
+            CHECK_OK(model_embed(r->m, &tok, 1, x, &err), &err);
+            CHECK_OK(exec_local_forward(e, 0, r->m->hp.n_layer, &p, 1, x, &err), &err);
+            CHECK_OK(exec_local_output(e, x, 1, logits[g], &err), &err);
+            int32_t best = 0;
+            for (int32_t i = 1; i < n_vocab; i++) {
+                best = logits[g][i] > logits[g][best] ? i : best;
+            }
+            tok = best;
+        }
+        if (e != NULL) {
+            exec_counters c;
+            exec_local_counters(e, &c);
+            guesses[g] = c.expert_guesses;
+            exec_local_free(e);
+        }
+    }
+    CHECK(memcmp(logits[0], logits[1], (size_t)n_vocab * sizeof(float)) == 0);
+    CHECK(guesses[0] == 0);
+    free(logits[0]);
+    free(logits[1]);
+    free(x);
+}
+
+int main(void) {
+    rig r;
+    if (rig_open(&r)) {
+        check_fed(&r);
+        check_logits(&r);
+        rig_close(&r);
+    }
+    return check_finish("expert_guess");
+}
