@@ -6,9 +6,11 @@
  * next layer's, the guesses read what the next router picks (most guesses
  * used, fewer reads while the token waits than without guessing); where the
  * layers choose independently, wrong guesses go first and do not cost the
- * cache its working set. The cache never holds more than its capacity. A
- * real forward pass gives the same logits, bit for bit, with and without
- * guessing (test_mem_stream runs every budget both ways too).
+ * cache its working set. The cache never holds more than its capacity, and
+ * each route call flags exactly the experts still being read. Real forward
+ * passes that compute those last give the logits of the weights in memory,
+ * bit for bit, with and without guessing (test_mem_stream runs every budget
+ * both ways too).
  */
 #include "check.h"
 #include "exec/exec_impl.h"
@@ -19,6 +21,7 @@
 #define MOE_FILE "derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf"
 #define N_CTX 64
 #define N_TOKENS 400
+#define N_BATCH 16
 
 typedef struct rig {
     gguf_file *f;
@@ -48,7 +51,7 @@ static bool rig_open(rig *r) {
         CHECK_OK(ops_pool_create(1, &r->pool, &err), &err);
         CHECK_OK(model_kv_create(r->m, 0, r->m->hp.n_layer, N_CTX, GGUF_TYPE_F32, &r->kv, &err),
                  &err);
-        CHECK_OK(model_ctx_create(r->m, r->pool, 1, N_CTX, &r->cx, &err), &err);
+        CHECK_OK(model_ctx_create(r->m, r->pool, N_BATCH, N_CTX, &r->cx, &err), &err);
     }
     if (r->cx == NULL) {
         rig_close(r);
@@ -90,14 +93,15 @@ static uint64_t lcg(uint64_t *s) {
 
 typedef struct fed {
     uint64_t misses, hits, guesses, guess_hits;
-    bool within; /* the cache stayed within its capacity after every layer */
+    bool within;   /* the cache stayed within its capacity after every layer */
+    bool ready_ok; /* every route call flagged exactly the experts not in memory */
 } fed;
 
 /* Feeds N_TOKENS single-token passes: layer 0 picks a pair that moves by one
  * expert a token; each later layer picks the previous layer's pair moved by
  * two (linked) or a pair of its own at random (independent). */
 static fed feed(rig *r, int guess, bool linked) {
-    fed out = {.within = true};
+    fed out = {.within = true, .ready_ok = true};
     exec_local *e = open_exec(r, guess, 6);
     if (e == NULL) {
         return out;
@@ -116,7 +120,20 @@ static fed feed(rig *r, int guess, bool linked) {
                 pick[1] = (pick[0] + 1 + (int32_t)(lcg(&seed) % (ne - 1))) % ne;
             }
             const int32_t sorted[2] = {LARES_MIN(pick[0], pick[1]), LARES_MAX(pick[0], pick[1])};
-            exec_routes_observe(e, l, sorted, 2);
+            /* not ready: what is not resident, or was read on a guess */
+            bool want[2], ready[2] = {true, true};
+            int32_t n_late = 0;
+            for (int k = 0; k < 2; k++) {
+                const size_t s = (size_t)l * (size_t)ne + (size_t)sorted[k];
+                want[k] = e->x.resident[s] && !(e->x.guessed != NULL && e->x.guessed[s]);
+                n_late += want[k] ? 0 : 1;
+            }
+            const int32_t late = exec_routes_observe(e, l, sorted, 2, ready);
+            out.ready_ok = out.ready_ok && late == n_late && ready[0] == want[0] &&
+                           ready[1] == want[1];
+            if (late > 0) {
+                exec_experts_wait(e, l);
+            }
             out.within = out.within && e->x.cached <= e->x.capacity;
         }
     }
@@ -132,7 +149,7 @@ static fed feed(rig *r, int guess, bool linked) {
 
 static void check_fed(rig *r) {
     const fed off = feed(r, -1, true), on = feed(r, 1, true);
-    CHECK(off.within && on.within);
+    CHECK(off.within && on.within && off.ready_ok && on.ready_ok);
     CHECK(off.guesses == 0 && off.guess_hits == 0);
     CHECK(off.hits + off.misses == on.hits + on.misses);
     CHECKF(on.guesses > N_TOKENS / 2 && on.guess_hits * 10 >= on.guesses * 9,
@@ -151,7 +168,7 @@ static void check_fed(rig *r) {
             (unsigned long long)on.guesses, (unsigned long long)on.guess_hits,
             (unsigned long long)roff.misses, (unsigned long long)ron.misses,
             (unsigned long long)ron.guesses, (unsigned long long)ron.guess_hits);
-    CHECK(roff.within && ron.within);
+    CHECK(roff.within && ron.within && roff.ready_ok && ron.ready_ok);
     /* a wrong guess goes before anything a token used: the reads on demand
      * stay about what they are without guessing */
     CHECKF(ron.misses <= roff.misses + roff.misses / 20,
@@ -160,38 +177,59 @@ static void check_fed(rig *r) {
            (unsigned long long)ron.guesses, (unsigned long long)ron.guess_hits);
 }
 
-/* Real passes: the logits do not depend on guessing. */
+/* Real passes, a prompt in one batch and then a token at a time: streamed
+ * (experts still being read computed last, guessing or not), the logits are
+ * those of the weights all in memory, bit for bit. */
 static void check_logits(rig *r) {
     const int32_t n_vocab = r->m->hp.n_vocab, n_embd = r->m->hp.n_embd;
-    float *logits[2], *x = calloc((size_t)n_embd, sizeof(float));
-    uint64_t guesses[2] = {0, 0};
-    for (int g = 0; g < 2; g++) {
+    float *logits[3], *x = calloc((size_t)N_BATCH * (size_t)n_embd, sizeof(float));
+    const int32_t prompt[N_BATCH - 4] = {1, 100, 200, 300, 400, 500, 600, 700, 800, 900, 50, 60};
+    const int32_t np = (int32_t)LARES_ARRAY_LEN(prompt);
+    int32_t pos[N_BATCH];
+    for (int32_t i = 0; i < N_BATCH; i++) {
+        pos[i] = i;
+    }
+    exec_counters c[3];
+    for (int g = 0; g < 3; g++) { /* in memory; streamed without guessing; with */
         logits[g] = calloc((size_t)n_vocab, sizeof(float));
-        exec_local *e = open_exec(r, g ? 1 : -1, 5);
+        exec_opts o = {.head = true};
+        exec_local *e = NULL;
         lares_error err = {0};
-        int32_t tok = 1;
-        for (int32_t p = 0; e != NULL && p < 40; p++) {
+        if (g == 0) {
+            CHECK_OK(exec_local_create(r->m, r->kv, r->cx, &o, &e, &err), &err);
+        } else {
+            e = open_exec(r, g == 1 ? -1 : 1, 5);
+        }
+        if (e == NULL) {
+            continue;
+        }
+        exec_local_begin_pass(e, true);
+        CHECK_OK(model_embed(r->m, prompt, np, x, &err), &err);
+        CHECK_OK(exec_local_forward(e, 0, r->m->hp.n_layer, pos, np, x, &err), &err);
+        CHECK_OK(exec_local_output(e, x + (size_t)(np - 1) * (size_t)n_embd, 1, logits[g], &err),
+                 &err);
+        for (int32_t p = np; p < N_CTX; p++) {
+            int32_t tok = 0;
+            for (int32_t i = 1; i < n_vocab; i++) {
+                tok = logits[g][i] > logits[g][tok] ? i : tok;
+            }
             exec_local_begin_pass(e, true);
             CHECK_OK(model_embed(r->m, &tok, 1, x, &err), &err);
             CHECK_OK(exec_local_forward(e, 0, r->m->hp.n_layer, &p, 1, x, &err), &err);
             CHECK_OK(exec_local_output(e, x, 1, logits[g], &err), &err);
-            int32_t best = 0;
-            for (int32_t i = 1; i < n_vocab; i++) {
-                best = logits[g][i] > logits[g][best] ? i : best;
-            }
-            tok = best;
         }
-        if (e != NULL) {
-            exec_counters c;
-            exec_local_counters(e, &c);
-            guesses[g] = c.expert_guesses;
-            exec_local_free(e);
-        }
+        exec_local_counters(e, &c[g]);
+        exec_local_free(e);
     }
-    CHECK(memcmp(logits[0], logits[1], (size_t)n_vocab * sizeof(float)) == 0);
-    CHECK(guesses[0] == 0);
-    free(logits[0]);
-    free(logits[1]);
+    for (int g = 1; g < 3; g++) {
+        CHECKF(memcmp(logits[0], logits[g], (size_t)n_vocab * sizeof(float)) == 0,
+               "streamed logits (guessing %s) differ from those in memory", g == 1 ? "off" : "on");
+        CHECKF(c[g].expert_misses > 0, "nothing was read while passes computed");
+    }
+    CHECK(c[0].expert_misses == 0 && c[1].expert_guesses == 0);
+    for (int g = 0; g < 3; g++) {
+        free(logits[g]);
+    }
     free(x);
 }
 

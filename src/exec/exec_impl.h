@@ -46,7 +46,10 @@ typedef struct exec_experts {
     float *heat;          /* owned: n_layer x n_expert, uses decayed to last_use */
     double half_life;     /* ticks in which a use's weight in heat halves */
     bool *resident;       /* owned: n_layer x n_expert */
-    int32_t *missing;     /* owned: n_expert, scratch of one route call */
+    int32_t *missing;     /* owned: n_expert, being read for the layer of the last route */
+    int32_t n_missing, n_late, late_layer; /* of missing: read on demand, and in all */
+    const int32_t *route; /* the last route call's experts (the pass's), for its guess */
+    int32_t n_route;
     uint64_t tick;
     uint64_t bytes;       /* every slice of the cycle's MoE layers */
     uint64_t layer_max;   /* the most one layer's experts take */
@@ -157,8 +160,12 @@ lares_status exec_plan_compute(const exec_local *e, uint64_t budget, bool *pinne
 /* experts.c: the expert slices of MoE layers and their cache */
 lares_status exec_experts_build(exec_local *e, lares_error *err);
 void exec_experts_free(exec_local *e);
-/* the router observer installed while streaming (model_route_fn) */
-void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, int32_t n);
+/* the router observer installed while streaming (model_route_fn): starts the
+ * reads of the missing experts and returns how many are still being read
+ * (their ready flags cleared); exec_experts_wait (model_wait_fn) waits for them */
+int32_t exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, int32_t n,
+                              bool *ready);
+void exec_experts_wait(void *user, int32_t layer);
 /* A new cache size (0: not streaming): releases least recently used slices
  * until the cache fits; `untracked` says slices may be resident without the
  * cache knowing (the weights fitted until now), so all are released. */
@@ -181,7 +188,8 @@ bool exec_guess_pays(const exec_local *e);
  * context; it measures choices and feeds the expert cache (r.to_cache) */
 lares_status exec_routes_build(exec_local *e, lares_error *err);
 void exec_routes_free(exec_local *e);
-void exec_routes_observe(void *user, int32_t layer, const int32_t *experts, int32_t n);
+int32_t exec_routes_observe(void *user, int32_t layer, const int32_t *experts, int32_t n,
+                            bool *ready);
 
 /* direct.c: direct reads of streamed units into owned buffers. open tries
  * to start them for the executor's file (false: the page cache serves, with

@@ -197,12 +197,13 @@ void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked)
     make_room(e, 0);
 }
 
-void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, int32_t n) {
+int32_t exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, int32_t n,
+                              bool *ready) {
     exec_local *e = user;
     exec_experts *x = &e->x;
     if (x->slices == NULL || layer < 0 || layer >= e->m->hp.n_layer ||
         e->unit_of_layer[layer] < 0) {
-        return;
+        return 0;
     }
     x->tick++;
     if (x->guess && e->r.prev != NULL) {
@@ -220,30 +221,52 @@ void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, in
         if (x->resident[s]) {
             x->hits++;
             if (x->guessed != NULL && x->guessed[s]) {
-                /* read on a guess: wait below for what has not arrived */
+                /* read on a guess: what has not arrived is waited for */
                 x->guessed[s] = false;
                 x->guess_hits++;
                 x->missing[x->n_expert - 1 - n_guessed++] = experts[i];
+                ready[i] = false;
             }
         } else {
             x->missing[n_missing++] = experts[i];
             need += x->slices[s].bytes;
+            ready[i] = false;
         }
     }
     if (n_missing > 0) {
         x->misses += (uint64_t)n_missing;
         make_room(e, need);
     }
-    const uint64_t t0 = lares_now_ns();
-    /* every read in flight before the first wait */
+    /* every read in flight before the pass computes the ready experts */
     for (int32_t i = 0; i < n_missing; i++) {
-        mem_prefetch_async(&e->mf, &x->slices[slot(e, layer, x->missing[i])]);
+        const size_t s = slot(e, layer, x->missing[i]);
+        mem_prefetch_async(&e->mf, &x->slices[s]);
+        x->resident[s] = true;
+        x->cached += x->slices[s].bytes;
     }
-    for (int32_t i = 0; i < n_missing + n_guessed; i++) {
-        const bool guessed = i >= n_missing;
-        const int32_t ex =
-            guessed ? x->missing[x->n_expert - 1 - (i - n_missing)] : x->missing[i];
-        const size_t s = slot(e, layer, ex);
+    for (int32_t i = 0; i < n_guessed; i++) { /* the guessed ones follow the misses */
+        x->missing[n_missing + i] = x->missing[x->n_expert - 1 - i];
+    }
+    x->n_missing = n_missing;
+    x->n_late = n_missing + n_guessed;
+    x->late_layer = layer;
+    x->route = experts;
+    x->n_route = n;
+    if (x->n_late == 0 && x->guess && e->r.prev != NULL) {
+        guess_ahead(e, layer, experts, n);
+    }
+    return x->n_late;
+}
+
+void exec_experts_wait(void *user, int32_t layer) {
+    exec_local *e = user;
+    exec_experts *x = &e->x;
+    if (x->n_late == 0 || x->late_layer != layer) {
+        return;
+    }
+    const uint64_t t0 = lares_now_ns();
+    for (int32_t i = 0; i < x->n_late; i++) {
+        const size_t s = slot(e, layer, x->missing[i]);
         mem_io io = {0};
         lares_error err = {0};
         /* exactly the slice: read-ahead around a fault would read other experts */
@@ -251,16 +274,13 @@ void exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, in
             LARES_OK) {
             lares_log(LARES_LOG_WARN, "exec: expert prefetch failed: %s", err.msg);
         }
-        if (!guessed) { /* a guess's bytes were counted when it was read */
+        if (i < x->n_missing) { /* a guess's bytes were counted when it was read */
             x->read_bytes += io.bytes;
-            x->resident[s] = true;
-            x->cached += x->slices[s].bytes;
         }
     }
-    if (n_missing + n_guessed > 0) {
-        x->wait_ns += lares_now_ns() - t0;
-    }
+    x->wait_ns += lares_now_ns() - t0;
+    x->n_late = 0;
     if (x->guess && e->r.prev != NULL) {
-        guess_ahead(e, layer, experts, n);
+        guess_ahead(e, layer, x->route, x->n_route);
     }
 }

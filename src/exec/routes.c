@@ -4,7 +4,8 @@
  * chose (the overlap an expert cache lives on), and how often each expert is
  * chosen (its popularity). Only single-token passes count, the ones of
  * generation, where consecutive passes are consecutive tokens. The observer
- * also hands the choice to the expert cache while the weights stream.
+ * also hands the choice to the expert cache while the weights stream (which
+ * says which experts are still being read: exec_experts_wait waits for them).
  */
 #include "exec/exec_impl.h"
 
@@ -21,14 +22,14 @@ lares_status exec_routes_build(exec_local *e, lares_error *err) {
     if (r->prev == NULL || r->prev_ok == NULL || r->counts == NULL) {
         return lares_fail(err, LARES_ENOMEM, "exec: out of memory for %zu route counters", n);
     }
-    model_ctx_on_route(e->cx, exec_routes_observe, e);
+    model_ctx_on_route(e->cx, exec_routes_observe, exec_experts_wait, e);
     return LARES_OK;
 }
 
 void exec_routes_free(exec_local *e) {
     exec_routes *r = &e->r;
     if (e->cx != NULL && e->cx->route_user == e) {
-        model_ctx_on_route(e->cx, NULL, NULL);
+        model_ctx_on_route(e->cx, NULL, NULL, NULL);
     }
     lares_free(r->prev);
     lares_free(r->prev_ok);
@@ -36,7 +37,8 @@ void exec_routes_free(exec_local *e) {
     memset(r, 0, sizeof *r);
 }
 
-void exec_routes_observe(void *user, int32_t layer, const int32_t *experts, int32_t n) {
+int32_t exec_routes_observe(void *user, int32_t layer, const int32_t *experts, int32_t n,
+                            bool *ready) {
     exec_local *e = user;
     exec_routes *r = &e->r;
     const int32_t ne = e->m->hp.n_expert;
@@ -63,9 +65,7 @@ void exec_routes_observe(void *user, int32_t layer, const int32_t *experts, int3
         }
         r->prev_ok[layer] = r->n_tok == 1; /* after a batch: which token's choice is unknown */
     }
-    if (r->to_cache) {
-        exec_experts_on_route(e, layer, experts, n);
-    }
+    return r->to_cache ? exec_experts_on_route(e, layer, experts, n, ready) : 0;
 }
 
 void exec_local_route_counts(exec_local *e, uint64_t *out) {

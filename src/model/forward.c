@@ -160,7 +160,7 @@ lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, i
     const size_t ku = (size_t)(hp->n_expert > 0 ? hp->n_expert_used : 0);
     const size_t fe = (size_t)hp->n_ff_exp;
     /* element counts of each buffer (floats, or 32-bit ids), each cut at a cache line */
-    enum { N_BUF = 22 };
+    enum { N_BUF = 23 };
     const size_t counts[N_BUF] = {
         nb * (size_t)hp->n_embd,
         nb * qd,
@@ -183,6 +183,7 @@ lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, i
         nb * ku * (size_t)hp->n_embd,
         (size_t)hp->n_layer * (size_t)hp->n_expert,
         (size_t)(hp->n_expert > 0 ? hp->n_expert + 1 : 0),
+        (size_t)hp->n_expert,
         (size_t)hp->n_expert,
         (size_t)hp->n_expert,
     };
@@ -225,6 +226,7 @@ lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, i
     cx->exp_cnt = AT(19);
     cx->exp_used = AT(20);
     cx->exp_start = AT(21);
+    cx->exp_ready = AT(22);
 #undef AT
     cx->act = p + act_off;
     cx->act2 = p + act_off + cx->act_bytes;
@@ -235,8 +237,9 @@ lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, i
     return LARES_OK;
 }
 
-void model_ctx_on_route(model_ctx *cx, model_route_fn fn, void *user) {
+void model_ctx_on_route(model_ctx *cx, model_route_fn fn, model_wait_fn wait, void *user) {
     cx->on_route = fn;
+    cx->on_wait = wait;
     cx->route_user = user;
 }
 
@@ -563,17 +566,17 @@ static bool experts_take_panels(const model_ctx *cx, const ops_matrix *w, int32_
  * formats are sliced by rows; panels (ops_act_group_panels) by each expert's panels. */
 static void experts_matmul(model_ctx *cx, int n_sets, ops_matrix *const sets[2],
                            const ops_act *const a[2], float *const out[2], int64_t out_w,
-                           const int32_t *used, const int32_t *start, int32_t n_used,
-                           int32_t rows) {
+                           const int32_t *used, const int32_t *start, int32_t u0, int32_t u1,
+                           int32_t n_used, int32_t rows) {
     const ops_matrix *ws[OPS_MATMUL_MAX];
     const ops_act *as[OPS_MATMUL_MAX];
     float *ys[OPS_MATMUL_MAX];
     ops_act views[OPS_MATMUL_MAX];
     int n = 0;
     size_t panel = 0; /* the first panel of expert u */
-    for (int32_t u = 0; u < n_used; u++) {
+    for (int32_t u = 0; u < u1; u++) {
         const int32_t r0 = start[u], r1 = u + 1 < n_used ? start[u + 1] : rows;
-        for (int k = 0; k < n_sets; k++) {
+        for (int k = 0; k < n_sets && u >= u0; k++) {
             views[n] = *a[k];
             if (a[k]->type == OPS_ACT_PANELS) {
                 views[n].data = (const uint8_t *)a[k]->data +
@@ -587,7 +590,7 @@ static void experts_matmul(model_ctx *cx, int n_sets, ops_matrix *const sets[2],
             ys[n] = out[k] + (size_t)r0 * (size_t)out_w;
             n++;
         }
-        if (n + n_sets > OPS_MATMUL_MAX || u + 1 == n_used) {
+        if (n > 0 && (n + n_sets > OPS_MATMUL_MAX || u + 1 == u1)) {
             ops_matmul(cx->pool, n, ws, as, ys);
             n = 0;
         }
@@ -625,16 +628,41 @@ static void experts(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     for (int32_t x = 0; x < ne; x++) {
         const int32_t c = cnt[x + 1];
         if (c > 0) {
-            start[n_used] = cnt[x];
+            start[n_used] = c; /* the count for now, the first row below */
             used[n_used++] = x;
         }
-        cnt[x + 1] += cnt[x];
         if (cx->route_counts != NULL) {
             cx->route_counts[(size_t)il * (size_t)ne + (size_t)x] += (uint32_t)c;
         }
     }
+    /* experts still being read go last: the others compute meanwhile */
+    int32_t n_ready = n_used;
     if (cx->on_route != NULL) {
-        cx->on_route(cx->route_user, il, used, n_used);
+        bool *ready = cx->exp_ready;
+        for (int32_t u = 0; u < n_used; u++) {
+            ready[u] = true;
+        }
+        const int32_t late = cx->on_route(cx->route_user, il, used, n_used, ready);
+        if (late > 0) {
+            n_ready = 0;
+            for (int32_t u = 0; u < n_used; u++) { /* stable: ready first */
+                if (ready[u]) {
+                    const int32_t x = used[u], c = start[u];
+                    memmove(used + n_ready + 1, used + n_ready,
+                            (size_t)(u - n_ready) * sizeof *used);
+                    memmove(start + n_ready + 1, start + n_ready,
+                            (size_t)(u - n_ready) * sizeof *start);
+                    used[n_ready] = x;
+                    start[n_ready++] = c;
+                }
+            }
+        }
+    }
+    for (int32_t u = 0, row = 0; u < n_used; u++) { /* rows of expert used[u] from start[u] */
+        const int32_t c = start[u];
+        start[u] = row;
+        cnt[used[u]] = row;
+        row += c;
     }
     int32_t *row_of = cx->order; /* (token, slot) -> grouped row */
     for (int32_t i = 0; i < rows; i++) {
@@ -661,7 +689,12 @@ static void experts(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     ops_matrix *const gu_sets[2] = {exp_gate, exp_up};
     const ops_act *const gu_acts[2] = {&ag, &au};
     float *const gu_out[2] = {cx->hg, cx->hu};
-    experts_matmul(cx, 2, gu_sets, gu_acts, gu_out, fe, used, start, n_used, rows);
+    experts_matmul(cx, 2, gu_sets, gu_acts, gu_out, fe, used, start, 0, n_ready, n_used, rows);
+    if (n_ready < n_used) {
+        cx->on_wait(cx->route_user, il);
+        experts_matmul(cx, 2, gu_sets, gu_acts, gu_out, fe, used, start, n_ready, n_used, n_used,
+                       rows);
+    }
     swiglu(cx, cx->hg, cx->hu, (int64_t)rows * fe);
     ops_act ad;
     if (experts_take_panels(cx, &exp_down[0], rows, n_used)) {
@@ -672,7 +705,7 @@ static void experts(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     ops_matrix *const d_sets[2] = {exp_down, NULL};
     const ops_act *const d_acts[2] = {&ad, NULL};
     float *const d_out[2] = {cx->og, NULL};
-    experts_matmul(cx, 1, d_sets, d_acts, d_out, e, used, start, n_used, rows);
+    experts_matmul(cx, 1, d_sets, d_acts, d_out, e, used, start, 0, n_used, n_used, rows);
     scatter_task st = {.hp = hp, .cx = cx, .row_of = row_of, .n_tok = n_tok};
     run_rows(cx->pool, scatter_rows, &st, (int64_t)n_tok * k * e);
 }

@@ -82,9 +82,15 @@ void model_kv_rows(model_kv *kv, int32_t layer, int32_t pos0, int32_t n, bool pu
  * Called on the thread running the forward pass after a MoE layer's router
  * chose its experts for the tokens of this pass and before any expert weight
  * is read: `experts` lists the distinct experts in use (ascending), so the
- * memory manager can prefetch exactly their slices. */
-typedef void (*model_route_fn)(void *user, int32_t layer, const int32_t *experts,
-                               int32_t n_experts);
+ * memory manager can prefetch exactly their slices. It may start reads and
+ * return how many of the experts are still being read, clearing their
+ * `ready` flags (all true on entry); the pass then computes the ready
+ * experts' first products while those reads proceed, and calls the wait
+ * function of the observer before it touches the others. */
+typedef int32_t (*model_route_fn)(void *user, int32_t layer, const int32_t *experts,
+                                  int32_t n_experts, bool *ready);
+/* Returns when every expert the last route call left not ready is in memory. */
+typedef void (*model_wait_fn)(void *user, int32_t layer);
 
 /* ---- per-session working memory ---- */
 
@@ -112,14 +118,16 @@ typedef struct model_ctx {
     void *act2;          /* second activation buffer, act_bytes */
     uint32_t *route_counts; /* n_layer x n_expert: times each expert was chosen */
     int32_t *exp_cnt, *exp_used, *exp_start; /* n_expert (+1): grouping by expert */
+    bool *exp_ready;         /* n_expert: of exp_used, in memory now */
     model_route_fn on_route; /* may be NULL */
+    model_wait_fn on_wait;   /* set with on_route */
     void *route_user;
     void *mem;           /* owned: everything above */
     size_t bytes;
 } model_ctx;
 
-/* Sets the router observer of a context (NULL to remove). */
-void model_ctx_on_route(model_ctx *cx, model_route_fn fn, void *user);
+/* Sets the router observer of a context and its wait (NULL to remove). */
+void model_ctx_on_route(model_ctx *cx, model_route_fn fn, model_wait_fn wait, void *user);
 
 lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, int32_t n_ctx,
                               model_ctx **out, lares_error *err);
