@@ -5,6 +5,7 @@
                           [--reps 3] [--threads 2] [--long 1536]
                           [--engine lares|llama-server] [--ctx 512]
                           [--limit 3.0G] [--no-ttft] [--lookup N] [--prompt P]
+                          [--temperature T]
 
 --engine llama-server runs the reference engine's server instead (the first
 argument is then its llama-server binary, started with `-np S -c CTX*S`, its
@@ -34,6 +35,9 @@ and the median over the reps.
 Then the first-token latency of a short request (streamed, 1 token) on a
 server with --parallel 2: idle (median of --reps), and while another request's
 prompt of --long tokens is being read (the short one sent 0.3 s after it).
+
+--temperature T samples at T (default 0: greedy), with the API's other
+sampling fields left out (an OpenAI client's defaults: no top-k, top-p 1).
 
 Prints one JSON object; exits 1 when a reply is malformed or the server fails.
 """
@@ -139,10 +143,13 @@ def start(lares, model, parallel, threads, ctx, engine="lares", limit=None, look
     sys.exit("serve_parallel: the server did not start: " + "".join(log))
 
 
+TEMPERATURE = 0.0  # --temperature
+
+
 def stream(port, prompt, max_tokens, out):
     """One streamed completion; out gets (t_sent, t_first, t_end, tokens)."""
     body = json.dumps({"model": "lares", "prompt": prompt, "max_tokens": max_tokens,
-                       "stream": True, "temperature": 0})
+                       "stream": True, "temperature": TEMPERATURE})
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     t_sent = time.time()
     c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
@@ -243,14 +250,17 @@ def main():
     ap.add_argument("--launcher", help="start lares through this program (a testbed device)")
     ap.add_argument("--extra", default="",
                     help="more server arguments (lares: --ring ..., --draft D; llama-server: -md D)")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="sample at this temperature (default 0: greedy)")
     ap.add_argument("--prompt", default=PROMPT,
                     help="the streams' prompts, {rep} and {i} filled in (default: %(default)s)")
     a = ap.parse_args()
     globals()["PROMPT"] = a.prompt
+    globals()["TEMPERATURE"] = a.temperature
     if a.limit and a.engine != "lares":
         sys.exit("serve_parallel: --limit is for lares (bench/mem_stream.sh runs the reference)")
     result = {"engine": a.engine, "model": a.model, "tokens": a.tokens, "threads": a.threads,
-              "limit": a.limit, "lookup": a.lookup, "streams": {}}
+              "limit": a.limit, "lookup": a.lookup, "temperature": a.temperature, "streams": {}}
     try:
         run(a, result)
     finally:

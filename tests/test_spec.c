@@ -223,6 +223,68 @@ static void test_sampler_probs(void) {
 #undef V
 }
 
+/* A vocabulary large enough for the sampler's radix sort (no top-k): the
+ * kept set is a prefix of "most likely first, lowest id first on ties", so
+ * a top-p that ends inside a group of equal logits keeps its lowest ids,
+ * whatever their sign of zero, and every forbidden (-inf) token stays out. */
+static void test_sampler_order(void) {
+    enum { VOCAB = 5000, TIED = 100, KEEP = 37 };
+    float *lg = malloc(VOCAB * sizeof *lg), *probs = malloc(VOCAB * sizeof *probs);
+    int32_t tied[TIED];
+    uint64_t seed = 12345;
+    for (int32_t i = 0; i < VOCAB; i++) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        lg[i] = -30.0f - (float)(seed >> 40) / (float)(1 << 24) * 10.0f; /* far below */
+        if (i % 7 == 3) {
+            lg[i] = -INFINITY;
+        }
+    }
+    for (int32_t t = 0; t < TIED; t++) { /* spread over the ids, signs of zero mixed */
+        tied[t] = (int32_t)((t * 2654435761u) % VOCAB);
+        for (int32_t u = 0; u < t; u++) {
+            if (tied[u] == tied[t]) {
+                tied[t] = (tied[t] + 1) % VOCAB;
+                u = -1;
+            }
+        }
+        lg[tied[t]] = t % 2 ? -0.0f : 0.0f;
+    }
+    lares_sampler_opts o = lares_sampler_opts_default();
+    o.temperature = 1.0f;
+    o.top_k = 0;
+    o.min_p = 0.0f;
+    o.repeat_penalty = 1.0f;
+    /* the tied tokens hold nearly all the mass, each 1 / TIED of it */
+    o.top_p = ((float)KEEP - 0.5f) / TIED;
+    text_sampler *smp = NULL;
+    lares_error err = {0};
+    CHECK_OK(text_sampler_create(&o, VOCAB, &smp, &err), &err);
+    if (smp != NULL) {
+        text_sampler_probs(smp, lg, NULL, 0, probs);
+        int32_t sorted[TIED];
+        memcpy(sorted, tied, sizeof sorted);
+        for (int32_t a = 1; a < TIED; a++) { /* insertion sort of the ids */
+            for (int32_t b = a; b > 0 && sorted[b - 1] > sorted[b]; b--) {
+                const int32_t t = sorted[b];
+                sorted[b] = sorted[b - 1];
+                sorted[b - 1] = t;
+            }
+        }
+        int32_t kept = 0, wrong = 0;
+        for (int32_t i = 0; i < VOCAB; i++) {
+            kept += probs[i] > 0;
+        }
+        for (int32_t t = 0; t < TIED; t++) {
+            wrong += (probs[sorted[t]] > 0) != (t < KEEP);
+        }
+        CHECKF(kept == KEEP && wrong == 0, "top-p kept %d tokens, %d of the tied ones wrongly",
+               kept, wrong);
+        text_sampler_free(smp);
+    }
+    free(lg);
+    free(probs);
+}
+
 /* ---- a real target and draft ---- */
 
 /* on_logits: the first token is forced (so the second, the one a draft
@@ -548,6 +610,7 @@ int main(void) {
     test_draft_pace();
     test_accept_edges();
     test_sampler_probs();
+    test_sampler_order();
     test_draft_distribution();
     test_draft_session();
     return check_finish("test_spec");
