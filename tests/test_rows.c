@@ -112,6 +112,12 @@ static bool random_blocks(uint32_t type, uint8_t *w, int64_t n) {
     case GGUF_TYPE_Q6_K:
         bb = sizeof(block_q6_K), n_f16 = 1, f16_at[0] = offsetof(block_q6_K, d);
         break;
+    case GGUF_TYPE_IQ4_NL:
+        bb = sizeof(block_iq4_nl), n_f16 = 1, f16_at[0] = offsetof(block_iq4_nl, d);
+        break;
+    case GGUF_TYPE_IQ4_XS:
+        bb = sizeof(block_iq4_xs), n_f16 = 1, f16_at[0] = offsetof(block_iq4_xs, d);
+        break;
     default:
         return false;
     }

@@ -34,6 +34,7 @@
  * one float (d) per block of the last k % 256.
  */
 #include "quant/kernels.h"
+#include "quant/kquant_impl.h"
 #include "quant/q8_avx2.h"
 
 #include <immintrin.h>
@@ -218,6 +219,65 @@ FORCE_INLINE void eight_q8_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i
     *base = _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(b, v[3]));
 }
 
+/* The IQ4 codebook (kq_iq4nl_values) in every 128-bit lane, for VPSHUFB */
+FORCE_INLINE __m512i iq4_codebook(void) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)kq_iq4nl_values));
+}
+
+/* Eight blocks of IQ4 indices, bb bytes apart (qs byte j: element j in the
+ * low nibble, j + 16 in the high, as Q4_0), as the codebook's values in the
+ * four vectors of the layout, and the rows' starting sums -128 * sum(w) */
+FORCE_INLINE void eight_iq4(const uint8_t *qs, size_t bb, __m512i v[4], __m512i *base) {
+    const __m512i t = load_quarters(qs, bb);
+    const __m512i u = load_quarters(qs + 4 * bb, bb);
+    const __m512i lo = _mm512_unpacklo_epi64(t, u), hi = _mm512_unpackhi_epi64(t, u);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), book = iq4_codebook();
+    v[0] = _mm512_shuffle_epi8(book, _mm512_and_si512(lo, m4));
+    v[1] = _mm512_shuffle_epi8(book, _mm512_and_si512(hi, m4));
+    v[2] = _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4));
+    v[3] = _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4));
+    __m512i b = minus_128_sum(_mm512_setzero_si512(), v[0]);
+    b = minus_128_sum(b, v[1]);
+    b = minus_128_sum(b, v[2]);
+    *base = _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(b, v[3]));
+}
+
+/* Eight IQ4_NL blocks: Q4_0's layout (an fp16 scale, then 16 bytes of
+ * indices), so Q4_0's scales too */
+FORCE_INLINE void eight_iq4_nl(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i *base) {
+    eight_iq4(p + offsetof(block_iq4_nl, qs), sizeof(block_iq4_nl), v, base);
+    *dw = scale_eight_q4_0(p);
+}
+
+/* An IQ4_XS super-block: sub-block b's indices are bytes 16b.. of qs, its
+ * scale d * (ls_b - 32) with ls_b's low 4 bits nibble b of scales_l and its
+ * high 2 bits bits 2b, 2b + 1 of scales_h; each lane takes its block's */
+FORCE_INLINE void super_iq4_xs(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i *base) {
+    const block_iq4_xs *b = (const block_iq4_xs *)(const void *)p;
+    eight_iq4(b->qs, 16, v, base);
+    uint32_t sl;
+    memcpy(&sl, b->scales_l, sizeof sl);
+    const __m512i lo_at = _mm512_setr_epi32(0, 0, 16, 16, 4, 4, 20, 20, 8, 8, 24, 24, 12, 12, 28, 28);
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)sl), lo_at),
+                                        _mm512_set1_epi32(0x0f));
+    const __m512i hi = _mm512_and_si512(
+        _mm512_srlv_epi32(_mm512_set1_epi32((int)b->scales_h), _mm512_srli_epi32(lo_at, 1)),
+        _mm512_set1_epi32(3));
+    const __m512i ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)),
+                                        _mm512_set1_epi32(32));
+    *dw = _mm512_mul_ps(_mm512_cvtepi32_ps(ls), _mm512_set1_ps(_cvtsh_ss(b->d)));
+}
+
+/* the 64 codes of blocks b and b + 1 of an IQ4_NL row, in element order */
+FORCE_INLINE __m512i pair_iq4_nl(const block_iq4_nl *b) {
+    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs));
+    const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].qs));
+    const __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+    const __m512i u = _mm512_and_si512(
+        _mm512_srlv_epi64(t, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
+    return _mm512_shuffle_epi8(iq4_codebook(), u);
+}
+
 /* the 64 codes of blocks b and b + 1 of a Q4_0 row, signed, in element order */
 FORCE_INLINE __m512i pair_q4_0(const block_q4_0 *b) {
     const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs));
@@ -255,19 +315,27 @@ FORCE_INLINE void prefetch_ahead(const uint8_t *p, size_t n) {
     quant_prefetch(p + ROWS_PREFETCH_BYTES, n);
 }
 
-enum rows_type { R_Q4_0, R_Q8_0, R_Q4_K, R_Q5_K, R_Q6_K };
+enum rows_type { R_Q4_0, R_Q8_0, R_IQ4_NL, R_IQ4_XS, R_Q4_K, R_Q5_K, R_Q6_K };
 
+/* bytes per 32 elements (IQ4_XS: a 136-byte super-block of 256) */
 FORCE_INLINE size_t block_bytes(enum rows_type t) {
-    return t == R_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    return t == R_Q4_0 ? sizeof(block_q4_0)
+           : t == R_IQ4_NL ? sizeof(block_iq4_nl)
+           : t == R_IQ4_XS ? sizeof(block_iq4_xs) / 8
+                           : sizeof(block_q8_0);
 }
 
-/* Eight blocks of type t at p decoded (eight_q4_0, eight_q8_0), the row
- * asked for ahead of them */
+/* Eight blocks of type t at p decoded (eight_q4_0, eight_q8_0, eight_iq4_nl,
+ * super_iq4_xs), the row asked for ahead of them */
 FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m512i v[4], __m512 *dw,
                                __m512i *base) {
     prefetch_ahead(p, 8 * block_bytes(t));
     if (t == R_Q4_0) {
         eight_q4_0(p, v, dw, base);
+    } else if (t == R_IQ4_NL) {
+        eight_iq4_nl(p, v, dw, base);
+    } else if (t == R_IQ4_XS) {
+        super_iq4_xs(p, v, dw, base);
     } else {
         eight_q8_0(p, v, dw, base);
     }
@@ -323,7 +391,11 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
             const block_q4_0 *b = (const block_q4_0 *)(const void *)p;
             wc = pair_q4_0(b);
             dw = scale_pair(b[0].d, b[1].d);
-        } else {
+        } else if (t == R_IQ4_NL) {
+            const block_iq4_nl *b = (const block_iq4_nl *)(const void *)p;
+            wc = pair_iq4_nl(b);
+            dw = scale_pair(b[0].d, b[1].d);
+        } else { /* Q8_0 (IQ4_XS rows are whole 256s) */
             const block_q8_0 *b = (const block_q8_0 *)(const void *)p;
             wc = pair_q8_0(b);
             dw = scale_pair(b[0].d, b[1].d);
@@ -548,7 +620,7 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
 FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
                                const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
                                float *restrict y, size_t ldy) {
-    if (t == R_Q4_0 || t == R_Q8_0) {
+    if (t == R_Q4_0 || t == R_Q8_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
         row_dots(t, NC, k, w, act, ab, y, ldy);
     } else {
         row_dots_k(t, NC, k, w, act, ab, y, ldy);
@@ -560,6 +632,8 @@ FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
 
 ROWS_DEFINE(rows_q4_0_avx512, R_Q4_0)
 ROWS_DEFINE(rows_q8_0_avx512, R_Q8_0)
+ROWS_DEFINE(rows_iq4_nl_avx512, R_IQ4_NL)
+ROWS_DEFINE(rows_iq4_xs_avx512, R_IQ4_XS)
 ROWS_DEFINE(rows_q4_K_avx512, R_Q4_K)
 ROWS_DEFINE(rows_q5_K_avx512, R_Q5_K)
 ROWS_DEFINE(rows_q6_K_avx512, R_Q6_K)
@@ -567,10 +641,13 @@ ROWS_DEFINE(rows_q6_K_avx512, R_Q6_K)
 void quant_install_rows_avx512(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avx512;
     t[GGUF_TYPE_Q8_0].rows = rows_q8_0_avx512;
+    t[GGUF_TYPE_IQ4_NL].rows = rows_iq4_nl_avx512;
+    t[GGUF_TYPE_IQ4_XS].rows = rows_iq4_xs_avx512;
     t[GGUF_TYPE_Q4_K].rows = rows_q4_K_avx512;
     t[GGUF_TYPE_Q5_K].rows = rows_q5_K_avx512;
     t[GGUF_TYPE_Q6_K].rows = rows_q6_K_avx512;
-    const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
+    const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q8_0, GGUF_TYPE_IQ4_NL,
+                              GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
                               GGUF_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         t[types[i]].rows_fmt = &rows_fmt;

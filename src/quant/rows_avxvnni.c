@@ -1,7 +1,7 @@
 /*
  * The few-row product (quant.h: quant_rows_fmt) at 256 bits with AVX-VNNI's
- * VPDPBUSD (Intel 12th generation on, AMD Zen 4/5), Q4_0, Q8_0, Q4_K, Q5_K
- * and Q6_K.
+ * VPDPBUSD (Intel 12th generation on, AMD Zen 4/5), Q4_0, Q8_0, IQ4_NL,
+ * IQ4_XS, Q4_K, Q5_K and Q6_K.
  *
  * As in rows_avx512.c (whose comment explains the +128 and the -128 * sum(w)
  * base), a weight row is walked 256 elements (eight blocks of 32) at a time,
@@ -13,6 +13,9 @@
  * that order once for all rows (4 x 4 transposes of 32-bit words). A row's
  * last k % 256 elements go a block at a time, its eight lanes all of that
  * block. AVX2 alone walks Q4_0 the same way with int16 sums (rows_avx2.c).
+ * The IQ4 types decode as Q4_0 with the codebook (VPSHUFB) in place of the
+ * -8, so their values are signed like Q8_0's and take its base; an IQ4_XS
+ * super-block is eight such blocks of indices with a scale each.
 
 A K-quant super-block is one such chunk (rows_kquant_x86.h decodes it as
 rows_avx2.c does). Its codes (0..63 at most) are VPDPBUSD's signed operand
@@ -31,6 +34,7 @@ scale.
  * alternating builds, medians (t/s): 1 KiB 21.5, 2 KiB 25.1, 4 KiB 27.6,
  * 6 KiB 28.8, 8 KiB 27.3, the row tiles 27.7; without it 16.5 */
 #define ROWS_PREFETCH_BYTES 4096
+#include "quant/kquant_impl.h"
 #include "quant/rows_kquant_x86.h"
 
 /* ---- activations: the codes plus 128, the block sums (rows_x86.h) ---- */
@@ -53,10 +57,59 @@ FORCE_INLINE __m256i dot4(__m256i acc, __m256i a, __m256i w) {
     return _mm256_dpbusd_avx_epi32(acc, a, w);
 }
 
-enum rows_type { R_Q4_0, R_Q8_0, R_Q4_K, R_Q5_K, R_Q6_K };
+enum rows_type { R_Q4_0, R_Q8_0, R_IQ4_NL, R_IQ4_XS, R_Q4_K, R_Q5_K, R_Q6_K };
+
+/* bytes per 32 elements (IQ4_XS: a 136-byte super-block of 256) */
+FORCE_INLINE size_t block_bytes(enum rows_type t) {
+    return t == R_Q4_0 ? sizeof(block_q4_0)
+           : t == R_IQ4_NL ? sizeof(block_iq4_nl)
+           : t == R_IQ4_XS ? sizeof(block_iq4_xs) / 8
+                           : sizeof(block_q8_0);
+}
+
+/* The IQ4 codebook (kq_iq4nl_values) in both 128-bit lanes, for VPSHUFB */
+FORCE_INLINE __m256i iq4_codebook(void) {
+    return _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)kq_iq4nl_values));
+}
+
+/* Eight blocks of IQ4 indices bb bytes apart (qs byte i: element i low,
+ * i + 16 high) as the codebook's values in the eight vectors */
+FORCE_INLINE void eight_iq4(const uint8_t *qs, size_t bb, __m256i v[8]) {
+    __m256i w[4];
+    transpose8x4(qs, bb, w);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), book = iq4_codebook();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_shuffle_epi8(book, _mm256_and_si256(w[j], m4));
+        v[j + 4] = _mm256_shuffle_epi8(book, _mm256_and_si256(_mm256_srli_epi16(w[j], 4), m4));
+    }
+}
 
 /* Eight blocks as the eight vectors of the layout, and their scales */
 FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8], __m256 *dw) {
+    if (t == R_IQ4_NL) {
+        eight_iq4(p + offsetof(block_iq4_nl, qs), sizeof(block_iq4_nl), v);
+        *dw = scales8(p, sizeof(block_iq4_nl));
+        return;
+    }
+    if (t == R_IQ4_XS) { /* lane b: d * (ls_b - 32), ls_b's low 4 bits nibble b of
+                            scales_l, its high 2 bits 2b, 2b + 1 of scales_h */
+        const block_iq4_xs *b = (const block_iq4_xs *)(const void *)p;
+        eight_iq4(b->qs, 16, v);
+        uint32_t sl;
+        memcpy(&sl, b->scales_l, sizeof sl);
+        const __m256i at = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+        const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), at),
+                                            _mm256_set1_epi32(0x0f));
+        const __m256i hi = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32((int)b->scales_h), _mm256_srli_epi32(at, 1)),
+            _mm256_set1_epi32(3));
+        const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
+                                            _mm256_set1_epi32(32));
+        *dw = _mm256_mul_ps(_mm256_cvtepi32_ps(ls), _mm256_set1_ps(_cvtsh_ss(b->d)));
+        return;
+    }
     if (t == R_Q4_0) {
         const size_t bb = sizeof(block_q4_0);
         __m256i w[4];
@@ -78,7 +131,7 @@ FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8],
 
 FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                            const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
-    const size_t bb = t == R_Q4_0 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    const size_t bb = block_bytes(t);
     const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
     const float *dact = (const float *)(const void *)(act + k);
     const __m256i k128 = _mm256_set1_epi8((char)0x80);
@@ -167,7 +220,11 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
             const block_q4_0 *b = (const block_q4_0 *)(const void *)p;
             wc = _mm256_sub_epi8(q4_0_codes(b->qs), _mm256_set1_epi8(8));
             dwf = _cvtsh_ss(b->d);
-        } else {
+        } else if (t == R_IQ4_NL) {
+            const block_iq4_nl *b = (const block_iq4_nl *)(const void *)p;
+            wc = _mm256_shuffle_epi8(iq4_codebook(), q4_0_codes(b->qs));
+            dwf = _cvtsh_ss(b->d);
+        } else { /* Q8_0 (IQ4_XS rows are whole 256s) */
             const block_q8_0 *b = (const block_q8_0 *)(const void *)p;
             wc = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
             dwf = _cvtsh_ss(b->d);
@@ -286,7 +343,7 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
 FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
                                const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
                                float *restrict y, size_t ldy) {
-    if (t == R_Q4_0 || t == R_Q8_0) {
+    if (t == R_Q4_0 || t == R_Q8_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
         row_dots(t, NC, k, w, act, ab, y, ldy);
     } else {
         row_dots_k(t, NC, k, w, act, ab, y, ldy);
@@ -298,6 +355,8 @@ FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
 
 ROWS_DEFINE(rows_q4_0_avxvnni, R_Q4_0)
 ROWS_DEFINE(rows_q8_0_avxvnni, R_Q8_0)
+ROWS_DEFINE(rows_iq4_nl_avxvnni, R_IQ4_NL)
+ROWS_DEFINE(rows_iq4_xs_avxvnni, R_IQ4_XS)
 ROWS_DEFINE(rows_q4_K_avxvnni, R_Q4_K)
 ROWS_DEFINE(rows_q5_K_avxvnni, R_Q5_K)
 ROWS_DEFINE(rows_q6_K_avxvnni, R_Q6_K)
@@ -305,10 +364,13 @@ ROWS_DEFINE(rows_q6_K_avxvnni, R_Q6_K)
 void quant_install_rows_avxvnni(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avxvnni;
     t[GGUF_TYPE_Q8_0].rows = rows_q8_0_avxvnni;
+    t[GGUF_TYPE_IQ4_NL].rows = rows_iq4_nl_avxvnni;
+    t[GGUF_TYPE_IQ4_XS].rows = rows_iq4_xs_avxvnni;
     t[GGUF_TYPE_Q4_K].rows = rows_q4_K_avxvnni;
     t[GGUF_TYPE_Q5_K].rows = rows_q5_K_avxvnni;
     t[GGUF_TYPE_Q6_K].rows = rows_q6_K_avxvnni;
-    const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
+    const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q8_0, GGUF_TYPE_IQ4_NL,
+                              GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
                               GGUF_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         t[types[i]].rows_fmt = &rows_fmt;
