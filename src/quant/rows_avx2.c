@@ -1,7 +1,7 @@
 /*
  * The few-row product (quant.h: quant_rows_fmt) with AVX2 alone (no VNNI),
- * Q4_0, Q4_K, Q5_K and Q6_K: generation's mat-vec and several sequences
- * decoding together.
+ * Q4_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K and Q6_K: generation's mat-vec and
+ * several sequences decoding together.
  *
  * The walk of rows_avxvnni.c (rows_x86.h: an int32 lane holds one whole block
  * of 32, eight blocks of a weight row at a time, transposed once for all
@@ -24,6 +24,13 @@
  * per 16 elements enter in the VPMADDWD, and its offset of 32 is taken off
  * with the sums of the blocks' first 16 activations, which the format also
  * keeps.
+ *
+ * The IQ4 types' codebook values v (-127..113, never 0) are signed: each
+ * product takes |v| as VPMADDUBSW's unsigned operand and the activation with
+ * v's sign (VPSIGNB), a pair at most 2 * 127 * 127, which one VPMADDWD per
+ * register widens (two registers would overflow int16). Measured against
+ * splitting v + 128 in nibbles and summing each half in int16 (bench_gemm
+ * --type iq4_xs, avx2 family, one thread from memory): see docs/kernels.md.
  *
  * Layout of an activation row: rows_x86.h with signed codes (bias 0), the
  * block scales, then the block sums s_a and the half sums.
@@ -113,7 +120,78 @@ FORCE_INLINE void row_dots(const int NC, int64_t k, const uint8_t *restrict w,
 
 /* ---- K-quant weights: a super-block is one 256-element chunk of the layout ---- */
 
-enum rows_type { R_Q4_0, R_Q4_K, R_Q5_K, R_Q6_K };
+enum rows_type { R_Q4_0, R_IQ4_NL, R_IQ4_XS, R_Q4_K, R_Q5_K, R_Q6_K };
+
+/* One IQ4_NL or IQ4_XS weight row against NC activation rows (the sign
+ * trick of the file's comment) */
+FORCE_INLINE void row_dots_iq4(enum rows_type t, const int NC, int64_t k,
+                               const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
+                               float *restrict y, size_t ldy) {
+    /* bytes per 32 elements (IQ4_XS: a 136-byte super-block of 256) */
+    const size_t bb = t == R_IQ4_NL ? sizeof(block_iq4_nl) : sizeof(block_iq4_xs) / 8;
+    const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
+    const float *dact = (const float *)(const void *)(act + k);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[8];
+    for (int c = 0; c < NC; c++) {
+        acc[c] = _mm256_setzero_ps();
+    }
+    for (int64_t j = 0; j < n_super; j++) {
+        const uint8_t *p = w + (size_t)j * 8 * bb;
+        prefetch_ahead(p, 8 * bb);
+        __m256i v[8], mag[8];
+        __m256 dw;
+        if (t == R_IQ4_NL) {
+            eight_iq4(p + offsetof(block_iq4_nl, qs), bb, v, 0);
+            dw = scales8(p, bb);
+        } else {
+            const block_iq4_xs *b = (const block_iq4_xs *)(const void *)p;
+            eight_iq4(b->qs, 16, v, 0);
+            dw = iq4_xs_scales8(b);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            mag[i] = _mm256_abs_epi8(v[i]);
+        }
+        const uint8_t *a0 = act + (size_t)j * SUPER;
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = a0 + (size_t)c * ab;
+            __m256i isum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a + 32 * i));
+                isum = _mm256_add_epi32(
+                    isum, _mm256_madd_epi16(
+                              _mm256_maddubs_epi16(mag[i], _mm256_sign_epi8(x, v[i])), ones));
+            }
+            const float *da = (const float *)(const void *)((const uint8_t *)(dact + 8 * j) +
+                                                            (size_t)c * ab);
+            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(da)),
+                                     dw, acc[c]);
+        }
+    }
+    /* IQ4_NL's rest, a block at a time (codes in element order) */
+    for (int64_t g = n_super * 8; g < n_blocks; g++) {
+        const block_iq4_nl *b = (const block_iq4_nl *)(const void *)(w + (size_t)g * bb);
+        const __m256i v = _mm256_shuffle_epi8(iq4_codebook(0), q4_0_codes(b->qs));
+        const __m256i mag = _mm256_abs_epi8(v);
+        const float dwf = _cvtsh_ss(b->d);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = act + (size_t)c * ab + (size_t)g * QUANT_PANEL_GROUP;
+            const float da = *(const float *)(const void *)((const uint8_t *)(dact + g) +
+                                                            (size_t)c * ab);
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)a);
+            const __m256i s =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(x, v)), ones);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dwf * da), acc[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+        y[(size_t)c * ldy] = hsum8(acc[c]);
+    }
+}
 
 /* One K-quant weight row against NC activation rows (k a multiple of 256).
  * Q4_K/Q5_K, per block: d sc d_a isum - dmin m s_a (s_a the block's sum);
@@ -208,6 +286,8 @@ FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
                                float *restrict y, size_t ldy) {
     if (t == R_Q4_0) {
         row_dots(NC, k, w, act, ab, y, ldy);
+    } else if (t == R_IQ4_NL || t == R_IQ4_XS) {
+        row_dots_iq4(t, NC, k, w, act, ab, y, ldy);
     } else {
         row_dots_k(t, NC, k, w, act, ab, y, ldy);
     }
@@ -217,16 +297,21 @@ FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
 #include "quant/rows_drive.h"
 
 ROWS_DEFINE(rows_q4_0_avx2, R_Q4_0)
+ROWS_DEFINE(rows_iq4_nl_avx2, R_IQ4_NL)
+ROWS_DEFINE(rows_iq4_xs_avx2, R_IQ4_XS)
 ROWS_DEFINE(rows_q4_K_avx2, R_Q4_K)
 ROWS_DEFINE(rows_q5_K_avx2, R_Q5_K)
 ROWS_DEFINE(rows_q6_K_avx2, R_Q6_K)
 
 void quant_install_rows_avx2(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avx2;
+    t[GGUF_TYPE_IQ4_NL].rows = rows_iq4_nl_avx2;
+    t[GGUF_TYPE_IQ4_XS].rows = rows_iq4_xs_avx2;
     t[GGUF_TYPE_Q4_K].rows = rows_q4_K_avx2;
     t[GGUF_TYPE_Q5_K].rows = rows_q5_K_avx2;
     t[GGUF_TYPE_Q6_K].rows = rows_q6_K_avx2;
-    const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
+    const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_IQ4_NL, GGUF_TYPE_IQ4_XS,
+                              GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,  GGUF_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         t[types[i]].rows_fmt = &rows_fmt;
     }

@@ -34,7 +34,6 @@ scale.
  * alternating builds, medians (t/s): 1 KiB 21.5, 2 KiB 25.1, 4 KiB 27.6,
  * 6 KiB 28.8, 8 KiB 27.3, the row tiles 27.7; without it 16.5 */
 #define ROWS_PREFETCH_BYTES 4096
-#include "quant/kquant_impl.h"
 #include "quant/rows_kquant_x86.h"
 
 /* ---- activations: the codes plus 128, the block sums (rows_x86.h) ---- */
@@ -67,47 +66,17 @@ FORCE_INLINE size_t block_bytes(enum rows_type t) {
                            : sizeof(block_q8_0);
 }
 
-/* The IQ4 codebook (kq_iq4nl_values) in both 128-bit lanes, for VPSHUFB */
-FORCE_INLINE __m256i iq4_codebook(void) {
-    return _mm256_broadcastsi128_si256(
-        _mm_loadu_si128((const __m128i *)(const void *)kq_iq4nl_values));
-}
-
-/* Eight blocks of IQ4 indices bb bytes apart (qs byte i: element i low,
- * i + 16 high) as the codebook's values in the eight vectors */
-FORCE_INLINE void eight_iq4(const uint8_t *qs, size_t bb, __m256i v[8]) {
-    __m256i w[4];
-    transpose8x4(qs, bb, w);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), book = iq4_codebook();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        v[j] = _mm256_shuffle_epi8(book, _mm256_and_si256(w[j], m4));
-        v[j + 4] = _mm256_shuffle_epi8(book, _mm256_and_si256(_mm256_srli_epi16(w[j], 4), m4));
-    }
-}
-
 /* Eight blocks as the eight vectors of the layout, and their scales */
 FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8], __m256 *dw) {
     if (t == R_IQ4_NL) {
-        eight_iq4(p + offsetof(block_iq4_nl, qs), sizeof(block_iq4_nl), v);
+        eight_iq4(p + offsetof(block_iq4_nl, qs), sizeof(block_iq4_nl), v, 0);
         *dw = scales8(p, sizeof(block_iq4_nl));
         return;
     }
-    if (t == R_IQ4_XS) { /* lane b: d * (ls_b - 32), ls_b's low 4 bits nibble b of
-                            scales_l, its high 2 bits 2b, 2b + 1 of scales_h */
+    if (t == R_IQ4_XS) {
         const block_iq4_xs *b = (const block_iq4_xs *)(const void *)p;
-        eight_iq4(b->qs, 16, v);
-        uint32_t sl;
-        memcpy(&sl, b->scales_l, sizeof sl);
-        const __m256i at = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-        const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), at),
-                                            _mm256_set1_epi32(0x0f));
-        const __m256i hi = _mm256_and_si256(
-            _mm256_srlv_epi32(_mm256_set1_epi32((int)b->scales_h), _mm256_srli_epi32(at, 1)),
-            _mm256_set1_epi32(3));
-        const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
-                                            _mm256_set1_epi32(32));
-        *dw = _mm256_mul_ps(_mm256_cvtepi32_ps(ls), _mm256_set1_ps(_cvtsh_ss(b->d)));
+        eight_iq4(b->qs, 16, v, 0);
+        *dw = iq4_xs_scales8(b);
         return;
     }
     if (t == R_Q4_0) {
@@ -222,7 +191,7 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
             dwf = _cvtsh_ss(b->d);
         } else if (t == R_IQ4_NL) {
             const block_iq4_nl *b = (const block_iq4_nl *)(const void *)p;
-            wc = _mm256_shuffle_epi8(iq4_codebook(), q4_0_codes(b->qs));
+            wc = _mm256_shuffle_epi8(iq4_codebook(0), q4_0_codes(b->qs));
             dwf = _cvtsh_ss(b->d);
         } else { /* Q8_0 (IQ4_XS rows are whole 256s) */
             const block_q8_0 *b = (const block_q8_0 *)(const void *)p;

@@ -17,6 +17,7 @@
 #define LARES_QUANT_ROWS_X86_H
 
 #include "quant/kernels.h"
+#include "quant/kquant_impl.h"
 #include "quant/q8_avx2.h"
 
 #include <immintrin.h>
@@ -127,6 +128,45 @@ FORCE_INLINE __m256i q4_0_codes(const uint8_t *qs) {
     return _mm256_and_si256(
         _mm256_inserti128_si256(_mm256_castsi128_si256(q), _mm_srli_epi16(q, 4), 1),
         _mm256_set1_epi8(0x0f));
+}
+
+/* The IQ4 codebook (kq_iq4nl_values) in both 128-bit lanes for VPSHUFB, each
+ * byte xor bias (0x80: the values plus 128, 1..241 unsigned) */
+FORCE_INLINE __m256i iq4_codebook(uint8_t bias) {
+    return _mm256_xor_si256(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)kq_iq4nl_values)),
+        _mm256_set1_epi8((char)bias));
+}
+
+/* Eight blocks of IQ4 indices bb bytes apart (qs byte i: element i in the
+ * low nibble, i + 16 in the high, as Q4_0) as the codebook's values (xor
+ * bias) in the eight vectors of the layout */
+FORCE_INLINE void eight_iq4(const uint8_t *qs, size_t bb, __m256i v[8], uint8_t bias) {
+    __m256i w[4];
+    transpose8x4(qs, bb, w);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), book = iq4_codebook(bias);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_shuffle_epi8(book, _mm256_and_si256(w[j], m4));
+        v[j + 4] = _mm256_shuffle_epi8(book, _mm256_and_si256(_mm256_srli_epi16(w[j], 4), m4));
+    }
+}
+
+/* An IQ4_XS super-block's eight sub-block scales, lane b: d * (ls_b - 32),
+ * ls_b's low 4 bits nibble b of scales_l and its high 2 bits 2b, 2b + 1 of
+ * scales_h */
+FORCE_INLINE __m256 iq4_xs_scales8(const block_iq4_xs *b) {
+    uint32_t sl;
+    memcpy(&sl, b->scales_l, sizeof sl);
+    const __m256i at = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), at),
+                                        _mm256_set1_epi32(0x0f));
+    const __m256i hi = _mm256_and_si256(
+        _mm256_srlv_epi32(_mm256_set1_epi32((int)b->scales_h), _mm256_srli_epi32(at, 1)),
+        _mm256_set1_epi32(3));
+    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
+                                        _mm256_set1_epi32(32));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(ls), _mm256_set1_ps(_cvtsh_ss(b->d)));
 }
 
 /* the 8 lanes of v added */
