@@ -14,47 +14,15 @@
  */
 #include "check.h"
 #include "exec/exec_impl.h"
-#include "gguf/gguf.h"
-#include "model/model.h"
-#include "ops/ops.h"
+#include "exec_rig.h"
 
 #define MOE_FILE "derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf"
 #define N_CTX 64
 #define N_TOKENS 400
 #define N_BATCH 16
 
-typedef struct rig {
-    gguf_file *f;
-    model *m;
-    ops_pool *pool;
-    model_kv *kv;
-    model_ctx *cx;
-} rig;
-
-static void rig_close(rig *r) {
-    model_ctx_free(r->cx);
-    model_kv_free(r->kv);
-    ops_pool_free(r->pool);
-    model_free(r->m);
-    gguf_close(r->f);
-    memset(r, 0, sizeof *r);
-}
-
-static bool rig_open(rig *r) {
-    lares_error err = {0};
-    memset(r, 0, sizeof *r);
-    CHECK_OK(gguf_open(fixture(MOE_FILE), NULL, &r->f, &err), &err);
-    if (r->f != NULL) {
-        CHECK_OK(model_load(r->f, &r->m, &err), &err);
-    }
-    if (r->m != NULL) {
-        CHECK_OK(ops_pool_create(1, &r->pool, &err), &err);
-        CHECK_OK(model_kv_create(r->m, 0, r->m->hp.n_layer, N_CTX, GGUF_TYPE_F32, &r->kv, &err),
-                 &err);
-        CHECK_OK(model_ctx_create(r->m, r->pool, N_BATCH, N_CTX, &r->cx, &err), &err);
-    }
-    if (r->cx == NULL) {
-        rig_close(r);
+static bool open_moe(rig *r) {
+    if (!rig_open(r, fixture(MOE_FILE), N_BATCH, N_CTX)) {
         return false;
     }
     CHECK(r->m->hp.n_expert == 4 && r->m->hp.n_expert_used == 2 && r->m->hp.n_layer >= 2);
@@ -182,7 +150,7 @@ static void check_fed(rig *r) {
  * those of the weights all in memory, bit for bit. */
 static void check_logits(rig *r) {
     const int32_t n_vocab = r->m->hp.n_vocab, n_embd = r->m->hp.n_embd;
-    float *logits[3], *x = calloc((size_t)N_BATCH * (size_t)n_embd, sizeof(float));
+    float *logits[3], *x = r->x;
     const int32_t prompt[N_BATCH - 4] = {1, 100, 200, 300, 400, 500, 600, 700, 800, 900, 50, 60};
     const int32_t np = (int32_t)LARES_ARRAY_LEN(prompt);
     int32_t pos[N_BATCH];
@@ -230,12 +198,11 @@ static void check_logits(rig *r) {
     for (int g = 0; g < 3; g++) {
         free(logits[g]);
     }
-    free(x);
 }
 
 int main(void) {
     rig r;
-    if (rig_open(&r)) {
+    if (open_moe(&r)) {
         check_fed(&r);
         check_logits(&r);
         rig_close(&r);

@@ -22,6 +22,7 @@
  * prefetched bytes really came from the disk.
  */
 #include "check.h"
+#include "exec_rig.h"
 #include "greedy_cases.h"
 #include "exec/exec.h"
 #include "lares.h"
@@ -38,49 +39,6 @@
 #define N_BATCH 2
 #define N_GEN   48 /* the reference run, against the reference engine's tokens */
 #define N_CMP   16 /* the budgeted runs, against the reference run: tokens and logits */
-
-typedef struct rig {
-    gguf_file *f;
-    model *m;
-    ops_pool *pool;
-    model_kv *kv;
-    model_ctx *cx;
-    float *x, *logits;
-} rig;
-
-static void rig_close(rig *r) {
-    free(r->x);
-    free(r->logits);
-    model_ctx_free(r->cx);
-    model_kv_free(r->kv);
-    ops_pool_free(r->pool);
-    model_free(r->m);
-    gguf_close(r->f);
-    memset(r, 0, sizeof *r);
-}
-
-static bool rig_open(rig *r, const char *path) {
-    lares_error err = {0};
-    memset(r, 0, sizeof *r);
-    CHECK_OK(gguf_open(path, NULL, &r->f, &err), &err);
-    if (r->f != NULL) {
-        CHECK_OK(model_load(r->f, &r->m, &err), &err);
-    }
-    if (r->m == NULL) {
-        rig_close(r);
-        return false;
-    }
-    CHECK_OK(ops_pool_create(1, &r->pool, &err), &err);
-    CHECK_OK(model_kv_create(r->m, 0, r->m->hp.n_layer, N_CTX, GGUF_TYPE_F32, &r->kv, &err), &err);
-    CHECK_OK(model_ctx_create(r->m, r->pool, N_BATCH, N_CTX, &r->cx, &err), &err);
-    r->x = calloc((size_t)N_BATCH * (size_t)r->m->hp.n_embd, sizeof(float));
-    r->logits = calloc((size_t)r->m->hp.n_vocab, sizeof(float));
-    if (r->kv == NULL || r->cx == NULL) {
-        rig_close(r);
-        return false;
-    }
-    return true;
-}
 
 static int32_t argmax(const float *v, int32_t n) {
     int32_t b = 0;
@@ -199,7 +157,7 @@ static void check_model(json_t *root, const char *file, int min_agree) {
     const int np = ids_from(json_object_get(res, "prompt_token_ids_with_bos"), prompt, 64);
     const int nw = ids_from(json_object_get(res, "reference_greedy_token_ids"), want, 64);
     rig r;
-    if (!rig_open(&r, fixture(file))) {
+    if (!rig_open(&r, fixture(file), N_BATCH, N_CTX)) {
         return;
     }
     const int32_t n_vocab = r.m->hp.n_vocab;
@@ -328,7 +286,7 @@ static void check_model(json_t *root, const char *file, int min_agree) {
  * refused without changing anything, and more budget pins a superset. */
 static void check_rebudget(const char *file, exec_stream_io io) {
     rig r;
-    if (!rig_open(&r, fixture(file))) {
+    if (!rig_open(&r, fixture(file), N_BATCH, N_CTX)) {
         return;
     }
     const int32_t n_vocab = r.m->hp.n_vocab;
@@ -405,7 +363,7 @@ static void check_direct_fallback(void) {
         return;
     }
     rig r;
-    if (!rig_open(&r, fixture(file))) {
+    if (!rig_open(&r, fixture(file), N_BATCH, N_CTX)) {
         return;
     }
     const int32_t n_vocab = r.m->hp.n_vocab;
@@ -453,7 +411,7 @@ static void check_direct_fallback(void) {
 /* Two windows covering the layers run like one; a bad window is refused. */
 static void check_windows(void) {
     rig r;
-    if (!rig_open(&r, fixture("stories260K.gguf"))) {
+    if (!rig_open(&r, fixture("stories260K.gguf"), N_BATCH, N_CTX)) {
         return;
     }
     const int32_t prompt[] = {1, 100, 200, 300, 400};
@@ -542,7 +500,7 @@ static void check_residency(exec_stream_io io) {
     CHECK(fd >= 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0);
     close(fd);
     rig r;
-    if (!rig_open(&r, copy)) {
+    if (!rig_open(&r, copy, N_BATCH, N_CTX)) {
         unlink(copy);
         return;
     }

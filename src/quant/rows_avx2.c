@@ -36,6 +36,7 @@
  * block scales, then the block sums s_a and the half sums.
  */
 #include "quant/rows_kquant_x86.h"
+#include "quant/rows_types.h"
 
 /* ---- activations ---- */
 
@@ -52,10 +53,12 @@ static const quant_rows_fmt rows_fmt = {
 
 /* ---- products ---- */
 
-/* One Q4_0 weight row against NC activation rows */
-FORCE_INLINE void row_dots(const int NC, int64_t k, const uint8_t *restrict w,
+/* One Q4_0, IQ4_NL or IQ4_XS weight row against NC activation rows: Q4_0's
+ * unsigned nibbles summed in int16, the IQ4 values by the sign trick (the
+ * file's comment) */
+FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                            const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
-    const size_t bb = sizeof(block_q4_0);
+    const size_t bb = rows_block_bytes(t);
     const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
     const float *dact = (const float *)(const void *)(act + k);
     const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
@@ -67,49 +70,79 @@ FORCE_INLINE void row_dots(const int NC, int64_t k, const uint8_t *restrict w,
     for (int64_t j = 0; j < n_super; j++) {
         const uint8_t *p = w + (size_t)j * 8 * bb;
         prefetch_ahead(p, 8 * bb);
-        __m256i t[4], v[8];
-        transpose8x4(p + offsetof(block_q4_0, qs), bb, t);
+        __m256i v[8], mag[8];
+        __m256 dw;
+        if (t == R_Q4_0) {
+            __m256i q[4];
+            transpose8x4(p + offsetof(block_q4_0, qs), bb, q);
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) { /* qs byte e: element e (low nibble), e + 16 (high) */
-            v[i] = _mm256_and_si256(t[i], m4);
-            v[i + 4] = _mm256_and_si256(_mm256_srli_epi16(t[i], 4), m4);
+            for (int i = 0; i < 4; i++) { /* qs byte e: element e (low nibble), e + 16 (high) */
+                v[i] = _mm256_and_si256(q[i], m4);
+                v[i + 4] = _mm256_and_si256(_mm256_srli_epi16(q[i], 4), m4);
+            }
+            dw = scales8(p, bb);
+        } else if (t == R_IQ4_NL) {
+            eight_iq4(p + offsetof(block_iq4_nl, qs), bb, v, 0);
+            dw = scales8(p, bb);
+        } else {
+            const block_iq4_xs *b = (const block_iq4_xs *)(const void *)p;
+            eight_iq4(b->qs, 16, v, 0);
+            dw = iq4_xs_scales8(b);
         }
-        const __m256 dw = scales8(p, bb);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            mag[i] = t == R_Q4_0 ? v[i] : _mm256_abs_epi8(v[i]);
+        }
         const uint8_t *a0 = act + (size_t)j * SUPER;
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = a0 + (size_t)c * ab;
-            __m256i s16 = _mm256_maddubs_epi16(v[0], _mm256_loadu_si256((const __m256i *)(const void *)a));
-#pragma GCC unroll 7
-            for (int i = 1; i < 8; i++) {
-                s16 = _mm256_add_epi16(
-                    s16, _mm256_maddubs_epi16(
-                             v[i], _mm256_loadu_si256((const __m256i *)(const void *)(a + 32 * i))));
-            }
             const float *da = (const float *)(const void *)((const uint8_t *)(dact + 8 * j) +
                                                             (size_t)c * ab);
-            const __m256 isum = _mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones));
-            const __m256 tt = _mm256_fnmadd_ps(k8, _mm256_loadu_ps(da + n_blocks),
-                                               _mm256_mul_ps(isum, _mm256_loadu_ps(da)));
+            __m256i isum = _mm256_setzero_si256(), s16 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a + 32 * i));
+                if (t == R_Q4_0) { /* eight pairs of at most 2 * 15 * 127 fit int16 */
+                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(mag[i], x));
+                } else {
+                    isum = _mm256_add_epi32(
+                        isum, _mm256_madd_epi16(
+                                  _mm256_maddubs_epi16(mag[i], _mm256_sign_epi8(x, v[i])), ones));
+                }
+            }
+            __m256 tt;
+            if (t == R_Q4_0) { /* the value is d (u - 8): 8 s_a off each block */
+                isum = _mm256_madd_epi16(s16, ones);
+                tt = _mm256_fnmadd_ps(k8, _mm256_loadu_ps(da + n_blocks),
+                                      _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(da)));
+            } else {
+                tt = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(da));
+            }
             acc[c] = _mm256_fmadd_ps(tt, dw, acc[c]);
         }
     }
-    /* the rest, a block at a time (codes in element order) */
+    /* the rest (Q4_0, IQ4_NL), a block at a time (codes in element order) */
     for (int64_t g = n_super * 8; g < n_blocks; g++) {
-        const block_q4_0 *b = (const block_q4_0 *)(const void *)(w + (size_t)g * bb);
-        const __m256i u = q4_0_codes(b->qs);
-        const __m256 dwf = _mm256_set1_ps(_cvtsh_ss(b->d));
+        const uint8_t *p = w + (size_t)g * bb;
+        const __m256i u = q4_0_codes(p + offsetof(block_q4_0, qs)); /* IQ4_NL's qs alike */
+        const __m256i v = t == R_Q4_0 ? u : _mm256_shuffle_epi8(iq4_codebook(0), u);
+        const __m256i mag = t == R_Q4_0 ? u : _mm256_abs_epi8(v);
+        lares_f16 d16;
+        memcpy(&d16, p, sizeof d16); /* both blocks start with their scale */
+        const __m256 dwf = _mm256_set1_ps(_cvtsh_ss(d16));
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)g * QUANT_PANEL_GROUP;
             const float *da = (const float *)(const void *)((const uint8_t *)(dact + g) +
                                                             (size_t)c * ab);
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)a);
             const __m256i s = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(const void *)a)),
-                ones);
-            /* the block's -8 s_a spread over the eight lanes */
-            const __m256 tt = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(da[0])),
-                                            _mm256_set1_ps(da[n_blocks]));
+                _mm256_maddubs_epi16(mag, t == R_Q4_0 ? x : _mm256_sign_epi8(x, v)), ones);
+            __m256 tt = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(da[0]));
+            if (t == R_Q4_0) { /* the block's -8 s_a spread over the eight lanes */
+                tt = _mm256_sub_ps(tt, _mm256_set1_ps(da[n_blocks]));
+            }
             acc[c] = _mm256_fmadd_ps(tt, dwf, acc[c]);
         }
     }
@@ -120,78 +153,6 @@ FORCE_INLINE void row_dots(const int NC, int64_t k, const uint8_t *restrict w,
 
 /* ---- K-quant weights: a super-block is one 256-element chunk of the layout ---- */
 
-enum rows_type { R_Q4_0, R_IQ4_NL, R_IQ4_XS, R_Q4_K, R_Q5_K, R_Q6_K };
-
-/* One IQ4_NL or IQ4_XS weight row against NC activation rows (the sign
- * trick of the file's comment) */
-FORCE_INLINE void row_dots_iq4(enum rows_type t, const int NC, int64_t k,
-                               const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
-                               float *restrict y, size_t ldy) {
-    /* bytes per 32 elements (IQ4_XS: a 136-byte super-block of 256) */
-    const size_t bb = t == R_IQ4_NL ? sizeof(block_iq4_nl) : sizeof(block_iq4_xs) / 8;
-    const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
-    const float *dact = (const float *)(const void *)(act + k);
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[8];
-    for (int c = 0; c < NC; c++) {
-        acc[c] = _mm256_setzero_ps();
-    }
-    for (int64_t j = 0; j < n_super; j++) {
-        const uint8_t *p = w + (size_t)j * 8 * bb;
-        prefetch_ahead(p, 8 * bb);
-        __m256i v[8], mag[8];
-        __m256 dw;
-        if (t == R_IQ4_NL) {
-            eight_iq4(p + offsetof(block_iq4_nl, qs), bb, v, 0);
-            dw = scales8(p, bb);
-        } else {
-            const block_iq4_xs *b = (const block_iq4_xs *)(const void *)p;
-            eight_iq4(b->qs, 16, v, 0);
-            dw = iq4_xs_scales8(b);
-        }
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            mag[i] = _mm256_abs_epi8(v[i]);
-        }
-        const uint8_t *a0 = act + (size_t)j * SUPER;
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            const uint8_t *a = a0 + (size_t)c * ab;
-            __m256i isum = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) {
-                const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a + 32 * i));
-                isum = _mm256_add_epi32(
-                    isum, _mm256_madd_epi16(
-                              _mm256_maddubs_epi16(mag[i], _mm256_sign_epi8(x, v[i])), ones));
-            }
-            const float *da = (const float *)(const void *)((const uint8_t *)(dact + 8 * j) +
-                                                            (size_t)c * ab);
-            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(da)),
-                                     dw, acc[c]);
-        }
-    }
-    /* IQ4_NL's rest, a block at a time (codes in element order) */
-    for (int64_t g = n_super * 8; g < n_blocks; g++) {
-        const block_iq4_nl *b = (const block_iq4_nl *)(const void *)(w + (size_t)g * bb);
-        const __m256i v = _mm256_shuffle_epi8(iq4_codebook(0), q4_0_codes(b->qs));
-        const __m256i mag = _mm256_abs_epi8(v);
-        const float dwf = _cvtsh_ss(b->d);
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            const uint8_t *a = act + (size_t)c * ab + (size_t)g * QUANT_PANEL_GROUP;
-            const float da = *(const float *)(const void *)((const uint8_t *)(dact + g) +
-                                                            (size_t)c * ab);
-            const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)a);
-            const __m256i s =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(x, v)), ones);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dwf * da), acc[c]);
-        }
-    }
-    for (int c = 0; c < NC; c++) {
-        y[(size_t)c * ldy] = hsum8(acc[c]);
-    }
-}
 
 /* One K-quant weight row against NC activation rows (k a multiple of 256).
  * Q4_K/Q5_K, per block: d sc d_a isum - dmin m s_a (s_a the block's sum);
@@ -284,10 +245,8 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
 FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
                                const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
                                float *restrict y, size_t ldy) {
-    if (t == R_Q4_0) {
-        row_dots(NC, k, w, act, ab, y, ldy);
-    } else if (t == R_IQ4_NL || t == R_IQ4_XS) {
-        row_dots_iq4(t, NC, k, w, act, ab, y, ldy);
+    if (t == R_Q4_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
+        row_dots(t, NC, k, w, act, ab, y, ldy);
     } else {
         row_dots_k(t, NC, k, w, act, ab, y, ldy);
     }

@@ -36,6 +36,7 @@
 #include "quant/kernels.h"
 #include "quant/kquant_impl.h"
 #include "quant/q8_avx2.h"
+#include "quant/rows_types.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -268,24 +269,24 @@ FORCE_INLINE void super_iq4_xs(const uint8_t *p, __m512i v[4], __m512 *dw, __m51
     *dw = _mm512_mul_ps(_mm512_cvtepi32_ps(ls), _mm512_set1_ps(_cvtsh_ss(b->d)));
 }
 
+/* the 64 nibbles (0..15) of two blocks' 16 bytes of qs, in element order
+ * (byte j: element j low, j + 16 high) */
+FORCE_INLINE __m512i pair_nibbles(const uint8_t *qs0, const uint8_t *qs1) {
+    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qs0));
+    const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qs1));
+    const __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
+    return _mm512_and_si512(_mm512_srlv_epi64(t, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
+                            _mm512_set1_epi8(0x0f));
+}
+
 /* the 64 codes of blocks b and b + 1 of an IQ4_NL row, in element order */
 FORCE_INLINE __m512i pair_iq4_nl(const block_iq4_nl *b) {
-    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs));
-    const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].qs));
-    const __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
-    const __m512i u = _mm512_and_si512(
-        _mm512_srlv_epi64(t, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
-    return _mm512_shuffle_epi8(iq4_codebook(), u);
+    return _mm512_shuffle_epi8(iq4_codebook(), pair_nibbles(b[0].qs, b[1].qs));
 }
 
 /* the 64 codes of blocks b and b + 1 of a Q4_0 row, signed, in element order */
 FORCE_INLINE __m512i pair_q4_0(const block_q4_0 *b) {
-    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[0].qs));
-    const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[1].qs));
-    const __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
-    const __m512i u = _mm512_and_si512(
-        _mm512_srlv_epi64(t, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
-    return _mm512_sub_epi8(u, _mm512_set1_epi8(8));
+    return _mm512_sub_epi8(pair_nibbles(b[0].qs, b[1].qs), _mm512_set1_epi8(8));
 }
 
 FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
@@ -315,21 +316,12 @@ FORCE_INLINE void prefetch_ahead(const uint8_t *p, size_t n) {
     quant_prefetch(p + ROWS_PREFETCH_BYTES, n);
 }
 
-enum rows_type { R_Q4_0, R_Q8_0, R_IQ4_NL, R_IQ4_XS, R_Q4_K, R_Q5_K, R_Q6_K };
-
-/* bytes per 32 elements (IQ4_XS: a 136-byte super-block of 256) */
-FORCE_INLINE size_t block_bytes(enum rows_type t) {
-    return t == R_Q4_0 ? sizeof(block_q4_0)
-           : t == R_IQ4_NL ? sizeof(block_iq4_nl)
-           : t == R_IQ4_XS ? sizeof(block_iq4_xs) / 8
-                           : sizeof(block_q8_0);
-}
 
 /* Eight blocks of type t at p decoded (eight_q4_0, eight_q8_0, eight_iq4_nl,
  * super_iq4_xs), the row asked for ahead of them */
 FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m512i v[4], __m512 *dw,
                                __m512i *base) {
-    prefetch_ahead(p, 8 * block_bytes(t));
+    prefetch_ahead(p, 8 * rows_block_bytes(t));
     if (t == R_Q4_0) {
         eight_q4_0(p, v, dw, base);
     } else if (t == R_IQ4_NL) {
@@ -344,7 +336,7 @@ FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m512i v[4],
 /* One weight row against NC activation rows. */
 FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                            const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
-    const size_t bb = block_bytes(t);
+    const size_t bb = rows_block_bytes(t);
     const int64_t n_super = k / SUPER;
     const float *dsup = (const float *)(const void *)(act + k);
     const float *dtail = dsup + SUPER_FLOATS * n_super;

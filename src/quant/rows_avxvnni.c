@@ -35,6 +35,7 @@ scale.
  * 6 KiB 28.8, 8 KiB 27.3, the row tiles 27.7; without it 16.5 */
 #define ROWS_PREFETCH_BYTES 4096
 #include "quant/rows_kquant_x86.h"
+#include "quant/rows_types.h"
 
 /* ---- activations: the codes plus 128, the block sums (rows_x86.h) ---- */
 
@@ -56,15 +57,6 @@ FORCE_INLINE __m256i dot4(__m256i acc, __m256i a, __m256i w) {
     return _mm256_dpbusd_avx_epi32(acc, a, w);
 }
 
-enum rows_type { R_Q4_0, R_Q8_0, R_IQ4_NL, R_IQ4_XS, R_Q4_K, R_Q5_K, R_Q6_K };
-
-/* bytes per 32 elements (IQ4_XS: a 136-byte super-block of 256) */
-FORCE_INLINE size_t block_bytes(enum rows_type t) {
-    return t == R_Q4_0 ? sizeof(block_q4_0)
-           : t == R_IQ4_NL ? sizeof(block_iq4_nl)
-           : t == R_IQ4_XS ? sizeof(block_iq4_xs) / 8
-                           : sizeof(block_q8_0);
-}
 
 /* Eight blocks as the eight vectors of the layout, and their scales */
 FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8], __m256 *dw) {
@@ -100,7 +92,7 @@ FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8],
 
 FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                            const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
-    const size_t bb = block_bytes(t);
+    const size_t bb = rows_block_bytes(t);
     const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
     const float *dact = (const float *)(const void *)(act + k);
     const __m256i k128 = _mm256_set1_epi8((char)0x80);
