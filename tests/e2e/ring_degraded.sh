@@ -18,8 +18,10 @@
 # Loopback only; every wait is bounded.
 . "$(dirname "$0")/lib.sh"
 . "$LARES_SRC/tests/cluster/ring_lib.sh"
-ring_trap
 need jq
+need python3
+HOLD_PID=""
+trap 'release_port; ring_cleanup; rm -rf "$TMP"' EXIT
 export RING_MODEL RING_DEV_EXTRA
 RING_MODEL=$(model stories260K.gguf)
 PROMPT="Once upon a time"
@@ -29,12 +31,42 @@ LIVE='"heartbeat_ms": 100, "timeout_ms": 1500, "connect_timeout_ms": 1500,'
   || fail "local run: $(cat "$TMP/local.err")"
 want=$(jq -c .generated_ids "$TMP/local.json")
 
+# hold_port ADDR: ADDR bound but not listening until release_port (a
+# connection is refused, as by a device that is down), so that no process
+# beside this test takes the port before b comes back on it: a test running
+# in parallel once did, and the head's handshake with it failed
+hold_port() {
+  release_port
+  python3 -c 'import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+h, p = sys.argv[1].rsplit(":", 1)
+s.bind((h, int(p)))
+print("held", flush=True)
+time.sleep(3600)' "$1" >"$TMP/hold.out" 2>&1 &
+  HOLD_PID=$!
+  local i
+  for i in $(seq 1 100); do
+    grep -q held "$TMP/hold.out" 2>/dev/null && return 0
+    kill -0 "$HOLD_PID" 2>/dev/null || break
+    sleep 0.02
+  done
+  fail "hold_port $1: $(cat "$TMP/hold.out")"
+}
+release_port() {
+  [ -n "$HOLD_PID" ] || return 0
+  kill "$HOLD_PID" 2>/dev/null
+  wait "$HOLD_PID" 2>/dev/null
+  HOLD_PID=""
+}
+
 # down_addr NAME: an address where worker NAME will listen later, nothing now
 down_addr() {
   ring_worker "$1" || exit 1
   DOWN=$WORKER_ADDR
   kill -KILL "$WORKER_PID"
   wait "$WORKER_PID" 2>/dev/null
+  hold_port "$DOWN"
 }
 
 ring_run() { # NAME ring.json [options]: a 48-token greedy run; RC, $TMP/NAME.{out,err}
@@ -112,6 +144,7 @@ for i in $(seq 1 200); do
   sleep 0.05
 done
 [ "$(wc -c <"$TMP/join.out")" -gt 40 ] && ok || fail "join: no tokens before b starts: $(cat "$TMP/join.err")"
+release_port
 RING_LISTEN=$BB ring_worker b || exit 1
 for i in $(seq 1 400); do
   kill -0 "$HEAD_PID" 2>/dev/null || break
@@ -170,6 +203,7 @@ grep -q "cluster: failover: lost b ($BB); new plan by cluster_plan_balance; plan
 grep -q "cluster: rejoin: b ($BB) answered; new plan by ring.json (explicit windows); .* -> head 1 | a 2 | b 1 | c 1 (k=1)" "$TMP/back.err" && ok \
   || fail "back: the explicit windows did not come back: $(grep 'cluster' "$TMP/back.err" | tail -5)"
 ring_cleanup
+hold_port "$BB" # b stays down until the automatic rings
 
 # ---- a worker frozen for less than the timeout: suspect, then serving again;
 # no failover, the text unchanged ----
@@ -233,6 +267,7 @@ grep -q "warning: cluster: starting with 2 of 3 devices; missing: b ($BB)" "$TMP
   && ok || fail "auto, one down: $(grep cluster "$TMP/auto_down.err"; jq -c .ring "$TMP/auto_down.out")"
 
 # b measures itself for 4 s (no cache); it is killed once it has the hello
+release_port
 RING_LISTEN=$BB ring_worker b || exit 1; BPID=$WORKER_PID
 auto_json "$TMP/auto_die.json" '"profile_ms": 4000,' a "$AA" b "$BB"
 ring_run auto_die "$TMP/auto_die.json" --rebalance off &
@@ -243,6 +278,8 @@ for i in $(seq 1 200); do
 done
 grep -q "connected" "$TMP/b.log" && ok || fail "auto, dying: b never got the hello: $(cat "$TMP/b.log")"
 kill -KILL "$BPID"
+wait "$BPID" 2>/dev/null
+hold_port "$BB" # down for the rest
 wait "$RUN_PID"
 [ "$(jq -c .generated_ids "$TMP/auto_die.out" 2>/dev/null)" = "$want" ] && ok \
   || fail "auto, dying: $(cat "$TMP/auto_die.err")"
