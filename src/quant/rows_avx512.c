@@ -251,22 +251,13 @@ FORCE_INLINE void eight_iq4_nl(const uint8_t *p, __m512i v[4], __m512 *dw, __m51
 }
 
 /* An IQ4_XS super-block: sub-block b's indices are bytes 16b.. of qs, its
- * scale d * (ls_b - 32) with ls_b's low 4 bits nibble b of scales_l and its
- * high 2 bits bits 2b, 2b + 1 of scales_h; each lane takes its block's */
+ * scale from iq4_xs_scales8 (rows_types.h); each lane takes its block's */
 FORCE_INLINE void super_iq4_xs(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i *base) {
     const block_iq4_xs *b = (const block_iq4_xs *)(const void *)p;
     eight_iq4(b->qs, 16, v, base);
-    uint32_t sl;
-    memcpy(&sl, b->scales_l, sizeof sl);
-    const __m512i lo_at = _mm512_setr_epi32(0, 0, 16, 16, 4, 4, 20, 20, 8, 8, 24, 24, 12, 12, 28, 28);
-    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)sl), lo_at),
-                                        _mm512_set1_epi32(0x0f));
-    const __m512i hi = _mm512_and_si512(
-        _mm512_srlv_epi32(_mm512_set1_epi32((int)b->scales_h), _mm512_srli_epi32(lo_at, 1)),
-        _mm512_set1_epi32(3));
-    const __m512i ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)),
-                                        _mm512_set1_epi32(32));
-    *dw = _mm512_mul_ps(_mm512_cvtepi32_ps(ls), _mm512_set1_ps(_cvtsh_ss(b->d)));
+    *dw = _mm512_permutexvar_ps( /* lane j: block lane_block(j) */
+        _mm512_setr_epi32(0, 0, 4, 4, 1, 1, 5, 5, 2, 2, 6, 6, 3, 3, 7, 7),
+        _mm512_castps256_ps512(iq4_xs_scales8(b)));
 }
 
 /* the 64 nibbles (0..15) of two blocks' 16 bytes of qs, in element order

@@ -152,23 +152,6 @@ FORCE_INLINE void eight_iq4(const uint8_t *qs, size_t bb, __m256i v[8], uint8_t 
     }
 }
 
-/* An IQ4_XS super-block's eight sub-block scales, lane b: d * (ls_b - 32),
- * ls_b's low 4 bits nibble b of scales_l and its high 2 bits 2b, 2b + 1 of
- * scales_h */
-FORCE_INLINE __m256 iq4_xs_scales8(const block_iq4_xs *b) {
-    uint32_t sl;
-    memcpy(&sl, b->scales_l, sizeof sl);
-    const __m256i at = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)sl), at),
-                                        _mm256_set1_epi32(0x0f));
-    const __m256i hi = _mm256_and_si256(
-        _mm256_srlv_epi32(_mm256_set1_epi32((int)b->scales_h), _mm256_srli_epi32(at, 1)),
-        _mm256_set1_epi32(3));
-    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
-                                        _mm256_set1_epi32(32));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(ls), _mm256_set1_ps(_cvtsh_ss(b->d)));
-}
-
 /* the 8 lanes of v added */
 FORCE_INLINE float hsum8(__m256 v) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
