@@ -473,7 +473,64 @@ static void test_bad_models(void) {
     }
 }
 
+/* what the part observer saw */
+typedef struct part_log {
+    int32_t n;
+    int32_t layer[64];
+    int part[64];
+} part_log;
+
+static void log_part(void *user, int32_t layer, model_part part) {
+    part_log *g = user;
+    if (g->n < 64) {
+        g->layer[g->n] = layer;
+        g->part[g->n++] = (int)part;
+    }
+}
+
+/* The forward pass announces each part of a layer that holds weights, in
+ * order, before any operation reads it: dense layers and a qwen2moe layer
+ * (its shared expert is the FFN's output) four, a qwen3moe layer three (its
+ * experts are read per choice). Outputs do not change with an observer. */
+static void test_part_observer(void) {
+    static const struct {
+        const char *file;
+        int parts;
+    } cases[] = {{"stories260K.gguf", 4},
+                 {"derived/TinyStories-656K-qwen2moe-4x2-shared.gguf", 4},
+                 {"derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", 3}};
+    for (size_t c = 0; c < LARES_ARRAY_LEN(cases); c++) {
+        runner r;
+        if (!runner_open(&r, cases[c].file, 2, GGUF_TYPE_F32, 4)) {
+            runner_close(&r);
+            continue;
+        }
+        const int32_t toks[] = {1, 30, 40};
+        CHECK(feed(&r, toks, 3, 0, 4));
+        const int32_t n_vocab = r.m->hp.n_vocab;
+        float *plain = malloc((size_t)n_vocab * sizeof(float));
+        memcpy(plain, r.logits, (size_t)n_vocab * sizeof(float));
+        part_log g = {0};
+        model_ctx_on_part(r.cx, log_part, &g);
+        CHECK(feed(&r, toks, 3, 0, 4));
+        model_ctx_on_part(r.cx, NULL, NULL);
+        CHECKF(memcmp(plain, r.logits, (size_t)n_vocab * sizeof(float)) == 0,
+               "%s: logits change with an observer", cases[c].file);
+        const int32_t n_layer = r.m->hp.n_layer;
+        CHECKF(g.n == n_layer * cases[c].parts, "%s: %d parts announced", cases[c].file, g.n);
+        for (int32_t i = 0; i < g.n && i < n_layer * cases[c].parts; i++) {
+            const int want = i % cases[c].parts;
+            CHECKF(g.layer[i] == i / cases[c].parts && g.part[i] == want,
+                   "%s: announcement %d is layer %d part %d", cases[c].file, i, g.layer[i],
+                   g.part[i]);
+        }
+        free(plain);
+        runner_close(&r);
+    }
+}
+
 int main(void) {
+    test_part_observer();
     test_greedy_once_upon_a_time(GGUF_TYPE_F32, 2, 16);
     test_greedy_once_upon_a_time(GGUF_TYPE_F16, 2, 16);
     test_greedy_once_upon_a_time(GGUF_TYPE_F16, 1, 3);

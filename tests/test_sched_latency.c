@@ -507,6 +507,21 @@ static void test_from_gguf(void) {
             CHECKF(m->layers[l].weight_bytes == (45312 + 64 + 64) * 4, "layer %d bytes %" PRIu64, l,
                    m->layers[l].weight_bytes);
         }
+        /* the executor's parts: attention in (norm, q, k, v), out (o), FFN in
+         * (norm, gate, up), out (down), and its units: parts joined up to the
+         * largest (gate and up, 2 x 64 x 172 + 64 floats) */
+        const uint64_t parts[SCHED_PARTS] = {(64 + 64 * 64 + 2 * 64 * 32) * 4, 64 * 64 * 4,
+                                             (64 + 2 * 64 * 172) * 4, 64 * 172 * 4};
+        for (int q = 0; q < SCHED_PARTS; q++) {
+            CHECKF(m->layers[2].part_bytes[q] == parts[q], "part %d: %" PRIu64 " bytes", q,
+                   m->layers[2].part_bytes[q]);
+        }
+        uint64_t unit[SCHED_PARTS];
+        CHECK(sched_layer_units(&m->layers[2], parts[2], unit) == 3 &&
+              unit[0] == parts[0] + parts[1] && unit[1] == parts[2] && unit[2] == parts[3]);
+        CHECK(sched_layer_units(&m->layers[2], parts[0], unit) == 4);
+        sched_layer bare = {.weight_bytes = 1000}; /* described without parts: one unit */
+        CHECK(sched_layer_units(&bare, parts[2], unit) == 1 && unit[0] == 1000);
         CHECK(m->head.flops[GGUF_TYPE_F32] == 2.0 * 64 * 512);
         CHECK(m->head.weight_bytes == (64 * 512 + 64) * 4);
         CHECK(m->embd_bytes == 64 * 512 * 4 && m->embd_row_bytes == 64 * 4);
@@ -544,6 +559,12 @@ static void test_shapes(void) {
         /* the "more bits" layers (first and last eighth, every third between) are heavier */
         CHECK(m->layers[0].weight_bytes > m->layers[4].weight_bytes);
         CHECK(m->layers[0].bytes[GGUF_TYPE_Q6_K] > 0 && m->layers[4].bytes[GGUF_TYPE_Q6_K] == 0);
+        /* the shape's tensor names find their parts: o and down have their own */
+        const sched_layer *l4 = &m->layers[4];
+        CHECK(l4->part_bytes[0] + l4->part_bytes[1] + l4->part_bytes[2] + l4->part_bytes[3] ==
+                  l4->weight_bytes &&
+              l4->part_bytes[1] > 0 && l4->part_bytes[3] > 0 &&
+              l4->part_bytes[2] > l4->part_bytes[3]);
         sched_model_free(m);
     }
     CHECK_OK(sched_model_from_shape("llama3-70b:q4_k_m", &m, &err), &err);

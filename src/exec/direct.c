@@ -15,15 +15,20 @@
  * mem_layout_of), so every tensor is exactly as aligned as in the mapping and
  * the kernels see no difference: outputs are bit-identical.
  *
+ * A unit is one or a few parts of a layer (plan.c): its views are those of
+ * the roles of those parts. Parts differ in size (llama-7b Q4_K_M: 9 to 50 MB), so every
+ * buffer is made the size of the largest streamed unit and each unit in
+ * flight counts a whole buffer against the window: any spare then serves
+ * any unit, where buffers cut to each unit's size were unmapped and mapped
+ * again about 20 times a token (each new one faulted in and zeroed by the
+ * kernel, on the cores the compute needs).
+ *
  * Threads: the prefetch thread alone fetches and releases while it runs;
  * init, open, drop and free run on the caller's thread while it is stopped.
  * The caller reads a layer's views only between acquire and done, which the
  * stream's lock orders after the fetch that set them.
  */
 #include "exec/exec_impl.h"
-
-/* a spare buffer serves a unit if it wastes at most a quarter of it */
-#define SPARE_WASTE_DIV 4
 
 void exec_direct_init(exec_local *e) {
     e->dx.view = *e->m;
@@ -88,8 +93,10 @@ static void point_views(exec_local *e, const exec_unit *un, const uint8_t *buf) 
         model_layer *to = &e->dx.layers[un->layer];
         for (int r = 0; r < MODEL_ROLE_COUNT; r++) {
             const model_weight *w = &lp->w[r];
-            if (w->t == NULL || w->form == MODEL_FORM_EXPERTS) {
-                continue; /* absent, or read per choice through the mapping */
+            if (w->t == NULL || w->form == MODEL_FORM_EXPERTS ||
+                model_role_part((model_role)r) < un->part_lo ||
+                model_role_part((model_role)r) > un->part_hi) {
+                continue; /* absent, read per choice through the mapping, or another unit's */
             }
             const uint8_t *at = buf ? mem_layout_addr(&un->lay, buf, w->lo, w->bytes) : NULL;
             if ((const uint8_t *)from->mat[r].data == base + w->lo) {
@@ -124,10 +131,12 @@ static void unmap_spare(exec_direct *dx, size_t i) {
 static bool take_buffer(exec_local *e, size_t need, uint64_t limit, exec_buffer *out) {
     exec_direct *dx = &e->dx;
     size_t best = SIZE_MAX;
+    /* a spare serves a unit it holds and is no larger than the unit's own
+     * size of buffer: a layer's unit does not take the output matrix's */
+    const size_t most = LARES_MAX(need, (size_t)dx->slot_lay);
     for (size_t i = 0; i < dx->n_spare; i++) {
         const size_t b = dx->spare[i].bytes;
-        if (b >= need && b - need <= need / SPARE_WASTE_DIV &&
-            (best == SIZE_MAX || b < dx->spare[best].bytes)) {
+        if (b >= need && b <= most && (best == SIZE_MAX || b < dx->spare[best].bytes)) {
             best = i;
         }
     }
@@ -140,19 +149,20 @@ static bool take_buffer(exec_local *e, size_t need, uint64_t limit, exec_buffer 
     }
     /* (limit: the window; the read-ahead slack stays for the pinned units'
      * reads through the page cache) */
-    while (dx->n_spare > 0 && dx->live_bytes + dx->spare_bytes + need > limit) {
+    while (dx->n_spare > 0 && dx->live_bytes + dx->spare_bytes + most > limit) {
         size_t largest = 0;
         for (size_t i = 1; i < dx->n_spare; i++) {
             largest = dx->spare[i].bytes > dx->spare[largest].bytes ? i : largest;
         }
         unmap_spare(dx, largest);
     }
-    out->p = mem_buffer_map(need);
+    const size_t bytes = most;
+    out->p = mem_buffer_map(bytes);
     if (out->p == NULL) {
         return false;
     }
-    out->bytes = need;
-    dx->live_bytes += need;
+    out->bytes = bytes;
+    dx->live_bytes += bytes;
     dx->peak_bytes = LARES_MAX(dx->peak_bytes, dx->live_bytes + dx->spare_bytes);
     return true;
 }
@@ -167,6 +177,26 @@ static void give_buffer(exec_direct *dx, uint8_t *p, size_t bytes) {
     dx->spare = s;
     dx->spare[dx->n_spare++] = (exec_buffer){.p = p, .bytes = bytes};
     dx->spare_bytes += bytes;
+}
+
+void exec_direct_slots(exec_local *e) {
+    exec_direct *dx = &e->dx;
+    dx->slot_span = 0;
+    dx->slot_lay = 0;
+    for (int32_t i = 0; dx->d != NULL && i < e->n_units; i++) {
+        const exec_unit *un = &e->units[i];
+        if (!un->pinned && i != e->out_unit) {
+            dx->slot_span = LARES_MAX(dx->slot_span, un->span.bytes);
+            dx->slot_lay = LARES_MAX(dx->slot_lay, un->lay.bytes);
+        }
+    }
+}
+
+uint64_t exec_direct_cost(const exec_local *e, const exec_unit *un) {
+    if (e->dx.d == NULL || un->pinned || un->lay.bytes == 0 || un->layer < 0) {
+        return un->span.bytes; /* (the output matrix, once a pass, has a buffer of its size) */
+    }
+    return LARES_MAX(un->span.bytes, e->dx.slot_span);
 }
 
 lares_status exec_direct_fetch(exec_local *e, exec_unit *un, uint64_t window, mem_io *io,

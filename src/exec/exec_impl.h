@@ -26,12 +26,14 @@ typedef enum unit_state {
 typedef struct exec_unit {
     mem_span span;      /* owned: the unit's bytes in the file */
     int32_t layer;      /* -1: the output matrix (and final norm) */
+    model_part part_lo, part_hi; /* the parts of the layer it holds (model/plan.h) */
     bool pinned;        /* stays resident across tokens */
     unit_state state;   /* guarded by exec_stream.mu */
     atomic_bool loaded; /* pinned and read: the caller may use it without the lock */
     mem_layout lay;     /* owned: where the span lands in a buffer of direct reads */
     uint8_t *buf;       /* while read directly: the owned buffer (lay.bytes) holding it */
     size_t buf_bytes;   /* its size */
+    uint64_t cost;      /* while in the stream's fifo: what it counts against the window */
 } exec_unit;
 
 enum { EXEC_GUESS_MAX = 2 }; /* experts of the next layer read ahead at most (guess.c) */
@@ -104,6 +106,8 @@ typedef struct exec_direct {
     uint64_t live_bytes;  /* buffers holding units */
     uint64_t spare_bytes;
     uint64_t peak_bytes;  /* of live + spare */
+    uint64_t slot_span;   /* the largest streamed unit's span bytes: what each counts */
+    uint64_t slot_lay;    /* and its largest layout: the size of every buffer */
     bool tried;           /* open was tried (once per executor) */
 } exec_direct;
 
@@ -138,7 +142,10 @@ struct exec_local {
     mem_file mf;
     exec_unit *units;    /* owned: the cycle, in the order a token uses them */
     int32_t n_units;
-    int32_t *unit_of_layer; /* owned, n_layer: index into units, -1 when not run here */
+    int32_t *unit_of_layer; /* owned, n_layer: its first unit, -1 when not run here */
+    int32_t *unit_of_part;  /* owned, n_layer x MODEL_PART_COUNT: -1 when not run here or empty */
+    int32_t part_layer;     /* the layer a streaming pass runs now, -1 between layers */
+    int32_t part_unit;      /* of part_layer: the unit acquired last, -1: none */
     int32_t out_unit;    /* index of the output unit, -1 when not the head */
     mem_span embd;       /* the embedding's bytes (head, untied output) */
     mem_span locked;     /* what mem_lock holds */
@@ -199,6 +206,12 @@ bool exec_direct_open(exec_local *e);
 void exec_direct_free(exec_local *e);
 /* The model the forward pass runs on: the view while reading directly. */
 const model *exec_direct_model(const exec_local *e);
+/* Sizes the buffers for the plan's streamed units (run_plan, thread stopped):
+ * every buffer holds the largest of them, so that any spare serves any unit. */
+void exec_direct_slots(exec_local *e);
+/* What a streamed unit counts against the window: its bytes, or a whole
+ * buffer's while reading directly. */
+uint64_t exec_direct_cost(const exec_local *e, const exec_unit *un);
 /* Prefetch thread: reads unit `un` into an owned buffer and points its views
  * there, keeping the buffers within `window` bytes where it can. On failure
  * nothing changed (the caller reads through the page cache). */

@@ -153,6 +153,7 @@ static lares_status run_plan(exec_local *e, uint64_t budget, const bool *pinned,
     e->plan = *p;
     e->plan.locked_bytes = locked;
     e->plan.direct = p->streaming && exec_direct_open(e);
+    exec_direct_slots(e);
     e->plan.direct_engine = e->plan.direct ? mem_direct_engine_of(e->dx.d) : MEM_DIRECT_AUTO;
     e->o.weight_budget_bytes = budget;
     exec_experts_set_capacity(e, p->streaming ? p->expert_cache_bytes : 0, !was_streaming);
@@ -276,6 +277,25 @@ lares_status exec_local_forward(exec_local *e, int32_t l0, int32_t l1, const int
     return exec_local_forward_seqs(e, &one, 1, l0, l1, pos, n_tok, x, err);
 }
 
+/* model_part_fn of a streaming pass: the layer's previous part is done
+ * before the next is asked for, so that a window of one unit never has to
+ * hold two */
+static void on_part(void *user, int32_t layer, model_part part) {
+    exec_local *e = user;
+    if (layer != e->part_layer) {
+        return;
+    }
+    const int32_t u = e->unit_of_part[(size_t)layer * MODEL_PART_COUNT + (size_t)part];
+    if (u < 0 || u == e->part_unit) {
+        return; /* a part without weights of its own here, or in the unit held */
+    }
+    if (e->part_unit >= 0) {
+        exec_stream_done(e, e->part_unit);
+    }
+    exec_stream_acquire(e, u);
+    e->part_unit = u;
+}
+
 lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32_t n_seqs,
                                      int32_t l0, int32_t l1, const int32_t *pos, int32_t n_tok,
                                      float *x, lares_error *err) {
@@ -289,21 +309,22 @@ lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32
         return lares_fail(err, LARES_EINVAL, "forward: window [%d, %d) outside the cache's [%d, %d)",
                           l0, l1, e->kv->l0, e->kv->l1);
     }
-    for (int32_t l = l0; l < l1; l++) {
-        const int32_t u = e->unit_of_layer[l];
-        if (u >= 0) {
-            exec_stream_acquire(e, u);
-        }
-        lares_status st = model_forward_seqs(exec_direct_model(e), seqs, n_seqs, e->cx, l, l + 1,
-                                             pos, n_tok, x, err);
-        if (u >= 0) {
-            exec_stream_done(e, u);
-        }
-        if (st != LARES_OK) {
-            return st;
+    /* a layer's parts are acquired as its operations reach them (on_part) */
+    model_ctx_on_part(e->cx, on_part, e);
+    lares_status st = LARES_OK;
+    for (int32_t l = l0; l < l1 && st == LARES_OK; l++) {
+        e->part_layer = l;
+        e->part_unit = -1;
+        st = model_forward_seqs(exec_direct_model(e), seqs, n_seqs, e->cx, l, l + 1, pos, n_tok,
+                                x, err);
+        if (e->part_unit >= 0) {
+            exec_stream_done(e, e->part_unit);
         }
     }
-    return gguf_check(e->m->file, err); /* a page of the file failed to read: zeros */
+    e->part_layer = -1;
+    e->part_unit = -1;
+    model_ctx_on_part(e->cx, NULL, NULL);
+    return st != LARES_OK ? st : gguf_check(e->m->file, err); /* a page failed to read: zeros */
 }
 
 lares_status exec_local_output(exec_local *e, float *x, int32_t n_rows, float *logits,

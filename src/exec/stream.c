@@ -84,7 +84,9 @@ static int32_t pick(exec_local *e) {
         return -1;
     }
     const bool count_full = e->plan.window_units > 0 && s->n_fifo >= e->plan.window_units;
-    if (count_full || s->inflight_bytes + un->span.bytes > e->plan.window_bytes) {
+    /* (an empty window admits any unit: the plan makes it at least the largest) */
+    if (count_full ||
+        (s->n_fifo > 0 && s->inflight_bytes + exec_direct_cost(e, un) > e->plan.window_bytes)) {
         return -1;
     }
     return u;
@@ -139,7 +141,7 @@ static void *prefetch_main(void *arg) {
             s->c.buffer_bytes = e->dx.live_bytes + e->dx.spare_bytes;
             un->state = UNIT_IDLE;
             fifo_remove(s, done);
-            s->inflight_bytes -= un->span.bytes;
+            s->inflight_bytes -= un->cost;
             s->c.release_bytes += freed;
             pthread_cond_broadcast(&s->cv);
             continue;
@@ -153,7 +155,8 @@ static void *prefetch_main(void *arg) {
         un->state = UNIT_FETCHING;
         if (!un->pinned) {
             s->fifo[s->n_fifo++] = u;
-            s->inflight_bytes += un->span.bytes;
+            un->cost = exec_direct_cost(e, un);
+            s->inflight_bytes += un->cost;
         }
         if (u == e->out_unit) {
             s->out_asked = false;

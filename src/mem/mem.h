@@ -87,6 +87,9 @@ mem_range mem_tensor_range(const gguf_file *f, const gguf_tensor *t);
  * mem_expert_range). LARES_EINVAL for a layer the plan does not have. */
 lares_status mem_span_of_layer(const model_plan *p, int32_t layer, bool with_experts, mem_span *s,
                                lares_error *err);
+/* The same for one part of the layer (model_part). */
+lares_status mem_span_of_part(const model_plan *p, int32_t layer, model_part part,
+                              bool with_experts, mem_span *s, lares_error *err);
 /* The slice of expert e of a stacked expert weight (GGUF order: the expert
  * index varies slowest, so each expert's weights are one contiguous range).
  * LARES_EINVAL for a weight that is not stacked experts or an expert out of range. */

@@ -107,6 +107,11 @@ lares_status mem_span_of_layer(const model_plan *p, int32_t layer, bool with_exp
     return model_plan_ranges(p, layer, with_experts, add_range, s, err);
 }
 
+lares_status mem_span_of_part(const model_plan *p, int32_t layer, model_part part,
+                              bool with_experts, mem_span *s, lares_error *err) {
+    return model_plan_part_ranges(p, layer, part, with_experts, add_range, s, err);
+}
+
 lares_status mem_expert_range(const model_weight *w, int64_t e, mem_range *out, lares_error *err) {
     if (w->t == NULL || w->form != MODEL_FORM_EXPERTS) {
         return lares_fail(err, LARES_EINVAL, "mem: tensor '%s' is not a stack of experts",

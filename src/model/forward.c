@@ -243,6 +243,11 @@ void model_ctx_on_route(model_ctx *cx, model_route_fn fn, model_wait_fn wait, vo
     cx->route_user = user;
 }
 
+void model_ctx_on_part(model_ctx *cx, model_part_fn fn, void *user) {
+    cx->on_part = fn;
+    cx->part_user = user;
+}
+
 void model_ctx_free(model_ctx *cx) {
     if (cx == NULL) {
         return;
@@ -723,8 +728,13 @@ static void layer_forward(const model *m, const model_seq *seqs, int32_t n_seqs,
     const model_layer_plan *lp = &m->plan->layers[il];
     const int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim;
     ops_pool *pool = cx->pool;
+    int part = -1;
     for (int32_t i = 0; i < lp->n_ops; i++) {
         const model_op *op = &lp->ops[i];
+        if (cx->on_part != NULL && lp->op_part[i] > part) {
+            part = lp->op_part[i];
+            cx->on_part(cx->part_user, il, (model_part)part);
+        }
         switch (op->kind) {
         case MODEL_OP_NORM:
             norm_all(pool, x, l->vec[op->arg], e, hp->rms_eps, n_tok, cx->xn);

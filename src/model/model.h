@@ -92,6 +92,15 @@ typedef int32_t (*model_route_fn)(void *user, int32_t layer, const int32_t *expe
 /* Returns when every expert the last route call left not ready is in memory. */
 typedef void (*model_wait_fn)(void *user, int32_t layer);
 
+/* ---- observing the parts of a layer ----
+ * Called on the thread running the forward pass before the first operation
+ * that reads a part of layer `layer` (model_part, in increasing order; parts
+ * no operation reads are not announced), so that a streaming executor can
+ * have the part in memory and let the previous one go. The pass is correct
+ * whatever the observer does: weights it has not read come through the
+ * mapping. */
+typedef void (*model_part_fn)(void *user, int32_t layer, model_part part);
+
 /* ---- per-session working memory ---- */
 
 typedef struct model_ctx {
@@ -122,12 +131,16 @@ typedef struct model_ctx {
     model_route_fn on_route; /* may be NULL */
     model_wait_fn on_wait;   /* set with on_route */
     void *route_user;
+    model_part_fn on_part;   /* may be NULL */
+    void *part_user;
     void *mem;           /* owned: everything above */
     size_t bytes;
 } model_ctx;
 
 /* Sets the router observer of a context and its wait (NULL to remove). */
 void model_ctx_on_route(model_ctx *cx, model_route_fn fn, model_wait_fn wait, void *user);
+/* Sets the observer of layer parts (NULL to remove). */
+void model_ctx_on_part(model_ctx *cx, model_part_fn fn, void *user);
 
 lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, int32_t n_ctx,
                               model_ctx **out, lares_error *err);

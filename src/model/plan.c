@@ -261,6 +261,29 @@ const char *model_role_name(model_role r) {
     return r >= 0 && r < MODEL_ROLE_COUNT ? roles[r].name : "?";
 }
 
+model_part model_role_part(model_role r) {
+    switch (r) {
+    case MODEL_ROLE_O:
+        return MODEL_PART_ATTN_OUT;
+    case MODEL_ROLE_FFN_NORM:
+    case MODEL_ROLE_GATE:
+    case MODEL_ROLE_UP:
+    case MODEL_ROLE_ROUTER:
+    case MODEL_ROLE_EXP_GATE:
+    case MODEL_ROLE_EXP_UP:
+    case MODEL_ROLE_EXP_DOWN:
+        return MODEL_PART_FFN_IN;
+    case MODEL_ROLE_DOWN:
+    case MODEL_ROLE_SH_GATE_INP:
+    case MODEL_ROLE_SH_GATE:
+    case MODEL_ROLE_SH_UP:
+    case MODEL_ROLE_SH_DOWN:
+        return MODEL_PART_FFN_OUT;
+    default: /* the attention's norm, input products, biases and per-head norms */
+        return MODEL_PART_ATTN_IN;
+    }
+}
+
 static int64_t dim_of(const model_hparams *hp, dim d) {
     switch (d) {
     case DIM_ONE:
@@ -422,6 +445,22 @@ static void plan_ops(const model_hparams *hp, model_layer_plan *lp) {
         }
     }
     add_op(lp, MODEL_OP_RESIDUAL, 0);
+    for (int32_t i = 0; i < lp->n_ops; i++) {
+        const model_op *op = &lp->ops[i];
+        int part = -1;
+        if (op->kind == MODEL_OP_NORM) {
+            part = (int)model_role_part((model_role)op->arg);
+        } else if (op->kind == MODEL_OP_PRODUCTS && lp->g[op->arg].n > 0) {
+            part = (int)model_role_part(lp->g[op->arg].member[0]);
+        } else if (op->kind == MODEL_OP_ROPE_STORE) {
+            part = MODEL_PART_ATTN_IN; /* biases, per-head norms */
+        } else if (op->kind == MODEL_OP_EXPERTS) {
+            part = MODEL_PART_FFN_IN;
+        } else if (op->kind == MODEL_OP_SHARED_EXPERT) {
+            part = MODEL_PART_FFN_OUT;
+        }
+        lp->op_part[i] = (int8_t)part;
+    }
 }
 
 static lares_status plan_layer(const gguf_file *f, const arch_desc *ad, const model_hparams *hp,
@@ -516,16 +555,22 @@ fail:
     return st;
 }
 
-lares_status model_plan_ranges(const model_plan *p, int32_t layer, bool with_experts,
-                               model_range_fn fn, void *user, lares_error *err) {
+/* part < 0: every part */
+static lares_status ranges_of(const model_plan *p, int32_t layer, int part, bool with_experts,
+                              model_range_fn fn, void *user, lares_error *err) {
     if (layer < 0 || layer >= p->hp.n_layer) {
         return lares_fail(err, LARES_EINVAL, "model: layer %d outside 0..%d", (int)layer,
                           (int)p->hp.n_layer - 1);
     }
+    if (part >= MODEL_PART_COUNT) {
+        return lares_fail(err, LARES_EINVAL, "model: part %d outside 0..%d", part,
+                          MODEL_PART_COUNT - 1);
+    }
     const model_layer_plan *lp = &p->layers[layer];
     for (int r = 0; r < MODEL_ROLE_COUNT; r++) {
         const model_weight *w = &lp->w[r];
-        if (w->t == NULL || (w->form == MODEL_FORM_EXPERTS && !with_experts)) {
+        if (w->t == NULL || (w->form == MODEL_FORM_EXPERTS && !with_experts) ||
+            (part >= 0 && (int)model_role_part((model_role)r) != part)) {
             continue;
         }
         lares_status st = fn(user, w->lo, w->lo + w->bytes * (uint64_t)w->n_stack, err);
@@ -534,4 +579,15 @@ lares_status model_plan_ranges(const model_plan *p, int32_t layer, bool with_exp
         }
     }
     return LARES_OK;
+}
+
+lares_status model_plan_ranges(const model_plan *p, int32_t layer, bool with_experts,
+                               model_range_fn fn, void *user, lares_error *err) {
+    return ranges_of(p, layer, -1, with_experts, fn, user, err);
+}
+
+lares_status model_plan_part_ranges(const model_plan *p, int32_t layer, model_part part,
+                                    bool with_experts, model_range_fn fn, void *user,
+                                    lares_error *err) {
+    return ranges_of(p, layer, (int)part, with_experts, fn, user, err);
 }

@@ -85,6 +85,20 @@ typedef enum model_role {
     MODEL_ROLE_COUNT
 } model_role;
 
+/* The parts of a layer, in the order its operations first read them: the
+ * attention's input products (with their norm, biases and per-head norms),
+ * its output product, the FFN's input (its norm, gate and up, or the router
+ * and the experts), and the FFN's output (down, or the shared expert). The
+ * executor streams a layer part by part (exec/plan.c), so that it holds a
+ * quarter of a layer in flight, not two layers. */
+typedef enum model_part {
+    MODEL_PART_ATTN_IN = 0,
+    MODEL_PART_ATTN_OUT,
+    MODEL_PART_FFN_IN,
+    MODEL_PART_FFN_OUT,
+    MODEL_PART_COUNT
+} model_part;
+
 typedef enum model_form {
     MODEL_FORM_VECTOR = 0, /* n_in values, read as F32 */
     MODEL_FORM_MATRIX,     /* n_in -> n_out */
@@ -158,6 +172,7 @@ typedef struct model_layer_plan {
     model_weight w[MODEL_ROLE_COUNT];  /* by role */
     model_group g[MODEL_GROUP_COUNT];  /* by id */
     model_op ops[MODEL_OPS_MAX];       /* in the order layer_forward runs them */
+    int8_t op_part[MODEL_OPS_MAX];     /* the part each op reads; -1: no weight */
     int32_t n_ops;
     uint64_t bytes;         /* every weight of the layer */
 } model_layer_plan;
@@ -181,11 +196,16 @@ void model_plan_free(model_plan *p);
 
 const char *model_arch_list(void); /* "llama, qwen2, ..." for messages */
 const char *model_role_name(model_role r); /* the GGUF name after "blk.N.", e.g. "attn_q.weight" */
+model_part model_role_part(model_role r);
 
 /* Walks the byte ranges of a layer's weights in the file: with_experts false
  * leaves out the stacked expert tensors (read per choice). */
 typedef lares_status (*model_range_fn)(void *user, uint64_t lo, uint64_t hi, lares_error *err);
 lares_status model_plan_ranges(const model_plan *p, int32_t layer, bool with_experts,
                                model_range_fn fn, void *user, lares_error *err);
+/* The same for the weights of one part of the layer. */
+lares_status model_plan_part_ranges(const model_plan *p, int32_t layer, model_part part,
+                                    bool with_experts, model_range_fn fn, void *user,
+                                    lares_error *err);
 
 #endif /* LARES_MODEL_PLAN_H */

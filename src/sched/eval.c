@@ -59,7 +59,8 @@ double sched_quota_wall(const sched_costs *c, size_t d, double b) {
 }
 
 void sched_stream_plan(const sched_costs *c, const uint64_t *unit, int32_t n_units,
-                       uint64_t fixed_bytes, uint64_t budget, sched_stream *out, bool *streamed) {
+                       int32_t out_unit, uint64_t fixed_bytes, uint64_t budget,
+                       sched_stream *out, bool *streamed) {
     memset(out, 0, sizeof *out);
     for (int32_t i = 0; streamed != NULL && i < n_units; i++) {
         streamed[i] = false;
@@ -90,9 +91,32 @@ void sched_stream_plan(const sched_costs *c, const uint64_t *unit, int32_t n_uni
     if (window > usable) {
         window = usable;
     }
+    /* the output matrix first where it is the largest unit and fits beside a
+     * window of the layers' units */
+    uint64_t part_max = 0;
+    for (int32_t i = 0; i < n_units; i++) {
+        part_max = i != out_unit ? LARES_MAX(part_max, unit[i]) : part_max;
+    }
+    bool out_first = false;
+    if (out_unit >= 0 && unit[out_unit] == largest && part_max < largest &&
+        part_max * per + largest <= usable && part_max * per < window) {
+        window = part_max * per;
+        out_first = true;
+        out->largest = part_max; /* the largest unit that streams */
+    }
     uint64_t left = usable - window, pinned = 0;
+    if (out_first) {
+        left -= unit[out_unit];
+        pinned += unit[out_unit];
+        if (streamed != NULL) {
+            streamed[out_unit] = false;
+        }
+    }
     for (int32_t k = 0; k < n_units; k++) {
         const int32_t i = lares_spread_order(n_units, k);
+        if (out_first && i == out_unit) {
+            continue;
+        }
         if (unit[i] <= left) {
             left -= unit[i];
             pinned += unit[i];
@@ -107,23 +131,34 @@ void sched_stream_plan(const sched_costs *c, const uint64_t *unit, int32_t n_uni
 }
 
 /* The units of device slot a, in cycle order: the RAM layers of each window,
- * round by round (all layers with unified memory), then on the head the
- * output matrix. Fills unit[] and, per unit, its layer (-1: the output). */
+ * round by round (all layers with unified memory), each in its parts
+ * (sched_layer_units), then on the head the output matrix. Fills unit[] and,
+ * per unit, its layer (-1: the output), its round and its share of the
+ * layer's bytes; returns the count. */
 static int32_t cycle_of(const sched_costs *c, const sched_plan *p, const sched_assign *a,
-                        bool is_head, uint64_t *unit, int32_t *layer) {
+                        bool is_head, uint64_t *unit, int32_t *layer, int32_t *round,
+                        double *share) {
     const bool uni = sched_unified(&c->devs[a->device]);
     int32_t n = 0;
     for (int32_t r = 0; r < p->k; r++) {
         const int32_t l0 = r * p->W + a->offset;
         const int32_t l1 = l0 + a->w - (uni ? 0 : a->n_gpu);
         for (int32_t l = l0; l < l1; l++) {
-            unit[n] = c->m->layers[l].weight_bytes;
-            layer[n++] = l;
+            const sched_layer *sl = &c->m->layers[l];
+            const int32_t k = sched_layer_units(sl, c->part_max, unit + n);
+            for (int32_t j = 0; j < k; j++, n++) {
+                layer[n] = l;
+                round[n] = r;
+                share[n] = sl->weight_bytes > 0 ? (double)unit[n] / (double)sl->weight_bytes : 1;
+            }
         }
     }
     if (is_head) {
         unit[n] = c->head_bytes;
-        layer[n++] = -1;
+        layer[n] = -1;
+        round[n] = p->k;
+        share[n] = 1;
+        n++;
     }
     return n;
 }
@@ -133,15 +168,18 @@ lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_err
     if (p->n == 0 || p->head >= c->n || p->a[0].device != p->head) {
         return lares_fail(err, LARES_EINVAL, "plan: the head is not the first device of the ring");
     }
-    uint64_t *unit = lares_calloc(L + 1, sizeof *unit);
-    int32_t *layer = lares_calloc(L + 1, sizeof *layer);
-    bool *streamed = lares_calloc(L + 1, sizeof *streamed);
+    const size_t n_max = SCHED_PARTS * L + 1; /* units of a cycle at most */
+    uint64_t *unit = lares_calloc(n_max, sizeof *unit);
+    int32_t *layer = lares_calloc(n_max, sizeof *layer);
+    int32_t *round = lares_calloc(n_max, sizeof *round);
+    double *share = lares_calloc(n_max, sizeof *share);
+    bool *streamed = lares_calloc(n_max, sizeof *streamed);
     double *cfull = lares_calloc(p->n, sizeof *cfull);
     double *busy = lares_calloc(p->n, sizeof *busy);
     double *rcpu = lares_calloc(p->n, sizeof *rcpu);
     lares_status st = LARES_OK;
-    if (unit == NULL || layer == NULL || streamed == NULL || cfull == NULL || busy == NULL ||
-        rcpu == NULL) {
+    if (unit == NULL || layer == NULL || round == NULL || share == NULL || streamed == NULL ||
+        cfull == NULL || busy == NULL || rcpu == NULL) {
         st = lares_fail(err, LARES_ENOMEM, "out of memory");
         goto done;
     }
@@ -192,10 +230,11 @@ lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_err
         }
         /* memory: the executor's plan of this device's cycle */
         const uint64_t limit = c->ram_limit[dv];
-        const int32_t n_units = cycle_of(c, p, a, is_head, unit, layer);
+        const int32_t n_units = cycle_of(c, p, a, is_head, unit, layer, round, share);
         const uint64_t budget = limit > kv_ram ? limit - kv_ram : 0;
         sched_stream sp;
-        sched_stream_plan(c, unit, n_units, is_head ? c->m->embd_bytes : 0, budget, &sp, streamed);
+        sched_stream_plan(c, unit, n_units, is_head ? n_units - 1 : -1,
+                          is_head ? c->m->embd_bytes : 0, budget, &sp, streamed);
         const uint64_t need = uni ? ram + vram : ram;
         a->ram_bytes = need;
         a->ram_limit_bytes = is_head ? sched_ram_of(c, dv, p->head) : limit;
@@ -205,24 +244,21 @@ lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_err
         const double s = c->disk_Bps[dv];
         a->t_read_s = (double)sp.stream_bytes / s;
         /* the compute the reader cannot overlap: with a window of two units or
-         * more, the first streamed layer of each window (the gap filled the
-         * window: the reader waits for that layer's release); with a window of
-         * one unit, every streamed layer (the one computing fills it) */
+         * more, the first streamed unit of each window (the gap filled the
+         * window: the reader waits for that unit's release); with a window of
+         * one unit, every streamed unit (the one computing fills it). A unit's
+         * compute is its share of its layer's bytes. */
         double z = 0, blocked_busy = 0;
         if (sp.streams) {
-            const int32_t n_ram = a->w - (uni ? 0 : a->n_gpu);
             const bool one_unit = sp.window_bytes < 2 * sp.largest;
             double blocked = 0;
-            for (int32_t r = 0; r < p->k; r++) {
-                for (int32_t j = 0; j < n_ram; j++) {
-                    const int32_t u = r * n_ram + j;
-                    if (streamed[u]) {
-                        blocked += c->t_cpu[dv * L + (size_t)layer[u]];
-                        if (!one_unit) {
-                            break;
-                        }
-                    }
+            int32_t last_round = -1;
+            for (int32_t u = 0; u < n_units; u++) {
+                if (layer[u] < 0 || !streamed[u] || (!one_unit && round[u] == last_round)) {
+                    continue;
                 }
+                blocked += c->t_cpu[dv * L + (size_t)layer[u]] * share[u];
+                last_round = round[u];
             }
             const double own = LARES_MAX(0.0, c_full - blocked) + g;
             const double gaps =
@@ -288,6 +324,8 @@ lares_status sched_evaluate_costs(sched_plan *p, const sched_costs *c, lares_err
 done:
     lares_free(unit);
     lares_free(layer);
+    lares_free(round);
+    lares_free(share);
     lares_free(streamed);
     lares_free(cfull);
     lares_free(busy);

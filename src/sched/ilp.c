@@ -306,7 +306,7 @@ lares_status sched_ilp_solve(sched_ilp *p, lares_error *err) {
             const double s = c->disk_Bps[d];
             const double ram = (double)sched_ram_of(c, d, head);
             const double per = c->o->stream_window_units > 0 ? c->o->stream_window_units : 2;
-            const double V = per * (double)c->max_layer_bytes;
+            const double V = per * (double)c->part_max; /* the executor's units: parts */
             const double S = (double)c->o->stream_slack_bytes;
             const double keep = ram - S - V; /* what stays pinned (may be < 0: then 0) */
             const double pin = keep > 0 ? keep : 0;

@@ -394,6 +394,18 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
         c->quota_P[d] = dv->cpu_quota_period_s > 0 ? dv->cpu_quota_period_s : 0.1;
     }
     c->max_layer_bytes = c->b_heavy[1];
+    for (int32_t l = 0; l < m->n_layer; l++) {
+        uint64_t unit[SCHED_PARTS];
+        const int32_t nu = sched_layer_units(&m->layers[l], UINT64_MAX, unit);
+        uint64_t sum = 0;
+        for (int q = 0; q < SCHED_PARTS; q++) {
+            c->part_max = LARES_MAX(c->part_max, m->layers[l].part_bytes[q]);
+            sum += m->layers[l].part_bytes[q];
+        }
+        if (nu == 1 && sum != m->layers[l].weight_bytes) { /* described without parts */
+            c->part_max = LARES_MAX(c->part_max, unit[0]);
+        }
+    }
     *out = c;
     return LARES_OK;
 fail:

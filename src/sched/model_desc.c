@@ -43,10 +43,48 @@ static int64_t layer_of(const char *name) {
     return *p == '.' ? v : -1;
 }
 
-static void add_tensor(sched_layer *l, uint32_t type, uint64_t bytes, double flops) {
+_Static_assert(SCHED_PARTS == MODEL_PART_COUNT, "the planner's parts are the model's");
+
+static void add_tensor(sched_layer *l, uint32_t type, uint64_t bytes, double flops,
+                       model_part part) {
     l->bytes[type] += bytes;
     l->weight_bytes += bytes;
     l->flops[type] += flops;
+    l->part_bytes[part] += bytes;
+}
+
+/* The part of a layer tensor by its name after "blk.N." (the role whose GGUF
+ * name it carries); names of no role count with the attention's input. */
+static model_part part_of_name(const char *rest) {
+    for (int r = 0; r < MODEL_ROLE_COUNT; r++) {
+        if (strcmp(rest, model_role_name((model_role)r)) == 0) {
+            return model_role_part((model_role)r);
+        }
+    }
+    return MODEL_PART_ATTN_IN;
+}
+
+int32_t sched_layer_units(const sched_layer *l, uint64_t part_max, uint64_t *unit) {
+    uint64_t sum = 0;
+    for (int q = 0; q < SCHED_PARTS; q++) {
+        sum += l->part_bytes[q];
+    }
+    if (sum != l->weight_bytes) { /* a layer described without parts: one unit */
+        unit[0] = l->weight_bytes;
+        return l->weight_bytes > 0 ? 1 : 0;
+    }
+    int32_t n = 0;
+    for (int q = 0; q < SCHED_PARTS; q++) {
+        const uint64_t b = l->part_bytes[q];
+        if (b == 0) {
+            continue;
+        }
+        if (n == 0 || unit[n - 1] + b > part_max) {
+            unit[n++] = 0;
+        }
+        unit[n - 1] += b;
+    }
+    return n;
 }
 
 /* FLOPs per token of one tensor: 2 per weight of a matrix; experts scaled. */
@@ -79,25 +117,26 @@ lares_status sched_model_account(sched_model *m, const char *name, uint32_t type
     }
     double flops = tensor_flops(n_dims, ne, n_expert, n_used);
     if (il >= 0) {
-        add_tensor(&m->layers[il], type, nbytes, flops);
+        const char *rest = strchr(name + 4, '.') + 1; /* layer_of saw "blk.N." */
+        add_tensor(&m->layers[il], type, nbytes, flops, part_of_name(rest));
     } else if (strcmp(name, "token_embd.weight") == 0) {
         /* one row is read per token; the whole matrix is the output when tied */
         uint64_t rb;
         m->embd_row_bytes = gguf_row_bytes(type, ne[0], &rb) ? rb : 0;
         if (tied) {
-            add_tensor(&m->head, type, nbytes, flops);
+            add_tensor(&m->head, type, nbytes, flops, MODEL_PART_ATTN_IN);
         } else {
             m->embd_bytes += nbytes;
         }
     } else {
-        add_tensor(&m->head, type, nbytes, flops);
+        add_tensor(&m->head, type, nbytes, flops, MODEL_PART_ATTN_IN);
     }
     return LARES_OK;
 }
 
 /* One weight of the layer plan: its bytes, and for a matrix 2 FLOPs per weight
  * per token (stacked experts: the n_expert_used a token is routed to). */
-static void add_weight(sched_layer *l, const model_weight *w, int32_t n_used) {
+static void add_weight(sched_layer *l, const model_weight *w, int32_t n_used, model_part part) {
     if (w->t == NULL) {
         return;
     }
@@ -106,7 +145,7 @@ static void add_weight(sched_layer *l, const model_weight *w, int32_t n_used) {
         flops = 2.0 * (double)w->n_in * (double)w->n_out *
                 (w->form == MODEL_FORM_EXPERTS ? (double)n_used : 1.0);
     }
-    add_tensor(l, w->t->type, w->bytes * (uint64_t)w->n_stack, flops);
+    add_tensor(l, w->t->type, w->bytes * (uint64_t)w->n_stack, flops, part);
 }
 
 lares_status sched_model_from_gguf(const gguf_file *f, sched_model **out, lares_error *err) {
@@ -140,7 +179,8 @@ lares_status sched_model_from_gguf(const gguf_file *f, sched_model **out, lares_
     }
     for (int32_t il = 0; il < hp->n_layer; il++) {
         for (int r = 0; r < MODEL_ROLE_COUNT; r++) {
-            add_weight(&m->layers[il], &p->layers[il].w[r], hp->n_expert_used);
+            add_weight(&m->layers[il], &p->layers[il].w[r], hp->n_expert_used,
+                       model_role_part((model_role)r));
         }
     }
     /* the head: one embedding row read per token; the whole matrix is the output when tied */
@@ -149,9 +189,9 @@ lares_status sched_model_from_gguf(const gguf_file *f, sched_model **out, lares_
     if (!p->output_tied) {
         m->embd_bytes = p->embd.bytes;
     }
-    add_weight(&m->head, &p->output, 0);
-    add_weight(&m->head, &p->output_norm, 0);
-    add_weight(&m->head, &p->rope_freqs, 0);
+    add_weight(&m->head, &p->output, 0, MODEL_PART_ATTN_IN);
+    add_weight(&m->head, &p->output_norm, 0, MODEL_PART_ATTN_IN);
+    add_weight(&m->head, &p->rope_freqs, 0, MODEL_PART_ATTN_IN);
     m->file_bytes = gguf_file_bytes(f);
     model_plan_free(p);
     *out = m;

@@ -162,10 +162,15 @@ double sched_rate_of(const sched_rates *r, uint32_t type);
 
 /* ---- the model, as the planner sees it ---- */
 
+/* The parts of a layer the executor streams one by one (model_part: the
+ * attention's input and output products, the FFN's input and output). */
+#define SCHED_PARTS 4
+
 typedef struct sched_layer {
     uint64_t bytes[GGUF_TYPE_COUNT]; /* weight bytes by tensor type */
     double flops[GGUF_TYPE_COUNT];   /* FLOPs per generated token by weight type */
     uint64_t weight_bytes;           /* sum of bytes[] */
+    uint64_t part_bytes[SCHED_PARTS]; /* the same bytes by part (they sum to weight_bytes) */
 } sched_layer;
 
 typedef struct sched_model {
@@ -203,6 +208,11 @@ void sched_model_free(sched_model *m);
 /* KV bytes of one layer for n_ctx positions with kv_elem_bytes per value. */
 uint64_t sched_layer_kv_bytes(const sched_model *m, int32_t n_ctx, uint32_t kv_elem_bytes);
 uint64_t sched_model_weight_bytes(const sched_model *m); /* layers + head */
+/* The executor's units of a layer (exec/plan.c): its parts with bytes,
+ * consecutive ones joined while together no larger than part_max (a layer
+ * described without parts is one unit). Fills unit[0..n), n <= SCHED_PARTS,
+ * and returns n. */
+int32_t sched_layer_units(const sched_layer *l, uint64_t part_max, uint64_t *unit);
 
 /* ---- planning ---- */
 

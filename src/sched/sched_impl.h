@@ -38,7 +38,8 @@ typedef struct sched_costs {
     double *read_cpu;         /* owned, n: CPU seconds per byte streamed (the prefetch thread's
                                  kernel work; spent from a CPU quota), 0: not known */
     uint64_t head_bytes;      /* the head's output matrix and norm (a unit of its cycle) */
-    uint64_t max_layer_bytes; /* the largest layer's weights (the executor's unit) */
+    uint64_t max_layer_bytes; /* the largest layer's weights */
+    uint64_t part_max;        /* the largest part of a layer: units join parts up to it */
 } sched_costs;
 
 /* What the executor does with a cycle of units (exec/plan.c, replayed). */
@@ -51,11 +52,13 @@ typedef struct sched_stream {
     uint64_t window_bytes; /* streamed bytes that may be in memory at once */
 } sched_stream;
 
-/* The executor's plan for units unit[0..n) (cycle order) under a weight
- * budget; fixed_bytes more must fit beside them for "fits" (the head's
- * embedding). streamed (n, may be NULL) receives which units stream. */
+/* The executor's plan for units unit[0..n) (cycle order; out_unit: the
+ * output matrix's index, -1 when none) under a weight budget; fixed_bytes
+ * more must fit beside them for "fits" (the head's embedding). streamed (n,
+ * may be NULL) receives which units stream. */
 void sched_stream_plan(const sched_costs *c, const uint64_t *unit, int32_t n_units,
-                       uint64_t fixed_bytes, uint64_t budget, sched_stream *out, bool *streamed);
+                       int32_t out_unit, uint64_t fixed_bytes, uint64_t budget,
+                       sched_stream *out, bool *streamed);
 /* Wall seconds of a burst of b seconds of full-speed compute on device d under
  * its CPU quota (b itself without one). */
 double sched_quota_wall(const sched_costs *c, size_t d, double b);
