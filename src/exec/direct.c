@@ -16,12 +16,14 @@
  * the kernels see no difference: outputs are bit-identical.
  *
  * A unit is one or a few parts of a layer (plan.c): its views are those of
- * the roles of those parts. Parts differ in size (llama-7b Q4_K_M: 9 to 50 MB), so every
- * buffer is made the size of the largest streamed unit and each unit in
- * flight counts a whole buffer against the window: any spare then serves
- * any unit, where buffers cut to each unit's size were unmapped and mapped
- * again about 20 times a token (each new one faulted in and zeroed by the
- * kernel, on the cores the compute needs).
+ * the roles of those parts. Units differ in size (llama-7b Q4_K_M: 37 to 50
+ * MB), so every buffer is made the size of the largest streamed unit of the
+ * layers and each of those units in flight counts a whole buffer against the
+ * window: any spare then serves any unit, where buffers cut to each unit's
+ * size were unmapped and mapped again about 20 times a token (each new one
+ * faulted in and zeroed by the kernel, on the cores the compute needs). The
+ * output matrix, when it streams, has a buffer of its own size, which no
+ * layer's unit takes (it would hold more than the window counts).
  *
  * Threads: the prefetch thread alone fetches and releases while it runs;
  * init, open, drop and free run on the caller's thread while it is stopped.

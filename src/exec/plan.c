@@ -5,9 +5,9 @@
  * layer or a few consecutive ones (model_part: the attention's input
  * products, its output product, the FFN's input and its output, each with the
  * norms and biases they read), or on the head the output matrix with the
- * final norm. A layer in parts keeps
- * the window (below) at two parts in flight, not two layers: on llama-7b
- * Q4_K_M about 100 MiB instead of 260, which the budget pins instead.
+ * final norm. Units of parts keep the window (below) at two units, not two
+ * layers: on llama-7b Q4_K_M about 100 MB instead of 260, which the budget
+ * pins instead.
  * When all units fit the weight budget nothing is planned. Otherwise the
  * budget B is split into
  *
@@ -19,8 +19,8 @@
  *   pinned  P = B - S - W: units that stay resident, chosen spread evenly over
  *             the cycle (so the disk keeps reading ahead while pinned layers
  *             compute); the output matrix first when it is the largest unit
- *             and fits beside a window of the layers' parts (the window is
- *             then window_units x the largest part);
+ *             and fits beside a window of the layers' units (the window is
+ *             then window_units x the largest of those);
  *
  * and every pass reads the streamed bytes once: the least any plan can read
  * with B bytes is (total - B), this one reads (total - B + W - slack).
@@ -65,7 +65,8 @@ static uint64_t part_bytes(const model_layer_plan *lp, model_part part) {
     uint64_t b = 0;
     for (int r = 0; r < MODEL_ROLE_COUNT; r++) {
         const model_weight *w = &lp->w[r];
-        if (w->t != NULL && w->form != MODEL_FORM_EXPERTS && model_role_part((model_role)r) == part) {
+        if (w->t != NULL && w->form != MODEL_FORM_EXPERTS &&
+            model_role_part((model_role)r) == part) {
             b += w->bytes * (uint64_t)w->n_stack;
         }
     }
