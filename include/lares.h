@@ -169,9 +169,11 @@ typedef struct lares_session_opts {
      * of MemAvailable. When the weights fit, nothing changes; when they do not,
      * layers stream from disk (read ahead, released after use) and the rest
      * stays resident. A budget below the least that can work (KV cache,
-     * buffers and the largest layer) is LARES_ERANGE naming that minimum. */
+     * buffers and the largest streamed unit: a part of a layer or the output
+     * matrix) is LARES_ERANGE naming that minimum. */
     uint64_t mem_budget;
-    int32_t mem_window; /* streamed layers in memory at once; 0: as the budget allows */
+    int32_t mem_window; /* streamed units (parts of layers) in memory at once; 0: as the budget
+                           allows */
     bool mem_lock;      /* lock resident weights in memory (mlock); a refusal is a warning */
     /* MoE while streaming: which cached experts make room for new ones */
     lares_expert_cache expert_cache;

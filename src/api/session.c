@@ -61,7 +61,7 @@ lares_status api_session_create(lares_model *lm, const lares_session_opts *opts,
         o.kv_type = f32_bytes <= KV_AUTO_F32_BYTES ? LARES_KV_F32 : LARES_KV_F16;
     }
     if (o.mem_window < 0) {
-        return lares_fail(err, LARES_EINVAL, "memory window of %d layers", o.mem_window);
+        return lares_fail(err, LARES_EINVAL, "memory window of %d units", o.mem_window);
     }
     if ((unsigned)o.stream_io > LARES_STREAM_IO_DIRECT) {
         return lares_fail(err, LARES_EINVAL, "unknown stream I/O %d", (int)o.stream_io);
