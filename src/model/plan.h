@@ -89,8 +89,8 @@ typedef enum model_role {
  * attention's input products (with their norm, biases and per-head norms),
  * its output product, the FFN's input (its norm, gate and up, or the router
  * and the experts), and the FFN's output (down, or the shared expert). The
- * executor streams a layer part by part (exec/plan.c), so that it holds a
- * quarter of a layer in flight, not two layers. */
+ * executor streams a layer part by part (exec/plan.c), so that it holds two
+ * units of parts in flight, not two layers. */
 typedef enum model_part {
     MODEL_PART_ATTN_IN = 0,
     MODEL_PART_ATTN_OUT,
