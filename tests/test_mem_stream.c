@@ -128,37 +128,58 @@ static int part_of_name(const char *rest) {
     return strncmp(rest, "ffn_", 4) == 0 ? 2 : 0;
 }
 
+/* A file's tensor directory by layer and part: bytes[4 l + p] (experts left
+ * out) and experts[l], the bytes of layer l's stacked experts */
+typedef struct directory_parts {
+    uint64_t *bytes, *experts;
+    uint64_t part_max; /* the largest part of any layer */
+} directory_parts;
+
+static directory_parts parts_from_directory(const gguf_file *f, int32_t n_layer) {
+    directory_parts d = {.bytes = calloc((size_t)n_layer * 4, sizeof *d.bytes),
+                         .experts = calloc((size_t)n_layer, sizeof *d.experts)};
+    for (int32_t l = 0; l < n_layer; l++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "blk.%d.", (int)l);
+        for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+            const gguf_tensor *t = gguf_tensor_at(f, i);
+            if (strncmp(t->name, prefix, strlen(prefix)) != 0) {
+                continue;
+            }
+            const int p = part_of_name(t->name + strlen(prefix));
+            if (p < 0) {
+                d.experts[l] += t->nbytes;
+            } else {
+                d.bytes[l * 4 + p] += t->nbytes;
+                d.part_max = d.bytes[l * 4 + p] > d.part_max ? d.bytes[l * 4 + p] : d.part_max;
+            }
+        }
+    }
+    return d;
+}
+
+static void directory_parts_free(directory_parts *d) {
+    free(d->bytes);
+    free(d->experts);
+}
+
 /* What the least budget holds, summed from the tensor directory: the largest
  * unit (a part of a layer, experts left out, or the output matrix with its
  * norm) and the most bytes one layer's experts take */
 static uint64_t least_from_directory(const gguf_file *f, int32_t n_layer, bool tied) {
-    uint64_t best = 0, experts = 0;
-    for (int32_t l = -1; l < n_layer; l++) {
-        char prefix[32];
-        snprintf(prefix, sizeof prefix, "blk.%d.", (int)l);
-        uint64_t part[4] = {0}, out = 0, exps = 0;
-        for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
-            const gguf_tensor *t = gguf_tensor_at(f, i);
-            if (l < 0) {
-                const bool mine =
-                    strcmp(t->name, tied ? "token_embd.weight" : "output.weight") == 0 ||
-                    strcmp(t->name, "output_norm.weight") == 0;
-                out += mine ? t->nbytes : 0;
-            } else if (strncmp(t->name, prefix, strlen(prefix)) == 0) {
-                const int p = part_of_name(t->name + strlen(prefix));
-                if (p < 0) {
-                    exps += t->nbytes;
-                } else {
-                    part[p] += t->nbytes;
-                }
-            }
-        }
-        best = out > best ? out : best;
-        for (int p = 0; p < 4; p++) {
-            best = part[p] > best ? part[p] : best;
-        }
-        experts = exps > experts ? exps : experts;
+    directory_parts d = parts_from_directory(f, n_layer);
+    uint64_t out = 0, experts = 0;
+    for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        const bool mine = strcmp(t->name, tied ? "token_embd.weight" : "output.weight") == 0 ||
+                          strcmp(t->name, "output_norm.weight") == 0;
+        out += mine ? t->nbytes : 0;
     }
+    for (int32_t l = 0; l < n_layer; l++) {
+        experts = d.experts[l] > experts ? d.experts[l] : experts;
+    }
+    const uint64_t best = out > d.part_max ? out : d.part_max;
+    directory_parts_free(&d);
     return best + experts;
 }
 
@@ -166,31 +187,17 @@ static uint64_t least_from_directory(const gguf_file *f, int32_t n_layer, bool t
  * hold weights besides experts, consecutive ones joined while together no
  * larger than the largest part */
 static int32_t units_from_directory(const gguf_file *f, int32_t n_layer, bool head) {
-    uint64_t *bytes = calloc((size_t)n_layer * 4, sizeof *bytes), part_max = 0;
-    for (int32_t l = 0; l < n_layer; l++) {
-        char prefix[32];
-        snprintf(prefix, sizeof prefix, "blk.%d.", (int)l);
-        for (uint64_t i = 0; i < gguf_n_tensors(f); i++) {
-            const gguf_tensor *t = gguf_tensor_at(f, i);
-            if (strncmp(t->name, prefix, strlen(prefix)) == 0) {
-                const int p = part_of_name(t->name + strlen(prefix));
-                if (p >= 0) {
-                    bytes[l * 4 + p] += t->nbytes;
-                    part_max = bytes[l * 4 + p] > part_max ? bytes[l * 4 + p] : part_max;
-                }
-            }
-        }
-    }
+    directory_parts d = parts_from_directory(f, n_layer);
     int32_t n = head ? 1 : 0;
     for (int32_t l = 0; l < n_layer; l++) {
         uint64_t unit = 0;
         bool open = false;
         for (int p = 0; p < 4; p++) {
-            const uint64_t b = bytes[l * 4 + p];
+            const uint64_t b = d.bytes[l * 4 + p];
             if (b == 0) {
                 continue;
             }
-            if (!open || unit + b > part_max) {
+            if (!open || unit + b > d.part_max) {
                 n++;
                 open = true;
                 unit = 0;
@@ -198,7 +205,7 @@ static int32_t units_from_directory(const gguf_file *f, int32_t n_layer, bool he
             unit += b;
         }
     }
-    free(bytes);
+    directory_parts_free(&d);
     return n;
 }
 

@@ -158,13 +158,12 @@ static bool take_buffer(exec_local *e, size_t need, uint64_t limit, exec_buffer 
         }
         unmap_spare(dx, largest);
     }
-    const size_t bytes = most;
-    out->p = mem_buffer_map(bytes);
+    out->p = mem_buffer_map(most);
     if (out->p == NULL) {
         return false;
     }
-    out->bytes = bytes;
-    dx->live_bytes += bytes;
+    out->bytes = most;
+    dx->live_bytes += most;
     dx->peak_bytes = LARES_MAX(dx->peak_bytes, dx->live_bytes + dx->spare_bytes);
     return true;
 }

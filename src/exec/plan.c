@@ -60,19 +60,6 @@ static lares_status check_windows(exec_local *e, lares_error *err) {
     return LARES_OK;
 }
 
-/* the bytes of a part of a layer, its stacked experts left out */
-static uint64_t part_bytes(const model_layer_plan *lp, model_part part) {
-    uint64_t b = 0;
-    for (int r = 0; r < MODEL_ROLE_COUNT; r++) {
-        const model_weight *w = &lp->w[r];
-        if (w->t != NULL && w->form != MODEL_FORM_EXPERTS &&
-            model_role_part((model_role)r) == part) {
-            b += w->bytes * (uint64_t)w->n_stack;
-        }
-    }
-    return b;
-}
-
 lares_status exec_units_build(exec_local *e, lares_error *err) {
     const model *m = e->m;
     const int32_t n_layer = m->hp.n_layer;
@@ -114,7 +101,8 @@ lares_status exec_units_build(exec_local *e, lares_error *err) {
     for (int32_t w = 0; w < e->n_windows; w++) {
         for (int32_t l = e->windows[w].l0; l < e->windows[w].l1; l++) {
             for (int p = 0; p < MODEL_PART_COUNT; p++) {
-                part_max = LARES_MAX(part_max, part_bytes(&m->plan->layers[l], (model_part)p));
+                part_max =
+                    LARES_MAX(part_max, model_plan_part_bytes(m->plan, l, (model_part)p, false));
             }
         }
     }
@@ -123,7 +111,7 @@ lares_status exec_units_build(exec_local *e, lares_error *err) {
             e->unit_of_layer[l] = e->n_units;
             exec_unit *u = NULL;
             for (int p = 0; p < MODEL_PART_COUNT; p++) {
-                const uint64_t b = part_bytes(&m->plan->layers[l], (model_part)p);
+                const uint64_t b = model_plan_part_bytes(m->plan, l, (model_part)p, false);
                 if (b == 0) {
                     continue; /* no weight: no unit */
                 }

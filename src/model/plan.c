@@ -591,3 +591,15 @@ lares_status model_plan_part_ranges(const model_plan *p, int32_t layer, model_pa
                                     lares_error *err) {
     return ranges_of(p, layer, (int)part, with_experts, fn, user, err);
 }
+
+static lares_status add_bytes(void *user, uint64_t lo, uint64_t hi, lares_error *err) {
+    (void)err;
+    *(uint64_t *)user += hi - lo;
+    return LARES_OK;
+}
+
+uint64_t model_plan_part_bytes(const model_plan *p, int32_t layer, model_part part,
+                               bool with_experts) {
+    uint64_t b = 0;
+    return ranges_of(p, layer, (int)part, with_experts, add_bytes, &b, NULL) == LARES_OK ? b : 0;
+}

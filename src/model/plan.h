@@ -207,5 +207,8 @@ lares_status model_plan_ranges(const model_plan *p, int32_t layer, bool with_exp
 lares_status model_plan_part_ranges(const model_plan *p, int32_t layer, model_part part,
                                     bool with_experts, model_range_fn fn, void *user,
                                     lares_error *err);
+/* The bytes of those weights; 0 for a layer the plan does not have. */
+uint64_t model_plan_part_bytes(const model_plan *p, int32_t layer, model_part part,
+                               bool with_experts);
 
 #endif /* LARES_MODEL_PLAN_H */

@@ -395,15 +395,11 @@ lares_status sched_costs_create(const sched_model *m, const sched_device *devs, 
     }
     c->max_layer_bytes = c->b_heavy[1];
     for (int32_t l = 0; l < m->n_layer; l++) {
+        /* joined up to nothing, the units are the parts (or the layer, described without) */
         uint64_t unit[SCHED_PARTS];
-        const int32_t nu = sched_layer_units(&m->layers[l], UINT64_MAX, unit);
-        uint64_t sum = 0;
-        for (int q = 0; q < SCHED_PARTS; q++) {
-            c->part_max = LARES_MAX(c->part_max, m->layers[l].part_bytes[q]);
-            sum += m->layers[l].part_bytes[q];
-        }
-        if (nu == 1 && sum != m->layers[l].weight_bytes) { /* described without parts */
-            c->part_max = LARES_MAX(c->part_max, unit[0]);
+        const int32_t nu = sched_layer_units(&m->layers[l], 0, unit);
+        for (int32_t j = 0; j < nu; j++) {
+            c->part_max = LARES_MAX(c->part_max, unit[j]);
         }
     }
     *out = c;
