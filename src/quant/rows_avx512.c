@@ -324,13 +324,53 @@ FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m512i v[4],
     }
 }
 
+/* A weight row's last k % 256 elements against NC activation rows, added to
+ * acc, 64 at a time: lanes 0-7 the first block, 8-15 the second */
+FORCE_INLINE void tail_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                            const uint8_t *restrict act, size_t ab, __m512 acc[8]) {
+    const size_t bb = rows_block_bytes(t);
+    const int64_t n_super = k / SUPER;
+    const float *dtail = (const float *)(const void *)(act + k) + SUPER_FLOATS * n_super;
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    for (int64_t j = 0; j < (k % SUPER) / 64; j++) {
+        const uint8_t *p = w + (size_t)(n_super * 8 + 2 * j) * bb;
+        __m512i wc;
+        __m512 dw;
+        if (t == R_Q4_0) {
+            const block_q4_0 *b = (const block_q4_0 *)(const void *)p;
+            wc = pair_q4_0(b);
+            dw = scale_pair(b[0].d, b[1].d);
+        } else if (t == R_IQ4_NL) {
+            const block_iq4_nl *b = (const block_iq4_nl *)(const void *)p;
+            wc = pair_iq4_nl(b);
+            dw = scale_pair(b[0].d, b[1].d);
+        } else { /* Q8_0 (IQ4_XS rows are whole 256s) */
+            const block_q8_0 *b = (const block_q8_0 *)(const void *)p;
+            wc = pair_q8_0(b);
+            dw = scale_pair(b[0].d, b[1].d);
+        }
+        const __m512i base =
+            _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(_mm512_setzero_si512(), wc));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = act + (size_t)c * ab + (size_t)(n_super * SUPER + 64 * j);
+            const float *ds =
+                (const float *)(const void *)((const uint8_t *)(dtail + 2 * j) + (size_t)c * ab);
+            const __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), wc);
+            const __m512 da = _mm512_permutexvar_ps(
+                spread, _mm512_castps128_ps512(
+                            _mm_castpd_ps(_mm_load_sd((const double *)(const void *)ds))));
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), da), dw, acc[c]);
+        }
+    }
+}
+
 /* One weight row against NC activation rows. */
 FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                            const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
     const size_t bb = rows_block_bytes(t);
     const int64_t n_super = k / SUPER;
     const float *dsup = (const float *)(const void *)(act + k);
-    const float *dtail = dsup + SUPER_FLOATS * n_super;
     __m512 acc[8];
     for (int c = 0; c < NC; c++) {
         acc[c] = _mm512_setzero_ps();
@@ -364,41 +404,68 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
                                      dw, acc[c]);
         }
     }
-    /* the rest, 64 elements at a time: lanes 0-7 the first block, 8-15 the second */
-    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    for (int64_t j = 0; j < (k % SUPER) / 64; j++) {
-        const uint8_t *p = w + (size_t)(n_super * 8 + 2 * j) * bb;
-        __m512i wc;
-        __m512 dw;
-        if (t == R_Q4_0) {
-            const block_q4_0 *b = (const block_q4_0 *)(const void *)p;
-            wc = pair_q4_0(b);
-            dw = scale_pair(b[0].d, b[1].d);
-        } else if (t == R_IQ4_NL) {
-            const block_iq4_nl *b = (const block_iq4_nl *)(const void *)p;
-            wc = pair_iq4_nl(b);
-            dw = scale_pair(b[0].d, b[1].d);
-        } else { /* Q8_0 (IQ4_XS rows are whole 256s) */
-            const block_q8_0 *b = (const block_q8_0 *)(const void *)p;
-            wc = pair_q8_0(b);
-            dw = scale_pair(b[0].d, b[1].d);
-        }
-        const __m512i base =
-            _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(_mm512_setzero_si512(), wc));
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            const uint8_t *a = act + (size_t)c * ab + (size_t)(n_super * SUPER + 64 * j);
-            const float *ds =
-                (const float *)(const void *)((const uint8_t *)(dtail + 2 * j) + (size_t)c * ab);
-            const __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), wc);
-            const __m512 da = _mm512_permutexvar_ps(
-                spread, _mm512_castps128_ps512(
-                            _mm_castpd_ps(_mm_load_sd((const double *)(const void *)ds))));
-            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), da), dw, acc[c]);
-        }
-    }
+    tail_dots(t, NC, k, w, act, ab, acc);
     for (int c = 0; c < NC; c++) {
         y[(size_t)c * ldy] = _mm512_reduce_add_ps(acc[c]);
+    }
+}
+
+/* Two weight rows (w and w + bx) against NC activation rows: each activation
+ * vector is loaded once for both, which halves what the rows read from the
+ * cache. With several rows that is what limits the product: on an Intel Xeon
+ * (family 6 model 207), one thread, 2048 weight rows, Q4_0, 8 rows (best of
+ * 300 alternations, G MAC/s) 104 -> 112 with k = 2048 and 79 -> 110 with k =
+ * 5632, whose 8 rows (62 KB) overflow the 48 KB L1; with 4 rows or fewer,
+ * where the rows' vectors stay in L1, one row at a time with its decode
+ * software-pipelined is as fast or faster (docs/kernels.md). Each weight row
+ * runs the same operations on the same values as in row_dots, so a row's
+ * result does not depend on which path took it. */
+FORCE_INLINE void row_dots_pair(enum rows_type t, const int NC, int64_t k,
+                                const uint8_t *restrict w, size_t bx,
+                                const uint8_t *restrict act, size_t ab, float *restrict y,
+                                size_t ldy) {
+    const size_t bb = rows_block_bytes(t);
+    const int64_t n_super = k / SUPER;
+    const float *dsup = (const float *)(const void *)(act + k);
+    const uint8_t *w1 = w + bx;
+    __m512 acc0[8], acc1[8];
+    for (int c = 0; c < NC; c++) {
+        acc0[c] = _mm512_setzero_ps();
+        acc1[c] = _mm512_setzero_ps();
+    }
+    for (int64_t j = 0; j < n_super; j++) {
+        __m512i v[4], u[4], base0, base1;
+        __m512 dw0, dw1;
+        eight_blocks(t, w + (size_t)j * 8 * bb, v, &dw0, &base0);
+        eight_blocks(t, w1 + (size_t)j * 8 * bb, u, &dw1, &base1);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
+            const float *ds =
+                (const float *)(const void *)((const uint8_t *)(dsup + SUPER_FLOATS * j) +
+                                              (size_t)c * ab);
+            const __m512i a0 = _mm512_loadu_si512((const void *)a);
+            __m512i s0 = _mm512_dpbusd_epi32(base0, a0, v[0]);
+            __m512i s1 = _mm512_dpbusd_epi32(base1, a0, u[0]);
+            const __m512i a1 = _mm512_loadu_si512((const void *)(a + 64));
+            s0 = _mm512_dpbusd_epi32(s0, a1, v[1]);
+            s1 = _mm512_dpbusd_epi32(s1, a1, u[1]);
+            const __m512i a2 = _mm512_loadu_si512((const void *)(a + 128));
+            s0 = _mm512_dpbusd_epi32(s0, a2, v[2]);
+            s1 = _mm512_dpbusd_epi32(s1, a2, u[2]);
+            const __m512i a3 = _mm512_loadu_si512((const void *)(a + 192));
+            s0 = _mm512_dpbusd_epi32(s0, a3, v[3]);
+            s1 = _mm512_dpbusd_epi32(s1, a3, u[3]);
+            const __m512 d = _mm512_loadu_ps(ds);
+            acc0[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), d), dw0, acc0[c]);
+            acc1[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s1), d), dw1, acc1[c]);
+        }
+    }
+    tail_dots(t, NC, k, w, act, ab, acc0);
+    tail_dots(t, NC, k, w1, act, ab, acc1);
+    for (int c = 0; c < NC; c++) {
+        y[(size_t)c * ldy] = _mm512_reduce_add_ps(acc0[c]);
+        y[(size_t)c * ldy + 1] = _mm512_reduce_add_ps(acc1[c]);
     }
 }
 
@@ -610,7 +677,22 @@ FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
     }
 }
 
+/* Two weight rows: paired where the type has a paired walk, else one by one */
+FORCE_INLINE void row_dots_pair_any(enum rows_type t, const int NC, int64_t k,
+                                    const uint8_t *restrict w, size_t bx,
+                                    const uint8_t *restrict act, size_t ab, float *restrict y,
+                                    size_t ldy) {
+    if (t == R_Q4_0 || t == R_Q8_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
+        row_dots_pair(t, NC, k, w, bx, act, ab, y, ldy);
+    } else {
+        row_dots_k(t, NC, k, w, act, ab, y, ldy);
+        row_dots_k(t, NC, k, w + bx, act, ab, y + 1, ldy);
+    }
+}
+
 #define ROW_DOTS row_dots_any
+#define ROW_DOTS_PAIR row_dots_pair_any
+#define ROWS_PAIR_MIN 5
 #include "quant/rows_drive.h"
 
 ROWS_DEFINE(rows_q4_0_avx512, R_Q4_0)

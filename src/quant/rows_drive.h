@@ -4,7 +4,9 @@
  * activation rows, with the row count a constant in the call so that every
  * count gets its own unrolled body. The includer defines ROW_DOTS(t, NC, k,
  * w, act, ab, y, ldy): one weight row w of type t against NC rows, the
- * results NC floats ldy apart from y.
+ * results NC floats ldy apart from y. It may also define ROW_DOTS_PAIR(t, NC,
+ * k, w, bx, act, ab, y, ldy), two weight rows (w and w + bx, results at y and
+ * y + 1), and ROWS_PAIR_MIN (5 to 8), the fewest rows that take it.
  */
 #ifndef LARES_QUANT_ROWS_DRIVE_H
 #define LARES_QUANT_ROWS_DRIVE_H
@@ -15,7 +17,28 @@ static inline __attribute__((always_inline)) void
 rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx, int64_t n_w,
            const void *restrict act, size_t ab, int64_t n_c, float *restrict y, size_t ldy) {
     const uint8_t *w = x;
-    for (int64_t r = 0; r < n_w && n_c > 0; r++) {
+    int64_t r = 0;
+#ifdef ROW_DOTS_PAIR
+    _Static_assert(ROWS_PAIR_MIN >= 5 && ROWS_PAIR_MIN <= 8, "the pair's cases are 5 to 8 rows");
+    for (; r + 2 <= n_w && n_c >= ROWS_PAIR_MIN; r += 2) {
+        const uint8_t *wr = w + (size_t)r * bx;
+        switch (n_c) {
+        case 5:
+            ROW_DOTS_PAIR(t, 5, k, wr, bx, act, ab, y + r, ldy);
+            break;
+        case 6:
+            ROW_DOTS_PAIR(t, 6, k, wr, bx, act, ab, y + r, ldy);
+            break;
+        case 7:
+            ROW_DOTS_PAIR(t, 7, k, wr, bx, act, ab, y + r, ldy);
+            break;
+        default:
+            ROW_DOTS_PAIR(t, 8, k, wr, bx, act, ab, y + r, ldy);
+            break;
+        }
+    }
+#endif
+    for (; r < n_w && n_c > 0; r++) {
         const uint8_t *wr = w + (size_t)r * bx;
         switch (n_c) {
         case 1:
