@@ -196,6 +196,51 @@ FORCE_INLINE void eight_q4_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i
     *dw = scale_eight_q4_0(p);
 }
 
+/* The fifth bits of eight Q5_0 blocks as masks of the four vectors: byte
+ * 16L + 8h + e of vector v is element 8v + e of block L + 4h, whose fifth bit
+ * is bit e of byte v of that block's qh. Quarter L of the first eight bytes
+ * of blocks L and L + 4 (d, then qh) gives both words to one VPSHUFB. */
+FORCE_INLINE void q5_0_high_bits(const uint8_t *p, __mmask64 m[4]) {
+    const size_t bb = sizeof(block_q5_0);
+    const __m512i h = _mm512_unpacklo_epi64(load_quarters(p, bb), load_quarters(p + 4 * bb, bb));
+    const __m512i bit = _mm512_set1_epi64(0x8040201008040201ll);
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        const __m512i idx = _mm512_set4_epi64(0x0101010101010101ll * (10 + v),
+                                              0x0101010101010101ll * (2 + v),
+                                              0x0101010101010101ll * (10 + v),
+                                              0x0101010101010101ll * (2 + v));
+        m[v] = _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, idx), bit);
+    }
+}
+
+/* Eight Q5_0 blocks: Q4_0's nibbles plus 16 where the fifth bit is set, minus
+ * 16 (-16..15), and the rows' starting sums -128 * sum(q - 16) from the
+ * unsigned codes' sum (at most 124 over the four vectors: a byte) */
+FORCE_INLINE void eight_q5_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i *base) {
+    const size_t bb = sizeof(block_q5_0);
+    const __m512i t = load_quarters(p + offsetof(block_q5_0, qs), bb);
+    const __m512i u = load_quarters(p + 4 * bb + offsetof(block_q5_0, qs), bb);
+    const __m512i lo = _mm512_unpacklo_epi64(t, u), hi = _mm512_unpackhi_epi64(t, u);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), k16 = _mm512_set1_epi8(16);
+    __mmask64 m[4];
+    q5_0_high_bits(p, m);
+    __m512i q[4];
+    q[0] = _mm512_and_si512(lo, m4);
+    q[1] = _mm512_and_si512(hi, m4);
+    q[2] = _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4);
+    q[3] = _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        q[i] = _mm512_mask_add_epi8(q[i], m[i], q[i], k16);
+        v[i] = _mm512_sub_epi8(q[i], k16);
+    }
+    *base = _mm512_dpbusd_epi32(_mm512_set1_epi32(128 * 16 * 16),
+                                _mm512_add_epi8(_mm512_add_epi8(q[0], q[1]), _mm512_add_epi8(q[2], q[3])),
+                                _mm512_set1_epi8((char)-128));
+    *dw = scale_eight(p, bb);
+}
+
 /* -128 * (sum of the four products' weights) per lane: what the +128 of the
  * activation codes adds to every row's sums */
 FORCE_INLINE __m512i minus_128_sum(__m512i acc, __m512i w) {
@@ -280,6 +325,17 @@ FORCE_INLINE __m512i pair_q4_0(const block_q4_0 *b) {
     return _mm512_sub_epi8(pair_nibbles(b[0].qs, b[1].qs), _mm512_set1_epi8(8));
 }
 
+/* the 64 codes of blocks b and b + 1 of a Q5_0 row, signed, in element order */
+FORCE_INLINE __m512i pair_q5_0(const block_q5_0 *b) {
+    uint32_t h0, h1;
+    memcpy(&h0, b[0].qh, 4);
+    memcpy(&h1, b[1].qh, 4);
+    const __m512i k16 = _mm512_set1_epi8(16);
+    const __m512i n = pair_nibbles(b[0].qs, b[1].qs);
+    const __m512i q = _mm512_mask_add_epi8(n, (__mmask64)h0 | (__mmask64)h1 << 32, n, k16);
+    return _mm512_sub_epi8(q, k16);
+}
+
 FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
     return _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)b[0].qs)),
@@ -315,6 +371,8 @@ FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m512i v[4],
     prefetch_ahead(p, 8 * rows_block_bytes(t));
     if (t == R_Q4_0) {
         eight_q4_0(p, v, dw, base);
+    } else if (t == R_Q5_0) {
+        eight_q5_0(p, v, dw, base);
     } else if (t == R_IQ4_NL) {
         eight_iq4_nl(p, v, dw, base);
     } else if (t == R_IQ4_XS) {
@@ -339,6 +397,10 @@ FORCE_INLINE void tail_dots(enum rows_type t, const int NC, int64_t k, const uin
         if (t == R_Q4_0) {
             const block_q4_0 *b = (const block_q4_0 *)(const void *)p;
             wc = pair_q4_0(b);
+            dw = scale_pair(b[0].d, b[1].d);
+        } else if (t == R_Q5_0) {
+            const block_q5_0 *b = (const block_q5_0 *)(const void *)p;
+            wc = pair_q5_0(b);
             dw = scale_pair(b[0].d, b[1].d);
         } else if (t == R_IQ4_NL) {
             const block_iq4_nl *b = (const block_iq4_nl *)(const void *)p;
@@ -746,7 +808,7 @@ FORCE_INLINE void row_dots_k_pair(enum rows_type t, const int NC, int64_t k,
 FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
                                const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
                                float *restrict y, size_t ldy) {
-    if (t == R_Q4_0 || t == R_Q8_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
+    if (t == R_Q4_0 || t == R_Q5_0 || t == R_Q8_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
         row_dots(t, NC, k, w, act, ab, y, ldy);
     } else {
         row_dots_k(t, NC, k, w, act, ab, y, ldy);
@@ -758,7 +820,7 @@ FORCE_INLINE void row_dots_pair_any(enum rows_type t, const int NC, int64_t k,
                                     const uint8_t *restrict w, size_t bx,
                                     const uint8_t *restrict act, size_t ab, float *restrict y,
                                     size_t ldy) {
-    if (t == R_Q4_0 || t == R_Q8_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
+    if (t == R_Q4_0 || t == R_Q5_0 || t == R_Q8_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
         row_dots_pair(t, NC, k, w, bx, act, ab, y, ldy);
     } else if (t == R_Q4_K || t == R_Q5_K) {
         row_dots_k_pair(t, NC, k, w, bx, act, ab, y, ldy);
@@ -774,6 +836,7 @@ FORCE_INLINE void row_dots_pair_any(enum rows_type t, const int NC, int64_t k,
 #include "quant/rows_drive.h"
 
 ROWS_DEFINE(rows_q4_0_avx512, R_Q4_0)
+ROWS_DEFINE(rows_q5_0_avx512, R_Q5_0)
 ROWS_DEFINE(rows_q8_0_avx512, R_Q8_0)
 ROWS_DEFINE(rows_iq4_nl_avx512, R_IQ4_NL)
 ROWS_DEFINE(rows_iq4_xs_avx512, R_IQ4_XS)
@@ -783,13 +846,14 @@ ROWS_DEFINE(rows_q6_K_avx512, R_Q6_K)
 
 void quant_install_rows_avx512(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avx512;
+    t[GGUF_TYPE_Q5_0].rows = rows_q5_0_avx512;
     t[GGUF_TYPE_Q8_0].rows = rows_q8_0_avx512;
     t[GGUF_TYPE_IQ4_NL].rows = rows_iq4_nl_avx512;
     t[GGUF_TYPE_IQ4_XS].rows = rows_iq4_xs_avx512;
     t[GGUF_TYPE_Q4_K].rows = rows_q4_K_avx512;
     t[GGUF_TYPE_Q5_K].rows = rows_q5_K_avx512;
     t[GGUF_TYPE_Q6_K].rows = rows_q6_K_avx512;
-    const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q8_0, GGUF_TYPE_IQ4_NL,
+    const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q5_0, GGUF_TYPE_Q8_0, GGUF_TYPE_IQ4_NL,
                               GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
                               GGUF_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
