@@ -2,7 +2,12 @@
  * continuation, and how many of its 48 tokens each must reproduce: all of
  * them, except where the reference engine itself rounds activations to 8 bits
  * and the continuations part after about 30 (shared by the tests that compare
- * against ../shared/models/expected/greedy_once_upon_a_time.json). */
+ * against ../shared/models/expected/greedy_once_upon_a_time.json). Q5_1 is
+ * held to its first 9: its 10th token is a near-tie in the exact product
+ * (the file's weights in F32: token 826 at log-probability -2.6288, 939 at
+ * -2.6821, 0.053 apart), which 8-bit activations may flip either way (the
+ * few-row product of AVX-512 VNNI gives 939 by 0.006; its KL divergence from
+ * those F32 logits over a text is the row dot's, 0.0200 against 0.0200). */
 #ifndef LARES_TESTS_GREEDY_CASES_H
 #define LARES_TESTS_GREEDY_CASES_H
 
@@ -23,7 +28,7 @@ static const struct {
     {"derived/TinyStories-656K.llamacpp-Q4_1.gguf", 48},
     {"derived/TinyStories-656K.llamacpp-Q5_0.gguf", 48},
     {"derived/TinyStories-656K.llamacpp-Q8_0.gguf", 48},
-    {"derived/TinyStories-656K.llamacpp-Q5_1.gguf", 30},
+    {"derived/TinyStories-656K.llamacpp-Q5_1.gguf", 9},
     {"derived/TinyStories-656K.llamacpp-Q4_K_M.gguf", 30},
     {"derived/stories260K-moe4top2-identical-experts.gguf", 48},
     {"derived/stories260K-moe4top2-perturbed-experts.gguf", 48},

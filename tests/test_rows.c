@@ -101,6 +101,14 @@ static bool random_blocks(uint32_t type, uint8_t *w, int64_t n) {
     case GGUF_TYPE_Q5_0:
         bb = sizeof(block_q5_0), n_f16 = 1, f16_at[0] = offsetof(block_q5_0, d);
         break;
+    case GGUF_TYPE_Q4_1:
+        bb = sizeof(block_q4_1), n_f16 = 2, f16_at[0] = offsetof(block_q4_1, d),
+        f16_at[1] = offsetof(block_q4_1, m);
+        break;
+    case GGUF_TYPE_Q5_1:
+        bb = sizeof(block_q5_1), n_f16 = 2, f16_at[0] = offsetof(block_q5_1, d),
+        f16_at[1] = offsetof(block_q5_1, m);
+        break;
     case GGUF_TYPE_Q8_0:
         bb = sizeof(block_q8_0), n_f16 = 1, f16_at[0] = offsetof(block_q8_0, d);
         break;

@@ -31,7 +31,11 @@
  * element 8v + e of block L + 4h), then the last k % 256 in element order;
  * then for each 256 elements 24 floats: the scale d of each int32 lane's
  * block (16), then s_b = d_b * (sum of block b's codes) for b = 0..7; then
- * one float (d) per block of the last k % 256.
+ * one float (d) per block of the last k % 256, then each of those blocks'
+ * d * (sum of its codes) (Q4_1's and Q5_1's minimums need them).
+ *
+ * Q4_1 and Q5_1 (row_dots_min) take unsigned codes as the K-quants do and
+ * add their minimums, m * d_a * sum(a), from those block sums.
  */
 #include "quant/kernels.h"
 #include "quant/kquant_impl.h"
@@ -85,6 +89,11 @@ static void rows_from_float(const float *restrict x, int64_t k, void *restrict r
         } else {
             memcpy(codes + g * QUANT_PANEL_GROUP, c, 32);
             dtail[g - 8 * n_super] = d;
+            int sum = 0;
+            for (int e = 0; e < 32; e++) {
+                sum += (int8_t)(c[e] ^ 0x80);
+            }
+            dtail[(k % SUPER) / 32 + g - 8 * n_super] = d * (float)sum;
         }
     }
 }
@@ -196,20 +205,19 @@ FORCE_INLINE void eight_q4_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i
     *dw = scale_eight_q4_0(p);
 }
 
-/* The fifth bits of eight Q5_0 blocks as masks of the four vectors: byte
- * 16L + 8h + e of vector v is element 8v + e of block L + 4h, whose fifth bit
- * is bit e of byte v of that block's qh. Quarter L of the first eight bytes
- * of blocks L and L + 4 (d, then qh) gives both words to one VPSHUFB. */
-FORCE_INLINE void q5_0_high_bits(const uint8_t *p, __mmask64 m[4]) {
-    const size_t bb = sizeof(block_q5_0);
+/* The fifth bits of eight Q5_0 or Q5_1 blocks (bb bytes apart, qh at byte
+ * qh_at < 8 of a block) as masks of the four vectors: byte 16L + 8h + e of
+ * vector v is element 8v + e of block L + 4h, whose fifth bit is bit e of
+ * byte v of that block's qh. Quarter L of the first eight bytes of blocks L
+ * and L + 4 gives both words to one VPSHUFB. */
+FORCE_INLINE void q5_high_bits(const uint8_t *p, size_t bb, int qh_at, __mmask64 m[4]) {
     const __m512i h = _mm512_unpacklo_epi64(load_quarters(p, bb), load_quarters(p + 4 * bb, bb));
     const __m512i bit = _mm512_set1_epi64(0x8040201008040201ll);
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
-        const __m512i idx = _mm512_set4_epi64(0x0101010101010101ll * (10 + v),
-                                              0x0101010101010101ll * (2 + v),
-                                              0x0101010101010101ll * (10 + v),
-                                              0x0101010101010101ll * (2 + v));
+        const long long lo = 0x0101010101010101ll * (qh_at + v);
+        const long long hi = 0x0101010101010101ll * (8 + qh_at + v);
+        const __m512i idx = _mm512_set4_epi64(hi, lo, hi, lo);
         m[v] = _mm512_test_epi8_mask(_mm512_shuffle_epi8(h, idx), bit);
     }
 }
@@ -224,7 +232,7 @@ FORCE_INLINE void eight_q5_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i
     const __m512i lo = _mm512_unpacklo_epi64(t, u), hi = _mm512_unpackhi_epi64(t, u);
     const __m512i m4 = _mm512_set1_epi8(0x0f), k16 = _mm512_set1_epi8(16);
     __mmask64 m[4];
-    q5_0_high_bits(p, m);
+    q5_high_bits(p, bb, offsetof(block_q5_0, qh), m);
     __m512i q[4];
     q[0] = _mm512_and_si512(lo, m4);
     q[1] = _mm512_and_si512(hi, m4);
@@ -531,6 +539,149 @@ FORCE_INLINE void row_dots_pair(enum rows_type t, const int NC, int64_t k,
     }
 }
 
+/* ---- Q4_1 and Q5_1: unsigned codes, a scale and a minimum per block ---- */
+
+/* Unsigned codes (Q4_1, Q5_1, Q4_K, Q5_K: 0..31): the rows' starting sums
+ * -128 * sum(w) of the four vectors (their sums over the four fit a byte) */
+FORCE_INLINE __m512i k_base(const __m512i v[4]) {
+    const __m512i wsum = _mm512_add_epi8(_mm512_add_epi8(v[0], v[1]), _mm512_add_epi8(v[2], v[3]));
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), wsum, _mm512_set1_epi8((char)-128));
+}
+
+
+/* the minimums m of eight Q4_1 / Q5_1 blocks (at byte 2), in block order */
+FORCE_INLINE __m256 mins_eight(const uint8_t *p, size_t bb) {
+    short m[8];
+    for (int b = 0; b < 8; b++) {
+        memcpy(&m[b], p + (size_t)b * bb + 2, 2);
+    }
+    return _mm256_cvtph_ps(_mm_setr_epi16(m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]));
+}
+
+/* Eight Q4_1 or Q5_1 blocks: the codes (0..15, or 0..31 with the fifth bits)
+ * in the four vectors, the lane scales d and the minimums m in block order */
+FORCE_INLINE void eight_min(enum rows_type t, const uint8_t *p, __m512i v[4], __m512 *dw,
+                            __m256 *mw) {
+    const size_t bb = rows_block_bytes(t);
+    const size_t qs = t == R_Q4_1 ? offsetof(block_q4_1, qs) : offsetof(block_q5_1, qs);
+    const __m512i a = load_quarters(p + qs, bb);
+    const __m512i b = load_quarters(p + 4 * bb + qs, bb);
+    const __m512i lo = _mm512_unpacklo_epi64(a, b), hi = _mm512_unpackhi_epi64(a, b);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    v[0] = _mm512_and_si512(lo, m4);
+    v[1] = _mm512_and_si512(hi, m4);
+    v[2] = _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4);
+    v[3] = _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4);
+    if (t == R_Q5_1) {
+        __mmask64 m[4];
+        q5_high_bits(p, bb, offsetof(block_q5_1, qh), m);
+        const __m512i k16 = _mm512_set1_epi8(16);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm512_mask_add_epi8(v[i], m[i], v[i], k16);
+        }
+    }
+    *dw = scale_eight(p, bb);
+    *mw = mins_eight(p, bb);
+}
+
+/* the 64 codes of blocks b and b + 1 of a Q4_1 or Q5_1 row, in element order */
+FORCE_INLINE __m512i pair_min(enum rows_type t, const uint8_t *p) {
+    if (t == R_Q4_1) {
+        const block_q4_1 *b = (const block_q4_1 *)(const void *)p;
+        return pair_nibbles(b[0].qs, b[1].qs);
+    }
+    const block_q5_1 *b = (const block_q5_1 *)(const void *)p;
+    uint32_t h0, h1;
+    memcpy(&h0, b[0].qh, 4);
+    memcpy(&h1, b[1].qh, 4);
+    const __m512i n = pair_nibbles(b[0].qs, b[1].qs);
+    return _mm512_mask_add_epi8(n, (__mmask64)h0 | (__mmask64)h1 << 32, n, _mm512_set1_epi8(16));
+}
+
+/* One Q4_1 or Q5_1 weight row against NC activation rows: sum over blocks
+ * of d sum(q a) + m s, s = d_a sum(a) from the format's block sums (for the
+ * whole 256s, and for the last k % 256 too), the second in an accumulator of
+ * its own (8 lanes, one per block of a 256) as for Q4_K. */
+FORCE_INLINE void row_dots_min(enum rows_type t, const int NC, int64_t k,
+                               const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
+                               float *restrict y, size_t ldy) {
+    const size_t bb = rows_block_bytes(t);
+    const int64_t n_super = k / SUPER;
+    const float *dsup = (const float *)(const void *)(act + k);
+    const float *dtail = dsup + SUPER_FLOATS * n_super;
+    const int64_t n_tail = (k % SUPER) / 32;
+    __m512 acc[8];
+    __m256 accm[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        acc[c] = _mm512_setzero_ps();
+        accm[c] = _mm256_setzero_ps();
+    }
+    for (int64_t j = 0; j < n_super; j++) {
+        __m512i v[4];
+        __m512 dw;
+        __m256 mw;
+        const uint8_t *p = w + (size_t)j * 8 * bb;
+        prefetch_ahead(p, 8 * bb);
+        eight_min(t, p, v, &dw, &mw);
+        const __m512i base = k_base(v);
+        const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
+            const float *ds = (const float *)(const void *)(fj + (size_t)c * ab);
+            __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), v[0]);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 64)), v[1]);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 128)), v[2]);
+            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 192)), v[3]);
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_loadu_ps(ds)),
+                                     dw, acc[c]);
+            accm[c] = _mm256_fmadd_ps(_mm256_loadu_ps(ds + SUMS), mw, accm[c]);
+        }
+    }
+    /* the rest, 64 elements at a time: lanes 0-7 the first block, 8-15 the
+     * second; the minimums' two products go to lanes 0 and 1 of accm */
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    for (int64_t j = 0; j < n_tail / 2; j++) {
+        const uint8_t *p = w + (size_t)(n_super * 8 + 2 * j) * bb;
+        lares_f16 d0, d1, m0, m1;
+        memcpy(&d0, p, 2);
+        memcpy(&d1, p + bb, 2);
+        memcpy(&m0, p + 2, 2);
+        memcpy(&m1, p + bb + 2, 2);
+        const __m512i wc = pair_min(t, p);
+        const __m512 dw = scale_pair(d0, d1);
+        const __m256 mw = _mm256_setr_ps(_cvtsh_ss(m0), _cvtsh_ss(m1), 0, 0, 0, 0, 0, 0);
+        const __m512i base =
+            _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(_mm512_setzero_si512(), wc));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = act + (size_t)c * ab + (size_t)(n_super * SUPER + 64 * j);
+            const float *ds =
+                (const float *)(const void *)((const uint8_t *)(dtail + 2 * j) + (size_t)c * ab);
+            const float *ss = (const float *)(const void *)((const uint8_t *)(dtail + n_tail +
+                                                                              2 * j) +
+                                                            (size_t)c * ab);
+            const __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), wc);
+            const __m512 da = _mm512_permutexvar_ps(
+                spread, _mm512_castps128_ps512(
+                            _mm_castpd_ps(_mm_load_sd((const double *)(const void *)ds))));
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), da), dw, acc[c]);
+            const __m256 sm = _mm256_castps128_ps256(
+                _mm_castpd_ps(_mm_load_sd((const double *)(const void *)ss)));
+            accm[c] = _mm256_fmadd_ps(_mm256_and_ps(sm, _mm256_castsi256_ps(_mm256_setr_epi32(
+                                                            -1, -1, 0, 0, 0, 0, 0, 0))),
+                                      mw, accm[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        y[(size_t)c * ldy] =
+            _mm512_reduce_add_ps(_mm512_add_ps(acc[c], _mm512_zextps256_ps512(accm[c])));
+    }
+}
+
 /* ---- K-quant weights: one super-block is one 256-element chunk ---- */
 
 /* Q4_K / Q5_K: the 6-bit scales and minimums of the eight sub-blocks, as
@@ -651,13 +802,6 @@ FORCE_INLINE void super_q6_K(const uint8_t *p, __m512i v[4], __m512 dw[2], __m51
     dw[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(
                               sc, _mm_add_epi8(first, _mm_set1_epi8(1))))),
                           d);
-}
-
-/* Q4_K / Q5_K: the rows' starting sums -128 * sum(w) of a super-block's four
- * vectors (the codes are 0..31: their sums over the four fit a byte) */
-FORCE_INLINE __m512i k_base(const __m512i v[4]) {
-    const __m512i wsum = _mm512_add_epi8(_mm512_add_epi8(v[0], v[1]), _mm512_add_epi8(v[2], v[3]));
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), wsum, _mm512_set1_epi8((char)-128));
 }
 
 /* One K-quant weight row against NC activation rows (k a multiple of 256).
@@ -810,6 +954,8 @@ FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
                                float *restrict y, size_t ldy) {
     if (t == R_Q4_0 || t == R_Q5_0 || t == R_Q8_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
         row_dots(t, NC, k, w, act, ab, y, ldy);
+    } else if (t == R_Q4_1 || t == R_Q5_1) {
+        row_dots_min(t, NC, k, w, act, ab, y, ldy);
     } else {
         row_dots_k(t, NC, k, w, act, ab, y, ldy);
     }
@@ -825,8 +971,8 @@ FORCE_INLINE void row_dots_pair_any(enum rows_type t, const int NC, int64_t k,
     } else if (t == R_Q4_K || t == R_Q5_K) {
         row_dots_k_pair(t, NC, k, w, bx, act, ab, y, ldy);
     } else {
-        row_dots_k(t, NC, k, w, act, ab, y, ldy);
-        row_dots_k(t, NC, k, w + bx, act, ab, y + 1, ldy);
+        row_dots_any(t, NC, k, w, act, ab, y, ldy);
+        row_dots_any(t, NC, k, w + bx, act, ab, y + 1, ldy);
     }
 }
 
@@ -837,6 +983,8 @@ FORCE_INLINE void row_dots_pair_any(enum rows_type t, const int NC, int64_t k,
 
 ROWS_DEFINE(rows_q4_0_avx512, R_Q4_0)
 ROWS_DEFINE(rows_q5_0_avx512, R_Q5_0)
+ROWS_DEFINE(rows_q4_1_avx512, R_Q4_1)
+ROWS_DEFINE(rows_q5_1_avx512, R_Q5_1)
 ROWS_DEFINE(rows_q8_0_avx512, R_Q8_0)
 ROWS_DEFINE(rows_iq4_nl_avx512, R_IQ4_NL)
 ROWS_DEFINE(rows_iq4_xs_avx512, R_IQ4_XS)
@@ -847,13 +995,16 @@ ROWS_DEFINE(rows_q6_K_avx512, R_Q6_K)
 void quant_install_rows_avx512(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avx512;
     t[GGUF_TYPE_Q5_0].rows = rows_q5_0_avx512;
+    t[GGUF_TYPE_Q4_1].rows = rows_q4_1_avx512;
+    t[GGUF_TYPE_Q5_1].rows = rows_q5_1_avx512;
     t[GGUF_TYPE_Q8_0].rows = rows_q8_0_avx512;
     t[GGUF_TYPE_IQ4_NL].rows = rows_iq4_nl_avx512;
     t[GGUF_TYPE_IQ4_XS].rows = rows_iq4_xs_avx512;
     t[GGUF_TYPE_Q4_K].rows = rows_q4_K_avx512;
     t[GGUF_TYPE_Q5_K].rows = rows_q5_K_avx512;
     t[GGUF_TYPE_Q6_K].rows = rows_q6_K_avx512;
-    const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q5_0, GGUF_TYPE_Q8_0, GGUF_TYPE_IQ4_NL,
+    const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q5_0, GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_1,
+                              GGUF_TYPE_Q8_0,   GGUF_TYPE_IQ4_NL,
                               GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
                               GGUF_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {

@@ -13,13 +13,15 @@
 #include <stddef.h>
 #include <string.h>
 
-enum rows_type { R_Q4_0, R_Q8_0, R_IQ4_NL, R_IQ4_XS, R_Q4_K, R_Q5_K, R_Q6_K, R_Q5_0 };
+enum rows_type { R_Q4_0, R_Q8_0, R_IQ4_NL, R_IQ4_XS, R_Q4_K, R_Q5_K, R_Q6_K, R_Q5_0, R_Q4_1, R_Q5_1 };
 
 /* bytes per 32 elements of the types walked eight blocks at a time (IQ4_XS:
  * its 136-byte super-block of 256) */
 static inline size_t rows_block_bytes(enum rows_type t) {
     return t == R_Q4_0 ? sizeof(block_q4_0)
            : t == R_Q5_0   ? sizeof(block_q5_0)
+           : t == R_Q4_1   ? sizeof(block_q4_1)
+           : t == R_Q5_1   ? sizeof(block_q5_1)
            : t == R_IQ4_NL ? sizeof(block_iq4_nl)
            : t == R_IQ4_XS ? sizeof(block_iq4_xs) / 8
                            : sizeof(block_q8_0);
