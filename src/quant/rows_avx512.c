@@ -372,6 +372,29 @@ FORCE_INLINE void prefetch_ahead(const uint8_t *p, size_t n) {
 }
 
 
+/* A row's sums of a 256-element chunk: its starting sums, then the four
+ * activation vectors at a against the weights' four */
+FORCE_INLINE __m512i chunk_sums(__m512i base, const uint8_t *a, const __m512i v[4]) {
+    __m512i s = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), v[0]);
+    s = _mm512_dpbusd_epi32(s, _mm512_loadu_si512((const void *)(a + 64)), v[1]);
+    s = _mm512_dpbusd_epi32(s, _mm512_loadu_si512((const void *)(a + 128)), v[2]);
+    return _mm512_dpbusd_epi32(s, _mm512_loadu_si512((const void *)(a + 192)), v[3]);
+}
+
+/* chunk_sums for two weight rows (v and u), each activation vector loaded once */
+FORCE_INLINE void chunk_sums2(const uint8_t *a, __m512i base0, const __m512i v[4], __m512i base1,
+                              const __m512i u[4], __m512i *s0, __m512i *s1) {
+    __m512i x = base0, y = base1;
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        const __m512i ai = _mm512_loadu_si512((const void *)(a + 64 * i));
+        x = _mm512_dpbusd_epi32(x, ai, v[i]);
+        y = _mm512_dpbusd_epi32(y, ai, u[i]);
+    }
+    *s0 = x;
+    *s1 = y;
+}
+
 /* Eight blocks of type t at p decoded (eight_q4_0, eight_q8_0, eight_iq4_nl,
  * super_iq4_xs), the row asked for ahead of them */
 FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m512i v[4], __m512 *dw,
@@ -466,10 +489,7 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
             const float *ds =
                 (const float *)(const void *)((const uint8_t *)(dsup + SUPER_FLOATS * j) +
                                               (size_t)c * ab);
-            __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), v[0]);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 64)), v[1]);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 128)), v[2]);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 192)), v[3]);
+            const __m512i s0 = chunk_sums(base, a, v);
             acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_loadu_ps(ds)),
                                      dw, acc[c]);
         }
@@ -514,18 +534,8 @@ FORCE_INLINE void row_dots_pair(enum rows_type t, const int NC, int64_t k,
             const float *ds =
                 (const float *)(const void *)((const uint8_t *)(dsup + SUPER_FLOATS * j) +
                                               (size_t)c * ab);
-            const __m512i a0 = _mm512_loadu_si512((const void *)a);
-            __m512i s0 = _mm512_dpbusd_epi32(base0, a0, v[0]);
-            __m512i s1 = _mm512_dpbusd_epi32(base1, a0, u[0]);
-            const __m512i a1 = _mm512_loadu_si512((const void *)(a + 64));
-            s0 = _mm512_dpbusd_epi32(s0, a1, v[1]);
-            s1 = _mm512_dpbusd_epi32(s1, a1, u[1]);
-            const __m512i a2 = _mm512_loadu_si512((const void *)(a + 128));
-            s0 = _mm512_dpbusd_epi32(s0, a2, v[2]);
-            s1 = _mm512_dpbusd_epi32(s1, a2, u[2]);
-            const __m512i a3 = _mm512_loadu_si512((const void *)(a + 192));
-            s0 = _mm512_dpbusd_epi32(s0, a3, v[3]);
-            s1 = _mm512_dpbusd_epi32(s1, a3, u[3]);
+            __m512i s0, s1;
+            chunk_sums2(a, base0, v, base1, u, &s0, &s1);
             const __m512 d = _mm512_loadu_ps(ds);
             acc0[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), d), dw0, acc0[c]);
             acc1[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s1), d), dw1, acc1[c]);
@@ -631,10 +641,7 @@ FORCE_INLINE void row_dots_min(enum rows_type t, const int NC, int64_t k,
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
             const float *ds = (const float *)(const void *)(fj + (size_t)c * ab);
-            __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), v[0]);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 64)), v[1]);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 128)), v[2]);
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 192)), v[3]);
+            const __m512i s0 = chunk_sums(base, a, v);
             acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_loadu_ps(ds)),
                                      dw, acc[c]);
             accm[c] = _mm256_fmadd_ps(_mm256_loadu_ps(ds + SUMS), mw, accm[c]);
@@ -843,10 +850,7 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
             for (int c = 0; c < NC; c++) {
                 const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
                 const float *ds = (const float *)(const void *)(fj + (size_t)c * ab);
-                __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), v[0]);
-                s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 64)), v[1]);
-                s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 128)), v[2]);
-                s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(a + 192)), v[3]);
+                const __m512i s0 = chunk_sums(base, a, v);
                 acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_loadu_ps(ds)),
                                          dw[0], acc[c]);
                 accm[c] = _mm256_fmadd_ps(_mm256_loadu_ps(ds + SUMS), mw, accm[c]);
@@ -920,18 +924,8 @@ FORCE_INLINE void row_dots_k_pair(enum rows_type t, const int NC, int64_t k,
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
             const float *ds = (const float *)(const void *)(fj + (size_t)c * ab);
-            const __m512i a0 = _mm512_loadu_si512((const void *)a);
-            __m512i s0 = _mm512_dpbusd_epi32(base0, a0, v[0]);
-            __m512i s1 = _mm512_dpbusd_epi32(base1, a0, u[0]);
-            const __m512i a1 = _mm512_loadu_si512((const void *)(a + 64));
-            s0 = _mm512_dpbusd_epi32(s0, a1, v[1]);
-            s1 = _mm512_dpbusd_epi32(s1, a1, u[1]);
-            const __m512i a2 = _mm512_loadu_si512((const void *)(a + 128));
-            s0 = _mm512_dpbusd_epi32(s0, a2, v[2]);
-            s1 = _mm512_dpbusd_epi32(s1, a2, u[2]);
-            const __m512i a3 = _mm512_loadu_si512((const void *)(a + 192));
-            s0 = _mm512_dpbusd_epi32(s0, a3, v[3]);
-            s1 = _mm512_dpbusd_epi32(s1, a3, u[3]);
+            __m512i s0, s1;
+            chunk_sums2(a, base0, v, base1, u, &s0, &s1);
             const __m512 d = _mm512_loadu_ps(ds);
             acc0[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), d), dw0, acc0[c]);
             acc1[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s1), d), dw1, acc1[c]);
