@@ -27,8 +27,8 @@
 #define QUANT_ACTS_SEED 0x9e3779b97f4a7c15ull
 #include "quant_acts.h"
 
-static const uint32_t types[] = {GGUF_TYPE_Q4_0,  GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,
-                                 GGUF_TYPE_Q8_0,  GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K,
+static const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q4_1,  GGUF_TYPE_Q5_0, GGUF_TYPE_Q5_1,
+                                 GGUF_TYPE_Q8_0,   GGUF_TYPE_Q4_K,  GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K,
                                  GGUF_TYPE_IQ4_NL, GGUF_TYPE_IQ4_XS};
 
 /* a row in the format as Q8_0 blocks, and its elements as floats */
@@ -216,8 +216,8 @@ static double test_shape(const char *fam, const quant_traits *t, int64_t k, int6
         }
     }
     free(av);
-    CHECKF(outside == 0, "%s/%s k %lld n_w %lld n_c %lld: %d values written outside", fam,
-           t->name, (long long)k, (long long)n_w, (long long)n_c, outside);
+    CHECKF(outside == 0, "%s/%s k %lld n_w %lld n_c %lld: %d values written outside", fam, t->name,
+           (long long)k, (long long)n_w, (long long)n_c, outside);
     CHECKF(differs_alone == 0,
            "%s/%s k %lld n_c %lld: %d results differ from the row multiplied alone", fam, t->name,
            (long long)k, (long long)n_c, differs_alone);

@@ -34,8 +34,9 @@
  * one float (d) per block of the last k % 256, then each of those blocks'
  * d * (sum of its codes) (Q4_1's and Q5_1's minimums need them).
  *
- * Q4_1 and Q5_1 (row_dots_min) take unsigned codes as the K-quants do and
- * add their minimums, m * d_a * sum(a), from those block sums.
+ * Q4_1 and Q5_1 take row_dots_k's walk with eight blocks for a super-block:
+ * unsigned codes as the K-quants', and their minimums, m * d_a * sum(a), from
+ * those block sums.
  */
 #include "quant/kernels.h"
 #include "quant/kquant_impl.h"
@@ -150,9 +151,9 @@ FORCE_INLINE __m512 scale_pair(lares_f16 d0, lares_f16 d1) {
 FORCE_INLINE __m512 scale_eight_q4_0(const uint8_t *p) {
     const __m512i lo = _mm512_loadu_si512((const void *)p);
     const __m512i hi = _mm512_loadu_si512((const void *)(p + 64));
-    const __m512i idx = _mm512_setr_epi32(0x00000000, 0x00240024, 0x00090009, 0x002d002d,
-                                          0x00120012, 0x00360036, 0x001b001b, 0x003f003f, 0, 0, 0,
-                                          0, 0, 0, 0, 0);
+    const __m512i idx =
+        _mm512_setr_epi32(0x00000000, 0x00240024, 0x00090009, 0x002d002d, 0x00120012, 0x00360036,
+                          0x001b001b, 0x003f003f, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i w = _mm512_permutex2var_epi16(lo, idx, hi);
     return _mm512_cvtph_ps(_mm512_castsi512_si256(w));
 }
@@ -163,11 +164,11 @@ FORCE_INLINE __m512 scale_eight(const uint8_t *p, size_t bb) {
     for (int b = 0; b < 8; b++) {
         memcpy(&d[b], p + (size_t)b * bb, 2);
     }
-    const __m256 f = _mm256_cvtph_ps(_mm_setr_epi16((short)d[0], (short)d[4], (short)d[1],
-                                                    (short)d[5], (short)d[2], (short)d[6],
-                                                    (short)d[3], (short)d[7]));
-    return _mm512_permutexvar_ps(
-        _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), _mm512_castps256_ps512(f));
+    const __m256 f =
+        _mm256_cvtph_ps(_mm_setr_epi16((short)d[0], (short)d[4], (short)d[1], (short)d[5],
+                                       (short)d[2], (short)d[6], (short)d[3], (short)d[7]));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                                 _mm512_castps256_ps512(f));
 }
 
 /* 16 bytes of each of four blocks, bb bytes apart, one per 128-bit quarter */
@@ -181,27 +182,37 @@ FORCE_INLINE __m512i load_quarters(const uint8_t *p, size_t bb) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
 }
 
+/* The nibbles (0..15) of eight blocks whose 16 bytes of qs (byte j: element
+ * j low, j + 16 high) lie bb bytes apart from qs, as the four vectors of the
+ * layout */
+FORCE_INLINE void nibbles_eight(const uint8_t *qs, size_t bb, __m512i n[4]) {
+    const __m512i t = load_quarters(qs, bb);
+    const __m512i u = load_quarters(qs + 4 * bb, bb);
+    const __m512i lo = _mm512_unpacklo_epi64(t, u), hi = _mm512_unpackhi_epi64(t, u);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    n[0] = _mm512_and_si512(lo, m4);
+    n[1] = _mm512_and_si512(hi, m4);
+    n[2] = _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4);
+    n[3] = _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4);
+}
+
 /* Eight Q4_0 blocks as the four vectors of the layout: qs byte j holds
  * element j (low nibble) and j + 16 (high) */
 FORCE_INLINE void eight_q4_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i *base) {
-    const size_t bb = sizeof(block_q4_0);
-    const __m512i t = load_quarters(p + offsetof(block_q4_0, qs), bb);
-    const __m512i u = load_quarters(p + 4 * bb + offsetof(block_q4_0, qs), bb);
-    const __m512i lo = _mm512_unpacklo_epi64(t, u), hi = _mm512_unpackhi_epi64(t, u);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), k8 = _mm512_set1_epi8(8);
-    const __m512i n0 = _mm512_and_si512(lo, m4), n1 = _mm512_and_si512(hi, m4);
-    const __m512i n2 = _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4);
-    const __m512i n3 = _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4);
+    const __m512i k8 = _mm512_set1_epi8(8);
+    __m512i n[4];
+    nibbles_eight(p + offsetof(block_q4_0, qs), sizeof(block_q4_0), n);
     /* -128 * sum(q - 8) over a lane's 16 codes = 128 * 8 * 16 - 128 * sum(q):
      * the unsigned codes' sum (at most 60) fits a byte, so one VPDPBUSD
      * instead of four */
-    *base = _mm512_dpbusd_epi32(_mm512_set1_epi32(128 * 8 * 16),
-                                _mm512_add_epi8(_mm512_add_epi8(n0, n1), _mm512_add_epi8(n2, n3)),
-                                _mm512_set1_epi8((char)-128));
-    v[0] = _mm512_sub_epi8(n0, k8);
-    v[1] = _mm512_sub_epi8(n1, k8);
-    v[2] = _mm512_sub_epi8(n2, k8);
-    v[3] = _mm512_sub_epi8(n3, k8);
+    *base = _mm512_dpbusd_epi32(
+        _mm512_set1_epi32(128 * 8 * 16),
+        _mm512_add_epi8(_mm512_add_epi8(n[0], n[1]), _mm512_add_epi8(n[2], n[3])),
+        _mm512_set1_epi8((char)-128));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm512_sub_epi8(n[i], k8);
+    }
     *dw = scale_eight_q4_0(p);
 }
 
@@ -227,25 +238,20 @@ FORCE_INLINE void q5_high_bits(const uint8_t *p, size_t bb, int qh_at, __mmask64
  * unsigned codes' sum (at most 124 over the four vectors: a byte) */
 FORCE_INLINE void eight_q5_0(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i *base) {
     const size_t bb = sizeof(block_q5_0);
-    const __m512i t = load_quarters(p + offsetof(block_q5_0, qs), bb);
-    const __m512i u = load_quarters(p + 4 * bb + offsetof(block_q5_0, qs), bb);
-    const __m512i lo = _mm512_unpacklo_epi64(t, u), hi = _mm512_unpackhi_epi64(t, u);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), k16 = _mm512_set1_epi8(16);
+    const __m512i k16 = _mm512_set1_epi8(16);
     __mmask64 m[4];
     q5_high_bits(p, bb, offsetof(block_q5_0, qh), m);
     __m512i q[4];
-    q[0] = _mm512_and_si512(lo, m4);
-    q[1] = _mm512_and_si512(hi, m4);
-    q[2] = _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4);
-    q[3] = _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4);
+    nibbles_eight(p + offsetof(block_q5_0, qs), bb, q);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         q[i] = _mm512_mask_add_epi8(q[i], m[i], q[i], k16);
         v[i] = _mm512_sub_epi8(q[i], k16);
     }
-    *base = _mm512_dpbusd_epi32(_mm512_set1_epi32(128 * 16 * 16),
-                                _mm512_add_epi8(_mm512_add_epi8(q[0], q[1]), _mm512_add_epi8(q[2], q[3])),
-                                _mm512_set1_epi8((char)-128));
+    *base = _mm512_dpbusd_epi32(
+        _mm512_set1_epi32(128 * 16 * 16),
+        _mm512_add_epi8(_mm512_add_epi8(q[0], q[1]), _mm512_add_epi8(q[2], q[3])),
+        _mm512_set1_epi8((char)-128));
     *dw = scale_eight(p, bb);
 }
 
@@ -282,14 +288,12 @@ FORCE_INLINE __m512i iq4_codebook(void) {
  * low nibble, j + 16 in the high, as Q4_0), as the codebook's values in the
  * four vectors of the layout, and the rows' starting sums -128 * sum(w) */
 FORCE_INLINE void eight_iq4(const uint8_t *qs, size_t bb, __m512i v[4], __m512i *base) {
-    const __m512i t = load_quarters(qs, bb);
-    const __m512i u = load_quarters(qs + 4 * bb, bb);
-    const __m512i lo = _mm512_unpacklo_epi64(t, u), hi = _mm512_unpackhi_epi64(t, u);
-    const __m512i m4 = _mm512_set1_epi8(0x0f), book = iq4_codebook();
-    v[0] = _mm512_shuffle_epi8(book, _mm512_and_si512(lo, m4));
-    v[1] = _mm512_shuffle_epi8(book, _mm512_and_si512(hi, m4));
-    v[2] = _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4));
-    v[3] = _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4));
+    const __m512i book = iq4_codebook();
+    nibbles_eight(qs, bb, v);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm512_shuffle_epi8(book, v[i]);
+    }
     __m512i b = minus_128_sum(_mm512_setzero_si512(), v[0]);
     b = minus_128_sum(b, v[1]);
     b = minus_128_sum(b, v[2]);
@@ -308,16 +312,18 @@ FORCE_INLINE void eight_iq4_nl(const uint8_t *p, __m512i v[4], __m512 *dw, __m51
 FORCE_INLINE void super_iq4_xs(const uint8_t *p, __m512i v[4], __m512 *dw, __m512i *base) {
     const block_iq4_xs *b = (const block_iq4_xs *)(const void *)p;
     eight_iq4(b->qs, 16, v, base);
-    *dw = _mm512_permutexvar_ps( /* lane j: block lane_block(j) */
-        _mm512_setr_epi32(0, 0, 4, 4, 1, 1, 5, 5, 2, 2, 6, 6, 3, 3, 7, 7),
-        _mm512_castps256_ps512(iq4_xs_scales8(b)));
+    *dw = _mm512_permutexvar_ps(/* lane j: block lane_block(j) */
+                                _mm512_setr_epi32(0, 0, 4, 4, 1, 1, 5, 5, 2, 2, 6, 6, 3, 3, 7, 7),
+                                _mm512_castps256_ps512(iq4_xs_scales8(b)));
 }
 
 /* the 64 nibbles (0..15) of two blocks' 16 bytes of qs, in element order
  * (byte j: element j low, j + 16 high) */
 FORCE_INLINE __m512i pair_nibbles(const uint8_t *qs0, const uint8_t *qs1) {
-    const __m256i a = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qs0));
-    const __m256i c = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qs1));
+    const __m256i a =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qs0));
+    const __m256i c =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qs1));
     const __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(a), c, 1);
     return _mm512_and_si512(_mm512_srlv_epi64(t, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
                             _mm512_set1_epi8(0x0f));
@@ -371,7 +377,6 @@ FORCE_INLINE void prefetch_ahead(const uint8_t *p, size_t n) {
     quant_prefetch(p + ROWS_PREFETCH_BYTES, n);
 }
 
-
 /* A row's sums of a 256-element chunk: its starting sums, then the four
  * activation vectors at a against the weights' four */
 FORCE_INLINE __m512i chunk_sums(__m512i base, const uint8_t *a, const __m512i v[4]) {
@@ -413,6 +418,25 @@ FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m512i v[4],
     }
 }
 
+/* ---- the last k % 256 elements, two blocks (64 elements) at a time ---- */
+
+/* the rows' starting sums -128 * sum(w) of two blocks' codes (element order) */
+FORCE_INLINE __m512i pair_base(__m512i wc) {
+    return _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(_mm512_setzero_si512(), wc));
+}
+
+/* acc plus a row's products of two blocks: lanes 0-7 the first block, 8-15
+ * the second; a the row's 64 codes, ds its two scales, dw the weights' */
+FORCE_INLINE __m512 pair_row(__m512 acc, __m512i base, const uint8_t *a, __m512i wc,
+                             const float *ds, __m512 dw) {
+    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), wc);
+    const __m512 da = _mm512_permutexvar_ps(
+        spread,
+        _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd((const double *)(const void *)ds))));
+    return _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), da), dw, acc);
+}
+
 /* A weight row's last k % 256 elements against NC activation rows, added to
  * acc, 64 at a time: lanes 0-7 the first block, 8-15 the second */
 FORCE_INLINE void tail_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
@@ -420,7 +444,6 @@ FORCE_INLINE void tail_dots(enum rows_type t, const int NC, int64_t k, const uin
     const size_t bb = rows_block_bytes(t);
     const int64_t n_super = k / SUPER;
     const float *dtail = (const float *)(const void *)(act + k) + SUPER_FLOATS * n_super;
-    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     for (int64_t j = 0; j < (k % SUPER) / 64; j++) {
         const uint8_t *p = w + (size_t)(n_super * 8 + 2 * j) * bb;
         __m512i wc;
@@ -442,18 +465,13 @@ FORCE_INLINE void tail_dots(enum rows_type t, const int NC, int64_t k, const uin
             wc = pair_q8_0(b);
             dw = scale_pair(b[0].d, b[1].d);
         }
-        const __m512i base =
-            _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(_mm512_setzero_si512(), wc));
+        const __m512i base = pair_base(wc);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)(n_super * SUPER + 64 * j);
             const float *ds =
                 (const float *)(const void *)((const uint8_t *)(dtail + 2 * j) + (size_t)c * ab);
-            const __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), wc);
-            const __m512 da = _mm512_permutexvar_ps(
-                spread, _mm512_castps128_ps512(
-                            _mm_castpd_ps(_mm_load_sd((const double *)(const void *)ds))));
-            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), da), dw, acc[c]);
+            acc[c] = pair_row(acc[c], base, a, wc, ds, dw);
         }
     }
 }
@@ -490,8 +508,8 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
                 (const float *)(const void *)((const uint8_t *)(dsup + SUPER_FLOATS * j) +
                                               (size_t)c * ab);
             const __m512i s0 = chunk_sums(base, a, v);
-            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_loadu_ps(ds)),
-                                     dw, acc[c]);
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_loadu_ps(ds)), dw,
+                                     acc[c]);
         }
     }
     tail_dots(t, NC, k, w, act, ab, acc);
@@ -511,9 +529,8 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
  * runs the same operations on the same values as in row_dots, so a row's
  * result does not depend on which path took it. */
 FORCE_INLINE void row_dots_pair(enum rows_type t, const int NC, int64_t k,
-                                const uint8_t *restrict w, size_t bx,
-                                const uint8_t *restrict act, size_t ab, float *restrict y,
-                                size_t ldy) {
+                                const uint8_t *restrict w, size_t bx, const uint8_t *restrict act,
+                                size_t ab, float *restrict y, size_t ldy) {
     const size_t bb = rows_block_bytes(t);
     const int64_t n_super = k / SUPER;
     const float *dsup = (const float *)(const void *)(act + k);
@@ -558,7 +575,6 @@ FORCE_INLINE __m512i k_base(const __m512i v[4]) {
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), wsum, _mm512_set1_epi8((char)-128));
 }
 
-
 /* the minimums m of eight Q4_1 / Q5_1 blocks (at byte 2), in block order */
 FORCE_INLINE __m256 mins_eight(const uint8_t *p, size_t bb) {
     short m[8];
@@ -569,19 +585,13 @@ FORCE_INLINE __m256 mins_eight(const uint8_t *p, size_t bb) {
 }
 
 /* Eight Q4_1 or Q5_1 blocks: the codes (0..15, or 0..31 with the fifth bits)
- * in the four vectors, the lane scales d and the minimums m in block order */
+ * in the four vectors, the lane scales d and minus the minimums m in block
+ * order (row_dots_k takes the K-quants' minimums off; these add) */
 FORCE_INLINE void eight_min(enum rows_type t, const uint8_t *p, __m512i v[4], __m512 *dw,
                             __m256 *mw) {
     const size_t bb = rows_block_bytes(t);
     const size_t qs = t == R_Q4_1 ? offsetof(block_q4_1, qs) : offsetof(block_q5_1, qs);
-    const __m512i a = load_quarters(p + qs, bb);
-    const __m512i b = load_quarters(p + 4 * bb + qs, bb);
-    const __m512i lo = _mm512_unpacklo_epi64(a, b), hi = _mm512_unpackhi_epi64(a, b);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    v[0] = _mm512_and_si512(lo, m4);
-    v[1] = _mm512_and_si512(hi, m4);
-    v[2] = _mm512_and_si512(_mm512_srli_epi16(lo, 4), m4);
-    v[3] = _mm512_and_si512(_mm512_srli_epi16(hi, 4), m4);
+    nibbles_eight(p + qs, bb, v);
     if (t == R_Q5_1) {
         __mmask64 m[4];
         q5_high_bits(p, bb, offsetof(block_q5_1, qh), m);
@@ -592,7 +602,7 @@ FORCE_INLINE void eight_min(enum rows_type t, const uint8_t *p, __m512i v[4], __
         }
     }
     *dw = scale_eight(p, bb);
-    *mw = mins_eight(p, bb);
+    *mw = _mm256_sub_ps(_mm256_setzero_ps(), mins_eight(p, bb));
 }
 
 /* the 64 codes of blocks b and b + 1 of a Q4_1 or Q5_1 row, in element order */
@@ -609,47 +619,15 @@ FORCE_INLINE __m512i pair_min(enum rows_type t, const uint8_t *p) {
     return _mm512_mask_add_epi8(n, (__mmask64)h0 | (__mmask64)h1 << 32, n, _mm512_set1_epi8(16));
 }
 
-/* One Q4_1 or Q5_1 weight row against NC activation rows: sum over blocks
- * of d sum(q a) + m s, s = d_a sum(a) from the format's block sums (for the
- * whole 256s, and for the last k % 256 too), the second in an accumulator of
- * its own (8 lanes, one per block of a 256) as for Q4_K. */
-FORCE_INLINE void row_dots_min(enum rows_type t, const int NC, int64_t k,
-                               const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
-                               float *restrict y, size_t ldy) {
+/* A Q4_1 or Q5_1 row's last k % 256 elements against NC activation rows,
+ * added to acc and (minus the minimums' products, lanes 0 and 1) accm */
+FORCE_INLINE void tail_min(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                           const uint8_t *restrict act, size_t ab, __m512 acc[8], __m256 accm[8]) {
     const size_t bb = rows_block_bytes(t);
     const int64_t n_super = k / SUPER;
-    const float *dsup = (const float *)(const void *)(act + k);
-    const float *dtail = dsup + SUPER_FLOATS * n_super;
+    const float *dtail = (const float *)(const void *)(act + k) + SUPER_FLOATS * n_super;
     const int64_t n_tail = (k % SUPER) / 32;
-    __m512 acc[8];
-    __m256 accm[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) {
-        acc[c] = _mm512_setzero_ps();
-        accm[c] = _mm256_setzero_ps();
-    }
-    for (int64_t j = 0; j < n_super; j++) {
-        __m512i v[4];
-        __m512 dw;
-        __m256 mw;
-        const uint8_t *p = w + (size_t)j * 8 * bb;
-        prefetch_ahead(p, 8 * bb);
-        eight_min(t, p, v, &dw, &mw);
-        const __m512i base = k_base(v);
-        const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j);
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
-            const float *ds = (const float *)(const void *)(fj + (size_t)c * ab);
-            const __m512i s0 = chunk_sums(base, a, v);
-            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), _mm512_loadu_ps(ds)),
-                                     dw, acc[c]);
-            accm[c] = _mm256_fmadd_ps(_mm256_loadu_ps(ds + SUMS), mw, accm[c]);
-        }
-    }
-    /* the rest, 64 elements at a time: lanes 0-7 the first block, 8-15 the
-     * second; the minimums' two products go to lanes 0 and 1 of accm */
-    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    /* 64 elements at a time: lanes 0-7 the first block, 8-15 the second */
     for (int64_t j = 0; j < n_tail / 2; j++) {
         const uint8_t *p = w + (size_t)(n_super * 8 + 2 * j) * bb;
         lares_f16 d0, d1, m0, m1;
@@ -659,33 +637,23 @@ FORCE_INLINE void row_dots_min(enum rows_type t, const int NC, int64_t k,
         memcpy(&m1, p + bb + 2, 2);
         const __m512i wc = pair_min(t, p);
         const __m512 dw = scale_pair(d0, d1);
-        const __m256 mw = _mm256_setr_ps(_cvtsh_ss(m0), _cvtsh_ss(m1), 0, 0, 0, 0, 0, 0);
-        const __m512i base =
-            _mm512_sub_epi32(_mm512_setzero_si512(), minus_128_sum(_mm512_setzero_si512(), wc));
+        const __m256 mw = _mm256_setr_ps(-_cvtsh_ss(m0), -_cvtsh_ss(m1), 0, 0, 0, 0, 0, 0);
+        const __m512i base = pair_base(wc);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)(n_super * SUPER + 64 * j);
             const float *ds =
                 (const float *)(const void *)((const uint8_t *)(dtail + 2 * j) + (size_t)c * ab);
-            const float *ss = (const float *)(const void *)((const uint8_t *)(dtail + n_tail +
-                                                                              2 * j) +
-                                                            (size_t)c * ab);
-            const __m512i s0 = _mm512_dpbusd_epi32(base, _mm512_loadu_si512((const void *)a), wc);
-            const __m512 da = _mm512_permutexvar_ps(
-                spread, _mm512_castps128_ps512(
-                            _mm_castpd_ps(_mm_load_sd((const double *)(const void *)ds))));
-            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s0), da), dw, acc[c]);
+            const float *ss =
+                (const float *)(const void *)((const uint8_t *)(dtail + n_tail + 2 * j) +
+                                              (size_t)c * ab);
+            acc[c] = pair_row(acc[c], base, a, wc, ds, dw);
             const __m256 sm = _mm256_castps128_ps256(
                 _mm_castpd_ps(_mm_load_sd((const double *)(const void *)ss)));
-            accm[c] = _mm256_fmadd_ps(_mm256_and_ps(sm, _mm256_castsi256_ps(_mm256_setr_epi32(
-                                                            -1, -1, 0, 0, 0, 0, 0, 0))),
-                                      mw, accm[c]);
+            accm[c] = _mm256_fmadd_ps(
+                _mm256_and_ps(sm, _mm256_castsi256_ps(_mm256_setr_epi32(-1, -1, 0, 0, 0, 0, 0, 0))),
+                mw, accm[c]);
         }
-    }
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) {
-        y[(size_t)c * ldy] =
-            _mm512_reduce_add_ps(_mm512_add_ps(acc[c], _mm512_zextps256_ps512(accm[c])));
     }
 }
 
@@ -715,8 +683,7 @@ FORCE_INLINE __m128i scales_mins_k4(const uint8_t *s) {
 #define LANE_BYTES 0, 0, 4, 4, 1, 1, 5, 5, 2, 2, 6, 6, 3, 3, 7, 7
 
 /* d * scale of each lane's sub-block, and dmin * minimum of sub-blocks 0..7 */
-FORCE_INLINE void scale_k4(const uint8_t *s, lares_f16 d, lares_f16 dmin, __m512 *dw,
-                           __m256 *mw) {
+FORCE_INLINE void scale_k4(const uint8_t *s, lares_f16 d, lares_f16 dmin, __m512 *dw, __m256 *mw) {
     const __m128i sm = scales_mins_k4(s);
     const __m128i lanes = _mm_shuffle_epi8(sm, _mm_setr_epi8(LANE_BYTES));
     *dw = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lanes)),
@@ -754,10 +721,10 @@ FORCE_INLINE void super_q5_K(const uint8_t *p, __m512i v[4], __m512 *dw, __m256 
     const block_q5_K *b = (const block_q5_K *)(const void *)p;
     nibbles_k(b->qs, v);
     /* the bit of quarter L's two sub-blocks, L and L + 4, in every byte */
-    const __m512i bit = _mm512_setr_epi64(0x0101010101010101, 0x1010101010101010,
-                                          0x0202020202020202, 0x2020202020202020,
-                                          0x0404040404040404, 0x4040404040404040,
-                                          0x0808080808080808, (long long)0x8080808080808080ull);
+    const __m512i bit =
+        _mm512_setr_epi64(0x0101010101010101, 0x1010101010101010, 0x0202020202020202,
+                          0x2020202020202020, 0x0404040404040404, 0x4040404040404040,
+                          0x0808080808080808, (long long)0x8080808080808080ull);
     const __m512i k16 = _mm512_set1_epi8(16);
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
@@ -788,8 +755,7 @@ FORCE_INLINE void super_q6_K(const uint8_t *p, __m512i v[4], __m512 dw[2], __m51
     __m512i u[4]; /* the codes, 0..63 */
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
-        const __m512i il =
-            _mm512_setr_epi64(i, 8 + i, 4 + i, 12 + i, i, 8 + i, 4 + i, 12 + i);
+        const __m512i il = _mm512_setr_epi64(i, 8 + i, 4 + i, 12 + i, i, 8 + i, 4 + i, 12 + i);
         const __m512i ih = _mm512_setr_epi64(i, 4 + i, i, 4 + i, i, 4 + i, i, 4 + i);
         const __m512i lo = _mm512_srlv_epi64(_mm512_permutex2var_epi64(l0, il, l1), nib);
         const __m512i hi =
@@ -804,22 +770,26 @@ FORCE_INLINE void super_q6_K(const uint8_t *p, __m512i v[4], __m512 dw[2], __m51
     const __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)b->scales);
     const __m128i first = _mm_setr_epi8(0, 0, 8, 8, 2, 2, 10, 10, 4, 4, 12, 12, 6, 6, 14, 14);
     const __m512 d = _mm512_set1_ps(_cvtsh_ss(b->d));
-    dw[0] = _mm512_mul_ps(
-        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, first))), d);
-    dw[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(
-                              sc, _mm_add_epi8(first, _mm_set1_epi8(1))))),
+    dw[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(sc, first))), d);
+    dw[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                              _mm_shuffle_epi8(sc, _mm_add_epi8(first, _mm_set1_epi8(1))))),
                           d);
 }
 
-/* One K-quant weight row against NC activation rows (k a multiple of 256).
- * Q4_K/Q5_K: sum_s d sc_s sum(w y) - dmin m_s sum(y), the second from the
- * activations' block sums, in an accumulator of its own; Q6_K: two sums per
- * lane (the block's halves), each with its scales. */
+/* One K-quant, Q4_1 or Q5_1 weight row against NC activation rows (k a
+ * multiple of 256 for the K-quants). Q4_K/Q5_K: sum_s d sc_s sum(w y) - dmin
+ * m_s sum(y), the second from the activations' block sums, in an accumulator
+ * of its own; Q4_1/Q5_1 the same with eight blocks for a super-block and + m
+ * sum(y) (tail_min for the last k % 256); Q6_K: two sums per lane (the
+ * block's halves), each with its scales. */
 FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                              const uint8_t *restrict act, size_t ab, float *restrict y,
                              size_t ldy) {
-    const size_t bb = t == R_Q4_K ? sizeof(block_q4_K)
-                                : (t == R_Q5_K ? sizeof(block_q5_K) : sizeof(block_q6_K));
+    const bool min_type = t == R_Q4_1 || t == R_Q5_1;
+    const size_t bb = min_type      ? 8 * rows_block_bytes(t)
+                      : t == R_Q4_K ? sizeof(block_q4_K)
+                      : t == R_Q5_K ? sizeof(block_q5_K)
+                                    : sizeof(block_q6_K);
     const int64_t n_super = k / SUPER;
     const float *dsup = (const float *)(const void *)(act + k);
     __m512 acc[8];
@@ -841,6 +811,8 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
             super_q4_K(p, v, &dw[0], &mw);
         } else if (t == R_Q5_K) {
             super_q5_K(p, v, &dw[0], &mw);
+        } else if (min_type) {
+            eight_min(t, p, v, &dw[0], &mw);
         } else {
             super_q6_K(p, v, dw, base6);
         }
@@ -872,6 +844,9 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
             }
         }
     }
+    if (min_type) {
+        tail_min(t, NC, k, w, act, ab, acc, accm);
+    }
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
         /* the minimums' sums off lanes 0..7 */
@@ -887,9 +862,8 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
  * Q4_K 92.8 -> 99.4-99.8 with k = 2048 and 78.0 -> 101.7-101.9 with k = 5632;
  * 6 rows 1.02-1.06x. */
 FORCE_INLINE void row_dots_k_pair(enum rows_type t, const int NC, int64_t k,
-                                  const uint8_t *restrict w, size_t bx,
-                                  const uint8_t *restrict act, size_t ab, float *restrict y,
-                                  size_t ldy) {
+                                  const uint8_t *restrict w, size_t bx, const uint8_t *restrict act,
+                                  size_t ab, float *restrict y, size_t ldy) {
     const size_t bb = t == R_Q4_K ? sizeof(block_q4_K) : sizeof(block_q5_K);
     const int64_t n_super = k / SUPER;
     const float *dsup = (const float *)(const void *)(act + k);
@@ -943,13 +917,11 @@ FORCE_INLINE void row_dots_k_pair(enum rows_type t, const int NC, int64_t k,
     }
 }
 
-FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
-                               const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
-                               float *restrict y, size_t ldy) {
+FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                               const uint8_t *restrict act, size_t ab, float *restrict y,
+                               size_t ldy) {
     if (t == R_Q4_0 || t == R_Q5_0 || t == R_Q8_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
         row_dots(t, NC, k, w, act, ab, y, ldy);
-    } else if (t == R_Q4_1 || t == R_Q5_1) {
-        row_dots_min(t, NC, k, w, act, ab, y, ldy);
     } else {
         row_dots_k(t, NC, k, w, act, ab, y, ldy);
     }
@@ -970,7 +942,7 @@ FORCE_INLINE void row_dots_pair_any(enum rows_type t, const int NC, int64_t k,
     }
 }
 
-#define ROW_DOTS row_dots_any
+#define ROW_DOTS      row_dots_any
 #define ROW_DOTS_PAIR row_dots_pair_any
 #define ROWS_PAIR_MIN 5
 #include "quant/rows_drive.h"
@@ -997,10 +969,9 @@ void quant_install_rows_avx512(quant_traits *t) {
     t[GGUF_TYPE_Q4_K].rows = rows_q4_K_avx512;
     t[GGUF_TYPE_Q5_K].rows = rows_q5_K_avx512;
     t[GGUF_TYPE_Q6_K].rows = rows_q6_K_avx512;
-    const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q5_0, GGUF_TYPE_Q4_1, GGUF_TYPE_Q5_1,
-                              GGUF_TYPE_Q8_0,   GGUF_TYPE_IQ4_NL,
-                              GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
-                              GGUF_TYPE_Q6_K};
+    const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q5_0,   GGUF_TYPE_Q4_1,   GGUF_TYPE_Q5_1,
+                              GGUF_TYPE_Q8_0, GGUF_TYPE_IQ4_NL, GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q4_K,
+                              GGUF_TYPE_Q5_K, GGUF_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         t[types[i]].rows_fmt = &rows_fmt;
     }

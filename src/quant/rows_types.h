@@ -13,12 +13,23 @@
 #include <stddef.h>
 #include <string.h>
 
-enum rows_type { R_Q4_0, R_Q8_0, R_IQ4_NL, R_IQ4_XS, R_Q4_K, R_Q5_K, R_Q6_K, R_Q5_0, R_Q4_1, R_Q5_1 };
+enum rows_type {
+    R_Q4_0,
+    R_Q8_0,
+    R_IQ4_NL,
+    R_IQ4_XS,
+    R_Q4_K,
+    R_Q5_K,
+    R_Q6_K,
+    R_Q5_0,
+    R_Q4_1,
+    R_Q5_1
+};
 
 /* bytes per 32 elements of the types walked eight blocks at a time (IQ4_XS:
  * its 136-byte super-block of 256) */
 static inline size_t rows_block_bytes(enum rows_type t) {
-    return t == R_Q4_0 ? sizeof(block_q4_0)
+    return t == R_Q4_0     ? sizeof(block_q4_0)
            : t == R_Q5_0   ? sizeof(block_q5_0)
            : t == R_Q4_1   ? sizeof(block_q4_1)
            : t == R_Q5_1   ? sizeof(block_q5_1)
@@ -39,8 +50,8 @@ static inline __attribute__((always_inline)) __m256 iq4_xs_scales8(const block_i
     const __m256i hi = _mm256_and_si256(
         _mm256_srlv_epi32(_mm256_set1_epi32((int)b->scales_h), _mm256_srli_epi32(at, 1)),
         _mm256_set1_epi32(3));
-    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)),
-                                        _mm256_set1_epi32(32));
+    const __m256i ls =
+        _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(ls), _mm256_set1_ps(_cvtsh_ss(b->d)));
 }
 
