@@ -400,8 +400,8 @@ FORCE_INLINE void chunk_sums2(const uint8_t *a, __m512i base0, const __m512i v[4
     *s1 = y;
 }
 
-/* Eight blocks of type t at p decoded (eight_q4_0, eight_q8_0, eight_iq4_nl,
- * super_iq4_xs), the row asked for ahead of them */
+/* Eight blocks of type t at p decoded (eight_q4_0, eight_q5_0, eight_q8_0,
+ * eight_iq4_nl, super_iq4_xs), the row asked for ahead of them */
 FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m512i v[4], __m512 *dw,
                                __m512i *base) {
     prefetch_ahead(p, 8 * rows_block_bytes(t));
