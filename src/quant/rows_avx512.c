@@ -70,6 +70,11 @@ static void rows_from_float(const float *restrict x, int64_t k, void *restrict r
         uint8_t c[32];
         _mm256_storeu_si256((__m256i *)(void *)c,
                             _mm256_xor_si256(q8_pack_avx2(q), _mm256_set1_epi8((char)0x80)));
+        int sum = 0;
+        for (int e = 0; e < 32; e++) {
+            sum += (int8_t)(c[e] ^ 0x80);
+        }
+        const float s = d * (float)sum; /* the block's sum, for the minimums */
         const int64_t sc = g / 8;
         if (sc < n_super) {
             const int b = (int)(g % 8), L = b % 4, h = b / 4;
@@ -82,19 +87,11 @@ static void rows_from_float(const float *restrict x, int64_t k, void *restrict r
                     dsup[SUPER_FLOATS * sc + j] = d;
                 }
             }
-            int sum = 0;
-            for (int e = 0; e < 32; e++) {
-                sum += (int8_t)(c[e] ^ 0x80);
-            }
-            dsup[SUPER_FLOATS * sc + SUMS + b] = d * (float)sum;
+            dsup[SUPER_FLOATS * sc + SUMS + b] = s;
         } else {
             memcpy(codes + g * QUANT_PANEL_GROUP, c, 32);
             dtail[g - 8 * n_super] = d;
-            int sum = 0;
-            for (int e = 0; e < 32; e++) {
-                sum += (int8_t)(c[e] ^ 0x80);
-            }
-            dtail[(k % SUPER) / 32 + g - 8 * n_super] = d * (float)sum;
+            dtail[(k % SUPER) / 32 + g - 8 * n_super] = s;
         }
     }
 }
@@ -350,6 +347,20 @@ FORCE_INLINE __m512i pair_q5_0(const block_q5_0 *b) {
     return _mm512_sub_epi8(q, k16);
 }
 
+/* the 64 codes of blocks b and b + 1 of a Q4_1 or Q5_1 row, in element order */
+FORCE_INLINE __m512i pair_min(enum rows_type t, const uint8_t *p) {
+    if (t == R_Q4_1) {
+        const block_q4_1 *b = (const block_q4_1 *)(const void *)p;
+        return pair_nibbles(b[0].qs, b[1].qs);
+    }
+    const block_q5_1 *b = (const block_q5_1 *)(const void *)p;
+    uint32_t h0, h1;
+    memcpy(&h0, b[0].qh, 4);
+    memcpy(&h1, b[1].qh, 4);
+    const __m512i n = pair_nibbles(b[0].qs, b[1].qs);
+    return _mm512_mask_add_epi8(n, (__mmask64)h0 | (__mmask64)h1 << 32, n, _mm512_set1_epi8(16));
+}
+
 FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
     return _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)b[0].qs)),
@@ -438,16 +449,21 @@ FORCE_INLINE __m512 pair_row(__m512 acc, __m512i base, const uint8_t *a, __m512i
 }
 
 /* A weight row's last k % 256 elements against NC activation rows, added to
- * acc, 64 at a time: lanes 0-7 the first block, 8-15 the second */
+ * acc, 64 at a time: lanes 0-7 the first block, 8-15 the second. Q4_1 and
+ * Q5_1 also add minus their minimums' products, m d_a sum(a) of each block,
+ * to lanes 0 and 1 of accm (NULL for the other types). */
 FORCE_INLINE void tail_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
-                            const uint8_t *restrict act, size_t ab, __m512 acc[8]) {
+                            const uint8_t *restrict act, size_t ab, __m512 acc[8], __m256 accm[8]) {
     const size_t bb = rows_block_bytes(t);
     const int64_t n_super = k / SUPER;
     const float *dtail = (const float *)(const void *)(act + k) + SUPER_FLOATS * n_super;
-    for (int64_t j = 0; j < (k % SUPER) / 64; j++) {
+    const int64_t n_tail = (k % SUPER) / 32;
+    const bool min_type = t == R_Q4_1 || t == R_Q5_1;
+    for (int64_t j = 0; j < n_tail / 2; j++) {
         const uint8_t *p = w + (size_t)(n_super * 8 + 2 * j) * bb;
         __m512i wc;
         __m512 dw;
+        __m256 mw = _mm256_setzero_ps();
         if (t == R_Q4_0) {
             const block_q4_0 *b = (const block_q4_0 *)(const void *)p;
             wc = pair_q4_0(b);
@@ -456,6 +472,15 @@ FORCE_INLINE void tail_dots(enum rows_type t, const int NC, int64_t k, const uin
             const block_q5_0 *b = (const block_q5_0 *)(const void *)p;
             wc = pair_q5_0(b);
             dw = scale_pair(b[0].d, b[1].d);
+        } else if (min_type) { /* d, then m, at the start of both layouts */
+            lares_f16 d0, d1, m0, m1;
+            memcpy(&d0, p, 2);
+            memcpy(&d1, p + bb, 2);
+            memcpy(&m0, p + 2, 2);
+            memcpy(&m1, p + bb + 2, 2);
+            wc = pair_min(t, p);
+            dw = scale_pair(d0, d1);
+            mw = _mm256_setr_ps(-_cvtsh_ss(m0), -_cvtsh_ss(m1), 0, 0, 0, 0, 0, 0);
         } else if (t == R_IQ4_NL) {
             const block_iq4_nl *b = (const block_iq4_nl *)(const void *)p;
             wc = pair_iq4_nl(b);
@@ -472,6 +497,13 @@ FORCE_INLINE void tail_dots(enum rows_type t, const int NC, int64_t k, const uin
             const float *ds =
                 (const float *)(const void *)((const uint8_t *)(dtail + 2 * j) + (size_t)c * ab);
             acc[c] = pair_row(acc[c], base, a, wc, ds, dw);
+            if (min_type) { /* the two blocks' sums follow the tail's scales */
+                const __m256 sm = _mm256_castps128_ps256(
+                    _mm_castpd_ps(_mm_load_sd((const double *)(const void *)(ds + n_tail))));
+                accm[c] = _mm256_fmadd_ps(_mm256_and_ps(sm, _mm256_castsi256_ps(_mm256_setr_epi32(
+                                                                -1, -1, 0, 0, 0, 0, 0, 0))),
+                                          mw, accm[c]);
+            }
         }
     }
 }
@@ -512,7 +544,7 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
                                      acc[c]);
         }
     }
-    tail_dots(t, NC, k, w, act, ab, acc);
+    tail_dots(t, NC, k, w, act, ab, acc, NULL);
     for (int c = 0; c < NC; c++) {
         y[(size_t)c * ldy] = _mm512_reduce_add_ps(acc[c]);
     }
@@ -558,8 +590,8 @@ FORCE_INLINE void row_dots_pair(enum rows_type t, const int NC, int64_t k,
             acc1[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s1), d), dw1, acc1[c]);
         }
     }
-    tail_dots(t, NC, k, w, act, ab, acc0);
-    tail_dots(t, NC, k, w1, act, ab, acc1);
+    tail_dots(t, NC, k, w, act, ab, acc0, NULL);
+    tail_dots(t, NC, k, w1, act, ab, acc1, NULL);
     for (int c = 0; c < NC; c++) {
         y[(size_t)c * ldy] = _mm512_reduce_add_ps(acc0[c]);
         y[(size_t)c * ldy + 1] = _mm512_reduce_add_ps(acc1[c]);
@@ -603,58 +635,6 @@ FORCE_INLINE void eight_min(enum rows_type t, const uint8_t *p, __m512i v[4], __
     }
     *dw = scale_eight(p, bb);
     *mw = _mm256_sub_ps(_mm256_setzero_ps(), mins_eight(p, bb));
-}
-
-/* the 64 codes of blocks b and b + 1 of a Q4_1 or Q5_1 row, in element order */
-FORCE_INLINE __m512i pair_min(enum rows_type t, const uint8_t *p) {
-    if (t == R_Q4_1) {
-        const block_q4_1 *b = (const block_q4_1 *)(const void *)p;
-        return pair_nibbles(b[0].qs, b[1].qs);
-    }
-    const block_q5_1 *b = (const block_q5_1 *)(const void *)p;
-    uint32_t h0, h1;
-    memcpy(&h0, b[0].qh, 4);
-    memcpy(&h1, b[1].qh, 4);
-    const __m512i n = pair_nibbles(b[0].qs, b[1].qs);
-    return _mm512_mask_add_epi8(n, (__mmask64)h0 | (__mmask64)h1 << 32, n, _mm512_set1_epi8(16));
-}
-
-/* A Q4_1 or Q5_1 row's last k % 256 elements against NC activation rows,
- * added to acc and (minus the minimums' products, lanes 0 and 1) accm */
-FORCE_INLINE void tail_min(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
-                           const uint8_t *restrict act, size_t ab, __m512 acc[8], __m256 accm[8]) {
-    const size_t bb = rows_block_bytes(t);
-    const int64_t n_super = k / SUPER;
-    const float *dtail = (const float *)(const void *)(act + k) + SUPER_FLOATS * n_super;
-    const int64_t n_tail = (k % SUPER) / 32;
-    /* 64 elements at a time: lanes 0-7 the first block, 8-15 the second */
-    for (int64_t j = 0; j < n_tail / 2; j++) {
-        const uint8_t *p = w + (size_t)(n_super * 8 + 2 * j) * bb;
-        lares_f16 d0, d1, m0, m1;
-        memcpy(&d0, p, 2);
-        memcpy(&d1, p + bb, 2);
-        memcpy(&m0, p + 2, 2);
-        memcpy(&m1, p + bb + 2, 2);
-        const __m512i wc = pair_min(t, p);
-        const __m512 dw = scale_pair(d0, d1);
-        const __m256 mw = _mm256_setr_ps(-_cvtsh_ss(m0), -_cvtsh_ss(m1), 0, 0, 0, 0, 0, 0);
-        const __m512i base = pair_base(wc);
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            const uint8_t *a = act + (size_t)c * ab + (size_t)(n_super * SUPER + 64 * j);
-            const float *ds =
-                (const float *)(const void *)((const uint8_t *)(dtail + 2 * j) + (size_t)c * ab);
-            const float *ss =
-                (const float *)(const void *)((const uint8_t *)(dtail + n_tail + 2 * j) +
-                                              (size_t)c * ab);
-            acc[c] = pair_row(acc[c], base, a, wc, ds, dw);
-            const __m256 sm = _mm256_castps128_ps256(
-                _mm_castpd_ps(_mm_load_sd((const double *)(const void *)ss)));
-            accm[c] = _mm256_fmadd_ps(
-                _mm256_and_ps(sm, _mm256_castsi256_ps(_mm256_setr_epi32(-1, -1, 0, 0, 0, 0, 0, 0))),
-                mw, accm[c]);
-        }
-    }
 }
 
 /* ---- K-quant weights: one super-block is one 256-element chunk ---- */
@@ -780,7 +760,7 @@ FORCE_INLINE void super_q6_K(const uint8_t *p, __m512i v[4], __m512 dw[2], __m51
  * multiple of 256 for the K-quants). Q4_K/Q5_K: sum_s d sc_s sum(w y) - dmin
  * m_s sum(y), the second from the activations' block sums, in an accumulator
  * of its own; Q4_1/Q5_1 the same with eight blocks for a super-block and + m
- * sum(y) (tail_min for the last k % 256); Q6_K: two sums per lane (the
+ * sum(y) (tail_dots for the last k % 256); Q6_K: two sums per lane (the
  * block's halves), each with its scales. */
 FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                              const uint8_t *restrict act, size_t ab, float *restrict y,
@@ -844,9 +824,7 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
             }
         }
     }
-    if (min_type) {
-        tail_min(t, NC, k, w, act, ab, acc, accm);
-    }
+    tail_dots(t, NC, k, w, act, ab, acc, accm); /* (K-quant rows are whole 256s) */
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
         /* the minimums' sums off lanes 0..7 */
