@@ -89,49 +89,37 @@ static void test_format(const char *fam, const quant_rows_fmt *f) {
     }
 }
 
-/* Random bytes for n blocks of a type, with small positive fp16 scales
- * (offsets of its fp16 fields); false for a type this does not know. */
-static bool random_blocks(uint32_t type, uint8_t *w, int64_t n) {
+/* The blocks random_blocks knows: their bytes and the offsets of their fp16
+ * scales (a second of 0: none) */
+static const struct {
+    uint32_t type;
     size_t bb, f16_at[2];
-    int n_f16;
-    switch (type) {
-    case GGUF_TYPE_Q4_0:
-        bb = sizeof(block_q4_0), n_f16 = 1, f16_at[0] = offsetof(block_q4_0, d);
-        break;
-    case GGUF_TYPE_Q5_0:
-        bb = sizeof(block_q5_0), n_f16 = 1, f16_at[0] = offsetof(block_q5_0, d);
-        break;
-    case GGUF_TYPE_Q4_1:
-        bb = sizeof(block_q4_1), n_f16 = 2, f16_at[0] = offsetof(block_q4_1, d),
-        f16_at[1] = offsetof(block_q4_1, m);
-        break;
-    case GGUF_TYPE_Q5_1:
-        bb = sizeof(block_q5_1), n_f16 = 2, f16_at[0] = offsetof(block_q5_1, d),
-        f16_at[1] = offsetof(block_q5_1, m);
-        break;
-    case GGUF_TYPE_Q8_0:
-        bb = sizeof(block_q8_0), n_f16 = 1, f16_at[0] = offsetof(block_q8_0, d);
-        break;
-    case GGUF_TYPE_Q4_K:
-        bb = sizeof(block_q4_K), n_f16 = 2, f16_at[0] = offsetof(block_q4_K, d),
-        f16_at[1] = offsetof(block_q4_K, dmin);
-        break;
-    case GGUF_TYPE_Q5_K:
-        bb = sizeof(block_q5_K), n_f16 = 2, f16_at[0] = offsetof(block_q5_K, d),
-        f16_at[1] = offsetof(block_q5_K, dmin);
-        break;
-    case GGUF_TYPE_Q6_K:
-        bb = sizeof(block_q6_K), n_f16 = 1, f16_at[0] = offsetof(block_q6_K, d);
-        break;
-    case GGUF_TYPE_IQ4_NL:
-        bb = sizeof(block_iq4_nl), n_f16 = 1, f16_at[0] = offsetof(block_iq4_nl, d);
-        break;
-    case GGUF_TYPE_IQ4_XS:
-        bb = sizeof(block_iq4_xs), n_f16 = 1, f16_at[0] = offsetof(block_iq4_xs, d);
-        break;
-    default:
+} random_kinds[] = {
+    {GGUF_TYPE_Q4_0, sizeof(block_q4_0), {offsetof(block_q4_0, d), 0}},
+    {GGUF_TYPE_Q5_0, sizeof(block_q5_0), {offsetof(block_q5_0, d), 0}},
+    {GGUF_TYPE_Q4_1, sizeof(block_q4_1), {offsetof(block_q4_1, d), offsetof(block_q4_1, m)}},
+    {GGUF_TYPE_Q5_1, sizeof(block_q5_1), {offsetof(block_q5_1, d), offsetof(block_q5_1, m)}},
+    {GGUF_TYPE_Q8_0, sizeof(block_q8_0), {offsetof(block_q8_0, d), 0}},
+    {GGUF_TYPE_Q4_K, sizeof(block_q4_K), {offsetof(block_q4_K, d), offsetof(block_q4_K, dmin)}},
+    {GGUF_TYPE_Q5_K, sizeof(block_q5_K), {offsetof(block_q5_K, d), offsetof(block_q5_K, dmin)}},
+    {GGUF_TYPE_Q6_K, sizeof(block_q6_K), {offsetof(block_q6_K, d), 0}},
+    {GGUF_TYPE_IQ4_NL, sizeof(block_iq4_nl), {offsetof(block_iq4_nl, d), 0}},
+    {GGUF_TYPE_IQ4_XS, sizeof(block_iq4_xs), {offsetof(block_iq4_xs, d), 0}},
+};
+
+/* Random bytes for n blocks of a type, with small positive fp16 scales;
+ * false for a type this does not know. */
+static bool random_blocks(uint32_t type, uint8_t *w, int64_t n) {
+    size_t k = 0;
+    while (k < LARES_ARRAY_LEN(random_kinds) && random_kinds[k].type != type) {
+        k++;
+    }
+    if (k == LARES_ARRAY_LEN(random_kinds)) {
         return false;
     }
+    const size_t bb = random_kinds[k].bb;
+    const int n_f16 = random_kinds[k].f16_at[1] != 0 ? 2 : 1;
+    const size_t *f16_at = random_kinds[k].f16_at;
     for (int64_t b = 0; b < n; b++) {
         uint8_t *p = w + (size_t)b * bb;
         for (size_t i = 0; i < bb; i++) {
