@@ -1,7 +1,7 @@
 /*
  * The few-row product (quant.h: quant_rows_fmt) with AVX2 alone (no VNNI),
- * Q4_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K and Q6_K: generation's mat-vec and
- * several sequences decoding together.
+ * Q4_0, Q5_0, Q4_1, Q5_1, IQ4_NL, IQ4_XS, Q4_K, Q5_K and Q6_K: generation's
+ * mat-vec and several sequences decoding together.
  *
  * The walk of rows_avxvnni.c (rows_x86.h: an int32 lane holds one whole block
  * of 32, eight blocks of a weight row at a time, transposed once for all
@@ -14,6 +14,10 @@
  * also converted and scaled each block on its own. The value is d (u - 8),
  * so each block takes 8 d_w s_a off, s_a = d_a * sum(a) from the row's
  * format: per eight blocks, t = d_a * isum - 8 s_a and acc += d_w * t.
+ * Q5_0 and Q5_1 add the fifth bits to the nibbles (codes 0..31, rows_x86.h:
+ * eight_fifth_bits), so only four pairs of at most 2 * 31 * 127 add up in
+ * int16 and a block's sum is two halves; Q5_0's value is d (u - 16). Q4_1
+ * and Q5_1 (d u + m) add m s_a per block instead.
  *
  * A K-quant super-block is one such chunk, its sub-blocks of 32 the blocks:
  * the codes are decoded in element order, one register per sub-block, then
@@ -61,8 +65,10 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
     const size_t bb = rows_block_bytes(t);
     const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
     const float *dact = (const float *)(const void *)(act + k);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-    const __m256 k8 = _mm256_set1_ps(8.0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const bool five_bits = t == R_Q5_0 || t == R_Q5_1, min_type = t == R_Q4_1 || t == R_Q5_1;
+    const bool unsigned_codes = t == R_Q4_0 || t == R_Q4_1 || five_bits;
+    const __m256 offset = _mm256_set1_ps(t == R_Q5_0 ? 16.0f : 8.0f);
     __m256 acc[8];
     for (int c = 0; c < NC; c++) {
         acc[c] = _mm256_setzero_ps();
@@ -71,16 +77,16 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         const uint8_t *p = w + (size_t)j * 8 * bb;
         prefetch_ahead(p, 8 * bb);
         __m256i v[8], mag[8];
-        __m256 dw;
-        if (t == R_Q4_0) {
-            __m256i q[4];
-            transpose8x4(p + offsetof(block_q4_0, qs), bb, q);
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) { /* qs byte e: element e (low nibble), e + 16 (high) */
-                v[i] = _mm256_and_si256(q[i], m4);
-                v[i + 4] = _mm256_and_si256(_mm256_srli_epi16(q[i], 4), m4);
+        __m256 dw, mw = _mm256_setzero_ps();
+        if (unsigned_codes) {
+            eight_nibbles(p + rows_qs_at(t), bb, v);
+            if (five_bits) {
+                eight_fifth_bits(p + rows_qh_at(t), bb, v);
             }
             dw = scales8(p, bb);
+            if (min_type) {
+                mw = scales8(p + offsetof(block_q4_1, m), bb); /* block_q5_1's m alike */
+            }
         } else if (t == R_IQ4_NL) {
             eight_iq4(p + offsetof(block_iq4_nl, qs), bb, v, 0);
             dw = scales8(p, bb);
@@ -91,7 +97,7 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         }
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
-            mag[i] = t == R_Q4_0 ? v[i] : _mm256_abs_epi8(v[i]);
+            mag[i] = unsigned_codes ? v[i] : _mm256_abs_epi8(v[i]);
         }
         const uint8_t *a0 = act + (size_t)j * SUPER;
 #pragma GCC unroll 8
@@ -99,38 +105,62 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
             const uint8_t *a = a0 + (size_t)c * ab;
             const float *da = (const float *)(const void *)((const uint8_t *)(dact + 8 * j) +
                                                             (size_t)c * ab);
-            __m256i isum = _mm256_setzero_si256(), s16 = _mm256_setzero_si256();
+            __m256i isum = _mm256_setzero_si256(), s16 = _mm256_setzero_si256(),
+                    s16b = _mm256_setzero_si256();
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) {
                 const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(a + 32 * i));
-                if (t == R_Q4_0) { /* eight pairs of at most 2 * 15 * 127 fit int16 */
-                    s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(mag[i], x));
+                if (unsigned_codes) { /* eight pairs of at most 2 * 15 * 127 fit int16, four
+                                         of 2 * 31 * 127 (Q5_0, Q5_1: two halves) */
+                    if (five_bits && i >= 4) {
+                        s16b = _mm256_add_epi16(s16b, _mm256_maddubs_epi16(mag[i], x));
+                    } else {
+                        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(mag[i], x));
+                    }
                 } else {
                     isum = _mm256_add_epi32(
                         isum, _mm256_madd_epi16(
                                   _mm256_maddubs_epi16(mag[i], _mm256_sign_epi8(x, v[i])), ones));
                 }
             }
-            __m256 tt;
-            if (t == R_Q4_0) { /* the value is d (u - 8): 8 s_a off each block */
+            if (unsigned_codes) {
                 isum = _mm256_madd_epi16(s16, ones);
-                tt = _mm256_fnmadd_ps(k8, _mm256_loadu_ps(da + n_blocks),
-                                      _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(da)));
-            } else {
-                tt = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(da));
+                if (five_bits) {
+                    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s16b, ones));
+                }
+            }
+            __m256 tt = _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_loadu_ps(da));
+            if (t == R_Q4_0 || t == R_Q5_0) { /* value d (u - 8) or d (u - 16): 8 or 16 s_a off */
+                tt = _mm256_fnmadd_ps(offset, _mm256_loadu_ps(da + n_blocks), tt);
             }
             acc[c] = _mm256_fmadd_ps(tt, dw, acc[c]);
+            if (min_type) { /* value d u + m: m s_a on */
+                acc[c] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(da + n_blocks), acc[c]);
+            }
         }
     }
-    /* the rest (Q4_0, IQ4_NL), a block at a time (codes in element order) */
+    /* the rest (all but IQ4_XS, whose rows are whole 256s), a block at a time
+     * (codes in element order) */
     for (int64_t g = n_super * 8; g < n_blocks; g++) {
         const uint8_t *p = w + (size_t)g * bb;
-        const __m256i u = q4_0_codes(p + offsetof(block_q4_0, qs)); /* IQ4_NL's qs alike */
-        const __m256i v = t == R_Q4_0 ? u : _mm256_shuffle_epi8(iq4_codebook(0), u);
-        const __m256i mag = t == R_Q4_0 ? u : _mm256_abs_epi8(v);
-        lares_f16 d16;
-        memcpy(&d16, p, sizeof d16); /* both blocks start with their scale */
+        __m256i v;
+        if (unsigned_codes) {
+            v = five_bits ? q5_codes(p + rows_qs_at(t), p + rows_qh_at(t))
+                          : q4_0_codes(p + rows_qs_at(t));
+        } else {
+            v = _mm256_shuffle_epi8(iq4_codebook(0), q4_0_codes(p + offsetof(block_iq4_nl, qs)));
+        }
+        const __m256i mag = unsigned_codes ? v : _mm256_abs_epi8(v);
+        lares_f16 d16, m16;
+        memcpy(&d16, p, sizeof d16); /* every block starts with its scale */
         const __m256 dwf = _mm256_set1_ps(_cvtsh_ss(d16));
+        /* the block's -8 s_a (Q4_0), -16 s_a (Q5_0) or m s_a (Q4_1, Q5_1)
+         * spread over the eight lanes */
+        float per_lane = t == R_Q5_0 ? -2.0f : -1.0f;
+        if (min_type) {
+            memcpy(&m16, p + offsetof(block_q4_1, m), sizeof m16);
+            per_lane = 0.125f * _cvtsh_ss(m16);
+        }
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)g * QUANT_PANEL_GROUP;
@@ -138,12 +168,16 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
                                                             (size_t)c * ab);
             const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)a);
             const __m256i s = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(mag, t == R_Q4_0 ? x : _mm256_sign_epi8(x, v)), ones);
+                _mm256_maddubs_epi16(mag, unsigned_codes ? x : _mm256_sign_epi8(x, v)), ones);
             __m256 tt = _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(da[0]));
-            if (t == R_Q4_0) { /* the block's -8 s_a spread over the eight lanes */
-                tt = _mm256_sub_ps(tt, _mm256_set1_ps(da[n_blocks]));
+            if (t == R_Q4_0 || t == R_Q5_0) {
+                tt = _mm256_fmadd_ps(_mm256_set1_ps(per_lane), _mm256_set1_ps(da[n_blocks]), tt);
             }
             acc[c] = _mm256_fmadd_ps(tt, dwf, acc[c]);
+            if (min_type) {
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(per_lane), _mm256_set1_ps(da[n_blocks]),
+                                         acc[c]);
+            }
         }
     }
     for (int c = 0; c < NC; c++) {
@@ -245,7 +279,8 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
 FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
                                const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
                                float *restrict y, size_t ldy) {
-    if (t == R_Q4_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
+    if (t == R_Q4_0 || t == R_Q5_0 || t == R_Q4_1 || t == R_Q5_1 || t == R_IQ4_NL ||
+        t == R_IQ4_XS) {
         row_dots(t, NC, k, w, act, ab, y, ldy);
     } else {
         row_dots_k(t, NC, k, w, act, ab, y, ldy);
@@ -256,6 +291,9 @@ FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
 #include "quant/rows_drive.h"
 
 ROWS_DEFINE(rows_q4_0_avx2, R_Q4_0)
+ROWS_DEFINE(rows_q5_0_avx2, R_Q5_0)
+ROWS_DEFINE(rows_q4_1_avx2, R_Q4_1)
+ROWS_DEFINE(rows_q5_1_avx2, R_Q5_1)
 ROWS_DEFINE(rows_iq4_nl_avx2, R_IQ4_NL)
 ROWS_DEFINE(rows_iq4_xs_avx2, R_IQ4_XS)
 ROWS_DEFINE(rows_q4_K_avx2, R_Q4_K)
@@ -264,12 +302,16 @@ ROWS_DEFINE(rows_q6_K_avx2, R_Q6_K)
 
 void quant_install_rows_avx2(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avx2;
+    t[GGUF_TYPE_Q5_0].rows = rows_q5_0_avx2;
+    t[GGUF_TYPE_Q4_1].rows = rows_q4_1_avx2;
+    t[GGUF_TYPE_Q5_1].rows = rows_q5_1_avx2;
     t[GGUF_TYPE_IQ4_NL].rows = rows_iq4_nl_avx2;
     t[GGUF_TYPE_IQ4_XS].rows = rows_iq4_xs_avx2;
     t[GGUF_TYPE_Q4_K].rows = rows_q4_K_avx2;
     t[GGUF_TYPE_Q5_K].rows = rows_q5_K_avx2;
     t[GGUF_TYPE_Q6_K].rows = rows_q6_K_avx2;
-    const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_IQ4_NL, GGUF_TYPE_IQ4_XS,
+    const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q5_0, GGUF_TYPE_Q4_1,
+                              GGUF_TYPE_Q5_1,   GGUF_TYPE_IQ4_NL, GGUF_TYPE_IQ4_XS,
                               GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,  GGUF_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         t[types[i]].rows_fmt = &rows_fmt;

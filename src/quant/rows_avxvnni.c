@@ -1,7 +1,7 @@
 /*
  * The few-row product (quant.h: quant_rows_fmt) at 256 bits with AVX-VNNI's
- * VPDPBUSD (Intel 12th generation on, AMD Zen 4/5), Q4_0, Q8_0, IQ4_NL,
- * IQ4_XS, Q4_K, Q5_K and Q6_K.
+ * VPDPBUSD (Intel 12th generation on, AMD Zen 4/5), Q4_0, Q5_0, Q4_1, Q5_1,
+ * Q8_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K and Q6_K.
  *
  * As in rows_avx512.c (whose comment explains the +128 and the -128 * sum(w)
  * base), a weight row is walked 256 elements (eight blocks of 32) at a time,
@@ -15,7 +15,11 @@
  * block. AVX2 alone walks Q4_0 the same way with int16 sums (rows_avx2.c).
  * The IQ4 types decode as Q4_0 with the codebook (VPSHUFB) in place of the
  * -8, so their values are signed like Q8_0's and take its base; an IQ4_XS
- * super-block is eight such blocks of indices with a scale each.
+ * super-block is eight such blocks of indices with a scale each. Q5_0 and
+ * Q5_1 are Q4_0 with 16 added where a block's fifth bit is set
+ * (rows_x86.h: eight_fifth_bits), their codes 0..31 summed for the base in
+ * two halves; Q5_0's value is d (u - 16); Q4_1's and Q5_1's d u + m, the
+ * minimums' m s_a from the activations' block sums.
 
 A K-quant super-block is one such chunk (rows_kquant_x86.h decodes it as
 rows_avx2.c does). Its codes (0..63 at most) are VPDPBUSD's signed operand
@@ -58,11 +62,14 @@ FORCE_INLINE __m256i dot4(__m256i acc, __m256i a, __m256i w) {
 }
 
 
-/* Eight blocks as the eight vectors of the layout, and their scales */
-FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8], __m256 *dw) {
+/* Eight blocks as the eight vectors of the layout, their scales and (Q4_1,
+ * Q5_1) their minimums */
+FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8], __m256 *dw,
+                               __m256 *mw) {
+    const size_t bb = rows_block_bytes(t);
     if (t == R_IQ4_NL) {
-        eight_iq4(p + offsetof(block_iq4_nl, qs), sizeof(block_iq4_nl), v, 0);
-        *dw = scales8(p, sizeof(block_iq4_nl));
+        eight_iq4(p + offsetof(block_iq4_nl, qs), bb, v, 0);
+        *dw = scales8(p, bb);
         return;
     }
     if (t == R_IQ4_XS) {
@@ -71,23 +78,21 @@ FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8],
         *dw = iq4_xs_scales8(b);
         return;
     }
-    if (t == R_Q4_0) {
-        const size_t bb = sizeof(block_q4_0);
-        __m256i w[4];
-        transpose8x4(p + offsetof(block_q4_0, qs), bb, w);
-        const __m256i m4 = _mm256_set1_epi8(0x0f);
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) { /* qs byte i: element i (low), i + 16 (high), 0..15 */
-            v[j] = _mm256_and_si256(w[j], m4);
-            v[j + 4] = _mm256_and_si256(_mm256_srli_epi16(w[j], 4), m4);
-        }
+    if (t == R_Q8_0) {
+        transpose8x4(p + offsetof(block_q8_0, qs), bb, v);
+        transpose8x4(p + offsetof(block_q8_0, qs) + 16, bb, v + 4);
         *dw = scales8(p, bb);
         return;
     }
-    const size_t bb = sizeof(block_q8_0);
-    transpose8x4(p + offsetof(block_q8_0, qs), bb, v);
-    transpose8x4(p + offsetof(block_q8_0, qs) + 16, bb, v + 4);
+    /* unsigned codes: Q4_0 and Q4_1 0..15, Q5_0 and Q5_1 0..31 */
+    eight_nibbles(p + rows_qs_at(t), bb, v);
+    if (t == R_Q5_0 || t == R_Q5_1) {
+        eight_fifth_bits(p + rows_qh_at(t), bb, v);
+    }
     *dw = scales8(p, bb);
+    if (t == R_Q4_1 || t == R_Q5_1) {
+        *mw = scales8(p + offsetof(block_q4_1, m), bb); /* block_q5_1's m alike */
+    }
 }
 
 FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
@@ -96,28 +101,33 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
     const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
     const float *dact = (const float *)(const void *)(act + k);
     const __m256i k128 = _mm256_set1_epi8((char)0x80);
+    const bool five_bits = t == R_Q5_0 || t == R_Q5_1, min_type = t == R_Q4_1 || t == R_Q5_1;
+    const bool unsigned_codes = t == R_Q4_0 || t == R_Q4_1 || five_bits;
+    const __m256 offset = _mm256_set1_ps(t == R_Q5_0 ? 16.0f : 8.0f);
     __m256 acc[8];
     for (int c = 0; c < NC; c++) {
         acc[c] = _mm256_setzero_ps();
     }
     for (int64_t j = 0; j < n_super; j++) {
         __m256i v[8];
-        __m256 dw;
+        __m256 dw, mw = _mm256_setzero_ps();
         prefetch_ahead(w + (size_t)j * 8 * bb, 8 * bb);
-        eight_blocks(t, w + (size_t)j * 8 * bb, v, &dw);
+        eight_blocks(t, w + (size_t)j * 8 * bb, v, &dw, &mw);
         /* -128 * sum(w) per lane. A chain of dependent VPDPBUSD has each wait
          * for the last (4+ cycles): with one or two rows, the base's eight and
          * a row's eight in one chain bounded the product (Q4_0 tg32 at 0.7x
          * the AVX2 family's), so the chains are short: Q4_0's codes summed
-         * first (eight of 0..15 fit a byte) and one VPDPBUSD; Q8_0's two
-         * chains of four; each row's sums two chains where registers allow */
+         * first (eight of 0..15 fit a byte) and one VPDPBUSD, Q5_0's and
+         * Q5_1's (0..31) in two halves; Q8_0's two chains of four; each row's
+         * sums two chains where registers allow */
         __m256i base;
-        if (t == R_Q4_0) {
+        if (unsigned_codes) {
             const __m256i s01 = _mm256_add_epi8(_mm256_add_epi8(v[0], v[1]),
                                                 _mm256_add_epi8(v[2], v[3]));
             const __m256i s23 = _mm256_add_epi8(_mm256_add_epi8(v[4], v[5]),
                                                 _mm256_add_epi8(v[6], v[7]));
-            base = dot4(_mm256_setzero_si256(), k128, _mm256_add_epi8(s01, s23));
+            base = five_bits ? dot4(dot4(_mm256_setzero_si256(), k128, s01), k128, s23)
+                             : dot4(_mm256_setzero_si256(), k128, _mm256_add_epi8(s01, s23));
         } else {
             __m256i b0 = _mm256_setzero_si256(), b1 = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -166,40 +176,52 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
             const float *da =
                 (const float *)(const void *)((const uint8_t *)(dact + 8 * j) + (size_t)c * ab);
             __m256 tt = _mm256_mul_ps(_mm256_cvtepi32_ps(sum[c]), _mm256_loadu_ps(da));
-            if (t == R_Q4_0) { /* unsigned codes: value d (u - 8), the 8 d s_a off */
-                tt = _mm256_fnmadd_ps(_mm256_set1_ps(8.0f), _mm256_loadu_ps(da + n_blocks), tt);
+            if (t == R_Q4_0 || t == R_Q5_0) { /* value d (u - 8) or d (u - 16): 8 or 16 d s_a off */
+                tt = _mm256_fnmadd_ps(offset, _mm256_loadu_ps(da + n_blocks), tt);
             }
             acc[c] = _mm256_fmadd_ps(tt, dw, acc[c]);
+            if (min_type) { /* value d u + m: m s_a on */
+                acc[c] = _mm256_fmadd_ps(mw, _mm256_loadu_ps(da + n_blocks), acc[c]);
+            }
         }
     }
-    /* the rest, a block at a time */
-    for (int64_t g = n_super * 8; g < k / QUANT_PANEL_GROUP; g++) {
+    /* the rest, a block at a time, its codes signed in element order */
+    for (int64_t g = n_super * 8; g < n_blocks; g++) {
         const uint8_t *p = w + (size_t)g * bb;
         __m256i wc;
-        float dwf;
-        if (t == R_Q4_0) {
-            const block_q4_0 *b = (const block_q4_0 *)(const void *)p;
-            wc = _mm256_sub_epi8(q4_0_codes(b->qs), _mm256_set1_epi8(8));
-            dwf = _cvtsh_ss(b->d);
-        } else if (t == R_IQ4_NL) {
-            const block_iq4_nl *b = (const block_iq4_nl *)(const void *)p;
-            wc = _mm256_shuffle_epi8(iq4_codebook(0), q4_0_codes(b->qs));
-            dwf = _cvtsh_ss(b->d);
-        } else { /* Q8_0 (IQ4_XS rows are whole 256s) */
-            const block_q8_0 *b = (const block_q8_0 *)(const void *)p;
-            wc = _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
-            dwf = _cvtsh_ss(b->d);
+        if (t == R_IQ4_NL) {
+            wc = _mm256_shuffle_epi8(iq4_codebook(0), q4_0_codes(p + offsetof(block_iq4_nl, qs)));
+        } else if (t == R_Q8_0) { /* (IQ4_XS rows are whole 256s) */
+            wc = _mm256_loadu_si256((const __m256i *)(const void *)(p + offsetof(block_q8_0, qs)));
+        } else {
+            wc = five_bits ? q5_codes(p + rows_qs_at(t), p + rows_qh_at(t))
+                           : q4_0_codes(p + rows_qs_at(t));
+            if (!min_type) { /* Q4_0 u - 8, Q5_0 u - 16; Q4_1 and Q5_1 keep u */
+                wc = _mm256_sub_epi8(wc, _mm256_set1_epi8(t == R_Q5_0 ? 16 : 8));
+            }
+        }
+        lares_f16 d16, m16;
+        memcpy(&d16, p, sizeof d16); /* every block starts with its scale */
+        const float dwf = _cvtsh_ss(d16);
+        /* Q4_1, Q5_1: the block's m s_a spread over the eight lanes */
+        float mf = 0.0f;
+        if (min_type) {
+            memcpy(&m16, p + offsetof(block_q4_1, m), sizeof m16);
+            mf = 0.125f * _cvtsh_ss(m16);
         }
         const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(),
                                               dot4(_mm256_setzero_si256(), k128, wc));
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)g * QUANT_PANEL_GROUP;
-            const float da = *(const float *)(const void *)((const uint8_t *)(dact + g) +
+            const float *da = (const float *)(const void *)((const uint8_t *)(dact + g) +
                                                             (size_t)c * ab);
             const __m256i s0 =
                 dot4(base, _mm256_loadu_si256((const __m256i *)(const void *)a), wc);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(dwf * da), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(dwf * da[0]), acc[c]);
+            if (min_type) {
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(mf), _mm256_set1_ps(da[n_blocks]), acc[c]);
+            }
         }
     }
     for (int c = 0; c < NC; c++) {
@@ -304,7 +326,8 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
 FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
                                const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
                                float *restrict y, size_t ldy) {
-    if (t == R_Q4_0 || t == R_Q8_0 || t == R_IQ4_NL || t == R_IQ4_XS) {
+    if (t == R_Q4_0 || t == R_Q5_0 || t == R_Q4_1 || t == R_Q5_1 || t == R_Q8_0 ||
+        t == R_IQ4_NL || t == R_IQ4_XS) {
         row_dots(t, NC, k, w, act, ab, y, ldy);
     } else {
         row_dots_k(t, NC, k, w, act, ab, y, ldy);
@@ -315,6 +338,9 @@ FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k,
 #include "quant/rows_drive.h"
 
 ROWS_DEFINE(rows_q4_0_avxvnni, R_Q4_0)
+ROWS_DEFINE(rows_q5_0_avxvnni, R_Q5_0)
+ROWS_DEFINE(rows_q4_1_avxvnni, R_Q4_1)
+ROWS_DEFINE(rows_q5_1_avxvnni, R_Q5_1)
 ROWS_DEFINE(rows_q8_0_avxvnni, R_Q8_0)
 ROWS_DEFINE(rows_iq4_nl_avxvnni, R_IQ4_NL)
 ROWS_DEFINE(rows_iq4_xs_avxvnni, R_IQ4_XS)
@@ -324,13 +350,17 @@ ROWS_DEFINE(rows_q6_K_avxvnni, R_Q6_K)
 
 void quant_install_rows_avxvnni(quant_traits *t) {
     t[GGUF_TYPE_Q4_0].rows = rows_q4_0_avxvnni;
+    t[GGUF_TYPE_Q5_0].rows = rows_q5_0_avxvnni;
+    t[GGUF_TYPE_Q4_1].rows = rows_q4_1_avxvnni;
+    t[GGUF_TYPE_Q5_1].rows = rows_q5_1_avxvnni;
     t[GGUF_TYPE_Q8_0].rows = rows_q8_0_avxvnni;
     t[GGUF_TYPE_IQ4_NL].rows = rows_iq4_nl_avxvnni;
     t[GGUF_TYPE_IQ4_XS].rows = rows_iq4_xs_avxvnni;
     t[GGUF_TYPE_Q4_K].rows = rows_q4_K_avxvnni;
     t[GGUF_TYPE_Q5_K].rows = rows_q5_K_avxvnni;
     t[GGUF_TYPE_Q6_K].rows = rows_q6_K_avxvnni;
-    const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q8_0, GGUF_TYPE_IQ4_NL,
+    const uint32_t types[] = {GGUF_TYPE_Q4_0,   GGUF_TYPE_Q5_0, GGUF_TYPE_Q4_1,
+                              GGUF_TYPE_Q5_1,   GGUF_TYPE_Q8_0, GGUF_TYPE_IQ4_NL,
                               GGUF_TYPE_IQ4_XS, GGUF_TYPE_Q4_K, GGUF_TYPE_Q5_K,
                               GGUF_TYPE_Q6_K};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {

@@ -38,6 +38,21 @@ static inline size_t rows_block_bytes(enum rows_type t) {
                            : sizeof(block_q8_0);
 }
 
+/* where a block of the legacy types of unsigned codes keeps its nibbles and
+ * (Q5_0, Q5_1) its fifth bits; Q4_1 and Q5_1 keep their minimum m after d */
+static inline size_t rows_qs_at(enum rows_type t) {
+    return t == R_Q4_0   ? offsetof(block_q4_0, qs)
+           : t == R_Q5_0 ? offsetof(block_q5_0, qs)
+           : t == R_Q4_1 ? offsetof(block_q4_1, qs)
+                         : offsetof(block_q5_1, qs);
+}
+
+static inline size_t rows_qh_at(enum rows_type t) {
+    return t == R_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
+}
+
+_Static_assert(offsetof(block_q4_1, m) == offsetof(block_q5_1, m), "one place for the minimum");
+
 /* An IQ4_XS super-block's eight sub-block scales in block order, lane b: d * (ls_b - 32),
  * ls_b's low 4 bits nibble b of scales_l and its high 2 bits 2b, 2b + 1 of
  * scales_h (AVX2; the AVX-512 walk spreads them over its lanes) */

@@ -130,6 +130,67 @@ FORCE_INLINE __m256i q4_0_codes(const uint8_t *qs) {
         _mm256_set1_epi8(0x0f));
 }
 
+/* Eight blocks' 16 bytes of nibbles, bb bytes apart at qs (byte i: element
+ * i in the low nibble, i + 16 in the high), as codes 0..15 in the eight
+ * vectors of the layout */
+FORCE_INLINE void eight_nibbles(const uint8_t *qs, size_t bb, __m256i v[8]) {
+    __m256i w[4];
+    transpose8x4(qs, bb, w);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_and_si256(w[j], m4);
+        v[j + 4] = _mm256_and_si256(_mm256_srli_epi16(w[j], 4), m4);
+    }
+}
+
+/* the 32-bit words at p, p + bb, p + 2 bb and p + 3 bb */
+FORCE_INLINE __m128i words4(const uint8_t *p, size_t bb) {
+    const __m128i a = _mm_unpacklo_epi32(_mm_loadu_si32(p), _mm_loadu_si32(p + bb));
+    const __m128i b = _mm_unpacklo_epi32(_mm_loadu_si32(p + 2 * bb), _mm_loadu_si32(p + 3 * bb));
+    return _mm_unpacklo_epi64(a, b);
+}
+
+/* 16 added to the codes of the layout whose fifth bit is set: bit e of each
+ * Q5 block's 32-bit qh (bb bytes apart at qh) is element e's. Vector j holds
+ * elements 4j .. 4j + 3 of each lane's block, so it takes bits 4 (j % 2) ..
+ * 4 (j % 2) + 3 of the lane's qh byte j / 2, each byte tested against its own
+ * bit. */
+FORCE_INLINE void eight_fifth_bits(const uint8_t *qh, size_t bb, __m256i v[8]) {
+    /* the words gathered in registers: assembled from eight 32-bit values,
+     * GCC stored them to the stack and loaded them back as one vector, a
+     * failed store forwarding per 256 elements (Q5_1 one row at half the
+     * row tiles' speed) */
+    const __m256i words = _mm256_inserti128_si256(_mm256_castsi128_si256(words4(qh, bb)),
+                                                  words4(qh + 4 * bb, bb), 1);
+    /* byte 0 of each lane into all four of its bytes (VPSHUFB is per 128 bits) */
+    const __m256i lane = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404,
+                                           0x08080808, 0x0c0c0c0c);
+    const __m256i low = _mm256_set1_epi32(0x08040201), high = _mm256_set1_epi32((int)0x80402010u);
+    const __m256i k16 = _mm256_set1_epi8(16);
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        const __m256i x = _mm256_shuffle_epi8(words, _mm256_add_epi8(lane, _mm256_set1_epi8((char)m)));
+        v[2 * m] = _mm256_or_si256(
+            v[2 * m], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, low), low), k16));
+        v[2 * m + 1] = _mm256_or_si256(
+            v[2 * m + 1], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, high), high), k16));
+    }
+}
+
+/* One Q5 block's codes 0..31 in element order: its nibbles (q4_0_codes) with
+ * 16 where bit e of its qh is set */
+FORCE_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, sizeof h);
+    const __m256i sel = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll,
+                                           0x0303030303030303ll);
+    const __m256i bits = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bits);
+    return _mm256_or_si256(q4_0_codes(qs), _mm256_and_si256(_mm256_cmpeq_epi8(x, bits),
+                                                             _mm256_set1_epi8(16)));
+}
+
 /* The IQ4 codebook (kq_iq4nl_values) in both 128-bit lanes for VPSHUFB, each
  * byte xor bias (0x80: the values plus 128, 1..241 unsigned) */
 FORCE_INLINE __m256i iq4_codebook(uint8_t bias) {
