@@ -297,7 +297,7 @@ static void norm_all(ops_pool *pool, const float *x, const float *w, int64_t n, 
                      int64_t rows, float *out) {
     norm_task t = {.x = x, .w = w, .out = out, .n = n, .eps = eps, .rows = rows};
     ops_pool_run_n(pool, norm_rows, &t,
-                   ops_pool_threads_for(pool, (double)rows * (double)n, 32.0 * 1024));
+                   ops_pool_threads_for(pool, (double)rows * (double)n, OPS_MIN_ELEMS_PER_THREAD));
 }
 
 void model_output(const model *m, model_ctx *cx, float *x, int32_t n_rows, float *logits) {
@@ -380,7 +380,8 @@ static void swiglu_rows(void *vctx, int ith, int nth) {
 
 /* an element-wise task over `work` values, on as many threads as it deserves */
 static void run_rows(ops_pool *pool, ops_task_fn fn, void *ctx, int64_t work) {
-    ops_pool_run_n(pool, fn, ctx, ops_pool_threads_for(pool, (double)work, 16.0 * 1024));
+    ops_pool_run_n(pool, fn, ctx,
+                   ops_pool_threads_for(pool, (double)work, OPS_MIN_ELEMS_PER_THREAD));
 }
 
 /* y_i = W_i . act(x) for matrices that share one input; activations are

@@ -30,10 +30,9 @@
  * region of its own (mm_task), and this is only how finely the last chunks
  * are shared out */
 #define GEMV_CHUNK_BYTES (128 * 1024)
-/* the least work worth another thread: a fork/join costs a few microseconds,
- * so about 64 KiB of weights (3 us of memory bandwidth) or 16k activations */
+/* the least product worth another thread: about 64 KiB of weights (3 us of
+ * memory bandwidth); activations: OPS_MIN_ELEMS_PER_THREAD */
 #define MIN_BYTES_PER_THREAD (64.0 * 1024)
-#define MIN_ELEMS_PER_THREAD (16.0 * 1024)
 /* activation rows walked against each group of weight rows: about half of a
  * 512 KiB L2 */
 #define ACT_BLOCK_BYTES (256 * 1024)
@@ -158,7 +157,7 @@ void ops_act_group_panels(ops_pool *pool, const float *x, int64_t n_rows, int64_
         t.n_panels += (r1 - r0 + t.f->lanes - 1) / t.f->lanes;
     }
     ops_pool_run_n(pool, act_group_panels, &t,
-                   ops_pool_threads_for(pool, (double)n_rows * n_in, MIN_ELEMS_PER_THREAD));
+                   ops_pool_threads_for(pool, (double)n_rows * n_in, OPS_MIN_ELEMS_PER_THREAD));
     *out = (ops_act){.data = buf, .type = OPS_ACT_PANELS, .n_rows = n_rows, .n_in = n_in};
 }
 
@@ -206,8 +205,9 @@ void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_i
         rows_task t = {.x = x, .n_rows = n_rows, .n_in = n_in, .f = quant_rows(), .buf = buf};
         out->row_bytes = quant_rows_bytes(n_in);
         if (pool != NULL && n_rows > 1) {
-            ops_pool_run_n(pool, act_rows_fmt, &t,
-                           ops_pool_threads_for(pool, (double)n_rows * n_in, MIN_ELEMS_PER_THREAD));
+            const int nth =
+                ops_pool_threads_for(pool, (double)n_rows * n_in, OPS_MIN_ELEMS_PER_THREAD);
+            ops_pool_run_n(pool, act_rows_fmt, &t, nth);
         } else {
             act_rows_fmt(&t, 0, 1);
         }
@@ -222,7 +222,7 @@ void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_i
         panel_task t = {.x = x, .n_rows = n_rows, .n_in = n_in, .f = quant_panels(), .buf = buf};
         out->row_bytes = 0;
         ops_pool_run_n(pool, act_panels, &t,
-                       ops_pool_threads_for(pool, (double)n_rows * n_in, MIN_ELEMS_PER_THREAD));
+                       ops_pool_threads_for(pool, (double)n_rows * n_in, OPS_MIN_ELEMS_PER_THREAD));
         out->data = buf;
         return;
     }
@@ -234,7 +234,7 @@ void ops_act_prepare(ops_pool *pool, const float *x, int64_t n_rows, int64_t n_i
                   .row_bytes = out->row_bytes};
     if (pool != NULL && n_rows > 1) {
         ops_pool_run_n(pool, act_rows, &t,
-                       ops_pool_threads_for(pool, (double)n_rows * n_in, MIN_ELEMS_PER_THREAD));
+                       ops_pool_threads_for(pool, (double)n_rows * n_in, OPS_MIN_ELEMS_PER_THREAD));
     } else {
         act_rows(&t, 0, 1);
     }

@@ -38,6 +38,14 @@ void ops_pool_run_n(ops_pool *p, ops_task_fn fn, void *ctx, int n);
 /* How many threads a task of `work` units deserves when each thread should
  * get at least min_per_thread of them (1 .. pool size; 1 for a NULL pool). */
 int ops_pool_threads_for(const ops_pool *p, double work, double min_per_thread);
+/* The least element-wise work (norms, SwiGLU, quantizing activations) worth
+ * another thread. Between a pass's operations the workers spin (pool.c), and
+ * a fork/join then costs about 0.15 us (Intel Xeon family 6 model 207,
+ * 2026-11-29: 200000 empty tasks on 2 threads), under a microsecond of such
+ * work; at 16k elements (until 2026-11-29) the rows of 4 sequences (4 x 2048,
+ * 4 x 5632) were normalised, quantized and gated on one thread while the other
+ * waited (docs/performance.md, "Session 22"). */
+#define OPS_MIN_ELEMS_PER_THREAD 2048.0
 
 /* [lo, hi) of n items for thread ith of nth: contiguous, sizes differ by at most one. */
 static inline void ops_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
