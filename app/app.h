@@ -9,6 +9,7 @@
 
 #include "lares.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +70,9 @@ bool app_ring_state_path(const char *ring_json, char *out, size_t cap);
 
 /* Human-readable byte size into buf ("12.3 MiB"). */
 const char *app_fmt_bytes(uint64_t n, char *buf, size_t cap);
+
+/* stream_io auto's probe as {"direct_Bps": .., "mmap_Bps": ..} (--json) */
+json_t *app_probe_json(const lares_stats *st);
 
 /* progress bar for lares_progress_fn; user points at an int initialised to -1 */
 void app_progress(const char *what, uint64_t done, uint64_t total, void *user);

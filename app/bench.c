@@ -387,6 +387,9 @@ int cmd_bench(int argc, char **argv) {
             json_object_set_new(t, "stream_io", json_string(!ls[k]->streaming ? "none"
                                                             : ls[k]->stream_direct ? "direct"
                                                                                    : "mmap"));
+            json_object_set_new(t, "stream_probe", ls[k]->probe_direct_Bps > 0
+                                                       ? app_probe_json(ls[k])
+                                                       : json_null());
             if (k == 1 && ls[k]->route_overlap >= 0) { /* MoE: over the tg tokens */
                 const uint64_t h = ls[k]->expert_hits, mi = ls[k]->expert_misses;
                 json_object_set_new(t, "expert_hits", json_integer((json_int_t)h));

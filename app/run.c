@@ -300,6 +300,11 @@ static void print_figures(const lares_stats *st, bool draft_model) {
                     "of at most %s\n", app_fmt_bytes(st->direct_bytes, b5, sizeof b5),
                     app_fmt_bytes(st->buffer_bytes, b6, sizeof b6));
         }
+        if (st->probe_direct_Bps > 0) {
+            fprintf(stderr, "lares: this file read at %.2f GB/s directly and %.2f GB/s through "
+                    "the page cache (a probe): streamed %s\n", st->probe_direct_Bps / 1e9,
+                    st->probe_mmap_Bps / 1e9, st->stream_direct ? "directly" : "through the page cache");
+        }
         if (st->locked_bytes > 0) {
             fprintf(stderr, "lares: %s of weights locked in memory\n",
                     app_fmt_bytes(st->locked_bytes, b6, sizeof b6));
@@ -371,6 +376,7 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_object_set_new(mem, "stream_io",
                         json_string(!st->streaming ? "none" : st->stream_direct ? "direct" : "mmap"));
     json_object_set_new(mem, "direct_bytes", json_integer((json_int_t)st->direct_bytes));
+    json_object_set_new(mem, "probe", st->probe_direct_Bps > 0 ? app_probe_json(st) : json_null());
     json_object_set_new(mem, "buffer_bytes", json_integer((json_int_t)st->buffer_bytes));
     if (st->route_overlap >= 0) { /* MoE, over the generated tokens */
         json_object_set_new(mem, "expert_hits", json_integer((json_int_t)st->expert_hits));

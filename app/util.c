@@ -204,6 +204,11 @@ const char *app_fmt_bytes(uint64_t n, char *buf, size_t cap) {
     return buf;
 }
 
+json_t *app_probe_json(const lares_stats *st) {
+    return json_pack("{s:f, s:f}", "direct_Bps", st->probe_direct_Bps, "mmap_Bps",
+                     st->probe_mmap_Bps);
+}
+
 const char *app_profile_cache_default(void) {
     static char dir[1024]; /* the program's one answer, made once (single-threaded startup) */
     if (dir[0] == '\0') {

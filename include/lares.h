@@ -152,7 +152,9 @@ typedef enum lares_expert_cache {
 
 /* How weights that stream from disk are read (docs/memory.md, "Direct reads"). */
 typedef enum lares_stream_io {
-    LARES_STREAM_IO_AUTO = 0,  /* direct reads where the file system allows them, else mmap */
+    LARES_STREAM_IO_AUTO = 0,  /* direct reads where the file system allows them and a probe
+                                  of the file does not find the page cache 1.25x faster, else
+                                  mmap */
     LARES_STREAM_IO_MMAP = 1,  /* through the page cache into the file mapping */
     LARES_STREAM_IO_DIRECT = 2 /* direct reads (O_DIRECT, large requests, several in flight)
                                   into buffers lares owns; mmap, with a warning, where the
@@ -348,6 +350,9 @@ typedef struct lares_stats {
     double prompt_wait_ms;     /* of prompt_ms: waiting for weights from disk */
     double gen_wait_ms;        /* of gen_ms: waiting for weights from disk (the rest computes) */
     bool stream_direct;        /* streamed weights are read directly into owned buffers */
+    /* stream_io auto's probe of the file (bytes a second; 0: no probe): direct
+     * reads are kept unless the page cache read it more than 1.25x faster */
+    double probe_direct_Bps, probe_mmap_Bps;
     uint64_t direct_bytes;     /* of prefetch_bytes, read directly */
     uint64_t buffer_bytes;     /* the most those buffers held (about window_bytes) */
     /* speculative decoding (lares_generate_opts.lookup, .draft_n) */

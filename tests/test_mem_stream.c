@@ -221,6 +221,10 @@ static bool direct_works(const char *path) {
     return true;
 }
 
+/* runs of check_model where `auto` probed the file (direct.c: direct_pays),
+ * and files where direct reads work */
+static int probe_runs, direct_files;
+
 static void check_model(json_t *root, const char *file, int min_agree) {
     json_t *res = find_result(root, file);
     CHECKF(res != NULL, "%s missing from the expected outputs", file);
@@ -263,6 +267,7 @@ static void check_model(json_t *root, const char *file, int min_agree) {
     /* window sizes of 0 (bytes only) to a layer's count of units and one more */
     const int32_t n_win = r.m->hp.n_layer + 1;
     const bool direct = direct_works(fixture(file));
+    direct_files += direct;
     int runs = 0, pinned_runs = 0, direct_runs = 0;
     for (size_t b = 0; b < LARES_ARRAY_LEN(budgets); b++) {
         for (int32_t w = 0; w <= n_win; w++) {
@@ -274,7 +279,10 @@ static void check_model(json_t *root, const char *file, int min_agree) {
                             .lock = w == 1,
                             .stream_io = (exec_stream_io)(((size_t)w / 3 + b) % EXEC_IO_COUNT),
                             .direct_engine = w % 2 ? MEM_DIRECT_THREADS : MEM_DIRECT_AUTO,
-                            .expert_guess = (w + (int32_t)b) % 2 ? 1 : -1};
+                            .expert_guess = (w + (int32_t)b) % 2 ? 1 : -1,
+                            /* auto's probe: the page cache must be a billion times
+                             * faster, or any speed is faster */
+                            .direct_margin = (w / 3) % 2 ? 1e9 : 1e-9};
             memset(&got.ids, 0xff, sizeof got.ids);
             if (!decode_n(&r, &so, prompt, np, N_CMP, &got)) {
                 continue;
@@ -301,7 +309,17 @@ static void check_model(json_t *root, const char *file, int min_agree) {
             if (got.plan.stream_bytes > 0) { /* every pass read the streamed layers */
                 CHECKF(got.c.release_bytes > 0, "%s: nothing released", file);
             }
-            const bool want_direct = so.stream_io != EXEC_IO_MMAP && direct;
+            /* auto probes where direct reads work and a unit gives 4 slices of
+             * 64 KiB, then follows the margin */
+            const bool probed = got.plan.probe_direct_Bps > 0;
+            CHECKF(!probed || (so.stream_io == EXEC_IO_AUTO && direct &&
+                               got.plan.probe_mmap_Bps > 0),
+                   "%s budget %llu window %d: a probe with stream_io %d", file,
+                   (unsigned long long)budgets[b], w, (int)so.stream_io);
+            probe_runs += probed;
+            const bool want_direct =
+                direct && (so.stream_io == EXEC_IO_DIRECT ||
+                           (so.stream_io == EXEC_IO_AUTO && (!probed || so.direct_margin > 1)));
             CHECKF(got.plan.direct == want_direct, "%s budget %llu window %d: %s, direct %d",
                    file, (unsigned long long)budgets[b], w,
                    so.stream_io == EXEC_IO_MMAP ? "mmap" : "direct", got.plan.direct);
@@ -380,6 +398,7 @@ static void check_rebudget(const char *file, exec_stream_io io) {
                               total + 1, least};
     exec_opts so = {.head = true, .weight_budget_bytes = steps[0],
                     .read_method = MEM_READ_FADVISE_POPULATE, .stream_io = io,
+                    .direct_margin = 1e9, /* auto: direct whatever its probe measures */
                     .direct_engine = MEM_DIRECT_THREADS};
     exec_local *e = NULL;
     CHECK_OK(exec_local_create(r.m, r.kv, r.cx, &so, &e, &err), &err);
@@ -682,6 +701,10 @@ int main(void) {
         check_model(root, greedy_cases[c].file, greedy_cases[c].min_agree);
     }
     json_decref(root);
+    /* units of 256 KiB and more in the larger files: auto's probe ran, and
+     * chose by the margin (both ways, check_model) */
+    CHECKF(direct_files == 0 || probe_runs > 0, "auto never probed (%d files with direct reads)",
+           direct_files);
     check_rebudget("stories260K.gguf", EXEC_IO_MMAP);
     check_rebudget("stories260K.gguf", EXEC_IO_DIRECT);
     check_rebudget("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", EXEC_IO_AUTO);

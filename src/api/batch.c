@@ -954,4 +954,6 @@ void lares_batch_stats(const lares_batch *b, int32_t seq, lares_stats *out) {
     out->window_bytes = plan.window_bytes;
     out->locked_bytes = plan.locked_bytes;
     out->stream_direct = plan.direct;
+    out->probe_direct_Bps = plan.probe_direct_Bps;
+    out->probe_mmap_Bps = plan.probe_mmap_Bps;
 }

@@ -96,6 +96,8 @@ static void fill_residency(lares_session *s, lares_stats *fig, const exec_counte
     fig->prefetch_bytes = c_end->prefetch_bytes - c_start->prefetch_bytes;
     fig->prefetch_ms = lares_ns_to_ms(c_end->prefetch_ns - c_start->prefetch_ns);
     fig->stream_direct = plan.direct;
+    fig->probe_direct_Bps = plan.probe_direct_Bps;
+    fig->probe_mmap_Bps = plan.probe_mmap_Bps;
     fig->direct_bytes = c_end->direct_bytes - c_start->direct_bytes;
     fig->buffer_bytes = c_end->buffer_peak_bytes;
     fig->prompt_wait_ms = lares_ns_to_ms(c_prompt->wait_ns - c_start->wait_ns);

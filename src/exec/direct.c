@@ -41,6 +41,105 @@ const model *exec_direct_model(const exec_local *e) {
     return e->dx.d != NULL ? &e->dx.view : e->m;
 }
 
+/* Under `auto` direct reads are kept unless the page cache reads this file
+ * clearly faster: both are timed on four slices from the largest streamed
+ * unit on, cold (released first), in the order direct, page cache, page
+ * cache, direct, so that a disk that speeds up or slows down during the probe
+ * favours neither. Each slice is the unit's size up to 64 MiB: the reads of
+ * one unit are what streaming does (with 8 MiB slices, two requests in
+ * flight, llama-7b's file read 0.56 GB/s directly against 0.72 through the
+ * page cache, where its 50 MB units read 1.7-1.9 against 1.3-1.4). That is
+ * four units read once per executor (llama-7b Q4_K_M: 200 MB, about 0.1 s
+ * here); no probe under 64 KiB a slice, nor where pages stay resident after
+ * the release (another process maps them). Direct reads also
+ * spare the kernel's page-cache work on the cores the compute needs, so the
+ * page cache must be faster by `margin` (default 1.25). Keeps the measured
+ * rates in e->dx; false: read through the page cache. */
+#define PROBE_SLICE_MAX (64ull << 20)
+#define PROBE_SLICE_MIN (64ull << 10)
+#define PROBE_MARGIN    1.25
+
+static bool probe_one(exec_local *e, uint64_t lo, uint64_t bytes, bool direct, mem_io *sum) {
+    mem_span sp = {0};
+    mem_layout lay = {0};
+    lares_error err = {0};
+    bool ok = mem_span_add(&sp, lo, lo + bytes, &err) == LARES_OK;
+    mem_release(&e->mf, &sp);
+    /* (a direct read does not care what the page cache holds) */
+    ok = ok && (direct || mem_resident_bytes(&e->mf, &sp) == 0);
+    mem_io io = {0};
+    if (ok && direct) {
+        void *buf = NULL;
+        ok = mem_layout_of(&sp, MEM_DIRECT_ALIGN, &lay, &err) == LARES_OK &&
+             (buf = mem_buffer_map((size_t)lay.bytes)) != NULL &&
+             mem_direct_read(e->dx.d, &lay, buf, &io, &err) == LARES_OK;
+        if (buf != NULL) {
+            mem_buffer_unmap(buf, (size_t)lay.bytes);
+        }
+        mem_layout_free(&lay);
+    } else if (ok) {
+        const mem_read_method how =
+            e->o.read_method == MEM_READ_PREAD ? MEM_READ_DEFAULT : e->o.read_method;
+        ok = mem_prefetch(&e->mf, &sp, how, NULL, 0, &io, &err) == LARES_OK;
+        mem_release(&e->mf, &sp);
+    }
+    mem_span_free(&sp);
+    sum->bytes += io.bytes;
+    sum->ns += io.ns;
+    return ok && io.ns > 0;
+}
+
+static bool direct_pays(exec_local *e) {
+    const exec_unit *big = NULL;
+    for (int32_t i = 0; i < e->n_units; i++) {
+        const exec_unit *un = &e->units[i];
+        if (!un->pinned && un->layer >= 0 && un->span.n > 0 &&
+            (big == NULL || un->span.bytes > big->span.bytes)) {
+            big = un;
+        }
+    }
+    if (big == NULL) {
+        return true;
+    }
+    /* slices of a unit's size up to 64 MiB, from the unit's start on; the
+     * page cache's two are not neighbours, since the fault path's read-ahead
+     * of the first runs on into the next slice (which is left out) */
+    const uint64_t lo = big->span.r[0].lo / MEM_DIRECT_ALIGN * MEM_DIRECT_ALIGN;
+    const uint64_t room = e->mf.bytes > lo ? (e->mf.bytes - lo) / 5 : 0;
+    const uint64_t slice = LARES_MIN(LARES_MIN(PROBE_SLICE_MAX, big->span.bytes), room) /
+                           MEM_DIRECT_ALIGN * MEM_DIRECT_ALIGN;
+    if (slice < PROBE_SLICE_MIN) {
+        return true;
+    }
+    mem_io direct = {0}, cached = {0};
+    const int at[4] = {0, 1, 3, 4};
+    const bool is_direct[4] = {true, false, false, true};
+    bool ok = true;
+    for (int i = 0; i < 4 && ok; i++) {
+        ok = probe_one(e, lo + (uint64_t)at[i] * slice, slice, is_direct[i],
+                       is_direct[i] ? &direct : &cached);
+    }
+    mem_span all = {0}; /* whatever read-ahead left */
+    lares_error err = {0};
+    if (mem_span_add(&all, lo, lo + 5 * slice, &err) == LARES_OK) {
+        mem_release(&e->mf, &all);
+    }
+    mem_span_free(&all);
+    if (!ok) {
+        return true;
+    }
+    exec_direct *dx = &e->dx;
+    dx->probe_direct_Bps = (double)direct.bytes * 1e9 / (double)direct.ns;
+    dx->probe_mmap_Bps = (double)cached.bytes * 1e9 / (double)cached.ns;
+    const double margin = e->o.direct_margin > 0 ? e->o.direct_margin : PROBE_MARGIN;
+    const bool pays = dx->probe_mmap_Bps <= margin * dx->probe_direct_Bps;
+    lares_log(LARES_LOG_INFO,
+              "exec: %s read %.2f GB/s directly and %.2f GB/s through the page cache: %s", e->mf.path,
+              dx->probe_direct_Bps / 1e9, dx->probe_mmap_Bps / 1e9,
+              pays ? "reading directly" : "streaming through the page cache");
+    return pays;
+}
+
 bool exec_direct_open(exec_local *e) {
     exec_direct *dx = &e->dx;
     if (dx->d != NULL) {
@@ -69,7 +168,7 @@ bool exec_direct_open(exec_local *e) {
                 break;
             }
         }
-        if (err.msg[0] == '\0') {
+        if (err.msg[0] == '\0' && (asked || direct_pays(e))) {
             lares_log(LARES_LOG_INFO, "exec: streamed layers of %s are read directly (%s)",
                       e->mf.path, mem_direct_engine_name(mem_direct_engine_of(dx->d)));
             return true;
@@ -79,6 +178,9 @@ bool exec_direct_open(exec_local *e) {
         lares_free(dx->layers);
         dx->layers = NULL;
         dx->view.layers = NULL;
+        if (err.msg[0] == '\0') { /* the probe found the page cache faster (logged) */
+            return false;
+        }
     }
     lares_log(asked ? LARES_LOG_WARN : LARES_LOG_INFO,
               "exec: %s; streamed layers go through the page cache", err.msg);
@@ -256,3 +358,4 @@ void exec_direct_free(exec_local *e) {
     dx->layers = NULL;
     dx->view.layers = NULL;
 }
+

@@ -48,7 +48,8 @@ typedef struct exec_window {
 
 /* How streamed units are read (docs/memory.md, "Direct reads"). */
 typedef enum exec_stream_io {
-    EXEC_IO_AUTO = 0, /* direct reads where the file system allows them, else EXEC_IO_MMAP */
+    EXEC_IO_AUTO = 0, /* direct reads where the file system allows them and a probe of the
+                         file does not find the page cache faster (direct.c), else mmap */
     EXEC_IO_MMAP,     /* through the page cache into the mapping (read_method) */
     EXEC_IO_DIRECT,   /* direct reads into buffers the executor owns; EXEC_IO_MMAP with a
                          warning where the file system refuses them */
@@ -73,6 +74,9 @@ typedef struct exec_opts {
                              > 0 on, < 0 off, 0 the default (guess.c) */
     exec_stream_io stream_io;        /* how streamed units are read */
     mem_direct_engine direct_engine; /* direct reads: how requests stay in flight (tests) */
+    /* EXEC_IO_AUTO: how much faster the page cache must read this file (a
+     * short probe, direct.c) before streaming goes through it; 0: 1.25 */
+    double direct_margin;
 } exec_opts;
 
 /* What the executor decided. */
@@ -92,6 +96,8 @@ typedef struct exec_plan_info {
     uint64_t locked_bytes;
     bool direct;               /* streamed units are read directly into owned buffers */
     mem_direct_engine direct_engine; /* and how (MEM_DIRECT_AUTO when not direct) */
+    /* EXEC_IO_AUTO's probe of the file, bytes a second (0: not probed) */
+    double probe_direct_Bps, probe_mmap_Bps;
 } exec_plan_info;
 
 /* Cumulative figures since creation (read them before and after a span of

@@ -109,6 +109,7 @@ typedef struct exec_direct {
     uint64_t slot_span;   /* the largest streamed unit's span bytes: what each counts */
     uint64_t slot_lay;    /* and its largest layout: the size of every buffer */
     bool tried;           /* open was tried (once per executor) */
+    double probe_direct_Bps, probe_mmap_Bps; /* what `auto` measured (0: no probe) */
 } exec_direct;
 
 typedef struct exec_stream {

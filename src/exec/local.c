@@ -153,6 +153,8 @@ static lares_status run_plan(exec_local *e, uint64_t budget, const bool *pinned,
     e->plan = *p;
     e->plan.locked_bytes = locked;
     e->plan.direct = p->streaming && exec_direct_open(e);
+    e->plan.probe_direct_Bps = e->dx.probe_direct_Bps;
+    e->plan.probe_mmap_Bps = e->dx.probe_mmap_Bps;
     exec_direct_slots(e);
     e->plan.direct_engine = e->plan.direct ? mem_direct_engine_of(e->dx.d) : MEM_DIRECT_AUTO;
     e->o.weight_budget_bytes = budget;

@@ -108,6 +108,17 @@ for io in mmap direct auto; do
   got=$(jq -c .generated_ids "$TMP/io.json")
   [ "$got" = "$want" ] && ok || fail "--stream-io $io: tokens $got, want $want"
   used=$([ $io = mmap ] || [ $direct_ok = 0 ] && echo mmap || echo direct)
+  # auto probes the file (reads both ways) and keeps direct reads unless the
+  # page cache was more than 1.25x faster; the explicit choices never probe
+  probe=$(jq -c .memory.probe "$TMP/io.json")
+  if [ $io = auto ] && [ $direct_ok = 1 ]; then
+    used=$(jq -r 'if .memory.probe == null or .memory.probe.mmap_Bps <= 1.25 * .memory.probe.direct_Bps
+                  then "direct" else "mmap" end' "$TMP/io.json")
+    jq -e '.memory.probe == null or (.memory.probe.direct_Bps > 0 and .memory.probe.mmap_Bps > 0)' \
+      "$TMP/io.json" >/dev/null && ok || fail "--stream-io auto: probe $probe"
+  else
+    [ "$probe" = null ] && ok || fail "--stream-io $io: a probe $probe"
+  fi
   if [ "$used" = direct ]; then
     # every byte prefetched came directly, into buffers within the budget
     jq -e --argjson b "$least" '.memory.stream_io == "direct"
@@ -127,6 +138,11 @@ for io in mmap auto; do
   want_io=$([ $io = mmap ] || [ $direct_ok = 0 ] && echo mmap || echo direct)
   if "$LARES" bench -m "$M" -p 0 -n 2 -r 1 -c 128 --mem-budget "$least" --stream-io $io --json \
       >"$TMP/bench.json" 2>"$TMP/err"; then
+    if [ $io = auto ] && [ $direct_ok = 1 ]; then
+      want_io=$(jq -r '.tests[0].stream_probe as $p
+                       | if $p == null or $p.mmap_Bps <= 1.25 * $p.direct_Bps then "direct" else "mmap" end' \
+                "$TMP/bench.json")
+    fi
     jq -e --arg w "$want_io" '.tests[0].stream_io == $w' "$TMP/bench.json" >/dev/null && ok \
       || fail "bench --stream-io $io: $(cat "$TMP/bench.json")"
   else
