@@ -835,10 +835,9 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
 
 /* Two Q4_K or Q5_K weight rows (w and w + bx) against NC activation rows, each
  * activation vector loaded once for both (row_dots_pair); each row runs
- * row_dots_k's operations. Q6_K's two sums per row would not fit the registers.
- * One thread, 2048 weight rows, 8 rows, best of 300 alternations (G MAC/s):
- * Q4_K 92.8 -> 99.4-99.8 with k = 2048 and 78.0 -> 101.7-101.9 with k = 5632;
- * 6 rows 1.02-1.06x. */
+ * row_dots_k's operations (Q6_K: row_dots_q6_pair). One thread, 2048 weight
+ * rows, 8 rows, best of 300 alternations (G MAC/s): Q4_K 92.8 -> 99.4-99.8
+ * with k = 2048 and 78.0 -> 101.7-101.9 with k = 5632; 6 rows 1.02-1.06x. */
 FORCE_INLINE void row_dots_k_pair(enum rows_type t, const int NC, int64_t k,
                                   const uint8_t *restrict w, size_t bx, const uint8_t *restrict act,
                                   size_t ab, float *restrict y, size_t ldy) {
@@ -895,6 +894,71 @@ FORCE_INLINE void row_dots_k_pair(enum rows_type t, const int NC, int64_t k,
     }
 }
 
+/* Two Q6_K weight rows (w and w + bx) against NC activation rows, each
+ * activation vector loaded once for both; each row runs row_dots_k's Q6_K
+ * operations in the same order, so its result is the same as alone. The two
+ * rows' scales and starting sums do not all fit the registers beside the
+ * accumulators, which costs with few rows: one thread from memory, best of
+ * 300 alternations (G MAC/s, single -> pair), k = 2048: 6 rows 76.5 -> 77.8,
+ * 8 rows 82.4 -> 84.5; k = 5632: 5 rows 67.8 -> 58.9, 6 rows 69.3 -> 64.5, 7
+ * rows 61.0 -> 64.1, 8 rows 64.6 -> 70.0; k = 11008 (a 7B's FFN down), 6
+ * rows 70.5 -> 76.4, 7 rows 70.0 -> 78.8, 8 rows 71.3 -> 81.9. So 7 and 8
+ * rows take it. */
+FORCE_INLINE void row_dots_q6_pair(const int NC, int64_t k, const uint8_t *restrict w, size_t bx,
+                                   const uint8_t *restrict act, size_t ab, float *restrict y,
+                                   size_t ldy) {
+    const size_t bb = sizeof(block_q6_K);
+    const int64_t n_super = k / SUPER;
+    const float *dsup = (const float *)(const void *)(act + k);
+    const uint8_t *w1 = w + bx;
+    __m512 acc0[8], acc1[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        acc0[c] = _mm512_setzero_ps();
+        acc1[c] = _mm512_setzero_ps();
+    }
+    for (int64_t j = 0; j < n_super; j++) {
+        __m512i v[4], u[4], bv[2], bu[2];
+        __m512 dv[2], du[2];
+        const uint8_t *p = w + (size_t)j * bb;
+        const uint8_t *q = w1 + (size_t)j * bb;
+        const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j);
+        prefetch_ahead(p, bb);
+        prefetch_ahead(q, bb);
+        super_q6_K(p, v, dv, bv);
+        super_q6_K(q, u, du, bu);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
+            const float *ds = (const float *)(const void *)(fj + (size_t)c * ab);
+            const __m512i a0 = _mm512_loadu_si512((const void *)a);
+            const __m512i a2 = _mm512_loadu_si512((const void *)(a + 128));
+            __m512i s0 = _mm512_dpbusd_epi32(bv[0], a0, v[0]);
+            __m512i s1 = _mm512_dpbusd_epi32(bv[1], a2, v[2]);
+            __m512i r0 = _mm512_dpbusd_epi32(bu[0], a0, u[0]);
+            __m512i r1 = _mm512_dpbusd_epi32(bu[1], a2, u[2]);
+            const __m512i a1 = _mm512_loadu_si512((const void *)(a + 64));
+            const __m512i a3 = _mm512_loadu_si512((const void *)(a + 192));
+            s0 = _mm512_dpbusd_epi32(s0, a1, v[1]);
+            s1 = _mm512_dpbusd_epi32(s1, a3, v[3]);
+            r0 = _mm512_dpbusd_epi32(r0, a1, u[1]);
+            r1 = _mm512_dpbusd_epi32(r1, a3, u[3]);
+            const __m512 d = _mm512_loadu_ps(ds);
+            const __m512 f0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), dv[1],
+                                              _mm512_mul_ps(_mm512_cvtepi32_ps(s0), dv[0]));
+            const __m512 f1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(r1), du[1],
+                                              _mm512_mul_ps(_mm512_cvtepi32_ps(r0), du[0]));
+            acc0[c] = _mm512_fmadd_ps(f0, d, acc0[c]);
+            acc1[c] = _mm512_fmadd_ps(f1, d, acc1[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        y[(size_t)c * ldy] = _mm512_reduce_add_ps(acc0[c]);
+        y[(size_t)c * ldy + 1] = _mm512_reduce_add_ps(acc1[c]);
+    }
+}
+
 FORCE_INLINE void row_dots_any(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                                const uint8_t *restrict act, size_t ab, float *restrict y,
                                size_t ldy) {
@@ -914,6 +978,8 @@ FORCE_INLINE void row_dots_pair_any(enum rows_type t, const int NC, int64_t k,
         row_dots_pair(t, NC, k, w, bx, act, ab, y, ldy);
     } else if (t == R_Q4_K || t == R_Q5_K) {
         row_dots_k_pair(t, NC, k, w, bx, act, ab, y, ldy);
+    } else if (t == R_Q6_K && NC >= 7) {
+        row_dots_q6_pair(NC, k, w, bx, act, ab, y, ldy);
     } else {
         row_dots_any(t, NC, k, w, act, ab, y, ldy);
         row_dots_any(t, NC, k, w + bx, act, ab, y + 1, ldy);
