@@ -157,13 +157,14 @@ FORCE_INLINE __m128i words4(const uint8_t *p, size_t bb) {
  * 4 (j % 2) + 3 of the lane's qh byte j / 2, each byte tested against its own
  * bit. */
 FORCE_INLINE void eight_fifth_bits(const uint8_t *qh, size_t bb, __m256i v[8]) {
-    /* the words gathered in registers: assembled from eight 32-bit values,
-     * GCC stored them to the stack and loaded them back as one vector, a
-     * failed store forwarding per 256 elements (Q5_1 one row at half the
-     * row tiles' speed) */
+    /* the words put together in registers: made from eight integers
+     * (_mm256_setr_epi32), GCC stored them to the stack and loaded them back
+     * as one vector, a failed store forwarding per 256 elements (Q5_1 one
+     * row at half the row tiles' speed) */
     const __m256i words = _mm256_inserti128_si256(_mm256_castsi128_si256(words4(qh, bb)),
                                                   words4(qh + 4 * bb, bb), 1);
-    /* byte 0 of each lane into all four of its bytes (VPSHUFB is per 128 bits) */
+    /* byte m of each lane's word into all four of its bytes (VPSHUFB indexes
+     * within 128 bits: lane L of a half starts at byte 4L) */
     const __m256i lane = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0c0c0c0c, 0, 0x04040404,
                                            0x08080808, 0x0c0c0c0c);
     const __m256i low = _mm256_set1_epi32(0x08040201), high = _mm256_set1_epi32((int)0x80402010u);
