@@ -57,7 +57,7 @@ const model *exec_direct_model(const exec_local *e) {
  * rates in e->dx; false: read through the page cache. */
 #define PROBE_SLICE_MAX (64ull << 20)
 #define PROBE_SLICE_MIN (64ull << 10)
-#define PROBE_MARGIN    1.25
+#define PROBE_MARGIN    1.25 /* the planner's SCHED_DIRECT_HEADROOM (sched.h) */
 
 static bool probe_one(exec_local *e, uint64_t lo, uint64_t bytes, bool direct, mem_io *sum) {
     mem_span sp = {0};

@@ -149,7 +149,10 @@ void sched_device_init(sched_device *d, const char *name);
 /* Whether the executor streams this device's share with direct reads: its
  * default (--stream-io auto) wherever the file system takes them, which the
  * profile's direct figure says, on Linux and Android without a GPU (a GPU
- * session streams through the mapping; macOS is priced by random reads). */
+ * session streams through the mapping; macOS is priced by random reads).
+ * (auto also probes the file and streams through the mapping where that read
+ * more than 1.25x faster, exec/direct.c: faster than the direct figure the
+ * planner then uses, so the plan errs safe.) */
 bool sched_disk_streams_direct(const sched_device *d);
 /* What streaming a share reads at on a Linux or Android device: the direct
  * figure, measured as the executor reads (sched_disk_streams_direct); else
