@@ -221,9 +221,10 @@ static bool direct_works(const char *path) {
     return true;
 }
 
-/* runs of check_model where `auto` probed the file (direct.c: direct_pays),
- * and files where direct reads work */
-static int probe_runs, direct_files;
+/* runs of check_model where `auto` probed the file (direct.c: direct_pays)
+ * and kept direct reads or took the page cache, and files where direct reads
+ * work */
+static int probe_direct_runs, probe_mmap_runs, direct_files;
 
 static void check_model(json_t *root, const char *file, int min_agree) {
     json_t *res = find_result(root, file);
@@ -316,7 +317,8 @@ static void check_model(json_t *root, const char *file, int min_agree) {
                                got.plan.probe_mmap_Bps > 0),
                    "%s budget %llu window %d: a probe with stream_io %d", file,
                    (unsigned long long)budgets[b], w, (int)so.stream_io);
-            probe_runs += probed;
+            probe_direct_runs += probed && so.direct_margin > 1;
+            probe_mmap_runs += probed && so.direct_margin < 1;
             const bool want_direct =
                 direct && (so.stream_io == EXEC_IO_DIRECT ||
                            (so.stream_io == EXEC_IO_AUTO && (!probed || so.direct_margin > 1)));
@@ -703,8 +705,10 @@ int main(void) {
     json_decref(root);
     /* units of 256 KiB and more in the larger files: auto's probe ran, and
      * chose by the margin (both ways, check_model) */
-    CHECKF(direct_files == 0 || probe_runs > 0, "auto never probed (%d files with direct reads)",
-           direct_files);
+    CHECKF(direct_files == 0 || (probe_direct_runs > 0 && probe_mmap_runs > 0),
+           "auto's probe chose direct reads %d times and the page cache %d times (%d files with "
+           "direct reads)",
+           probe_direct_runs, probe_mmap_runs, direct_files);
     check_rebudget("stories260K.gguf", EXEC_IO_MMAP);
     check_rebudget("stories260K.gguf", EXEC_IO_DIRECT);
     check_rebudget("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", EXEC_IO_AUTO);
