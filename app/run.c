@@ -301,9 +301,11 @@ static void print_figures(const lares_stats *st, bool draft_model) {
                     app_fmt_bytes(st->buffer_bytes, b6, sizeof b6));
         }
         if (st->probe_direct_Bps > 0) {
-            fprintf(stderr, "lares: this file read at %.2f GB/s directly and %.2f GB/s through "
-                    "the page cache (a probe): streamed %s\n", st->probe_direct_Bps / 1e9,
-                    st->probe_mmap_Bps / 1e9, st->stream_direct ? "directly" : "through the page cache");
+            fprintf(stderr,
+                    "lares: this file read at %.2f GB/s directly and %.2f GB/s through the page "
+                    "cache (a probe): streamed %s\n",
+                    st->probe_direct_Bps / 1e9, st->probe_mmap_Bps / 1e9,
+                    st->stream_direct ? "directly" : "through the page cache");
         }
         if (st->locked_bytes > 0) {
             fprintf(stderr, "lares: %s of weights locked in memory\n",

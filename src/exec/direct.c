@@ -134,8 +134,8 @@ static bool direct_pays(exec_local *e) {
     const double margin = e->o.direct_margin > 0 ? e->o.direct_margin : PROBE_MARGIN;
     const bool pays = dx->probe_mmap_Bps <= margin * dx->probe_direct_Bps;
     lares_log(LARES_LOG_INFO,
-              "exec: %s read %.2f GB/s directly and %.2f GB/s through the page cache: %s", e->mf.path,
-              dx->probe_direct_Bps / 1e9, dx->probe_mmap_Bps / 1e9,
+              "exec: %s read %.2f GB/s directly and %.2f GB/s through the page cache: %s",
+              e->mf.path, dx->probe_direct_Bps / 1e9, dx->probe_mmap_Bps / 1e9,
               pays ? "reading directly" : "streaming through the page cache");
     return pays;
 }

@@ -171,11 +171,12 @@ FORCE_INLINE void eight_fifth_bits(const uint8_t *qh, size_t bb, __m256i v[8]) {
     const __m256i k16 = _mm256_set1_epi8(16);
 #pragma GCC unroll 4
     for (int m = 0; m < 4; m++) {
-        const __m256i x = _mm256_shuffle_epi8(words, _mm256_add_epi8(lane, _mm256_set1_epi8((char)m)));
-        v[2 * m] = _mm256_or_si256(
-            v[2 * m], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, low), low), k16));
-        v[2 * m + 1] = _mm256_or_si256(
-            v[2 * m + 1], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, high), high), k16));
+        const __m256i x =
+            _mm256_shuffle_epi8(words, _mm256_add_epi8(lane, _mm256_set1_epi8((char)m)));
+        const __m256i lo = _mm256_cmpeq_epi8(_mm256_and_si256(x, low), low);
+        const __m256i hi = _mm256_cmpeq_epi8(_mm256_and_si256(x, high), high);
+        v[2 * m] = _mm256_or_si256(v[2 * m], _mm256_and_si256(lo, k16));
+        v[2 * m + 1] = _mm256_or_si256(v[2 * m + 1], _mm256_and_si256(hi, k16));
     }
 }
 
