@@ -66,8 +66,8 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
     const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
     const float *dact = (const float *)(const void *)(act + k);
     const __m256i ones = _mm256_set1_epi16(1);
-    const bool five_bits = t == R_Q5_0 || t == R_Q5_1, min_type = t == R_Q4_1 || t == R_Q5_1;
-    const bool unsigned_codes = t == R_Q4_0 || t == R_Q4_1 || five_bits;
+    const bool five_bits = rows_five_bits(t), min_type = rows_has_min(t);
+    const bool unsigned_codes = rows_unsigned(t);
     const __m256 offset = _mm256_set1_ps(t == R_Q5_0 ? 16.0f : 8.0f);
     __m256 acc[8];
     for (int c = 0; c < NC; c++) {
@@ -79,14 +79,7 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         __m256i v[8], mag[8];
         __m256 dw, mw = _mm256_setzero_ps();
         if (unsigned_codes) {
-            eight_nibbles(p + rows_qs_at(t), bb, v);
-            if (five_bits) {
-                eight_fifth_bits(p + rows_qh_at(t), bb, v);
-            }
-            dw = scales8(p, bb);
-            if (min_type) {
-                mw = scales8(p + offsetof(block_q4_1, m), bb); /* block_q5_1's m alike */
-            }
+            eight_unsigned(t, p, v, &dw, &mw);
         } else if (t == R_IQ4_NL) {
             eight_iq4(p + offsetof(block_iq4_nl, qs), bb, v, 0);
             dw = scales8(p, bb);
@@ -143,24 +136,17 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
      * (codes in element order) */
     for (int64_t g = n_super * 8; g < n_blocks; g++) {
         const uint8_t *p = w + (size_t)g * bb;
-        __m256i v;
-        if (unsigned_codes) {
-            v = five_bits ? q5_codes(p + rows_qs_at(t), p + rows_qh_at(t))
-                          : q4_0_codes(p + rows_qs_at(t));
-        } else {
-            v = _mm256_shuffle_epi8(iq4_codebook(0), q4_0_codes(p + offsetof(block_iq4_nl, qs)));
-        }
+        const __m256i v =
+            unsigned_codes
+                ? block_unsigned(t, p)
+                : _mm256_shuffle_epi8(iq4_codebook(0), q4_0_codes(p + offsetof(block_iq4_nl, qs)));
         const __m256i mag = unsigned_codes ? v : _mm256_abs_epi8(v);
-        lares_f16 d16, m16;
+        lares_f16 d16;
         memcpy(&d16, p, sizeof d16); /* every block starts with its scale */
         const __m256 dwf = _mm256_set1_ps(_cvtsh_ss(d16));
         /* the block's -8 s_a (Q4_0), -16 s_a (Q5_0) or m s_a (Q4_1, Q5_1)
          * spread over the eight lanes */
-        float per_lane = t == R_Q5_0 ? -2.0f : -1.0f;
-        if (min_type) {
-            memcpy(&m16, p + offsetof(block_q4_1, m), sizeof m16);
-            per_lane = 0.125f * _cvtsh_ss(m16);
-        }
+        const float per_lane = min_type ? block_min_eighth(p) : t == R_Q5_0 ? -2.0f : -1.0f;
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)g * QUANT_PANEL_GROUP;

@@ -458,7 +458,7 @@ FORCE_INLINE void tail_dots(enum rows_type t, const int NC, int64_t k, const uin
     const int64_t n_super = k / SUPER;
     const float *dtail = (const float *)(const void *)(act + k) + SUPER_FLOATS * n_super;
     const int64_t n_tail = (k % SUPER) / 32;
-    const bool min_type = t == R_Q4_1 || t == R_Q5_1;
+    const bool min_type = rows_has_min(t);
     for (int64_t j = 0; j < n_tail / 2; j++) {
         const uint8_t *p = w + (size_t)(n_super * 8 + 2 * j) * bb;
         __m512i wc;
@@ -765,7 +765,7 @@ FORCE_INLINE void super_q6_K(const uint8_t *p, __m512i v[4], __m512 dw[2], __m51
 FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                              const uint8_t *restrict act, size_t ab, float *restrict y,
                              size_t ldy) {
-    const bool min_type = t == R_Q4_1 || t == R_Q5_1;
+    const bool min_type = rows_has_min(t);
     const size_t bb = min_type      ? 8 * rows_block_bytes(t)
                       : t == R_Q4_K ? sizeof(block_q4_K)
                       : t == R_Q5_K ? sizeof(block_q5_K)

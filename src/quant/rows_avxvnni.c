@@ -84,15 +84,7 @@ FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m256i v[8],
         *dw = scales8(p, bb);
         return;
     }
-    /* unsigned codes: Q4_0 and Q4_1 0..15, Q5_0 and Q5_1 0..31 */
-    eight_nibbles(p + rows_qs_at(t), bb, v);
-    if (t == R_Q5_0 || t == R_Q5_1) {
-        eight_fifth_bits(p + rows_qh_at(t), bb, v);
-    }
-    *dw = scales8(p, bb);
-    if (t == R_Q4_1 || t == R_Q5_1) {
-        *mw = scales8(p + offsetof(block_q4_1, m), bb); /* block_q5_1's m alike */
-    }
+    eight_unsigned(t, p, v, dw, mw); /* Q4_0 and Q4_1 0..15, Q5_0 and Q5_1 0..31 */
 }
 
 FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
@@ -101,8 +93,8 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
     const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
     const float *dact = (const float *)(const void *)(act + k);
     const __m256i k128 = _mm256_set1_epi8((char)0x80);
-    const bool five_bits = t == R_Q5_0 || t == R_Q5_1, min_type = t == R_Q4_1 || t == R_Q5_1;
-    const bool unsigned_codes = t == R_Q4_0 || t == R_Q4_1 || five_bits;
+    const bool five_bits = rows_five_bits(t), min_type = rows_has_min(t);
+    const bool unsigned_codes = rows_unsigned(t);
     const __m256 offset = _mm256_set1_ps(t == R_Q5_0 ? 16.0f : 8.0f);
     __m256 acc[8];
     for (int c = 0; c < NC; c++) {
@@ -194,21 +186,15 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
         } else if (t == R_Q8_0) { /* (IQ4_XS rows are whole 256s) */
             wc = _mm256_loadu_si256((const __m256i *)(const void *)(p + offsetof(block_q8_0, qs)));
         } else {
-            wc = five_bits ? q5_codes(p + rows_qs_at(t), p + rows_qh_at(t))
-                           : q4_0_codes(p + rows_qs_at(t));
+            wc = block_unsigned(t, p);
             if (!min_type) { /* Q4_0 u - 8, Q5_0 u - 16; Q4_1 and Q5_1 keep u */
                 wc = _mm256_sub_epi8(wc, _mm256_set1_epi8(t == R_Q5_0 ? 16 : 8));
             }
         }
-        lares_f16 d16, m16;
+        lares_f16 d16;
         memcpy(&d16, p, sizeof d16); /* every block starts with its scale */
         const float dwf = _cvtsh_ss(d16);
-        /* Q4_1, Q5_1: the block's m s_a spread over the eight lanes */
-        float mf = 0.0f;
-        if (min_type) {
-            memcpy(&m16, p + offsetof(block_q4_1, m), sizeof m16);
-            mf = 0.125f * _cvtsh_ss(m16);
-        }
+        const float mf = min_type ? block_min_eighth(p) : 0.0f; /* Q4_1, Q5_1 */
         const __m256i base = _mm256_sub_epi32(_mm256_setzero_si256(),
                                               dot4(_mm256_setzero_si256(), k128, wc));
 #pragma GCC unroll 8

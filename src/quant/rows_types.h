@@ -10,6 +10,7 @@
 #include "quant/blocks.h"
 
 #include <immintrin.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -36,6 +37,20 @@ static inline size_t rows_block_bytes(enum rows_type t) {
            : t == R_IQ4_NL ? sizeof(block_iq4_nl)
            : t == R_IQ4_XS ? sizeof(block_iq4_xs) / 8
                            : sizeof(block_q8_0);
+}
+
+/* the legacy types walked with unsigned codes (Q4_0, Q5_0, Q4_1, Q5_1), those
+ * of them with a fifth bit per element, and those with a minimum per block */
+static inline bool rows_five_bits(enum rows_type t) {
+    return t == R_Q5_0 || t == R_Q5_1;
+}
+
+static inline bool rows_has_min(enum rows_type t) {
+    return t == R_Q4_1 || t == R_Q5_1;
+}
+
+static inline bool rows_unsigned(enum rows_type t) {
+    return t == R_Q4_0 || t == R_Q4_1 || rows_five_bits(t);
 }
 
 /* where a block of the legacy types of unsigned codes keeps its nibbles and

@@ -19,6 +19,7 @@
 #include "quant/kernels.h"
 #include "quant/kquant_impl.h"
 #include "quant/q8_avx2.h"
+#include "quant/rows_types.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -191,6 +192,36 @@ FORCE_INLINE __m256i q5_codes(const uint8_t *qs, const uint8_t *qh) {
     const __m256i x = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bits);
     return _mm256_or_si256(q4_0_codes(qs), _mm256_and_si256(_mm256_cmpeq_epi8(x, bits),
                                                              _mm256_set1_epi8(16)));
+}
+
+/* Eight blocks of a type of unsigned codes (rows_unsigned) as the eight
+ * vectors of the layout (codes 0..15, or 0..31 with the fifth bits), their
+ * scales and (rows_has_min) their minimums */
+FORCE_INLINE void eight_unsigned(enum rows_type t, const uint8_t *p, __m256i v[8], __m256 *dw,
+                                 __m256 *mw) {
+    const size_t bb = rows_block_bytes(t);
+    eight_nibbles(p + rows_qs_at(t), bb, v);
+    if (rows_five_bits(t)) {
+        eight_fifth_bits(p + rows_qh_at(t), bb, v);
+    }
+    *dw = scales8(p, bb);
+    if (rows_has_min(t)) {
+        *mw = scales8(p + offsetof(block_q4_1, m), bb); /* block_q5_1's m alike */
+    }
+}
+
+/* One block of such a type: its unsigned codes in element order */
+FORCE_INLINE __m256i block_unsigned(enum rows_type t, const uint8_t *p) {
+    return rows_five_bits(t) ? q5_codes(p + rows_qs_at(t), p + rows_qh_at(t))
+                             : q4_0_codes(p + rows_qs_at(t));
+}
+
+/* One block's minimum (rows_has_min) over 8: its m s_a spread over the eight
+ * lanes of a block's sums */
+FORCE_INLINE float block_min_eighth(const uint8_t *p) {
+    lares_f16 m16;
+    memcpy(&m16, p + offsetof(block_q4_1, m), sizeof m16);
+    return 0.125f * _cvtsh_ss(m16);
 }
 
 /* The IQ4 codebook (kq_iq4nl_values) in both 128-bit lanes for VPSHUFB, each
