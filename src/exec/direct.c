@@ -51,31 +51,28 @@ const model *exec_direct_model(const exec_local *e) {
  * page cache, where its 50 MB units read 1.7-1.9 against 1.3-1.4). That is
  * four units read once per executor (llama-7b Q4_K_M: 200 MB, about 0.1 s
  * here); no probe under 64 KiB a slice, nor where pages stay resident after
- * the release (another process maps them). Direct reads also
- * spare the kernel's page-cache work on the cores the compute needs, so the
- * page cache must be faster by `margin` (default 1.25). Keeps the measured
- * rates in e->dx; false: read through the page cache. */
+ * the release (another process maps them). Direct reads also spare the
+ * kernel's page-cache work on the cores the compute needs, so the page cache
+ * must be faster by `margin` (default 1.25). Keeps the measured rates in
+ * e->dx; false: read through the page cache. */
 #define PROBE_SLICE_MAX (64ull << 20)
 #define PROBE_SLICE_MIN (64ull << 10)
 #define PROBE_MARGIN    1.25 /* the planner's SCHED_DIRECT_HEADROOM (sched.h) */
 
-static bool probe_one(exec_local *e, uint64_t lo, uint64_t bytes, bool direct, mem_io *sum) {
+/* One slice [lo, lo + bytes) (both block-aligned) read cold: directly into
+ * buf (bytes long), or through the page cache where buf is NULL */
+static bool probe_one(exec_local *e, uint64_t lo, uint64_t bytes, void *buf, mem_io *sum) {
     mem_span sp = {0};
     mem_layout lay = {0};
     lares_error err = {0};
     bool ok = mem_span_add(&sp, lo, lo + bytes, &err) == LARES_OK;
     mem_release(&e->mf, &sp);
     /* (a direct read does not care what the page cache holds) */
-    ok = ok && (direct || mem_resident_bytes(&e->mf, &sp) == 0);
+    ok = ok && (buf != NULL || mem_resident_bytes(&e->mf, &sp) == 0);
     mem_io io = {0};
-    if (ok && direct) {
-        void *buf = NULL;
-        ok = mem_layout_of(&sp, MEM_DIRECT_ALIGN, &lay, &err) == LARES_OK &&
-             (buf = mem_buffer_map((size_t)lay.bytes)) != NULL &&
+    if (ok && buf != NULL) {
+        ok = mem_layout_of(&sp, MEM_DIRECT_ALIGN, &lay, &err) == LARES_OK && lay.bytes <= bytes &&
              mem_direct_read(e->dx.d, &lay, buf, &io, &err) == LARES_OK;
-        if (buf != NULL) {
-            mem_buffer_unmap(buf, (size_t)lay.bytes);
-        }
         mem_layout_free(&lay);
     } else if (ok) {
         const mem_read_method how =
@@ -114,10 +111,14 @@ static bool direct_pays(exec_local *e) {
     mem_io direct = {0}, cached = {0};
     const int at[4] = {0, 1, 3, 4};
     const bool is_direct[4] = {true, false, false, true};
-    bool ok = true;
+    void *buf = mem_buffer_map((size_t)slice); /* both direct slices land here */
+    bool ok = buf != NULL;
     for (int i = 0; i < 4 && ok; i++) {
-        ok = probe_one(e, lo + (uint64_t)at[i] * slice, slice, is_direct[i],
+        ok = probe_one(e, lo + (uint64_t)at[i] * slice, slice, is_direct[i] ? buf : NULL,
                        is_direct[i] ? &direct : &cached);
+    }
+    if (buf != NULL) {
+        mem_buffer_unmap(buf, (size_t)slice);
     }
     mem_span all = {0}; /* whatever read-ahead left */
     lares_error err = {0};
@@ -358,4 +359,3 @@ void exec_direct_free(exec_local *e) {
     dx->layers = NULL;
     dx->view.layers = NULL;
 }
-
