@@ -638,6 +638,91 @@ static bool equal_to_file(const mem_span *s, const mem_layout *l, const uint8_t 
     return true;
 }
 
+/* Reads in flight while the caller goes on (mem_direct_submit): several
+ * tickets finished out of order, one layout gathered from three, more
+ * tickets than stay unfinished, and (threads engine) a failing read. */
+static void check_direct_async(mem_direct *d, const char *path) {
+    lares_error err = {0};
+    mem_span s[3] = {{0}};
+    CHECK_OK(mem_span_add(&s[0], 100, 5000, &err), &err);
+    CHECK_OK(mem_span_add(&s[0], 9000, 70000, &err), &err);
+    CHECK_OK(mem_span_add(&s[1], (2u << 20) + 5, (2u << 20) + 300000, &err), &err);
+    CHECK_OK(mem_span_add(&s[2], DIRECT_FILE_BYTES - 300, DIRECT_FILE_BYTES, &err), &err);
+    mem_layout l[3] = {{0}}, g = {0};
+    uint64_t at = 0;
+    for (int i = 2; i >= 0; i--) { /* appended last first: the gathered one sorts them */
+        CHECK_OK(mem_layout_of(&s[i], MEM_DIRECT_ALIGN, &l[i], &err), &err);
+        CHECK_OK(mem_layout_append(&g, &l[i], at, &err), &err);
+        at += l[i].bytes;
+    }
+    CHECK(g.bytes == at && g.align == MEM_DIRECT_ALIGN && g.n == l[0].n + l[1].n + l[2].n);
+    bool sorted = true;
+    for (size_t i = 1; i < g.n; i++) {
+        sorted = sorted && g.x[i - 1].lo < g.x[i].lo;
+    }
+    CHECK(sorted);
+    mem_layout odd = {.align = 8192};
+    CHECK(mem_layout_append(&odd, &l[0], 0, &err) == LARES_OK && odd.align == MEM_DIRECT_ALIGN);
+    odd.align = 8192;
+    CHECK(mem_layout_append(&odd, &l[0], 0, &err) == LARES_EINVAL);
+    mem_layout_free(&odd);
+    uint8_t *big = mem_buffer_reserve(g.bytes), *one[3];
+    CHECK(big != NULL && (uintptr_t)big % MEM_DIRECT_ALIGN == 0);
+    for (int i = 0; i < 3; i++) {
+        one[i] = mem_buffer_map(l[i].bytes);
+        CHECK(one[i] != NULL);
+    }
+    if (big == NULL || one[0] == NULL || one[1] == NULL || one[2] == NULL) {
+        return;
+    }
+    memset(big, 0xa5, g.bytes);
+    uint64_t t[4];
+    CHECK_OK(mem_direct_submit(d, &g, big, &t[3], &err), &err);
+    for (int i = 0; i < 3; i++) {
+        memset(one[i], 0xa5, l[i].bytes);
+        CHECK_OK(mem_direct_submit(d, &l[i], one[i], &t[i], &err), &err);
+    }
+    mem_direct_progress(d);
+    const int order[4] = {2, 3, 0, 1};
+    for (int k = 0; k < 4; k++) {
+        CHECK_OK(mem_direct_finish(d, t[order[k]], &err), &err);
+    }
+    CHECK_OK(mem_direct_finish(d, 0, &err), &err); /* ticket 0: done */
+    bool same = true;
+    for (int i = 0; i < 3; i++) {
+        same = same && equal_to_file(&s[i], &l[i], one[i]) && equal_to_file(&s[i], &g, big);
+    }
+    CHECKF(same, "%s: bytes of reads in flight differ from the file",
+           mem_direct_engine_name(mem_direct_engine_of(d)));
+    /* more tickets than stay unfinished: the oldest are waited for */
+    for (int k = 0; k < 70; k++) {
+        CHECK_OK(mem_direct_submit(d, &l[k % 3], one[k % 3], &t[0], &err), &err);
+    }
+    CHECK_OK(mem_direct_finish(d, t[0], &err), &err);
+    CHECK(equal_to_file(&s[0], &l[0], one[0]) && equal_to_file(&s[1], &l[1], one[1]));
+    if (mem_direct_engine_of(d) == MEM_DIRECT_THREADS) { /* read on submit, through the gate */
+        lares_read_fail_after(1, LARES_READ_FAULT_EIO);
+        CHECK(mem_direct_submit(d, &g, big, &t[0], &err) == LARES_EIO && strstr(err.msg, path));
+        lares_read_fail_after(0, LARES_READ_FAULT_EIO);
+    }
+    /* a buffer off the block is refused */
+    CHECK(mem_direct_submit(d, &l[0], one[0] + 512, &t[0], &err) == LARES_EINVAL);
+    /* trimmed pages read as zeros again */
+    mem_buffer_trim(big, g.bytes);
+    bool zeros = true;
+    for (uint64_t i = 0; i < g.bytes; i += 997) {
+        zeros = zeros && big[i] == 0;
+    }
+    CHECK(zeros);
+    mem_buffer_unmap(big, g.bytes);
+    for (int i = 0; i < 3; i++) {
+        mem_buffer_unmap(one[i], l[i].bytes);
+        mem_layout_free(&l[i]);
+        mem_span_free(&s[i]);
+    }
+    mem_layout_free(&g);
+}
+
 static void check_direct(void) {
     const char *path = "test_mem.direct.bin";
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
@@ -712,6 +797,7 @@ static void check_direct(void) {
                   strstr(err.msg, path) != NULL);
             lares_read_fail_after(0, LARES_READ_FAULT_EIO);
         }
+        check_direct_async(d, path);
         mem_direct_close(d);
         d = NULL;
     }

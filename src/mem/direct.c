@@ -30,6 +30,19 @@
 #define MAP_ANONYMOUS MAP_ANON
 #endif
 
+#define MEM_DIRECT_TICKETS 64 /* reads of mem_direct_submit not yet finished, at most */
+
+typedef struct request {
+    uint64_t off;
+    size_t len;
+    uint8_t *dst;
+} request;
+
+typedef struct piece {
+    request r;
+    uint64_t ticket;
+} piece;
+
 struct mem_direct {
     int fd;
     char *path; /* owned, for messages */
@@ -37,6 +50,15 @@ struct mem_direct {
     mem_direct_engine engine;
 #if defined(LARES_HAVE_LIBURING)
     struct io_uring ring;
+    /* reads in flight (the io_uring engine) */
+    piece *queue;                 /* owned: pieces waiting for room in the ring */
+    size_t q_head, q_n, q_cap;
+    piece slot[MEM_DIRECT_DEPTH]; /* in the ring */
+    bool busy[MEM_DIRECT_DEPTH];
+    int in_flight;
+    uint64_t next_ticket, oldest; /* tickets [oldest, next_ticket) may be unfinished */
+    uint32_t left[MEM_DIRECT_TICKETS]; /* pieces not done, per ticket */
+    int err[MEM_DIRECT_TICKETS];       /* its first errno */
 #endif
 };
 
@@ -91,6 +113,37 @@ void mem_layout_free(mem_layout *l) {
     memset(l, 0, sizeof *l);
 }
 
+lares_status mem_layout_append(mem_layout *dst, const mem_layout *src, uint64_t at,
+                               lares_error *err) {
+    if (dst->n == 0) {
+        dst->align = src->align;
+    }
+    if (dst->align != src->align) {
+        return lares_fail(err, LARES_EINVAL, "mem: layouts aligned to %zu and %zu bytes",
+                          dst->align, src->align);
+    }
+    if (dst->n + src->n > dst->cap) {
+        const size_t cap = LARES_MAX(dst->n + src->n, dst->cap * 2);
+        mem_extent *x = lares_realloc(dst->x, cap * sizeof *x);
+        if (x == NULL) {
+            return lares_fail(err, LARES_ENOMEM, "mem: out of memory for %zu extents", cap);
+        }
+        dst->x = x;
+        dst->cap = cap;
+    }
+    for (size_t i = 0; i < src->n; i++) { /* insertion: a few dozen extents */
+        mem_extent x = src->x[i];
+        x.at += at;
+        size_t j = dst->n++;
+        for (; j > 0 && dst->x[j - 1].lo > x.lo; j--) {
+            dst->x[j] = dst->x[j - 1];
+        }
+        dst->x[j] = x;
+        dst->bytes += x.hi - x.lo;
+    }
+    return LARES_OK;
+}
+
 const uint8_t *mem_layout_addr(const mem_layout *l, const uint8_t *buf, uint64_t off, uint64_t n) {
     size_t a = 0, b = l->n; /* the last extent starting at or before off */
     while (b - a > 1) {
@@ -117,6 +170,10 @@ const uint8_t *mem_layout_addr(const mem_layout *l, const uint8_t *buf, uint64_t
  * (docs/memory.md). */
 #define HUGE_BYTES ((size_t)2 << 20)
 
+#ifndef MAP_NORESERVE
+#define MAP_NORESERVE 0
+#endif
+
 void *mem_buffer_map(size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     if (bytes >= HUGE_BYTES) { /* map more, keep a 2 MiB aligned stretch */
@@ -141,6 +198,23 @@ void *mem_buffer_map(size_t bytes) {
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* (small pages: in this machine's VM a fresh huge page was zeroed at 0.3
+ * GB/s the first time, small ones at 2.1, and a slot is filled once or a
+ * few times, where a unit's buffer is filled every token) */
+void *mem_buffer_reserve(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void mem_buffer_trim(void *p, size_t bytes) {
+    const uintptr_t lo = lares_align_up_u64((uintptr_t)p, 4096);
+    const uintptr_t hi = ((uintptr_t)p + bytes) / 4096 * 4096;
+    if (hi > lo) {
+        (void)madvise((void *)lo, (size_t)(hi - lo), MADV_DONTNEED);
+    }
+}
+
 void mem_buffer_unmap(void *p, size_t bytes) {
     if (p != NULL) {
         (void)munmap(p, bytes);
@@ -148,12 +222,6 @@ void mem_buffer_unmap(void *p, size_t bytes) {
 }
 
 /* ---- requests: the extents cut into pieces of at most MEM_DIRECT_REQUEST ---- */
-
-typedef struct request {
-    uint64_t off;
-    size_t len;
-    uint8_t *dst;
-} request;
 
 typedef struct cutter {
     const mem_layout *l;
@@ -257,73 +325,171 @@ static int read_threads(mem_direct *d, const mem_layout *l, uint8_t *buf) {
     return j.err;
 }
 
-/* ---- the io_uring engine ---- */
+/* ---- the io_uring engine: reads in flight while the caller works ----
+ *
+ * A read (mem_direct_submit) is a ticket: its extents cut into pieces that
+ * wait in `queue` until the ring has room for them (MEM_DIRECT_DEPTH in
+ * flight). Completions are reaped by whichever call comes next (submit,
+ * progress, finish), which also submits the waiting pieces; a short read goes
+ * back into the ring for its rest. Tickets finish in any order: `left`
+ * counts each one's pieces not yet done, `err` keeps its first error (its
+ * pieces still waiting are then dropped). */
 
 #if defined(LARES_HAVE_LIBURING)
-static int read_uring(mem_direct *d, const mem_layout *l, uint8_t *buf) {
-    cutter c = {.l = l, .buf = buf, .pos = l->n > 0 ? l->x[0].lo : 0};
-    request slot[MEM_DIRECT_DEPTH];
-    bool busy[MEM_DIRECT_DEPTH] = {false};
-    int in_flight = 0, err = 0;
-    bool more = true;
-    for (;;) {
-        /* fill the free slots (none once an error was seen) */
-        for (int k = 0; k < MEM_DIRECT_DEPTH && more && err == 0; k++) {
-            if (busy[k]) {
-                continue;
-            }
-            if (!(more = cut_next(&c, &slot[k]))) {
-                break;
-            }
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
-            if (sqe == NULL) {
-                err = EBUSY; /* cannot happen: the ring has a slot per request */
-                break;
-            }
-            io_uring_prep_read(sqe, d->fd, slot[k].dst, (unsigned)slot[k].len, slot[k].off);
-            io_uring_sqe_set_data64(sqe, (uint64_t)k);
-            busy[k] = true;
-            in_flight++;
+/* a ticket's place in left and err */
+static size_t ticket_slot(uint64_t t) {
+    return (size_t)(t % MEM_DIRECT_TICKETS);
+}
+
+/* Submits waiting pieces while the ring has room; 0 or an errno. */
+static int fill(mem_direct *d) {
+    int put = 0;
+    for (int k = 0; k < MEM_DIRECT_DEPTH && d->q_head < d->q_n; k++) {
+        if (d->busy[k]) {
+            continue;
         }
-        if (in_flight == 0) {
-            return err;
+        const piece p = d->queue[d->q_head++];
+        const size_t t = ticket_slot(p.ticket);
+        if (d->err[t] != 0) { /* its ticket failed: not read */
+            d->left[t]--;
+            k--;
+            continue;
         }
-        int rc = io_uring_submit_and_wait(&d->ring, 1);
-        if (rc < 0 && rc != -EINTR) {
-            /* the ring is unusable with requests in it: later reads take the threads */
-            io_uring_queue_exit(&d->ring);
-            d->engine = MEM_DIRECT_THREADS;
-            return -rc;
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+        if (sqe == NULL) { /* cannot happen: the ring has an entry per slot */
+            d->q_head--;
+            break;
         }
-        struct io_uring_cqe *cqe;
-        while (io_uring_peek_cqe(&d->ring, &cqe) == 0) {
-            const int k = (int)io_uring_cqe_get_data64(cqe);
-            const int res = cqe->res;
-            io_uring_cqe_seen(&d->ring, cqe);
-            bool done = true;
-            if (res == -EINTR || res == -EAGAIN) {
-                done = false;
-            } else if (res < 0) {
-                err = err != 0 ? err : -res;
-            } else {
-                done = advance_request(d, &slot[k], (size_t)res, l->align);
-            }
-            if (done || err != 0) {
-                busy[k] = false;
-                in_flight--;
-                continue;
-            }
-            struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
-            if (sqe == NULL) {
-                err = EBUSY;
-                busy[k] = false;
-                in_flight--;
-                continue;
-            }
-            io_uring_prep_read(sqe, d->fd, slot[k].dst, (unsigned)slot[k].len, slot[k].off);
-            io_uring_sqe_set_data64(sqe, (uint64_t)k);
+        d->slot[k] = p;
+        d->busy[k] = true;
+        d->in_flight++;
+        io_uring_prep_read(sqe, d->fd, p.r.dst, (unsigned)p.r.len, p.r.off);
+        io_uring_sqe_set_data64(sqe, (uint64_t)k);
+        put++;
+    }
+    if (d->q_head == d->q_n) {
+        d->q_head = d->q_n = 0;
+    }
+    const int rc = put > 0 ? io_uring_submit(&d->ring) : 0;
+    return rc < 0 && rc != -EINTR && rc != -EAGAIN ? -rc : 0;
+}
+
+/* The ring failed with requests in it: every ticket not finished fails with
+ * e, and later reads take the threads. */
+static void ring_failed(mem_direct *d, int e) {
+    io_uring_queue_exit(&d->ring);
+    d->engine = MEM_DIRECT_THREADS;
+    for (uint64_t t = d->oldest; t < d->next_ticket; t++) {
+        const size_t k = ticket_slot(t);
+        if (d->left[k] > 0) {
+            d->left[k] = 0;
+            d->err[k] = d->err[k] != 0 ? d->err[k] : e;
         }
     }
+    d->q_head = d->q_n = 0;
+    d->in_flight = 0;
+    memset(d->busy, 0, sizeof d->busy);
+    d->oldest = d->next_ticket;
+}
+
+/* Reaps what has completed (waiting for one completion first when `wait`
+ * and reads are in flight), then refills the ring. */
+static void reap(mem_direct *d, bool wait) {
+    int e = fill(d);
+    if (e == 0 && wait && d->in_flight > 0) {
+        struct io_uring_cqe *cqe;
+        const int rc = io_uring_wait_cqe(&d->ring, &cqe);
+        e = rc < 0 && rc != -EINTR ? -rc : 0;
+    }
+    if (e != 0) {
+        ring_failed(d, e);
+        return;
+    }
+    struct io_uring_cqe *cqe;
+    bool resubmit = false;
+    while (io_uring_peek_cqe(&d->ring, &cqe) == 0) {
+        const int k = (int)io_uring_cqe_get_data64(cqe);
+        const int res = cqe->res;
+        io_uring_cqe_seen(&d->ring, cqe);
+        piece *p = &d->slot[k];
+        const size_t t = ticket_slot(p->ticket);
+        bool done = true;
+        if (res == -EINTR || res == -EAGAIN) {
+            done = false;
+        } else if (res < 0) {
+            d->err[t] = d->err[t] != 0 ? d->err[t] : -res;
+        } else {
+            done = advance_request(d, &p->r, (size_t)res, MEM_DIRECT_ALIGN);
+        }
+        struct io_uring_sqe *sqe = done ? NULL : io_uring_get_sqe(&d->ring);
+        if (sqe == NULL) {
+            if (!done) {
+                d->err[t] = d->err[t] != 0 ? d->err[t] : EBUSY;
+            }
+            d->busy[k] = false;
+            d->in_flight--;
+            d->left[t]--;
+            continue;
+        }
+        io_uring_prep_read(sqe, d->fd, p->r.dst, (unsigned)p->r.len, p->r.off);
+        io_uring_sqe_set_data64(sqe, (uint64_t)k);
+        resubmit = true;
+    }
+    if (resubmit) { /* the rests of short reads */
+        const int rc = io_uring_submit(&d->ring);
+        e = rc < 0 && rc != -EINTR && rc != -EAGAIN ? -rc : 0;
+    }
+    if (e == 0) {
+        e = fill(d);
+    }
+    if (e != 0) {
+        ring_failed(d, e);
+        return;
+    }
+    while (d->oldest < d->next_ticket && d->left[ticket_slot(d->oldest)] == 0) {
+        d->oldest++;
+    }
+}
+
+/* Queues the pieces of l into buf as a new ticket; 0 or an errno. */
+static int submit_uring(mem_direct *d, const mem_layout *l, uint8_t *buf, uint64_t *ticket) {
+    while (d->engine == MEM_DIRECT_URING && d->next_ticket - d->oldest >= MEM_DIRECT_TICKETS) {
+        reap(d, true); /* the oldest ticket's slot is needed again */
+    }
+    if (d->engine != MEM_DIRECT_URING) {
+        return -1; /* the ring failed meanwhile: the caller takes the threads */
+    }
+    const uint64_t t = d->next_ticket++;
+    const size_t k = ticket_slot(t);
+    d->left[k] = 0;
+    d->err[k] = 0;
+    cutter c = {.l = l, .buf = buf, .pos = l->n > 0 ? l->x[0].lo : 0};
+    request r;
+    while (cut_next(&c, &r)) {
+        if (d->q_n == d->q_cap) {
+            const size_t cap = d->q_cap ? d->q_cap * 2 : 64;
+            piece *q = lares_realloc(d->queue, cap * sizeof *q);
+            if (q == NULL) {
+                d->err[k] = ENOMEM;
+                break;
+            }
+            d->queue = q;
+            d->q_cap = cap;
+        }
+        d->queue[d->q_n++] = (piece){.r = r, .ticket = t};
+        d->left[k]++;
+    }
+    *ticket = t;
+    reap(d, false);
+    return 0;
+}
+
+/* Waits for ticket t; its errno, or 0. */
+static int finish_uring(mem_direct *d, uint64_t t) {
+    while (d->engine == MEM_DIRECT_URING && t >= d->oldest && d->left[ticket_slot(t)] > 0) {
+        reap(d, true);
+    }
+    return d->err[ticket_slot(t)];
 }
 #endif
 
@@ -358,8 +524,14 @@ void mem_direct_close(mem_direct *d) {
     }
 #if defined(LARES_HAVE_LIBURING)
     if (d->engine == MEM_DIRECT_URING) {
-        io_uring_queue_exit(&d->ring);
+        while (d->oldest < d->next_ticket && d->engine == MEM_DIRECT_URING) {
+            reap(d, true); /* the kernel may still write into the caller's buffers */
+        }
+        if (d->engine == MEM_DIRECT_URING) {
+            io_uring_queue_exit(&d->ring);
+        }
     }
+    lares_free(d->queue);
 #endif
     if (d->fd >= 0) {
         close(d->fd);
@@ -378,6 +550,7 @@ static lares_status start_engine(mem_direct *d, mem_direct_engine want, lares_er
         const int rc = io_uring_queue_init(MEM_DIRECT_DEPTH, &d->ring, 0);
         if (rc == 0) {
             d->engine = MEM_DIRECT_URING;
+            d->next_ticket = d->oldest = 1; /* ticket 0: finished */
             return LARES_OK;
         }
         if (want == MEM_DIRECT_URING) {
@@ -398,11 +571,56 @@ static lares_status start_engine(mem_direct *d, mem_direct_engine want, lares_er
 /* 0 or an errno */
 static int read_extents(mem_direct *d, const mem_layout *l, void *buf) {
 #if defined(LARES_HAVE_LIBURING)
-    if (d->engine == MEM_DIRECT_URING) {
-        return read_uring(d, l, buf);
+    uint64_t t;
+    if (d->engine == MEM_DIRECT_URING && submit_uring(d, l, buf, &t) == 0) {
+        return finish_uring(d, t);
     }
 #endif
     return read_threads(d, l, buf);
+}
+
+lares_status mem_direct_submit(mem_direct *d, const mem_layout *l, void *buf, uint64_t *ticket,
+                               lares_error *err) {
+    *ticket = 0; /* finished */
+    if (l->align % MEM_DIRECT_ALIGN != 0 || (uintptr_t)buf % MEM_DIRECT_ALIGN != 0) {
+        return lares_fail(err, LARES_EINVAL, "%s: direct reads need %u-byte alignment", d->path,
+                          MEM_DIRECT_ALIGN);
+    }
+#if defined(LARES_HAVE_LIBURING)
+    if (d->engine == MEM_DIRECT_URING && submit_uring(d, l, buf, ticket) == 0) {
+        return LARES_OK;
+    }
+#endif
+    const int e = read_threads(d, l, buf);
+    if (e != 0) {
+        return lares_fail(err, LARES_EIO, "%s: direct read failed: %s", d->path, strerror(e));
+    }
+    return LARES_OK;
+}
+
+void mem_direct_progress(mem_direct *d) {
+#if defined(LARES_HAVE_LIBURING)
+    if (d->engine == MEM_DIRECT_URING) {
+        reap(d, false);
+    }
+#else
+    (void)d;
+#endif
+}
+
+lares_status mem_direct_finish(mem_direct *d, uint64_t ticket, lares_error *err) {
+    int e = 0;
+#if defined(LARES_HAVE_LIBURING)
+    if (ticket > 0 && ticket + MEM_DIRECT_TICKETS > d->next_ticket) {
+        e = finish_uring(d, ticket);
+    }
+#else
+    (void)ticket;
+#endif
+    if (e != 0) {
+        return lares_fail(err, LARES_EIO, "%s: direct read failed: %s", d->path, strerror(e));
+    }
+    return LARES_OK;
 }
 
 lares_status mem_direct_read(mem_direct *d, const mem_layout *l, void *buf, mem_io *io,

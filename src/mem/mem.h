@@ -192,6 +192,12 @@ typedef struct mem_layout {
  * LARES_EINVAL for an align that is not a power of two, LARES_ENOMEM. */
 lares_status mem_layout_of(const mem_span *s, size_t align, mem_layout *out, lares_error *err);
 void mem_layout_free(mem_layout *l);
+/* Adds src's extents to dst, each landing `at` bytes further into the
+ * buffer, keeping dst sorted by lo (src's extents must not overlap dst's):
+ * several spans read at once into places of one buffer. dst->align must be
+ * src's (an empty dst takes it). LARES_ENOMEM leaves dst as it was. */
+lares_status mem_layout_append(mem_layout *dst, const mem_layout *src, uint64_t at,
+                               lares_error *err);
 /* The address in buf of file bytes [off, off + n); NULL when they are not
  * wholly inside one extent. */
 const uint8_t *mem_layout_addr(const mem_layout *l, const uint8_t *buf, uint64_t off, uint64_t n);
@@ -230,9 +236,27 @@ mem_direct_engine mem_direct_engine_of(const mem_direct *d);
 lares_status mem_direct_read(mem_direct *d, const mem_layout *l, void *buf, mem_io *io,
                              lares_error *err);
 
+/* The same without waiting: the reads proceed while the caller works, and
+ * `ticket` names them for mem_direct_finish (with the thread engine the read
+ * is done on return, ticket 0). Tickets finish in any order; at most 64 stay
+ * unfinished (a 65th waits for the oldest). buf must stay mapped until the
+ * ticket is finished (closing the handle waits for every read). */
+lares_status mem_direct_submit(mem_direct *d, const mem_layout *l, void *buf, uint64_t *ticket,
+                               lares_error *err);
+/* Hands completed requests back and starts waiting ones; never blocks. */
+void mem_direct_progress(mem_direct *d);
+/* Waits until the ticket's reads have landed; LARES_EIO naming the file when
+ * one failed (its others may not have been made). */
+lares_status mem_direct_finish(mem_direct *d, uint64_t ticket, lares_error *err);
+
 /* Page-aligned anonymous memory for direct reads (not the heap: the caller
  * counts it in its weight budget). NULL when the OS refuses. */
 void *mem_buffer_map(size_t bytes);
+/* Room that takes memory as it is written (none is set aside for it; small
+ * pages); unmapped with mem_buffer_unmap */
+void *mem_buffer_reserve(size_t bytes);
+/* Gives the whole pages of [p, p + bytes) back; they read as zeros again. */
+void mem_buffer_trim(void *p, size_t bytes);
 void mem_buffer_unmap(void *p, size_t bytes);
 
 /* ---- the memory limit (limit.c) ---- */
