@@ -73,6 +73,8 @@ const char *app_fmt_bytes(uint64_t n, char *buf, size_t cap);
 
 /* stream_io auto's probe as {"direct_Bps": .., "mmap_Bps": ..} (--json) */
 json_t *app_probe_json(const lares_stats *st);
+/* MoE streaming: {"io": "direct"|"mmap", "probe": {...}|null}; null otherwise */
+json_t *app_expert_io_json(const lares_stats *st);
 
 /* progress bar for lares_progress_fn; user points at an int initialised to -1 */
 void app_progress(const char *what, uint64_t done, uint64_t total, void *user);

@@ -390,6 +390,7 @@ int cmd_bench(int argc, char **argv) {
             json_object_set_new(t, "stream_probe", ls[k]->probe_direct_Bps > 0
                                                        ? app_probe_json(ls[k])
                                                        : json_null());
+            json_object_set_new(t, "experts", app_expert_io_json(ls[k]));
             if (k == 1 && ls[k]->route_overlap >= 0) { /* MoE: over the tg tokens */
                 const uint64_t h = ls[k]->expert_hits, mi = ls[k]->expert_misses;
                 json_object_set_new(t, "expert_hits", json_integer((json_int_t)h));

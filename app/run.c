@@ -307,6 +307,16 @@ static void print_figures(const lares_stats *st, bool draft_model) {
                     st->probe_direct_Bps / 1e9, st->probe_mmap_Bps / 1e9,
                     st->stream_direct ? "directly" : "through the page cache");
         }
+        if (st->route_overlap >= 0) { /* MoE: how the expert cache reads */
+            fprintf(stderr, "lares: expert slices read %s",
+                    st->expert_direct ? "directly (O_DIRECT) into owned slots"
+                                      : "through the page cache");
+            if (st->expert_probe_direct_Bps > 0) {
+                fprintf(stderr, " (a probe: %.2f GB/s directly, %.2f GB/s through the page cache)",
+                        st->expert_probe_direct_Bps / 1e9, st->expert_probe_mmap_Bps / 1e9);
+            }
+            fputc('\n', stderr);
+        }
         if (st->locked_bytes > 0) {
             fprintf(stderr, "lares: %s of weights locked in memory\n",
                     app_fmt_bytes(st->locked_bytes, b6, sizeof b6));
@@ -380,6 +390,7 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_object_set_new(mem, "direct_bytes", json_integer((json_int_t)st->direct_bytes));
     json_object_set_new(mem, "probe", st->probe_direct_Bps > 0 ? app_probe_json(st) : json_null());
     json_object_set_new(mem, "buffer_bytes", json_integer((json_int_t)st->buffer_bytes));
+    json_object_set_new(mem, "experts", app_expert_io_json(st));
     if (st->route_overlap >= 0) { /* MoE, over the generated tokens */
         json_object_set_new(mem, "expert_hits", json_integer((json_int_t)st->expert_hits));
         json_object_set_new(mem, "expert_misses", json_integer((json_int_t)st->expert_misses));

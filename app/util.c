@@ -209,6 +209,17 @@ json_t *app_probe_json(const lares_stats *st) {
                      st->probe_mmap_Bps);
 }
 
+json_t *app_expert_io_json(const lares_stats *st) {
+    if (!st->streaming || st->route_overlap < 0) {
+        return json_null(); /* not MoE, or nothing streams */
+    }
+    return json_pack("{s:s, s:o}", "io", st->expert_direct ? "direct" : "mmap", "probe",
+                     st->expert_probe_direct_Bps > 0
+                         ? json_pack("{s:f, s:f}", "direct_Bps", st->expert_probe_direct_Bps,
+                                     "mmap_Bps", st->expert_probe_mmap_Bps)
+                         : json_null());
+}
+
 const char *app_profile_cache_default(void) {
     static char dir[1024]; /* the program's one answer, made once (single-threaded startup) */
     if (dir[0] == '\0') {

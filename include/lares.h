@@ -353,6 +353,10 @@ typedef struct lares_stats {
     /* stream_io auto's probe of the file (bytes a second; 0: no probe): direct
      * reads are kept unless the page cache read it more than 1.25x faster */
     double probe_direct_Bps, probe_mmap_Bps;
+    bool expert_direct;        /* MoE expert slices are read directly into owned slots */
+    /* stream_io auto's probe of expert reads (as above; 0: none): direct
+     * reads of experts are kept when they are at least as fast */
+    double expert_probe_direct_Bps, expert_probe_mmap_Bps;
     uint64_t direct_bytes;     /* of prefetch_bytes, read directly */
     uint64_t buffer_bytes;     /* the most those buffers held (about window_bytes) */
     /* speculative decoding (lares_generate_opts.lookup, .draft_n) */

@@ -224,7 +224,7 @@ static bool direct_works(const char *path) {
 /* runs of check_model where `auto` probed the file (direct.c: direct_pays)
  * and kept direct reads or took the page cache, and files where direct reads
  * work */
-static int probe_direct_runs, probe_mmap_runs, direct_files;
+static int probe_direct_runs, probe_mmap_runs, direct_files, expert_direct_runs;
 
 static void check_model(json_t *root, const char *file, int min_agree) {
     json_t *res = find_result(root, file);
@@ -348,8 +348,9 @@ static void check_model(json_t *root, const char *file, int min_agree) {
                                                      ? MEM_DIRECT_THREADS
                                                      : got.plan.direct_engine) &&
                       got.plan.direct_engine != MEM_DIRECT_AUTO);
-            } else {
-                CHECK(got.c.direct_bytes == 0 && got.c.buffer_peak_bytes == 0);
+            } else { /* (expert slices read directly count too) */
+                CHECK((got.c.direct_bytes == 0 || got.plan.experts_direct) &&
+                      got.c.buffer_peak_bytes == 0);
             }
             CHECKF(got.c.n_mispredicted == 0, "%s budget %llu window %d: %llu mispredictions",
                    file, (unsigned long long)budgets[b], w,
@@ -357,6 +358,23 @@ static void check_model(json_t *root, const char *file, int min_agree) {
             if (r.m->hp.n_expert > 0) {
                 CHECKF(got.c.expert_misses > 0 && got.plan.expert_cache_bytes > 0,
                        "%s: experts never read", file);
+                /* expert slices: direct where asked, or where auto's probe (when
+                 * their batches reach 64 KiB) finds them as fast */
+                const bool xprobed = got.plan.expert_probe_direct_Bps > 0;
+                CHECKF(!xprobed || (so.stream_io == EXEC_IO_AUTO && direct &&
+                                    got.plan.expert_probe_mmap_Bps > 0),
+                       "%s: a probe of experts with stream_io %d", file, (int)so.stream_io);
+                const bool want_x =
+                    direct && (so.stream_io == EXEC_IO_DIRECT ||
+                               (so.stream_io == EXEC_IO_AUTO && (!xprobed || so.direct_margin > 1)));
+                CHECKF(got.plan.experts_direct == want_x,
+                       "%s budget %llu window %d: stream_io %d, experts direct %d", file,
+                       (unsigned long long)budgets[b], w, (int)so.stream_io,
+                       got.plan.experts_direct);
+                CHECKF(!want_x || (got.c.direct_bytes > 0 && got.c.direct_fallbacks == 0),
+                       "%s: experts read directly: %llu bytes", file,
+                       (unsigned long long)got.c.direct_bytes);
+                expert_direct_runs += want_x;
             }
             if (so.lock) { /* the tiny pinned sizes fit any RLIMIT_MEMLOCK */
                 CHECKF(got.plan.locked_bytes == got.plan.pinned_bytes,
@@ -457,24 +475,35 @@ static void check_rebudget(const char *file, exec_stream_io io) {
 
 /* A direct read that fails leaves that unit to the page cache, direct reads
  * refused at the start leave every unit to it: same tokens. */
-static void check_direct_fallback(void) {
-    const char *file = "stories260K.gguf";
-    if (!direct_works(fixture(file))) {
-        return;
+static const int32_t fallback_prompt[] = {1, 100, 200, 300, 400};
+
+/* A fallback check's start: the file's rig where direct reads work, the
+ * reference run through the page cache, and the least budget. */
+static bool fallback_start(const char *file, rig *r, run_result *ref, run_result *got,
+                           uint64_t *least) {
+    if (!direct_works(fixture(file)) || !rig_open(r, fixture(file), N_BATCH, N_CTX)) {
+        return false;
     }
+    ref->logits = calloc((size_t)r->m->hp.n_vocab, sizeof(float));
+    got->logits = calloc((size_t)r->m->hp.n_vocab, sizeof(float));
+    exec_opts o = {.head = true, .stream_io = EXEC_IO_MMAP};
+    CHECK(decode(r, &o, fallback_prompt, 5, ref));
+    uint64_t total = 0;
+    lares_error err = {0};
+    CHECK_OK(exec_weight_needs(r->m, r->kv, &o, &total, least, &err), &err);
+    return true;
+}
+
+static void check_direct_fallback(void) {
     rig r;
-    if (!rig_open(&r, fixture(file), N_BATCH, N_CTX)) {
+    run_result ref, got;
+    uint64_t least = 0;
+    if (!fallback_start("stories260K.gguf", &r, &ref, &got, &least)) {
         return;
     }
     const int32_t n_vocab = r.m->hp.n_vocab;
-    const int32_t prompt[] = {1, 100, 200, 300, 400};
-    run_result ref = {.logits = calloc((size_t)n_vocab, sizeof(float))};
-    run_result got = {.logits = calloc((size_t)n_vocab, sizeof(float))};
-    exec_opts o = {.head = true, .stream_io = EXEC_IO_MMAP};
-    CHECK(decode(&r, &o, prompt, 5, &ref));
-    uint64_t total = 0, least = 0;
+    const int32_t *prompt = fallback_prompt;
     lares_error err = {0};
-    CHECK_OK(exec_weight_needs(r.m, r.kv, &o, &total, &least, &err), &err);
     /* the reader threads read through the fault gate: the open's probe is
      * the first read, the fourth is a unit's */
     exec_opts so = {.head = true, .weight_budget_bytes = least, .stream_io = EXEC_IO_DIRECT,
@@ -503,6 +532,39 @@ static void check_direct_fallback(void) {
     CHECK(exec_local_create(r.m, r.kv, r.cx, &bad, &e, &err) == LARES_EINVAL && e == NULL);
     bad = (exec_opts){.head = true, .direct_engine = MEM_DIRECT_COUNT};
     CHECK(exec_local_create(r.m, r.kv, r.cx, &bad, &e, &err) == LARES_EINVAL && e == NULL);
+    free(ref.logits);
+    free(got.logits);
+    rig_close(&r);
+}
+
+/* MoE: a direct read of experts that fails leaves every slice to the page
+ * cache from then on, whichever read it is: the same logits each time. */
+static void check_experts_fallback(void) {
+    rig r;
+    run_result ref, got;
+    uint64_t least = 0;
+    if (!fallback_start("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", &r, &ref, &got,
+                        &least)) {
+        return;
+    }
+    const int32_t n_vocab = r.m->hp.n_vocab;
+    const int32_t *prompt = fallback_prompt;
+    exec_opts so = {.head = true, .weight_budget_bytes = least, .stream_io = EXEC_IO_DIRECT,
+                    .direct_engine = MEM_DIRECT_THREADS};
+    const long before = lares_reads_seen();
+    CHECK(decode(&r, &so, prompt, 5, &got));
+    const long reads = lares_reads_seen() - before;
+    CHECK(got.plan.experts_direct && got.c.direct_fallbacks == 0 && got.c.direct_bytes > 0);
+    int fell_back = 0;
+    for (long n = 1; n <= reads; n++) {
+        lares_read_fail_after(n, LARES_READ_FAULT_EIO);
+        const bool ok = decode(&r, &so, prompt, 5, &got);
+        lares_read_fail_after(0, LARES_READ_FAULT_EIO);
+        CHECKF(ok && memcmp(got.logits, ref.logits, (size_t)n_vocab * sizeof(float)) == 0,
+               "read %ld of %ld failing: logits differ", n, reads);
+        fell_back += got.plan.experts_direct && got.c.direct_fallbacks > 0;
+    }
+    CHECKF(fell_back > 0, "no failed read of experts in %ld reads went to the page cache", reads);
     free(ref.logits);
     free(got.logits);
     rig_close(&r);
@@ -713,7 +775,9 @@ int main(void) {
     check_rebudget("stories260K.gguf", EXEC_IO_DIRECT);
     check_rebudget("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", EXEC_IO_AUTO);
     check_windows();
+    CHECKF(direct_files == 0 || expert_direct_runs > 0, "expert slices never read directly");
     check_direct_fallback();
+    check_experts_fallback();
     check_residency(EXEC_IO_MMAP);
     check_residency(EXEC_IO_DIRECT);
     check_session_option();

@@ -956,4 +956,7 @@ void lares_batch_stats(const lares_batch *b, int32_t seq, lares_stats *out) {
     out->stream_direct = plan.direct;
     out->probe_direct_Bps = plan.probe_direct_Bps;
     out->probe_mmap_Bps = plan.probe_mmap_Bps;
+    out->expert_direct = plan.experts_direct;
+    out->expert_probe_direct_Bps = plan.expert_probe_direct_Bps;
+    out->expert_probe_mmap_Bps = plan.expert_probe_mmap_Bps;
 }

@@ -98,6 +98,9 @@ static void fill_residency(lares_session *s, lares_stats *fig, const exec_counte
     fig->stream_direct = plan.direct;
     fig->probe_direct_Bps = plan.probe_direct_Bps;
     fig->probe_mmap_Bps = plan.probe_mmap_Bps;
+    fig->expert_direct = plan.experts_direct;
+    fig->expert_probe_direct_Bps = plan.expert_probe_direct_Bps;
+    fig->expert_probe_mmap_Bps = plan.expert_probe_mmap_Bps;
     fig->direct_bytes = c_end->direct_bytes - c_start->direct_bytes;
     fig->buffer_bytes = c_end->buffer_peak_bytes;
     fig->prompt_wait_ms = lares_ns_to_ms(c_prompt->wait_ns - c_start->wait_ns);

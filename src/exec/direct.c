@@ -9,7 +9,8 @@
  * it is released: the forward pass runs on `view`, a copy of the model whose
  * layer array is the executor's own (the model itself stays read-only and
  * shared). Pinned units, the embedding and MoE expert slices keep coming
- * through the mapping.
+ * through the mapping (expert slices have their own direct reads,
+ * experts_direct.c, with their views in the same copy of the layers).
  *
  * A weight's bytes keep their file offset modulo 4096 in the buffer (see
  * mem_layout_of), so every tensor is exactly as aligned as in the mapping and
@@ -38,7 +39,22 @@ void exec_direct_init(exec_local *e) {
 }
 
 const model *exec_direct_model(const exec_local *e) {
-    return e->dx.d != NULL ? &e->dx.view : e->m;
+    return e->dx.layers != NULL ? &e->dx.view : e->m;
+}
+
+bool exec_direct_view(exec_local *e) {
+    exec_direct *dx = &e->dx;
+    if (dx->layers != NULL) {
+        return true;
+    }
+    const size_t n_layer = (size_t)e->m->hp.n_layer;
+    dx->layers = lares_alloc_array(LARES_MAX(n_layer, 1), sizeof *dx->layers);
+    if (dx->layers == NULL) {
+        return false;
+    }
+    memcpy(dx->layers, e->m->layers, n_layer * sizeof *dx->layers);
+    dx->view.layers = dx->layers;
+    return true;
 }
 
 /* Under `auto` direct reads are kept unless the page cache reads this file
@@ -132,12 +148,17 @@ static bool direct_pays(exec_local *e) {
     exec_direct *dx = &e->dx;
     dx->probe_direct_Bps = (double)direct.bytes * 1e9 / (double)direct.ns;
     dx->probe_mmap_Bps = (double)cached.bytes * 1e9 / (double)cached.ns;
-    const double margin = e->o.direct_margin > 0 ? e->o.direct_margin : PROBE_MARGIN;
-    const bool pays = dx->probe_mmap_Bps <= margin * dx->probe_direct_Bps;
-    lares_log(LARES_LOG_INFO,
-              "exec: %s read %.2f GB/s directly and %.2f GB/s through the page cache: %s",
-              e->mf.path, dx->probe_direct_Bps / 1e9, dx->probe_mmap_Bps / 1e9,
-              pays ? "reading directly" : "streaming through the page cache");
+    return exec_probe_verdict(e, "streamed units", dx->probe_direct_Bps, dx->probe_mmap_Bps,
+                              PROBE_MARGIN);
+}
+
+bool exec_probe_verdict(const exec_local *e, const char *what, double direct_Bps,
+                        double mmap_Bps, double margin) {
+    margin = e->o.direct_margin > 0 ? e->o.direct_margin : margin;
+    const bool pays = mmap_Bps <= margin * direct_Bps;
+    lares_log(LARES_LOG_INFO, "exec: %s: %s read %.2f GB/s directly and %.2f GB/s through the "
+              "page cache: %s", e->mf.path, what, direct_Bps / 1e9, mmap_Bps / 1e9,
+              pays ? "reading directly" : "through the page cache");
     return pays;
 }
 
@@ -155,13 +176,8 @@ bool exec_direct_open(exec_local *e) {
     if (e->mf.fd < 0) {
         lares_fail(&err, LARES_EUNSUPPORTED, "%s: not a file", e->mf.path);
     } else if (mem_direct_open(e->mf.path, e->o.direct_engine, &dx->d, &err) == LARES_OK) {
-        const size_t n_layer = (size_t)e->m->hp.n_layer;
-        dx->layers = lares_alloc_array(LARES_MAX(n_layer, 1), sizeof *dx->layers);
-        if (dx->layers == NULL) {
+        if (!exec_direct_view(e)) {
             lares_fail(&err, LARES_ENOMEM, "exec: out of memory for the layer views");
-        } else {
-            memcpy(dx->layers, e->m->layers, n_layer * sizeof *dx->layers);
-            dx->view.layers = dx->layers;
         }
         for (int32_t i = 0; i < e->n_units && dx->layers != NULL; i++) {
             if (mem_layout_of(&e->units[i].span, MEM_DIRECT_ALIGN, &e->units[i].lay, &err) !=
@@ -174,11 +190,8 @@ bool exec_direct_open(exec_local *e) {
                       e->mf.path, mem_direct_engine_name(mem_direct_engine_of(dx->d)));
             return true;
         }
-        mem_direct_close(dx->d);
+        mem_direct_close(dx->d); /* (the view stays: no unit points into a buffer) */
         dx->d = NULL;
-        lares_free(dx->layers);
-        dx->layers = NULL;
-        dx->view.layers = NULL;
         if (err.msg[0] == '\0') { /* the probe found the page cache faster (logged) */
             return false;
         }

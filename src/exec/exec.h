@@ -98,6 +98,8 @@ typedef struct exec_plan_info {
     mem_direct_engine direct_engine; /* and how (MEM_DIRECT_AUTO when not direct) */
     /* EXEC_IO_AUTO's probe of the file, bytes a second (0: not probed) */
     double probe_direct_Bps, probe_mmap_Bps;
+    bool experts_direct;       /* MoE expert slices are read directly into owned slots */
+    double expert_probe_direct_Bps, expert_probe_mmap_Bps; /* and auto's probe of them */
 } exec_plan_info;
 
 /* Cumulative figures since creation (read them before and after a span of

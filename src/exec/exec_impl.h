@@ -38,6 +38,45 @@ typedef struct exec_unit {
 
 enum { EXEC_GUESS_MAX = 2 }; /* experts of the next layer read ahead at most (guess.c) */
 
+/* Direct reads of expert slices (experts_direct.c): each resident slice sits
+ * in a slot of its size class in an arena (the layouts of a model's slices
+ * come in a few sizes: the layers' type mixes differ), and the view's expert
+ * matrices (`exps`, which the executor's view of the model points its MoE
+ * layers at) point there. The reads are started when the router has chosen
+ * and finished when the pass needs them (mem_direct_submit/finish), so that
+ * the experts already in memory compute meanwhile. */
+enum { EXEC_SLOT_CLASSES = 8 };
+
+typedef struct exec_slot_class {
+    uint64_t bytes;         /* every slot's size */
+    uint64_t at;            /* where its n slots begin in the arena */
+    int32_t n;              /* slices of this size: one slot each at most */
+    int32_t *warm, n_warm;  /* owned, n: free slots whose pages are in memory */
+    int32_t *cold, n_cold;  /* owned, n: free slots without pages */
+} exec_slot_class;
+
+typedef struct exec_expert_io {
+    mem_direct *d;          /* owned; NULL: the slices come through the page cache */
+    mem_layout *lay;        /* owned, n_layer x n_expert: each slice's layout in a slot */
+    uint8_t *class_of;      /* owned, n_layer x n_expert: the slice's size class */
+    exec_slot_class cls[EXEC_SLOT_CLASSES];
+    int32_t n_cls;
+    uint8_t *arena;         /* owned: every class's slots, reserved (pages come as they fill) */
+    uint64_t arena_bytes;
+    ops_matrix *exps;       /* owned, n_layer x 3 x n_expert: the view's expert matrices */
+    int32_t *slot_of;       /* owned, n_layer x n_expert: the slot holding the slice, -1 */
+    uint64_t *batch_of;     /* owned, n_layer x n_expert: the read's ticket, 0: landed */
+    uint64_t touched_bytes; /* slots with pages: the held ones and the warm free ones */
+    uint64_t limit_bytes;   /* what touched_bytes may reach: the cache's capacity */
+    mem_layout queue;       /* the extents of the slices queued since the last start */
+    size_t *pending;        /* owned, n_layer x n_expert: those slices */
+    int32_t n_pending;
+    bool tried;             /* open was tried (once per executor) */
+    bool failed;            /* a read failed: its message in err */
+    lares_error err;
+    double probe_direct_Bps, probe_mmap_Bps; /* `auto`'s probe (0: none) */
+} exec_expert_io;
+
 /* The expert slices of the MoE layers this device runs, and which of them
  * are resident: an LRU cache of `capacity` bytes, filled on the caller's
  * thread when a router picks experts (model_ctx_on_route). */
@@ -58,6 +97,8 @@ typedef struct exec_experts {
     uint64_t capacity;    /* the cache's budget; at least layer_max */
     uint64_t cached;      /* bytes resident now */
     uint64_t wait_ns, hits, misses, read_bytes, release_bytes;
+    uint64_t direct_bytes, direct_fallbacks; /* of read_bytes, read directly; failures */
+    exec_expert_io io;
     /* guessing the next MoE layer's experts (guess.c); guess false: off */
     bool guess;
     int32_t *next_moe, *prev_moe; /* owned: n_layer, the neighbour MoE layers run here */
@@ -179,6 +220,30 @@ void exec_experts_wait(void *user, int32_t layer);
  * cache knowing (the weights fitted until now), so all are released. */
 void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked);
 
+/* experts_direct.c: direct reads of expert slices into owned slots. open
+ * starts them where stream_io allows and (auto) a probe finds them no slower
+ * than the page cache; false: the page cache serves. Everything below runs on
+ * the caller's thread. */
+bool exec_experts_direct_open(exec_local *e);
+void exec_experts_direct_close(exec_local *e);
+/* what slice s takes in the cache while read directly: its slot's size */
+uint64_t exec_experts_direct_cost(const exec_local *e, size_t s);
+/* the cache's capacity: free slots give their pages back until the slots
+ * with pages fit it (the caller has made the cache fit first) */
+void exec_experts_direct_limit(exec_local *e, uint64_t capacity);
+/* queues the read of slice s into a free slot and points its views there;
+ * start hands what is queued to the reader (one batch: its reads in flight
+ * together) */
+void exec_experts_direct_read(exec_local *e, size_t s);
+void exec_experts_direct_start(exec_local *e);
+/* frees slice s's slot (waiting for a read of it in flight) and points its
+ * views back into the mapping */
+void exec_experts_direct_drop(exec_local *e, size_t s);
+/* waits until the reads of `layer`'s experts (n) have landed; false: a read
+ * failed, and every slice left the cache: the page cache serves from now on
+ * (the caller reads these) */
+bool exec_experts_direct_wait(exec_local *e, int32_t layer, const int32_t *experts, int32_t n);
+
 /* guess.c: the next MoE layer's likely experts, learned from the choices of
  * consecutive layers in single-token passes */
 lares_status exec_guess_build(exec_local *e, lares_error *err);
@@ -205,8 +270,17 @@ int32_t exec_routes_observe(void *user, int32_t layer, const int32_t *experts, i
 void exec_direct_init(exec_local *e);
 bool exec_direct_open(exec_local *e);
 void exec_direct_free(exec_local *e);
-/* The model the forward pass runs on: the view while reading directly. */
+/* The model the forward pass runs on: the view once one exists (it points
+ * into the mapping wherever nothing was read directly). */
 const model *exec_direct_model(const exec_local *e);
+/* auto's verdict on a probe's rates, logged: direct reads stay unless the
+ * page cache read more than `margin` (exec_opts.direct_margin when set)
+ * times faster */
+bool exec_probe_verdict(const exec_local *e, const char *what, double direct_Bps,
+                        double mmap_Bps, double margin);
+/* Makes the view (a copy of the model with the executor's own layer array);
+ * false: out of memory. */
+bool exec_direct_view(exec_local *e);
 /* Sizes the buffers for the plan's streamed units (run_plan, thread stopped):
  * every buffer holds the largest of them, so that any spare serves any unit. */
 void exec_direct_slots(exec_local *e);

@@ -15,6 +15,8 @@
  * (docs/performance.md), so it is the default. The cache holds at least one whole layer's
  * experts, so a prompt batch that uses them all still fits. While a layer
  * computes, the next layer's likely experts may be read ahead (guess.c).
+ * Where direct reads serve (experts_direct.c) each resident slice holds a
+ * slot of their arena, and the cache counts its slot's bytes.
  */
 #include "exec/exec_impl.h"
 
@@ -27,6 +29,41 @@ static const model_role exps_roles[3] = {MODEL_ROLE_EXP_GATE, MODEL_ROLE_EXP_UP,
 
 static size_t slot(const exec_local *e, int32_t layer, int32_t expert) {
     return (size_t)layer * (size_t)e->x.n_expert + (size_t)expert;
+}
+
+/* what slice s takes in the cache: its bytes, or a slot of direct reads */
+static uint64_t cost(const exec_local *e, size_t s) {
+    const exec_experts *x = &e->x;
+    return x->io.d != NULL ? exec_experts_direct_cost(e, s) : x->slices[s].bytes;
+}
+
+/* Starts reading slice s (not resident): into a slot, or WILLNEED */
+static void start_read(exec_local *e, size_t s) {
+    exec_experts *x = &e->x;
+    if (x->io.d != NULL) {
+        exec_experts_direct_read(e, s);
+        x->direct_bytes += x->slices[s].bytes;
+    } else {
+        mem_prefetch_async(&e->mf, &x->slices[s]);
+    }
+    x->resident[s] = true;
+    x->cached += cost(e, s);
+}
+
+/* Drops resident slice s */
+static void drop(exec_local *e, size_t s) {
+    exec_experts *x = &e->x;
+    x->cached -= cost(e, s);
+    if (x->io.d != NULL && x->io.slot_of[s] >= 0) {
+        exec_experts_direct_drop(e, s);
+        x->release_bytes += x->slices[s].bytes;
+    } else {
+        x->release_bytes += mem_release(&e->mf, &x->slices[s]);
+    }
+    x->resident[s] = false;
+    if (x->guessed != NULL) {
+        x->guessed[s] = false;
+    }
 }
 
 lares_status exec_experts_build(exec_local *e, lares_error *err) {
@@ -79,6 +116,7 @@ lares_status exec_experts_build(exec_local *e, lares_error *err) {
 
 void exec_experts_free(exec_local *e) {
     exec_experts *x = &e->x;
+    exec_experts_direct_close(e);
     if (x->slices != NULL) {
         const size_t n = (size_t)e->m->hp.n_layer * (size_t)x->n_expert;
         for (size_t i = 0; i < n; i++) {
@@ -132,12 +170,7 @@ static bool make_room_since(exec_local *e, uint64_t need, uint64_t since) {
         if (victim == n) {
             return false;
         }
-        x->release_bytes += mem_release(&e->mf, &x->slices[victim]);
-        x->resident[victim] = false;
-        x->cached -= x->slices[victim].bytes;
-        if (x->guessed != NULL) {
-            x->guessed[victim] = false;
-        }
+        drop(e, victim);
     }
     return true;
 }
@@ -161,16 +194,17 @@ static void guess_ahead(exec_local *e, int32_t layer, const int32_t *experts, in
     const uint64_t since = x->tick > x->ticks_per_pass ? x->tick - x->ticks_per_pass : 0;
     for (int32_t i = 0; i < n_next; i++) {
         const size_t s = slot(e, nl, next[i]);
-        if (!make_room_since(e, x->slices[s].bytes, since)) {
+        if (!make_room_since(e, cost(e, s), since)) {
             break;
         }
-        mem_prefetch_async(&e->mf, &x->slices[s]);
-        x->resident[s] = true;
+        start_read(e, s);
         x->guessed[s] = true;
         x->last_use[s] = x->tick; /* not evicted for the next guess of this layer */
-        x->cached += x->slices[s].bytes;
         x->read_bytes += x->slices[s].bytes;
         x->guesses++;
+    }
+    if (x->io.d != NULL) {
+        exec_experts_direct_start(e);
     }
 }
 
@@ -181,7 +215,9 @@ void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked)
     }
     const size_t n = (size_t)e->m->hp.n_layer * (size_t)x->n_expert;
     for (size_t i = 0; i < n && (untracked || capacity == 0); i++) {
-        if (untracked && capacity > 0) {
+        if (x->io.d != NULL && x->io.slot_of[i] >= 0) {
+            exec_experts_direct_drop(e, i);
+        } else if (untracked && capacity > 0) {
             x->release_bytes += mem_release(&e->mf, &x->slices[i]);
         }
         x->resident[i] = false; /* the OS keeps or drops them as it likes */
@@ -195,6 +231,7 @@ void exec_experts_set_capacity(exec_local *e, uint64_t capacity, bool untracked)
     x->capacity = capacity;
     x->tick++; /* nothing is "chosen now": everything may go */
     make_room(e, 0);
+    exec_experts_direct_limit(e, capacity); /* free slots give their pages back */
 }
 
 int32_t exec_experts_on_route(void *user, int32_t layer, const int32_t *experts, int32_t n,
@@ -229,7 +266,7 @@ int32_t exec_experts_on_route(void *user, int32_t layer, const int32_t *experts,
             }
         } else {
             x->missing[n_missing++] = experts[i];
-            need += x->slices[s].bytes;
+            need += cost(e, s);
             ready[i] = false;
         }
     }
@@ -240,9 +277,13 @@ int32_t exec_experts_on_route(void *user, int32_t layer, const int32_t *experts,
     /* every read in flight before the pass computes the ready experts */
     for (int32_t i = 0; i < n_missing; i++) {
         const size_t s = slot(e, layer, x->missing[i]);
-        mem_prefetch_async(&e->mf, &x->slices[s]);
-        x->resident[s] = true;
-        x->cached += x->slices[s].bytes;
+        start_read(e, s);
+        if (x->io.d != NULL) { /* (through the page cache, counted when populated) */
+            x->read_bytes += x->slices[s].bytes;
+        }
+    }
+    if (n_missing > 0 && x->io.d != NULL) {
+        exec_experts_direct_start(e);
     }
     for (int32_t i = 0; i < n_guessed; i++) { /* the guessed ones follow the misses */
         x->missing[n_missing + i] = x->missing[x->n_expert - 1 - i];
@@ -265,7 +306,16 @@ void exec_experts_wait(void *user, int32_t layer) {
         return;
     }
     const uint64_t t0 = lares_now_ns();
-    for (int32_t i = 0; i < x->n_late; i++) {
+    bool direct = x->io.d != NULL;
+    if (direct && !exec_experts_direct_wait(e, layer, x->missing, x->n_late)) {
+        direct = false; /* a read failed: every slice left its slot; these come the other way */
+        for (int32_t i = 0; i < x->n_late; i++) {
+            const size_t s = slot(e, layer, x->missing[i]);
+            x->resident[s] = true;
+            x->cached += cost(e, s);
+        }
+    }
+    for (int32_t i = 0; i < x->n_late && !direct; i++) {
         const size_t s = slot(e, layer, x->missing[i]);
         mem_io io = {0};
         lares_error err = {0};

@@ -157,6 +157,9 @@ static lares_status run_plan(exec_local *e, uint64_t budget, const bool *pinned,
     e->plan.probe_mmap_Bps = e->dx.probe_mmap_Bps;
     exec_direct_slots(e);
     e->plan.direct_engine = e->plan.direct ? mem_direct_engine_of(e->dx.d) : MEM_DIRECT_AUTO;
+    e->plan.experts_direct = p->streaming && e->x.bytes > 0 && exec_experts_direct_open(e);
+    e->plan.expert_probe_direct_Bps = e->x.io.probe_direct_Bps;
+    e->plan.expert_probe_mmap_Bps = e->x.io.probe_mmap_Bps;
     e->o.weight_budget_bytes = budget;
     exec_experts_set_capacity(e, p->streaming ? p->expert_cache_bytes : 0, !was_streaming);
     if (!p->streaming) {
@@ -363,6 +366,8 @@ void exec_local_counters(exec_local *e, exec_counters *out) {
     out->expert_guess_hits = e->x.guess_hits;
     out->expert_guess_scored = e->x.n_scored;
     out->expert_guess_picked = e->x.n_scored_picked;
+    out->direct_bytes += e->x.direct_bytes;
+    out->direct_fallbacks += e->x.direct_fallbacks;
     out->route_pairs = e->r.pairs;
     out->route_shared = e->r.shared;
 }

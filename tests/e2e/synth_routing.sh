@@ -55,6 +55,26 @@ ids --mem-budget "$budget" >"$TMP/run.json"
 b=$(jq -c .generated_ids "$TMP/run.json")
 jq -e '.memory.streaming == true' "$TMP/run.json" >/dev/null && ok || fail "run did not stream: $(jq -c .memory "$TMP/run.json")"
 [ -n "$a" ] && [ "$a" = "$b" ] && ok || fail "streamed ids $b differ from resident $a"
+# expert slices read directly or through the page cache: the same text, and
+# the report says which (auto follows its probe: direct when as fast)
+for io in mmap direct auto; do
+  ids --mem-budget "$budget" --stream-io $io >"$TMP/io.json" 2>"$TMP/err" \
+    && [ "$(jq -c .generated_ids "$TMP/io.json")" = "$a" ] && ok \
+    || fail "streamed ids with --stream-io $io differ: $(cat "$TMP/err")"
+  x=$(jq -c .memory.experts "$TMP/io.json")
+  case $io in
+    mmap) want='.io == "mmap" and .probe == null' ;;
+    direct) want='.io == "direct" and .probe == null' ;;
+    auto) want='.probe.direct_Bps > 0 and .probe.mmap_Bps > 0
+                and (.io == "direct") == (.probe.mmap_Bps <= .probe.direct_Bps)' ;;
+  esac
+  if [ "$io" = mmap ] || grep -q "direct reads" "$TMP/err"; then # (a file system without O_DIRECT)
+    jq -e ".io == \"mmap\"" <<<"$x" >/dev/null && ok || fail "--stream-io $io on no direct reads: $x"
+  else
+    jq -e "$want" <<<"$x" >/dev/null && ok || fail "--stream-io $io: experts $x"
+  fi
+done
+jq -e '.memory.experts == null' <(ids) >/dev/null && ok || fail "experts figures without streaming"
 c=$(ids --mem-budget "$budget" --expert-cache heat | jq -c .generated_ids)
 [ "$a" = "$c" ] && ok || fail "streamed ids with --expert-cache heat $c differ from resident $a"
 # guessing the next layer's experts: each way the same text; always reading
