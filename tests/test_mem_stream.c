@@ -331,10 +331,17 @@ static void check_model(json_t *root, const char *file, int min_agree) {
                        "%s: %llu bytes read directly, %llu per pass", file,
                        (unsigned long long)got.c.direct_bytes,
                        (unsigned long long)got.plan.stream_bytes);
-                /* each range of a unit rounds out by less than a block at each end */
+                /* each range of a unit rounds out by less than a block at each end
+                 * (and expert slots, counted in their cache, by as much for each
+                 * of a layer's slices the cache may hold beyond its bytes) */
+                const uint64_t slots =
+                    got.plan.experts_direct
+                        ? got.plan.expert_cache_bytes +
+                              6 * MEM_DIRECT_ALIGN * (uint64_t)r.m->hp.n_expert
+                        : 0;
                 CHECKF(got.c.buffer_peak_bytes > 0 &&
                            got.c.buffer_peak_bytes <= got.plan.window_bytes +
-                                                          got.plan.readahead_slack_bytes +
+                                                          got.plan.readahead_slack_bytes + slots +
                                                           2 * MEM_DIRECT_ALIGN * 8 * (uint64_t)n_units,
                        "%s: buffers of %llu bytes for a window of %llu", file,
                        (unsigned long long)got.c.buffer_peak_bytes,
@@ -349,8 +356,8 @@ static void check_model(json_t *root, const char *file, int min_agree) {
                                                      : got.plan.direct_engine) &&
                       got.plan.direct_engine != MEM_DIRECT_AUTO);
             } else { /* (expert slices read directly count too) */
-                CHECK((got.c.direct_bytes == 0 || got.plan.experts_direct) &&
-                      got.c.buffer_peak_bytes == 0);
+                CHECK((got.c.direct_bytes == 0 && got.c.buffer_peak_bytes == 0) ||
+                      got.plan.experts_direct);
             }
             CHECKF(got.c.n_mispredicted == 0, "%s budget %llu window %d: %llu mispredictions",
                    file, (unsigned long long)budgets[b], w,
@@ -374,6 +381,16 @@ static void check_model(json_t *root, const char *file, int min_agree) {
                 CHECKF(!want_x || (got.c.direct_bytes > 0 && got.c.direct_fallbacks == 0),
                        "%s: experts read directly: %llu bytes", file,
                        (unsigned long long)got.c.direct_bytes);
+                /* their slots with pages stay within the cache (and a layer's
+                 * slices' rounding): the report counts them as buffers */
+                CHECKF(!want_x || got.plan.stream_bytes > 0 ||
+                           (got.c.buffer_peak_bytes > 0 &&
+                            got.c.buffer_peak_bytes <=
+                                got.plan.expert_cache_bytes +
+                                    6 * MEM_DIRECT_ALIGN * (uint64_t)r.m->hp.n_expert),
+                       "%s: expert slots of %llu bytes for a cache of %llu", file,
+                       (unsigned long long)got.c.buffer_peak_bytes,
+                       (unsigned long long)got.plan.expert_cache_bytes);
                 expert_direct_runs += want_x;
             }
             if (so.lock) { /* the tiny pinned sizes fit any RLIMIT_MEMLOCK */

@@ -123,7 +123,8 @@ typedef struct exec_counters {
     uint64_t direct_bytes;   /* of prefetch_bytes, read directly into owned buffers */
     uint64_t direct_fallbacks; /* direct reads that failed and went through the page cache */
     /* levels, not sums: the owned buffers of direct reads now and at most (the
-     * window's bytes live in them instead of the page cache) */
+     * window's bytes live in them instead of the page cache), expert slots
+     * with pages included (their most added to the units' most) */
     uint64_t buffer_bytes;
     uint64_t buffer_peak_bytes;
 } exec_counters;

@@ -67,6 +67,7 @@ typedef struct exec_expert_io {
     int32_t *slot_of;       /* owned, n_layer x n_expert: the slot holding the slice, -1 */
     uint64_t *batch_of;     /* owned, n_layer x n_expert: the read's ticket, 0: landed */
     uint64_t touched_bytes; /* slots with pages: the held ones and the warm free ones */
+    uint64_t touched_peak;  /* the most touched_bytes was */
     uint64_t limit_bytes;   /* what touched_bytes may reach: the cache's capacity */
     mem_layout queue;       /* the extents of the slices queued since the last start */
     size_t *pending;        /* owned, n_layer x n_expert: those slices */

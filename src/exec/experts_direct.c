@@ -394,6 +394,7 @@ void exec_experts_direct_read(exec_local *e, size_t s) {
         io->touched_bytes += c->bytes;
         while (io->touched_bytes > io->limit_bytes && cool_one(io, ci)) {
         }
+        io->touched_peak = LARES_MAX(io->touched_peak, io->touched_bytes);
     }
     io->slot_of[s] = k;
     point(e, s, k);

@@ -368,6 +368,8 @@ void exec_local_counters(exec_local *e, exec_counters *out) {
     out->expert_guess_picked = e->x.n_scored_picked;
     out->direct_bytes += e->x.direct_bytes;
     out->direct_fallbacks += e->x.direct_fallbacks;
+    out->buffer_bytes += e->x.io.touched_bytes; /* expert slots with pages */
+    out->buffer_peak_bytes += e->x.io.touched_peak;
     out->route_pairs = e->r.pairs;
     out->route_shared = e->r.shared;
 }
