@@ -225,6 +225,7 @@ static bool direct_works(const char *path) {
  * and kept direct reads or took the page cache, and files where direct reads
  * work */
 static int probe_direct_runs, probe_mmap_runs, direct_files, expert_direct_runs;
+static int expert_probe_runs[2]; /* auto's probes of experts: [0] the page cache won, [1] direct */
 
 static void check_model(json_t *root, const char *file, int min_agree) {
     json_t *res = find_result(root, file);
@@ -283,7 +284,10 @@ static void check_model(json_t *root, const char *file, int min_agree) {
                             .expert_guess = (w + (int32_t)b) % 2 ? 1 : -1,
                             /* auto's probe: the page cache must be a billion times
                              * faster, or any speed is faster */
-                            .direct_margin = (w / 3) % 2 ? 1e9 : 1e-9};
+                            .direct_margin = (w / 3) % 2 ? 1e9 : 1e-9,
+                            /* (the experts' probe wants 64 KiB batches of slices
+                             * that round out to blocks by at most 2 %) */
+                            .expert_probe_any = (w + (int32_t)b) % 4 < 2};
             memset(&got.ids, 0xff, sizeof got.ids);
             if (!decode_n(&r, &so, prompt, np, N_CMP, &got)) {
                 continue;
@@ -365,15 +369,18 @@ static void check_model(json_t *root, const char *file, int min_agree) {
             if (r.m->hp.n_expert > 0) {
                 CHECKF(got.c.expert_misses > 0 && got.plan.expert_cache_bytes > 0,
                        "%s: experts never read", file);
-                /* expert slices: direct where asked, or where auto's probe (when
-                 * their batches reach 64 KiB) finds them as fast */
+                /* expert slices: direct where asked, or where auto's probe finds
+                 * them as fast (no probe: the page cache) */
                 const bool xprobed = got.plan.expert_probe_direct_Bps > 0;
                 CHECKF(!xprobed || (so.stream_io == EXEC_IO_AUTO && direct &&
                                     got.plan.expert_probe_mmap_Bps > 0),
                        "%s: a probe of experts with stream_io %d", file, (int)so.stream_io);
+                CHECKF(xprobed || !so.expert_probe_any || so.stream_io != EXEC_IO_AUTO || !direct,
+                       "%s: auto did not probe the experts", file);
                 const bool want_x =
                     direct && (so.stream_io == EXEC_IO_DIRECT ||
-                               (so.stream_io == EXEC_IO_AUTO && (!xprobed || so.direct_margin > 1)));
+                               (so.stream_io == EXEC_IO_AUTO && xprobed && so.direct_margin > 1));
+                expert_probe_runs[so.direct_margin > 1] += xprobed;
                 CHECKF(got.plan.experts_direct == want_x,
                        "%s budget %llu window %d: stream_io %d, experts direct %d", file,
                        (unsigned long long)budgets[b], w, (int)so.stream_io,
@@ -793,6 +800,9 @@ int main(void) {
     check_rebudget("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", EXEC_IO_AUTO);
     check_windows();
     CHECKF(direct_files == 0 || expert_direct_runs > 0, "expert slices never read directly");
+    CHECKF(direct_files == 0 || (expert_probe_runs[0] > 0 && expert_probe_runs[1] > 0),
+           "auto's probe of experts chose the page cache %d times and direct reads %d times",
+           expert_probe_runs[0], expert_probe_runs[1]);
     check_direct_fallback();
     check_experts_fallback();
     check_residency(EXEC_IO_MMAP);

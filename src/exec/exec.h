@@ -77,6 +77,8 @@ typedef struct exec_opts {
     /* EXEC_IO_AUTO: how much faster the page cache must read this file (a
      * short probe, direct.c) before streaming goes through it; 0: 1.25 */
     double direct_margin;
+    /* tests: auto's probe of expert reads runs however small the slices */
+    bool expert_probe_any;
 } exec_opts;
 
 /* What the executor decided. */
