@@ -241,9 +241,11 @@ void exec_experts_direct_start(exec_local *e);
  * views back into the mapping */
 void exec_experts_direct_drop(exec_local *e, size_t s);
 /* waits until the reads of `layer`'s experts (n) have landed; false: a read
- * failed, and every slice left the cache: the page cache serves from now on
- * (the caller reads these) */
+ * failed (this one or an earlier one): the caller drops every slice, stops
+ * the direct reads and has the page cache serve from then on */
 bool exec_experts_direct_wait(exec_local *e, int32_t layer, const int32_t *experts, int32_t n);
+/* after a failed read, every slice dropped: no more direct reads (warned) */
+void exec_experts_direct_stop(exec_local *e);
 
 /* guess.c: the next MoE layer's likely experts, learned from the choices of
  * consecutive layers in single-token passes */

@@ -308,7 +308,17 @@ void exec_experts_wait(void *user, int32_t layer) {
     const uint64_t t0 = lares_now_ns();
     bool direct = x->io.d != NULL;
     if (direct && !exec_experts_direct_wait(e, layer, x->missing, x->n_late)) {
-        direct = false; /* a read failed: every slice left its slot; these come the other way */
+        /* a read failed: what the slots hold cannot be trusted; every slice
+         * leaves the cache, and these come through the page cache */
+        const size_t n = (size_t)e->m->hp.n_layer * (size_t)x->n_expert;
+        for (size_t s = 0; s < n; s++) {
+            if (x->resident[s]) {
+                drop(e, s);
+            }
+        }
+        exec_experts_direct_stop(e);
+        x->direct_fallbacks++;
+        direct = false;
         for (int32_t i = 0; i < x->n_late; i++) {
             const size_t s = slot(e, layer, x->missing[i]);
             x->resident[s] = true;

@@ -185,8 +185,9 @@ static bool direct_pays(exec_local *e) {
                               PROBE_MARGIN);
 }
 
-/* Everything open() made, undone: the view's MoE layers point at the model's
- * experts again (when the view is still there). */
+/* Everything open() made, undone (the probe's rates and `tried` stay): the
+ * view's MoE layers point at the model's experts again (when the view is
+ * still there). */
 static void teardown(exec_local *e) {
     exec_expert_io *io = &e->x.io;
 
@@ -214,9 +215,11 @@ static void teardown(exec_local *e) {
     lares_free(io->batch_of);
     lares_free(io->pending);
     const double pd = io->probe_direct_Bps, pm = io->probe_mmap_Bps;
+    const bool tried = io->tried;
     memset(io, 0, sizeof *io);
     io->probe_direct_Bps = pd;
     io->probe_mmap_Bps = pm;
+    io->tried = tried;
 }
 
 /* The class of a layout of `bytes`, a new one where there is room; -1: none. */
@@ -315,7 +318,6 @@ bool exec_experts_direct_open(exec_local *e) {
                build(e, &err) == LARES_OK) {
         if (!asked && !direct_pays(e)) {
             teardown(e);
-            io->tried = true;
             return false;
         }
         lares_log(LARES_LOG_INFO, "exec: expert slices of %s are read directly (%s)",
@@ -323,7 +325,6 @@ bool exec_experts_direct_open(exec_local *e) {
         return true;
     }
     teardown(e);
-    io->tried = true;
     lares_log(asked ? LARES_LOG_WARN : LARES_LOG_INFO,
               "exec: %s; expert slices go through the page cache", err.msg);
     return false;
@@ -445,37 +446,21 @@ void exec_experts_direct_start(exec_local *e) {
 
 bool exec_experts_direct_wait(exec_local *e, int32_t layer, const int32_t *experts, int32_t n) {
     exec_experts *x = &e->x;
-    exec_expert_io *io = &x->io;
-    bool ok = !io->failed;
+    bool ok = !x->io.failed;
     for (int32_t i = 0; i < n && ok; i++) {
-        ok = landed(io, (size_t)layer * (size_t)x->n_expert + (size_t)experts[i]);
+        ok = landed(&x->io, (size_t)layer * (size_t)x->n_expert + (size_t)experts[i]);
     }
-    const bool failed = !ok;
-    const lares_error why = io->err;
-    if (!failed) {
-        return true;
-    }
-    /* what the slots hold cannot be trusted: the page cache serves from now on */
-    lares_log(LARES_LOG_WARN, "exec: %s; expert slices go through the page cache", why.msg);
-    for (size_t i = 0; i < n_slices(e); i++) {
-        if (io->slot_of[i] >= 0) {
-            exec_experts_direct_drop(e, i);
-        } else if (x->resident[i]) { /* (a slice no slot took came through the mapping) */
-            x->release_bytes += mem_release(&e->mf, &x->slices[i]);
-        }
-        x->resident[i] = false;
-        if (x->guessed != NULL) {
-            x->guessed[i] = false;
-        }
-    }
-    x->cached = 0;
-    x->direct_fallbacks++;
-    /* the reads stop; the view keeps its expert matrices (the pass running
-     * now holds them), all pointing into the mapping again */
+    return ok;
+}
+
+void exec_experts_direct_stop(exec_local *e) {
+    exec_expert_io *io = &e->x.io;
+    lares_log(LARES_LOG_WARN, "exec: %s; expert slices go through the page cache", io->err.msg);
+    /* the view keeps its expert matrices (the pass running now holds them),
+     * all pointing into the mapping again (the caller dropped every slice) */
     mem_direct_close(io->d);
     io->d = NULL;
     mem_buffer_unmap(io->arena, (size_t)io->arena_bytes);
     io->arena = NULL;
     io->touched_bytes = 0;
-    return false;
 }

@@ -330,7 +330,7 @@ static int read_threads(mem_direct *d, const mem_layout *l, uint8_t *buf) {
  * A read (mem_direct_submit) is a ticket: its extents cut into pieces that
  * wait in `queue` until the ring has room for them (MEM_DIRECT_DEPTH in
  * flight). Completions are reaped by whichever call comes next (submit,
- * progress, finish), which also submits the waiting pieces; a short read goes
+ * finish), which also submits the waiting pieces; a short read goes
  * back into the ring for its rest. Tickets finish in any order: `left`
  * counts each one's pieces not yet done, `err` keeps its first error (its
  * pieces still waiting are then dropped). */
@@ -596,16 +596,6 @@ lares_status mem_direct_submit(mem_direct *d, const mem_layout *l, void *buf, ui
         return lares_fail(err, LARES_EIO, "%s: direct read failed: %s", d->path, strerror(e));
     }
     return LARES_OK;
-}
-
-void mem_direct_progress(mem_direct *d) {
-#if defined(LARES_HAVE_LIBURING)
-    if (d->engine == MEM_DIRECT_URING) {
-        reap(d, false);
-    }
-#else
-    (void)d;
-#endif
 }
 
 lares_status mem_direct_finish(mem_direct *d, uint64_t ticket, lares_error *err) {

@@ -243,8 +243,6 @@ lares_status mem_direct_read(mem_direct *d, const mem_layout *l, void *buf, mem_
  * ticket is finished (closing the handle waits for every read). */
 lares_status mem_direct_submit(mem_direct *d, const mem_layout *l, void *buf, uint64_t *ticket,
                                lares_error *err);
-/* Hands completed requests back and starts waiting ones; never blocks. */
-void mem_direct_progress(mem_direct *d);
 /* Waits until the ticket's reads have landed; LARES_EIO naming the file when
  * one failed (its others may not have been made). */
 lares_status mem_direct_finish(mem_direct *d, uint64_t ticket, lares_error *err);
