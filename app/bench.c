@@ -25,6 +25,7 @@ typedef struct bench_opts {
     int32_t n_prompt, n_gen, repeat, depth, parallel;
     lares_session_opts session;
     bool json;
+    bool verbose; /* -v: the library's info lines (the GPU placement) on stderr */
     const char *isa;
     float temp;    /* tg's sampling temperature; 0: greedy */
     uint64_t seed; /* tg's sampling seed */
@@ -69,7 +70,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                 "                   [-b BATCH] [-c CTX] [--kv-type auto|f16|f32] [--json]\n"
                 "                   [--isa NAME] [--mem-budget SIZE] [--stream-io M] [--temp T]\n"
                 "                   [--seed S]\n"
-                "                   [--parallel S]\n"
+                "                   [--parallel S] [-v]\n"
                 "  -p N   prompt tokens of the pp test (0 skips it)\n"
                 "  -n N   generated tokens of the tg test (0 skips it)\n"
                 "  -d, --depth N   tokens already in the KV cache (filled once, not timed)\n"
@@ -89,10 +90,22 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                 "MoE models: the expert cache's hit rate (when streaming), the share of a\n"
                 "token's experts the previous token chose too, and the share of each layer's\n"
                 "most chosen experts, over the tg test's tokens");
+            app_gpu_usage(stdout);
             return APP_OK;
         }
         if (strcmp(a, "--json") == 0) {
             o->json = true;
+            continue;
+        }
+        if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            o->verbose = true;
+            continue;
+        }
+        const int gpu = app_gpu_opt(argc, argv, &i, &o->session);
+        if (gpu < 0) {
+            return APP_USAGE;
+        }
+        if (gpu > 0) {
             continue;
         }
         if ((v = app_need_value(argc, argv, &i)) == NULL) {
@@ -186,6 +199,9 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         app_error("bench: nothing to measure (-p 0 and -n 0)");
         return APP_USAGE;
     }
+    if (!app_gpu_check(&o->session)) {
+        return APP_USAGE;
+    }
     return -1;
 }
 
@@ -250,7 +266,7 @@ int cmd_bench(int argc, char **argv) {
     if (rc >= 0) {
         return rc;
     }
-    app_setup_log(0);
+    app_setup_log(o.verbose ? 1 : 0);
     lares_error err = {0};
     if (o.isa != NULL && lares_force_isa(o.isa, &err) != LARES_OK) {
         return app_fail(&err);

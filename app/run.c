@@ -403,6 +403,25 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
                             json_integer((json_int_t)st->expert_guesses_picked));
     }
     json_object_set_new(root, "memory", mem);
+    lares_gpu_info gi;
+    if (lares_session_gpu_info(s, &gi)) {
+        json_t *g = json_object();
+        json_object_set_new(g, "backend", json_string(gi.backend));
+        json_object_set_new(g, "device", json_string(gi.device));
+        json_object_set_new(g, "method", json_string(gi.method));
+        json_object_set_new(g, "budget_bytes", json_integer((json_int_t)gi.budget_bytes));
+        json_object_set_new(g, "weight_bytes", json_integer((json_int_t)gi.weight_bytes));
+        json_object_set_new(g, "model_weight_bytes",
+                            json_integer((json_int_t)gi.model_weight_bytes));
+        json_object_set_new(g, "matrices", json_integer(gi.n_matrices));
+        json_object_set_new(g, "matrices_gpu", json_integer(gi.n_matrices_gpu));
+        json_object_set_new(g, "layers_device", json_integer(gi.n_layers_device));
+        json_object_set_new(g, "predicted_ms", json_real(gi.predicted_ms));
+        json_object_set_new(g, "cpu_predicted_ms", json_real(gi.cpu_predicted_ms));
+        json_object_set_new(g, "products", json_integer((json_int_t)gi.n_products));
+        json_object_set_new(g, "layer_runs", json_integer((json_int_t)gi.n_layer_runs));
+        json_object_set_new(root, "gpu", g);
+    }
     json_t *ring = app_ring_json(s);
     if (ring != NULL) {
         json_object_set_new(root, "ring", ring);

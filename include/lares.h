@@ -233,6 +233,21 @@ LARES_API int32_t lares_session_n_ctx(const lares_session *s);
 /* The threads that compute (n_threads as asked, or as chosen for 0: every
  * core, one fewer while weights stream through the page cache). */
 LARES_API int32_t lares_session_n_threads(const lares_session *s);
+
+/* What a session offloads to a GPU (docs/gpu.md): false, *out untouched, for a
+ * session without one. */
+typedef struct lares_gpu_info {
+    const char *backend; /* "cuda", or "emulated" (LARES_GPU_BACKEND=emulated) */
+    char device[96];
+    const char *method;  /* "layers", "affinity" */
+    uint64_t budget_bytes, weight_bytes, model_weight_bytes;
+    int32_t n_matrices, n_matrices_gpu;
+    int32_t n_layers_device;  /* layers run whole on the device */
+    double predicted_ms, cpu_predicted_ms; /* per token, by the placement's model */
+    uint64_t n_products;      /* products run on the device one by one so far */
+    uint64_t n_layer_runs;    /* layers run whole on the device so far */
+} lares_gpu_info;
+LARES_API bool lares_session_gpu_info(const lares_session *s, lares_gpu_info *out);
 /* Gives the session a draft model for speculative decoding
  * (lares_generate_opts.draft_n, docs/speculative.md): a smaller model with the
  * same vocabulary (size, every token's text, BOS, EOS and the tokens that end

@@ -7,33 +7,25 @@
  * (or in a build without CUDA) it prints why and returns 77 (CTest: skipped).
  */
 #include "check.h"
+#include "gpu_layer_checks.h"
 #include "gpu/gpu_impl.h"
 #include "quant/half.h"
 #include "quant/quant.h"
 
 #include <math.h>
 
-static uint64_t rng = 0x9e3779b97f4a7c15u;
-
-static float frand(void) { /* xorshift64*, uniform in [-1, 1) */
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return (float)((double)((rng * 2685821657736338717u) >> 11) / 9007199254740992.0 * 2 - 1);
-}
-
 static const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K,
-                                 GGUF_TYPE_F16};
+                                 GGUF_TYPE_F16,  GGUF_TYPE_F32};
 
 static void test_dequant(void) {
     const int64_t n = 4096;
     float *x = malloc(n * sizeof(float)), *a = malloc(n * sizeof(float)),
           *b = malloc(n * sizeof(float));
-    void *q = malloc(quant_row_bytes(GGUF_TYPE_F16, n));
+    void *q = malloc(quant_row_bytes(GGUF_TYPE_F32, n));
     for (size_t k = 0; k < LARES_ARRAY_LEN(types); k++) {
         const quant_traits *qt = quant_traits_ref(types[k]);
         for (int64_t i = 0; i < n; i++) {
-            x[i] = frand() * (1 + (float)(i % 7));
+            x[i] = glc_rand() * (1 + (float)(i % 7));
         }
         qt->from_float_ref(x, q, n);
         qt->to_float(q, a, n);
@@ -55,8 +47,11 @@ static void test_matmul(void) {
     if (d == NULL) {
         return;
     }
-    /* shapes: a mat-vec and a small mat-mat of a typical 256-multiple width */
-    const int64_t shapes[][3] = {{512, 96, 1}, {1024, 40, 5}, {256, 33, 8}};
+    /* shapes: mat-vecs and mat-mats of 256-multiple widths, rows not a multiple of the
+     * kernel's warps, batches not a multiple of its rows per pass, and a 7B-sized
+     * mat-vec (grid and index sizes) */
+    const int64_t shapes[][3] = {{512, 96, 1},  {1024, 40, 5},   {256, 33, 8},
+                                 {2048, 7, 37}, {4096, 4101, 1}, {11008, 64, 2}};
     for (size_t k = 0; k < LARES_ARRAY_LEN(types); k++) {
         const quant_traits *qt = quant_traits_ref(types[k]);
         const quant_traits *at = quant_traits_ref(qt->vec_dot_type);
@@ -70,10 +65,10 @@ static void test_matmul(void) {
             float *ycpu = malloc((size_t)(n_out * n_rows) * sizeof(float));
             float *ygpu = malloc((size_t)(n_out * n_rows) * sizeof(float));
             for (int64_t i = 0; i < n_in * n_out; i++) {
-                wf[i] = frand();
+                wf[i] = glc_rand();
             }
             for (int64_t i = 0; i < n_in * n_rows; i++) {
-                xf[i] = frand() * 3;
+                xf[i] = glc_rand() * 3;
             }
             qt->from_float_ref(wf, w, n_in * n_out);
             ops_act act;
@@ -123,10 +118,10 @@ static void test_rmsnorm_rope(void) {
     const int64_t n = 288, rows = 3;
     float x[288 * 3], w[288], a[288 * 3], b[288 * 3];
     for (int64_t i = 0; i < n * rows; i++) {
-        x[i] = frand() * 4;
+        x[i] = glc_rand() * 4;
     }
     for (int64_t i = 0; i < n; i++) {
-        w[i] = frand();
+        w[i] = glc_rand();
     }
     for (int64_t r = 0; r < rows; r++) {
         ops_rmsnorm(x + r * n, w, n, 1e-5f, a + r * n);
@@ -165,11 +160,11 @@ static void test_attention(void) {
     float oa[N_TOK * NH * HD], ob[N_TOK * NH * HD];
     lares_f16 kh[CTX * NKV * HD], vh[CTX * NKV * HD];
     for (size_t i = 0; i < LARES_ARRAY_LEN(q); i++) {
-        q[i] = frand();
+        q[i] = glc_rand();
     }
     for (size_t i = 0; i < LARES_ARRAY_LEN(kf); i++) {
-        kf[i] = frand();
-        vf[i] = frand();
+        kf[i] = glc_rand();
+        vf[i] = glc_rand();
     }
     const quant_traits *f16 = quant_traits_ref(GGUF_TYPE_F16);
     f16->from_float_ref(kf, kh, CTX * NKV * HD);
@@ -215,5 +210,14 @@ int main(void) {
     test_matmul();
     test_rmsnorm_rope();
     test_attention();
+    {
+        const gpu_device_ops *o = gpu_cuda_ops();
+        gpu_device *d = NULL;
+        CHECK_OK(o->open(0, &d, name, sizeof name, &vfree, &err), &err);
+        if (d != NULL) {
+            gpu_layer_checks(o, d);
+            o->close(d);
+        }
+    }
     return check_finish("test_gpu_kernels");
 }

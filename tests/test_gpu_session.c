@@ -7,6 +7,8 @@
  * checked by test_gpu_kernels where a device is present.
  */
 #include "check.h"
+#include "gpu_layer_checks.h"
+#include "gpu/gpu_impl.h"
 #include "greedy_cases.h"
 #include "gguf/gguf.h"
 #include "gpu/gpu.h"
@@ -129,11 +131,12 @@ static void compare_products(runner *r, gpu_session *s) {
         const ops_act *as[] = {&a};
         ops_matmul(r->pool, 1, &ws[i], as, &y1);
         ops_offload_fn fn;
+        ops_offload_holds_fn holds;
         void *user;
-        ops_pool_offload(r->pool, &fn, &user);
-        ops_pool_set_offload(r->pool, NULL, NULL);
+        ops_pool_offload(r->pool, &fn, &holds, &user);
+        ops_pool_set_offload(r->pool, NULL, NULL, NULL);
         ops_matmul(r->pool, 1, &ws[i], as, &y2);
-        ops_pool_set_offload(r->pool, fn, user);
+        ops_pool_set_offload(r->pool, fn, holds, user);
         int bad = 0;
         for (int64_t k = 0; k < 2 * w->n_out; k++) {
             bad += !(fabsf(y1[k] - y2[k]) <= 1e-4f * (1 + fabsf(y2[k])));
@@ -232,12 +235,128 @@ static void test_greedy_on_emulated_device(void) {
             gpu_session_free(s);
             ops_offload_fn fn;
             void *user;
-            ops_pool_offload(r.pool, &fn, &user);
+            ops_pool_offload(r.pool, &fn, NULL, &user);
             CHECK(fn == NULL && user == NULL);
             runner_close(&r);
         }
     }
     json_decref(root);
+}
+
+/* Whole layers on the emulated device: every layer placed runs there (norms,
+ * RoPE, attention over the device's cache, SwiGLU), the logits of a prompt
+ * match the CPU's, and the host cache the device mirrored carries a CPU-only
+ * continuation that still agrees with the reference engine as far as the CPU
+ * path does. */
+static void test_whole_layers(void) {
+    json_error_t je;
+    json_t *root = json_load_file(fixture("expected/greedy_once_upon_a_time.json"), 0, &je);
+    CHECKF(root != NULL, "expected file: %s", je.text);
+    if (root == NULL) {
+        return;
+    }
+    for (size_t c = 0; c < LARES_ARRAY_LEN(files); c++) {
+        json_t *res = find_result(root, files[c]);
+        if (res == NULL) {
+            continue;
+        }
+        int32_t prompt[64], want[64];
+        const int np = ids_from(json_object_get(res, "prompt_token_ids_with_bos"), prompt, 64);
+        const int nw = ids_from(json_object_get(res, "reference_greedy_token_ids"), want, 64);
+        runner cpu, r;
+        if (!runner_open(&cpu, files[c]) || !runner_open(&r, files[c])) {
+            runner_close(&cpu);
+            runner_close(&r);
+            continue;
+        }
+        const int cpu_agree = greedy_agree(&cpu, prompt, np, want, nw);
+        runner_close(&cpu);
+        CHECK(runner_open(&cpu, files[c]) && feed(&cpu, prompt, np, 0));
+        lares_error err = {0};
+        gpu_session_opts o = gpu_session_opts_default();
+        o.backend = GPU_BACKEND_EMUL;
+        o.method = GPU_OFFLOAD_LAYERS;
+        gpu_session *s = NULL;
+        CHECK_OK(gpu_session_create(r.m, r.pool, &o, &s, &err), &err);
+        if (s == NULL) {
+            runner_close(&cpu);
+            runner_close(&r);
+            continue;
+        }
+        gpu_session_attach(s, r.cx);
+        gpu_session_info info;
+        gpu_session_get_info(s, &info);
+        CHECKF(info.n_layers_device == r.m->hp.n_layer, "%s: %d of %d layers whole", files[c],
+               (int)info.n_layers_device, (int)r.m->hp.n_layer);
+        CHECK(feed(&r, prompt, np, 0));
+        double worst = 0, top = 0;
+        for (int32_t i = 0; i < r.m->hp.n_vocab; i++) {
+            worst = fmax(worst, fabs((double)r.logits[i] - cpu.logits[i]));
+            top = fmax(top, fabs((double)cpu.logits[i]));
+        }
+        CHECKF(worst <= 1e-4 * (1 + top), "%s: logits off by %g (largest %g)", files[c], worst,
+               top);
+        gpu_session_get_info(s, &info);
+        CHECKF(info.n_layer_runs >= (uint64_t)r.m->hp.n_layer, "%s: %llu layer runs", files[c],
+               (unsigned long long)info.n_layer_runs);
+        /* a host cache written behind the pass's back is read in again: layer
+         * 0's rows of the prompt spoiled through the host change the last
+         * token's logits, and restored give them back */
+        {
+            const size_t row = model_kv_row_bytes(r.kv), n = (size_t)(np - 1);
+            uint8_t *k = malloc(row * n), *v = malloc(row * n), *junk = malloc(row * n);
+            float *l0 = malloc(sizeof(float) * (size_t)r.m->hp.n_vocab);
+            memcpy(l0, r.logits, sizeof(float) * (size_t)r.m->hp.n_vocab);
+            model_kv_rows(r.kv, 0, 0, np - 1, false, k, v);
+            for (size_t i = 0; i < row * n / sizeof(float); i++) {
+                ((float *)junk)[i] = (float)(i % 13) - 6; /* an F32 cache (runner_open) */
+            }
+            model_kv_rows(r.kv, 0, 0, np - 1, true, junk, junk);
+            CHECK(feed(&r, &prompt[np - 1], 1, np - 1));
+            CHECKF(memcmp(l0, r.logits, sizeof(float) * (size_t)r.m->hp.n_vocab) != 0,
+                   "%s: spoiled host rows did not reach the device", files[c]);
+            model_kv_rows(r.kv, 0, 0, np - 1, true, k, v);
+            CHECK(feed(&r, &prompt[np - 1], 1, np - 1));
+            CHECKF(memcmp(l0, r.logits, sizeof(float) * (size_t)r.m->hp.n_vocab) == 0,
+                   "%s: restored host rows did not give the logits back", files[c]);
+            free(k), free(v), free(junk), free(l0);
+        }
+        /* half the continuation on the device, the rest on the CPU from the
+         * host cache the device kept complete */
+        int agree = 0;
+        for (int i = 0; i < nw; i++) {
+            const int32_t t = argmax(r.logits, r.m->hp.n_vocab);
+            if (t != want[i]) {
+                break;
+            }
+            agree++;
+            if (i == nw / 2) {
+                model_ctx_on_layer(r.cx, NULL, NULL);
+            }
+            if (i + 1 < nw && !feed(&r, &t, 1, np + i)) {
+                break;
+            }
+        }
+        CHECKF(agree >= cpu_agree, "%s: %d tokens agree, the CPU path %d", files[c], agree,
+               cpu_agree);
+        model_ctx_on_layer(r.cx, NULL, NULL);
+        gpu_session_free(s);
+        runner_close(&cpu);
+        runner_close(&r);
+    }
+    json_decref(root);
+}
+
+static void test_layer_ops_emulated(void) {
+    gpu_device *d = NULL;
+    char name[96];
+    uint64_t vfree;
+    lares_error err = {0};
+    CHECK_OK(gpu_emul_ops.open(0, &d, name, sizeof name, &vfree, &err), &err);
+    if (d != NULL) {
+        gpu_layer_checks(&gpu_emul_ops, d);
+        gpu_emul_ops.close(d);
+    }
 }
 
 static void test_session_errors(void) {
@@ -280,7 +399,7 @@ static void test_session_errors(void) {
         gpu_session_free(s);
         ops_offload_fn fn;
         void *user;
-        ops_pool_offload(r.pool, &fn, &user);
+        ops_pool_offload(r.pool, &fn, NULL, &user);
         CHECK(fn == NULL);
     }
     runner_close(&r);
@@ -307,6 +426,8 @@ static void test_measure_cpu(void) {
 
 int main(void) {
     test_greedy_on_emulated_device();
+    test_whole_layers();
+    test_layer_ops_emulated();
     test_session_errors();
     test_measure_cpu();
     return check_finish("test_gpu_session");

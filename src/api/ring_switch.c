@@ -223,6 +223,7 @@ lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int
                 head_rows(sl, l, &k, &v);
                 st = cluster_head_kv_get(h, before[l], (uint32_t)i, l, 0, sl->keep, k, v, err);
                 sl->mirrored[l] = st == LARES_OK ? sl->keep : sl->mirrored[l];
+                sl->kv->epoch++; /* written behind the forward pass's back */
             }
         }
     }

@@ -140,8 +140,11 @@ lares_status api_session_create(lares_model *lm, const lares_session_opts *opts,
     }
     /* GPU offload last, on the pool that will run the products (issue 10) */
     if (st == LARES_OK && o.offload != NULL && strcmp(o.offload, "none") != 0) {
-        st = gpu_session_open_named(lm->m, s->pool, o.offload, o.gpu_mem, o.gpu_layers, &s->gpu,
-                                    err);
+        st = gpu_session_open_named(lm->m, s->pool, o.offload, o.gpu_mem, o.gpu_layers,
+                                    s->kv->bytes, &s->gpu, err);
+        if (st == LARES_OK) {
+            gpu_session_attach(s->gpu, s->cx);
+        }
     }
     if (st != LARES_OK) {
         lares_session_free(s);
@@ -163,6 +166,28 @@ int32_t lares_session_n_ctx(const lares_session *s) {
 
 int32_t lares_session_n_threads(const lares_session *s) {
     return s->o.n_threads;
+}
+
+bool lares_session_gpu_info(const lares_session *s, lares_gpu_info *out) {
+    if (s->gpu == NULL) {
+        return false;
+    }
+    gpu_session_info in;
+    gpu_session_get_info(s->gpu, &in);
+    *out = (lares_gpu_info){.backend = in.backend,
+                            .method = gpu_method_name(in.method),
+                            .budget_bytes = in.budget_bytes,
+                            .weight_bytes = in.weight_bytes,
+                            .model_weight_bytes = in.model_weight_bytes,
+                            .n_matrices = in.n_tensors,
+                            .n_matrices_gpu = in.n_tensors_gpu,
+                            .n_layers_device = in.n_layers_device,
+                            .predicted_ms = in.t_pass_ms,
+                            .cpu_predicted_ms = in.t_cpu_ms,
+                            .n_products = in.n_offloaded,
+                            .n_layer_runs = in.n_layer_runs};
+    snprintf(out->device, sizeof out->device, "%s", in.device);
+    return true;
 }
 
 void lares_session_truncate(lares_session *s, int32_t pos) {

@@ -37,7 +37,8 @@ lares_status gpu_meas_create(int32_t n_layer, size_t n_tensors, size_t n_groups,
     m->n_groups = n_groups;
     m->t = lares_calloc(n_tensors, sizeof(*m->t));
     m->groups = lares_calloc(n_groups, sizeof(*m->groups));
-    if (m->t == NULL || m->groups == NULL) {
+    m->layers = lares_calloc((size_t)n_layer + 1, sizeof(*m->layers));
+    if (m->t == NULL || m->groups == NULL || m->layers == NULL) {
         goto fail;
     }
     *out = m;
@@ -54,6 +55,7 @@ void gpu_meas_free(gpu_meas *m) {
     }
     lares_free(m->t);
     lares_free(m->groups);
+    lares_free(m->layers);
     lares_free(m);
 }
 
@@ -73,6 +75,16 @@ lares_status gpu_meas_validate(const gpu_meas *m, lares_error *err) {
                           "gpu measurements: link latency %g s, h2d %g B/s, d2h %g B/s (need a "
                           "latency >= 0 and bandwidths > 0)",
                           k->latency_s, k->h2d_Bps, k->d2h_Bps);
+    }
+    for (int32_t l = 0; m->layers != NULL && l <= m->n_layer; l++) {
+        const gpu_layer_meas *lm = &m->layers[l];
+        if (!time_ok(lm->whole_gpu_s) || !time_ok(lm->rest_cpu_s) ||
+            (lm->whole_ok && l == m->n_layer)) {
+            return lares_fail(err, LARES_EINVAL,
+                              "gpu measurements: layer %d: whole %g s, rest on the CPU %g s%s",
+                              (int)l, lm->whole_gpu_s, lm->rest_cpu_s,
+                              l == m->n_layer && lm->whole_ok ? " (the head is never whole)" : "");
+        }
     }
     for (size_t g = 0; g < m->n_groups; g++) {
         const gpu_group_meas *gm = &m->groups[g];
@@ -156,6 +168,7 @@ lares_status gpu_layer_spans(const gpu_meas *m, gpu_layer_span **out, lares_erro
     /* empty spans start where the previous layer ended */
     size_t ti = 0, gi = 0;
     for (size_t l = 0; l < n; l++) {
+        sp[l].layer = (int32_t)l;
         sp[l].t_lo = ti;
         while (ti < m->n_tensors && (size_t)m->t[ti].layer == l) {
             ti++;
@@ -189,7 +202,20 @@ static void group_state(const gpu_meas *m, const gpu_layer_span *sp, const bool 
 }
 
 double gpu_layer_cost(const gpu_meas *m, const gpu_layer_span *sp, const bool *on_gpu) {
-    double t = 0;
+    const gpu_layer_meas *lm = m->layers != NULL ? &m->layers[sp->layer] : NULL;
+    if (lm != NULL && lm->whole_ok && sp->t_hi > sp->t_lo) {
+        bool all = true;
+        for (size_t i = sp->t_lo; i < sp->t_hi && all; i++) {
+            all = on_gpu[i];
+        }
+        if (all) {
+            /* the hidden state in and out: paid once per run of whole layers at
+             * run time, counted per layer here (an upper bound) */
+            return lm->whole_gpu_s + gpu_xfer_s(m->link.latency_s, m->link.h2d_Bps, lm->x_bytes) +
+                   gpu_xfer_s(m->link.latency_s, m->link.d2h_Bps, lm->x_bytes);
+        }
+    }
+    double t = lm != NULL ? lm->rest_cpu_s : 0;
     bool prev_fused = false; /* the op before this group ran on the device */
     for (size_t g = sp->g_lo; g < sp->g_hi; g++) {
         const gpu_group_meas *gm = &m->groups[g];

@@ -20,8 +20,51 @@ gpu_est_rates gpu_est_rates_default(void) {
         .gpu_flops = 20e12,
         .gpu_bw_Bps = 400e9,
         .gpu_launch_s = 8e-6,
+        .gpu_queue_s = 3e-6,
+        .device_layers = true,
+        .ctx_plan = 256,
         .link = {.latency_s = 10e-6, .h2d_Bps = 25e9, .d2h_Bps = 25e9},
     };
+}
+
+/* a product's time on the device without its launch */
+static double gpu_kernel_s(const gpu_est_rates *r, uint32_t type, double flops, uint64_t bytes) {
+    const double Bps =
+        type < GGUF_TYPE_COUNT && r->gpu_Bps_type[type] > 0 ? r->gpu_Bps_type[type] : r->gpu_bw_Bps;
+    return fmax(flops / r->gpu_flops, (double)bytes / Bps);
+}
+
+/* A layer's non-product work (norms, RoPE, attention over ctx_plan positions,
+ * SwiGLU, residuals) on each side, and the whole layer on the device: its
+ * products and that work as queued kernels, no copies in between. */
+static void add_layer(const model *mdl, const gpu_est_rates *r, int32_t n_tok, gpu_meas *m,
+                      int32_t l) {
+    const model_hparams *hp = &mdl->hp;
+    const double e = hp->n_embd, qd = (double)hp->n_head * hp->head_dim,
+                 kvd = (double)hp->n_head_kv * hp->head_dim, ff = hp->n_ff, nt = n_tok;
+    const double ctx = r->ctx_plan > 0 ? r->ctx_plan : 1;
+    /* floats read and written by the element-wise ops, the cache read once */
+    const double bytes = nt * 4 * (6 * e + 3 * qd + 4 * kvd + 3 * ff) + ctx * 2 * kvd * 2;
+    const double attn_flops = nt * ctx * qd * 4;
+    const int n_ops = 8; /* 2 norms, rope, store, attention, swiglu, 2 residuals */
+    gpu_layer_meas *lm = &m->layers[l];
+    lm->rest_cpu_s = fmax(bytes / r->cpu_bw_Bps, attn_flops / r->cpu_flops) + n_ops * 4e-6;
+    lm->x_bytes = (uint64_t)(nt * e * sizeof(float));
+    lm->whole_ok = r->device_layers && gpu_layer_plain(mdl, l);
+    double t = fmax(bytes / r->gpu_bw_Bps, attn_flops / r->gpu_flops) + n_ops * r->gpu_queue_s;
+    int n_products = 0;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const gpu_tensor_meas *tm = &m->t[i];
+        if (tm->layer != l) {
+            continue;
+        }
+        lm->whole_ok = lm->whole_ok && tm->gpu_ok;
+        t += tm->gpu_s - r->gpu_launch_s + r->gpu_queue_s;
+        n_products++;
+    }
+    /* activations quantized on the device: about one kernel per group */
+    lm->whole_gpu_s = lm->whole_ok ? t + 4 * r->gpu_queue_s : 0;
+    lm->whole_ok = lm->whole_ok && n_products > 0;
 }
 
 typedef struct builder {
@@ -58,8 +101,7 @@ static void add_tensor(builder *b, int32_t layer, const char *name, const ops_ma
                                ? b->r->cpu_Bps_type[t->type]
                                : b->r->cpu_bw_Bps;
     t->cpu_s = fmax(flops / b->r->cpu_flops, (double)t->bytes / cpu_Bps);
-    t->gpu_s =
-        fmax(flops / b->r->gpu_flops, (double)t->bytes / b->r->gpu_bw_Bps) + b->r->gpu_launch_s;
+    t->gpu_s = gpu_kernel_s(b->r, t->type, flops, t->bytes) + b->r->gpu_launch_s;
     t->out_bytes = (uint64_t)w->n_out * (uint64_t)b->n_tok * sizeof(float);
     t->gpu_ok = gpu_type_ok(t->type);
     /* members of a group may differ in activation format: the largest is copied */
@@ -73,7 +115,7 @@ lares_status gpu_estimate_with_matrices(const model *mdl, const gpu_est_rates *r
     const model_hparams *hp = &mdl->hp;
     if (n_tok < 1 || r == NULL ||
         !(r->cpu_flops > 0 && r->cpu_bw_Bps > 0 && r->gpu_flops > 0 && r->gpu_bw_Bps > 0 &&
-          r->gpu_launch_s >= 0)) {
+          r->gpu_launch_s >= 0 && r->gpu_queue_s >= 0)) {
         return lares_fail(err, LARES_EINVAL,
                           "gpu estimate: %d tokens per pass or a device rate not positive",
                           (int)n_tok);
@@ -124,6 +166,9 @@ lares_status gpu_estimate_with_matrices(const model *mdl, const gpu_est_rates *r
     add_group(&b, hp->n_layer);
     add_tensor(&b, hp->n_layer, mdl->output_tied ? "token_embd.weight" : "output.weight",
                &mdl->output);
+    for (int32_t l = 0; l < hp->n_layer; l++) {
+        add_layer(mdl, r, n_tok, m, l);
+    }
     st = gpu_meas_validate(m, err);
     if (st != LARES_OK) {
         lares_free(b.ws);

@@ -11,7 +11,9 @@
  *     OATO study). One cost model (gpu_predict, docs/gpu.md) prices both;
  *   - estimated figures for a loaded model (estimate.c) from device rates, for
  *     `lares plan` and sessions; the CPU's rates measured per weight type
- *     (measure.c), the device's a guess until a device profiler exists;
+ *     (measure.c), a CUDA device's by its profiler (cuda/device.cu), else a guess;
+ *   - whole layers on the device (layers.c): a layer all of whose matrices are
+ *     there runs there, norms to residuals, over a device KV cache;
  *   - a session's device state (session.c): the uploaded matrices and the
  *     offload hook it installs into the thread pool (ops_pool_set_offload), so
  *     ops_matmul runs every product whose matrix has a device copy there;
@@ -80,6 +82,19 @@ typedef struct gpu_link_meas {
     double d2h_Bps;
 } gpu_link_meas;
 
+/* A layer as a whole: when every one of its matrices is on the device and
+ * the device runs the layer whole (norms, RoPE, attention over a device KV
+ * cache, SwiGLU: gpu/layers.c), the layer costs whole_gpu_s plus the copy of
+ * the hidden state (x_bytes) in and out, and none of the per-product copies.
+ * Otherwise its non-product work (rest_cpu_s) runs on the CPU. All zero (the
+ * default): no whole-layer pricing, the non-product work not counted. */
+typedef struct gpu_layer_meas {
+    bool whole_ok;
+    double whole_gpu_s;
+    double rest_cpu_s;
+    uint64_t x_bytes;
+} gpu_layer_meas;
+
 typedef struct gpu_meas {
     int32_t n_layer;
     int32_t n_tok; /* tokens per pass the figures describe (info) */
@@ -87,6 +102,7 @@ typedef struct gpu_meas {
     gpu_tensor_meas *t; /* owned, n_tensors, ordered by layer then group */
     size_t n_groups;
     gpu_group_meas *groups; /* owned, n_groups, ordered by layer, chain order inside one */
+    gpu_layer_meas *layers; /* owned, n_layer + 1 (the head last, never whole) */
     gpu_link_meas link;
 } gpu_meas;
 
@@ -176,7 +192,12 @@ typedef struct gpu_est_rates {
     double cpu_Bps_type[GGUF_TYPE_COUNT];
     double gpu_flops;
     double gpu_bw_Bps;   /* device memory read bandwidth */
-    double gpu_launch_s; /* per kernel launch */
+    double gpu_launch_s; /* per kernel launch, waited for (a product by itself) */
+    double gpu_queue_s;  /* per kernel queued behind others (a layer run whole) */
+    /* per weight type, device bytes per second of a mat-vec (a profiled device); 0: gpu_bw_Bps */
+    double gpu_Bps_type[GGUF_TYPE_COUNT];
+    bool device_layers;  /* the runtime runs layers whose matrices are all on the device whole */
+    int32_t ctx_plan;    /* positions of KV cache a pass's attention reads (pricing) */
     gpu_link_meas link;
 } gpu_est_rates;
 
@@ -224,7 +245,12 @@ typedef struct gpu_session_opts {
     int32_t n_layers;           /* layers method: as gpu_place_opts.n_layers */
     int32_t n_tok_plan;         /* tokens per pass the placement optimises (1: generation) */
     uint64_t emul_vram_bytes;   /* the emulated device's memory (0: 1 GiB) */
-    const gpu_est_rates *rates; /* borrowed; NULL: gpu_est_rates_default() */
+    uint64_t kv_reserve_bytes;  /* device memory kept for KV caches of whole layers, out of
+                                   the free memory the budget is taken from */
+    bool whole_layers;          /* run layers all on the device whole (default true) */
+    const gpu_est_rates *rates; /* borrowed; NULL: gpu_est_rates_default(), with the CPU's
+                                   rates measured on the pool for CUDA or measure_cpu */
+    bool measure_cpu;
 } gpu_session_opts;
 
 gpu_session_opts gpu_session_opts_default(void);
@@ -251,17 +277,26 @@ typedef struct gpu_session_info {
     int32_t n_tensors;
     int32_t n_tensors_gpu;
     int32_t n_layers_whole;
+    int32_t n_layers_device; /* of those, the layers that run whole on the device (norms,
+                                RoPE, attention over a device KV cache, SwiGLU) */
     double t_pass_ms;     /* predicted per pass of n_tok_plan tokens */
     double t_cpu_ms;      /* predicted with nothing on the device */
     uint64_t n_offloaded; /* products run on the device so far */
+    uint64_t n_layer_runs; /* layers run whole on the device so far */
 } gpu_session_info;
 
 /* For the public API's session (api/session.c): a CUDA session by method name
  * ("layers" or "affinity", else LARES_EINVAL naming it), gpu_mem as
  * mem_cap_bytes, gpu_layers > 0 as the layers method's exact count. */
 lares_status gpu_session_open_named(const model *mdl, ops_pool *pool, const char *method,
-                                    uint64_t gpu_mem, int32_t gpu_layers, gpu_session **out,
+                                    uint64_t gpu_mem, int32_t gpu_layers,
+                                    uint64_t kv_reserve_bytes, gpu_session **out,
                                     lares_error *err);
+
+/* Runs the session's whole layers (n_layers_device) on the device in cx's
+ * passes (model_ctx_on_layer); nothing when it has none. The session must
+ * outlive cx's passes. */
+void gpu_session_attach(gpu_session *s, model_ctx *cx);
 
 void gpu_session_get_info(const gpu_session *s, gpu_session_info *out);
 const gpu_placement *gpu_session_placement(const gpu_session *s); /* borrowed */

@@ -41,7 +41,7 @@ static double time_product(ops_pool *pool, const ops_matrix *w, const ops_act *a
 lares_status gpu_measure_cpu(ops_pool *pool, gpu_est_rates *r, lares_error *err) {
     float *x = lares_alloc_array((size_t)N_IN * N_OUT, sizeof(float));
     float *y = lares_alloc_array((size_t)N_OUT * MM_ROWS, sizeof(float));
-    void *w = lares_alloc_aligned((size_t)N_IN * N_OUT * 2, 64); /* F16: the largest */
+    void *w = lares_alloc_aligned((size_t)N_IN * N_OUT * 4, 64); /* F32: the largest */
     void *act = lares_alloc_aligned(ops_act_bytes(GGUF_TYPE_F32, MM_ROWS, N_IN) + 64, 64);
     lares_status st = LARES_OK;
     if (x == NULL || y == NULL || w == NULL || act == NULL) {

@@ -21,6 +21,11 @@ lares_status gpu_cuda_probe(char *name, size_t cap, uint64_t *vram_free, lares_e
     return lares_fail(err, LARES_EUNSUPPORTED, NO_CUDA);
 }
 
+lares_status gpu_cuda_measure(gpu_est_rates *r, lares_error *err) {
+    (void)r;
+    return lares_fail(err, LARES_EUNSUPPORTED, NO_CUDA);
+}
+
 lares_status gpu_cuda_check_dequant(uint32_t type, const void *src, size_t src_bytes, int64_t n,
                                     float *out, lares_error *err) {
     (void)type, (void)src, (void)src_bytes, (void)n, (void)out;

@@ -185,13 +185,22 @@ static lares_status place_affinity(const gpu_meas *m, const gpu_place_opts *o,
         double best_aff = 0;
         int32_t best_lo = -1, best_hi = -1;
         size_t best_only = SIZE_MAX;
-        const size_t n_cand = m->n_tensors + 2 * m->n_groups;
+        const size_t n_cand = m->n_tensors + 2 * m->n_groups + (size_t)m->n_layer;
         for (size_t c = 0; c < n_cand; c++) {
             size_t only = SIZE_MAX;
             int32_t g_lo = -1, g_hi = -1, layer;
             if (c < m->n_tensors) {
                 only = c;
                 layer = m->t[c].layer;
+            } else if (c >= m->n_tensors + 2 * m->n_groups) {
+                /* the rest of a layer the device runs whole */
+                layer = (int32_t)(c - m->n_tensors - 2 * m->n_groups);
+                const gpu_layer_span *s = &sp[layer];
+                if (m->layers == NULL || !m->layers[layer].whole_ok || s->g_hi <= s->g_lo) {
+                    continue;
+                }
+                g_lo = (int32_t)s->g_lo;
+                g_hi = (int32_t)s->g_hi - 1;
             } else if (c < m->n_tensors + m->n_groups) {
                 g_lo = g_hi = (int32_t)(c - m->n_tensors);
                 layer = m->groups[g_lo].layer;

@@ -10,6 +10,7 @@
 #include "quant/half.h"
 
 #include <math.h>
+#include <stdatomic.h>
 
 /* ---- KV cache ---- */
 
@@ -50,6 +51,10 @@ lares_status model_kv_create(const model *m, int32_t l0, int32_t l1, int32_t n_c
                           bytes >> 20, n_ctx, l1 - l0);
     }
     kv->bytes = bytes;
+    /* distinct from every other cache's, so that a device copy keyed by the
+     * address of a freed cache is never taken for this one's */
+    static _Atomic uint64_t next_epoch = 1;
+    kv->epoch = atomic_fetch_add(&next_epoch, 1) << 32;
     *out = kv;
     return LARES_OK;
 }
@@ -73,6 +78,7 @@ void model_kv_rows(model_kv *kv, int32_t layer, int32_t pos0, int32_t n, bool pu
     uint8_t *kp = (uint8_t *)view.k + (size_t)pos0 * row;
     uint8_t *vp = (uint8_t *)view.v + (size_t)pos0 * row;
     if (put) {
+        kv->epoch++;
         memcpy(kp, k, bytes);
         memcpy(vp, v, bytes);
     } else {
@@ -241,6 +247,11 @@ void model_ctx_on_route(model_ctx *cx, model_route_fn fn, model_wait_fn wait, vo
     cx->on_route = fn;
     cx->on_wait = wait;
     cx->route_user = user;
+}
+
+void model_ctx_on_layer(model_ctx *cx, model_layer_fn fn, void *user) {
+    cx->on_layer = fn;
+    cx->layer_user = fn != NULL ? user : NULL;
 }
 
 void model_ctx_on_part(model_ctx *cx, model_part_fn fn, void *user) {
@@ -830,6 +841,17 @@ lares_status model_forward_seqs(const model *m, const model_seq *seqs, int32_t n
                         cx->rope_cs + (size_t)t * (size_t)m->hp.n_rot);
     }
     for (int32_t il = l0; il < l1; il++) {
+        if (cx->on_layer != NULL) {
+            bool ran = false;
+            lares_status st = cx->on_layer(cx->layer_user, seqs, n_seqs, il, l1, pos, n_tok,
+                                           cx->rope_cs, x, &ran, err);
+            if (st != LARES_OK) {
+                return st;
+            }
+            if (ran) {
+                continue;
+            }
+        }
         layer_forward(m, seqs, n_seqs, cx, il, pos, n_tok, x);
     }
     return LARES_OK;

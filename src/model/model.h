@@ -64,6 +64,10 @@ typedef struct model_kv {
     size_t row_elems;    /* n_head_kv * head_dim */
     void *mem;           /* owned: all K then all V */
     size_t bytes;
+    /* bumped by every write that is not the forward pass's own (model_kv_rows,
+     * a ring's copies): a device holding a copy of some layers (gpu/) re-reads
+     * them when it changes */
+    uint64_t epoch;
 } model_kv;
 
 lares_status model_kv_create(const model *m, int32_t l0, int32_t l1, int32_t n_ctx, uint32_t type,
@@ -101,6 +105,17 @@ typedef void (*model_wait_fn)(void *user, int32_t layer);
  * mapping. */
 typedef void (*model_part_fn)(void *user, int32_t layer, model_part part);
 
+struct model_seq;
+/* ---- running whole layers elsewhere ----
+ * Called before each layer of a pass (the window [.., l_end)): a hook that
+ * holds layer `il` whole (a GPU, gpu/) runs it, updating x in place and the
+ * sequences' caches, and sets *ran; otherwise the CPU runs it. rope_cs: the
+ * pass's RoPE angles, n_tok x n_rot. A failure fails the pass. */
+typedef lares_status (*model_layer_fn)(void *user, const struct model_seq *seqs, int32_t n_seqs,
+                                       int32_t il, int32_t l_end, const int32_t *pos,
+                                       int32_t n_tok, const float *rope_cs, float *x, bool *ran,
+                                       lares_error *err);
+
 /* ---- per-session working memory ---- */
 
 typedef struct model_ctx {
@@ -133,6 +148,8 @@ typedef struct model_ctx {
     void *route_user;
     model_part_fn on_part;   /* may be NULL */
     void *part_user;
+    model_layer_fn on_layer; /* may be NULL */
+    void *layer_user;
     void *mem;           /* owned: everything above */
     size_t bytes;
 } model_ctx;
@@ -141,6 +158,7 @@ typedef struct model_ctx {
 void model_ctx_on_route(model_ctx *cx, model_route_fn fn, model_wait_fn wait, void *user);
 /* Sets the observer of layer parts (NULL to remove). */
 void model_ctx_on_part(model_ctx *cx, model_part_fn fn, void *user);
+void model_ctx_on_layer(model_ctx *cx, model_layer_fn fn, void *user);
 
 lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, int32_t n_ctx,
                               model_ctx **out, lares_error *err);

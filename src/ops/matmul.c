@@ -61,17 +61,16 @@ lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int
 }
 
 uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows) {
-    ops_offload_fn off;
-    void *off_user;
-    ops_pool_offload(pool, &off, &off_user);
+    /* a product on a device takes the vec_dot_type rows (ops.h's offload) */
+    const bool off = ops_pool_holds(pool, w);
     /* from one row: where the few-row product exists it also beats the
      * single-row dot (docs/kernels.md), and a row's result is then the same
      * alone and in a batch */
-    if (off == NULL && w->qt->rows != NULL && n_rows >= 1 && n_rows <= QUANT_ROWS_MAX &&
+    if (!off && w->qt->rows != NULL && n_rows >= 1 && n_rows <= QUANT_ROWS_MAX &&
         w->n_in % QUANT_ROWS_GROUP == 0) {
         return OPS_ACT_ROWS;
     }
-    if (off == NULL && w->qt->gemm != NULL && n_rows >= OPS_GEMM_MIN_ROWS &&
+    if (!off && w->qt->gemm != NULL && n_rows >= OPS_GEMM_MIN_ROWS &&
         w->n_in % QUANT_PANEL_GROUP == 0) {
         return OPS_ACT_PANELS;
     }
@@ -389,7 +388,7 @@ void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_ac
     /* products whose matrix lives on a device run there (gpu module, issue 10) */
     ops_offload_fn off;
     void *off_user;
-    ops_pool_offload(pool, &off, &off_user);
+    ops_pool_offload(pool, &off, NULL, &off_user);
     const ops_matrix *rest_w[OPS_MATMUL_MAX];
     const ops_act *rest_a[OPS_MATMUL_MAX];
     float *rest_y[OPS_MATMUL_MAX];

@@ -126,12 +126,19 @@ void ops_matmul(ops_pool *pool, int n, const ops_matrix *const *ws, const ops_ac
  * A hook may run some products of an ops_matmul call elsewhere (a GPU holding
  * a copy of the matrix): it writes ys[i] and sets done[i] for each product it
  * ran, and ops_matmul runs the rest on the pool. It is called on the thread
- * that called ops_matmul, before the pool's work. NULL fn removes the hook. */
+ * that called ops_matmul, before the pool's work. NULL fn removes the hook.
+ * `holds` says which matrices the hook runs (NULL: all): those get their
+ * activations in the weight type's vec_dot_type (ops_act_type), the others
+ * keep the CPU's own formats. */
 typedef void (*ops_offload_fn)(void *user, int n, const ops_matrix *const *ws,
                                const ops_act *const *acts, float *const *ys, bool *done);
-void ops_pool_set_offload(ops_pool *p, ops_offload_fn fn, void *user);
-/* The hook in force (fn NULL when none). */
-void ops_pool_offload(const ops_pool *p, ops_offload_fn *fn, void **user);
+typedef bool (*ops_offload_holds_fn)(void *user, const ops_matrix *w);
+void ops_pool_set_offload(ops_pool *p, ops_offload_fn fn, ops_offload_holds_fn holds, void *user);
+/* The hook in force (fn NULL when none); holds may be NULL when not wanted. */
+void ops_pool_offload(const ops_pool *p, ops_offload_fn *fn, ops_offload_holds_fn *holds,
+                      void **user);
+/* Whether the pool's hook runs products of w. */
+bool ops_pool_holds(const ops_pool *p, const ops_matrix *w);
 
 /* ---- element-wise and row ops (single thread; callers split rows) ---- */
 

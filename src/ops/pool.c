@@ -31,6 +31,7 @@ struct ops_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     ops_offload_fn offload; /* the gpu module's hook (ops.h), NULL when none */
+    ops_offload_holds_fn offload_holds;
     void *offload_user;
 };
 
@@ -193,12 +194,24 @@ void ops_pool_run_n(ops_pool *p, ops_task_fn fn, void *ctx, int n) {
     }
 }
 
-void ops_pool_set_offload(ops_pool *p, ops_offload_fn fn, void *user) {
+void ops_pool_set_offload(ops_pool *p, ops_offload_fn fn, ops_offload_holds_fn holds, void *user) {
     p->offload = fn;
+    p->offload_holds = fn != NULL ? holds : NULL;
     p->offload_user = fn != NULL ? user : NULL;
 }
 
-void ops_pool_offload(const ops_pool *p, ops_offload_fn *fn, void **user) {
+void ops_pool_offload(const ops_pool *p, ops_offload_fn *fn, ops_offload_holds_fn *holds,
+                      void **user) {
     *fn = p != NULL ? p->offload : NULL;
+    if (holds != NULL) {
+        *holds = p != NULL ? p->offload_holds : NULL;
+    }
     *user = p != NULL ? p->offload_user : NULL;
+}
+
+bool ops_pool_holds(const ops_pool *p, const ops_matrix *w) {
+    if (p == NULL || p->offload == NULL) {
+        return false;
+    }
+    return p->offload_holds == NULL || p->offload_holds(p->offload_user, w);
 }

@@ -3,7 +3,8 @@
 # a usable CUDA device --offload fails with the reason (built without CUDA, or
 # no device) and never silently runs on the CPU; `lares plan --offload` prints
 # both placements without a GPU when given --gpu-mem; --offload none runs as
-# before (same tokens as no option at all).
+# before (same tokens as no option at all); on the emulated device (issue 22)
+# whole layers, affinity and product-by-product runs give the CPU's tokens.
 . "$(dirname "$0")/lib.sh"
 need python3
 SRC=$(model stories260K.gguf)
@@ -53,6 +54,45 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 ids = lambda j: j.get("generated_ids")
 sys.exit(0 if ids(a) and ids(a) == ids(b) else 1)
 PY
+
+# the whole GPU path on the emulated device (host memory, the CPU's own code):
+# whole layers, affinity at half the file, and product by product each give the
+# CPU's tokens, and --json says what ran where
+F16=$(model TinyStories-656K.f16.gguf)
+"$LARES" run -m "$F16" -p "Once upon a time" -n 24 --temp 0 --json >"$TMP/cpu.json" 2>/dev/null ||
+  fail "cpu run"
+half=$(( $(wc -c <"$F16") / 2 ))
+for v in whole half products; do
+  case $v in
+  whole) LARES_GPU_BACKEND=emulated "$LARES" run -m "$F16" -p "Once upon a time" -n 24 --temp 0 \
+    --json --offload layers >"$TMP/$v.json" 2>"$TMP/err" ;;
+  half) LARES_GPU_BACKEND=emulated "$LARES" run -m "$F16" -p "Once upon a time" -n 24 --temp 0 \
+    --json --offload affinity --gpu-mem "$half" >"$TMP/$v.json" 2>"$TMP/err" ;;
+  products) LARES_GPU_BACKEND=emulated LARES_GPU_LAYERS=products "$LARES" run -m "$F16" \
+    -p "Once upon a time" -n 24 --temp 0 --json --offload layers >"$TMP/$v.json" 2>"$TMP/err" ;;
+  esac
+  python3 - "$TMP/cpu.json" "$TMP/$v.json" "$v" <<'PY' && ok || fail "emulated $v: $(cat "$TMP/err")"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+g = b["gpu"]
+assert a["generated_ids"] == b["generated_ids"], (a["generated_ids"], b["generated_ids"])
+assert g["backend"] == "emulated" and g["matrices"] == 15
+if sys.argv[3] == "whole":
+    assert g["layers_device"] == 2 and g["layer_runs"] >= 2 * 24, g
+    assert g["matrices_gpu"] == 15 and g["weight_bytes"] == g["model_weight_bytes"], g
+elif sys.argv[3] == "half":
+    assert 0 < g["weight_bytes"] <= g["budget_bytes"] < g["model_weight_bytes"], g
+else:
+    assert g["layers_device"] == 0 and g["layer_runs"] == 0 and g["products"] > 0, g
+PY
+done
+LARES_GPU_BACKEND=emulated "$LARES" bench -m "$F16" -p 8 -n 4 -r 1 --offload layers --json \
+  >"$TMP/bench.json" 2>"$TMP/err" && python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert [t["test"] for t in d["tests"]] == ["pp8", "tg4"] and all(t["tok_s_mean"] > 0 for t in d["tests"])
+' "$TMP/bench.json" && ok || fail "bench --offload on the emulated device: $(cat "$TMP/err")"
+expect_error bench-mem-alone "need --offload" "$LARES" bench -m "$F16" -p 8 -n 0 --gpu-mem 1G
 
 # the plan: both methods at one budget, JSON that parses, bytes within the budget
 "$LARES" plan -m "$(model TinyStories-656K.f16.gguf)" --offload layers --gpu-mem 600K --json \

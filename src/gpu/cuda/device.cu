@@ -13,6 +13,12 @@ extern "C" {
 }
 #undef restrict
 #include "gpu/cuda/cuda_impl.h"
+#include "gpu/gpu_types.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 struct gpu_device {
     int ordinal;
@@ -155,12 +161,234 @@ static lares_status cuda_matmul(gpu_device *d, const void *w_dev, uint32_t w_typ
     return LARES_OK;
 }
 
+/* ---- whole-layer ops: queued on the stream; `get` waits ---- */
+
+static lares_status launched(cudaError_t e, const char *what, lares_error *err) {
+    return e == cudaSuccess ? LARES_OK : cuda_fail(err, e, what);
+}
+
+static lares_status cuda_alloc(gpu_device *d, size_t bytes, void **dev, lares_error *err) {
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaSuccess && (e = cudaMemsetAsync(p, 0, bytes, d->stream)) != cudaSuccess) {
+        cudaFree(p);
+    }
+    if (e != cudaSuccess) {
+        return cuda_fail(err, e, "allocating device memory");
+    }
+    *dev = p;
+    return LARES_OK;
+}
+
+static lares_status cuda_put(gpu_device *d, void *dev, const void *host, size_t bytes,
+                             lares_error *err) {
+    /* from pageable memory the call returns once the bytes are staged */
+    return launched(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, d->stream),
+                    "a copy to the device", err);
+}
+
+static lares_status cuda_get(gpu_device *d, void *host, const void *dev, size_t bytes,
+                             lares_error *err) {
+    cudaError_t e = cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, d->stream);
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize(d->stream);
+    }
+    return launched(e, "a copy from the device", err);
+}
+
+static lares_status cuda_norm(gpu_device *d, const float *x, const float *w, int64_t n,
+                              int64_t rows, float eps, float *out, lares_error *err) {
+    return launched(cu_rmsnorm(x, w, n, rows, eps, out, d->stream), "rmsnorm", err);
+}
+
+static lares_status cuda_quant(gpu_device *d, const float *x, int64_t rows, int64_t n,
+                               uint32_t type, void *out, lares_error *err) {
+    return launched(cu_quant(x, rows, n, type, out, d->stream), "quantizing activations", err);
+}
+
+static lares_status cuda_mm(gpu_device *d, const void *w, uint32_t w_type, int64_t n_in,
+                            int64_t n_out, const void *act, size_t act_row_bytes, int64_t rows,
+                            float *y, lares_error *err) {
+    return launched(cu_matmul(w, w_type, n_in, n_out, act, act_row_bytes, rows, y, d->stream),
+                    "a product", err);
+}
+
+static lares_status cuda_rope(gpu_device *d, float *x, int64_t n_tok, int64_t n_heads,
+                              int64_t head_dim, int64_t n_rot, const float *cs,
+                              ops_rope_mode mode, lares_error *err) {
+    return launched(cu_rope(x, n_tok, n_heads, head_dim, n_rot, cs, (int)mode, d->stream),
+                    "rope", err);
+}
+
+static lares_status cuda_kv_store(gpu_device *d, const float *src, int64_t n_tok,
+                                  int64_t row_elems, const int32_t *pos, void *dst, bool f16,
+                                  lares_error *err) {
+    return launched(cu_kv_store(src, n_tok, row_elems, pos, dst, f16, d->stream),
+                    "storing K and V", err);
+}
+
+static lares_status cuda_attend(gpu_device *d, const gpu_attend_args *a, lares_error *err) {
+    return launched(cu_attention(a, d->stream), "attention", err);
+}
+
+static lares_status cuda_add(gpu_device *d, float *x, const float *y, int64_t n,
+                             lares_error *err) {
+    return launched(cu_add(x, y, n, d->stream), "a residual", err);
+}
+
+static lares_status cuda_swiglu(gpu_device *d, float *g, const float *u, int64_t n,
+                                lares_error *err) {
+    return launched(cu_swiglu(g, u, n, d->stream), "swiglu", err);
+}
+
 static const gpu_device_ops cuda_ops = {
-    "cuda", cuda_open, cuda_close, cuda_upload, cuda_release, cuda_matmul,
+    "cuda",     cuda_open, cuda_close,    cuda_upload, cuda_release, cuda_matmul,
+    cuda_alloc, cuda_put,  cuda_get,      cuda_norm,   cuda_quant,   cuda_mm,
+    cuda_rope,  cuda_kv_store, cuda_attend, cuda_add,  cuda_swiglu,
 };
 
 extern "C" const gpu_device_ops *gpu_cuda_ops(void) {
     return &cuda_ops;
+}
+
+/* ---- the device profiler: its own kernels and copies timed ---- */
+
+namespace {
+__global__ void empty_kernel() {}
+
+double seconds_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+}
+
+void now(struct timespec *t) {
+    clock_gettime(CLOCK_MONOTONIC, t);
+}
+} // namespace
+
+extern "C" lares_status gpu_cuda_measure(gpu_est_rates *r, lares_error *err) {
+    cudaStream_t st;
+    cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        return cuda_fail(err, e, "profiling: a stream");
+    }
+    const size_t big = (size_t)64 << 20, small = 4096;
+    const int64_t n = 4096; /* a 4096 x 4096 matrix per type */
+    void *host = malloc(big), *dbuf = nullptr, *dact = nullptr;
+    float *dy = nullptr;
+    lares_status res = LARES_OK;
+    struct timespec t0;
+    if (host == nullptr) {
+        cudaStreamDestroy(st);
+        return lares_fail(err, LARES_ENOMEM, "profiling: host memory");
+    }
+    memset(host, 1, big);
+    if ((e = cudaMalloc(&dbuf, big)) != cudaSuccess ||
+        (e = cudaMalloc(&dact, (size_t)32 * n * 4)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&dy, (size_t)32 * n * sizeof(float))) != cudaSuccess ||
+        (e = cudaMemsetAsync(dact, 0, (size_t)32 * n * 4, st)) != cudaSuccess) {
+        res = cuda_fail(err, e, "profiling: device memory");
+        goto done;
+    }
+    {
+        /* copies: a small one waited for (latency), then 64 MiB each way */
+        double best = 1e9;
+        for (int i = 0; i < 20 && e == cudaSuccess; i++) {
+            now(&t0);
+            e = cudaMemcpyAsync(dbuf, host, small, cudaMemcpyHostToDevice, st);
+            if (e == cudaSuccess) {
+                e = cudaStreamSynchronize(st);
+            }
+            best = fmin(best, seconds_since(&t0));
+        }
+        r->link.latency_s = best;
+        double h2d = 1e9, d2h = 1e9;
+        for (int i = 0; i < 3 && e == cudaSuccess; i++) {
+            now(&t0);
+            e = cudaMemcpyAsync(dbuf, host, big, cudaMemcpyHostToDevice, st);
+            if (e == cudaSuccess) {
+                e = cudaStreamSynchronize(st);
+            }
+            h2d = fmin(h2d, seconds_since(&t0));
+            now(&t0);
+            if (e == cudaSuccess) {
+                e = cudaMemcpyAsync(host, dbuf, big, cudaMemcpyDeviceToHost, st);
+            }
+            if (e == cudaSuccess) {
+                e = cudaStreamSynchronize(st);
+            }
+            d2h = fmin(d2h, seconds_since(&t0));
+        }
+        r->link.h2d_Bps = (double)big / h2d;
+        r->link.d2h_Bps = (double)big / d2h;
+        /* a kernel waited for, and kernels queued behind each other */
+        double launch = 1e9;
+        for (int i = 0; i < 20 && e == cudaSuccess; i++) {
+            now(&t0);
+            empty_kernel<<<1, 32, 0, st>>>();
+            e = cudaStreamSynchronize(st);
+            launch = fmin(launch, seconds_since(&t0));
+        }
+        now(&t0);
+        for (int i = 0; i < 200 && e == cudaSuccess; i++) {
+            empty_kernel<<<1, 32, 0, st>>>();
+        }
+        if (e == cudaSuccess) {
+            e = cudaStreamSynchronize(st);
+        }
+        r->gpu_launch_s = launch;
+        r->gpu_queue_s = seconds_since(&t0) / 200;
+        /* each type's mat-vec (bytes per second) and a 32-row Q4_K product (FLOP/s) */
+        cudaEvent_t a, b;
+        if (e == cudaSuccess && (e = cudaEventCreate(&a)) == cudaSuccess &&
+            (e = cudaEventCreate(&b)) == cudaSuccess) {
+const uint32_t types[] = {GGUF_TYPE_Q4_0, GGUF_TYPE_Q8_0, GGUF_TYPE_Q4_K, GGUF_TYPE_Q6_K,
+                                      GGUF_TYPE_F16};
+            for (size_t k = 0; k < sizeof(types) / sizeof(types[0]) && e == cudaSuccess; k++) {
+                const uint32_t type = types[k];
+                const size_t wbytes = quant_row_bytes(type, n) * (size_t)n;
+                const size_t arow = quant_row_bytes(quant_traits_ref(type)->vec_dot_type, n);
+                for (int rows = 1; rows <= 32 && e == cudaSuccess; rows += 31) {
+                    float best_t = 1e9f;
+                    for (int i = 0; i < 5 && e == cudaSuccess; i++) {
+                        float ms = 0;
+                        cudaEventRecord(a, st);
+                        e = cu_matmul(dbuf, type, n, n, dact, arow, rows, dy, st);
+                        cudaEventRecord(b, st);
+                        if (e == cudaSuccess && (e = cudaEventSynchronize(b)) == cudaSuccess) {
+                            cudaEventElapsedTime(&ms, a, b);
+                            best_t = fminf(best_t, ms * 1e-3f);
+                        }
+                    }
+                    if (rows == 1) {
+                        r->gpu_Bps_type[type] = (double)wbytes / best_t;
+                    } else if (type == GGUF_TYPE_Q4_K) {
+                        r->gpu_flops = 2.0 * (double)n * (double)n * 32 / best_t;
+                    }
+                }
+            }
+            cudaEventDestroy(a);
+            cudaEventDestroy(b);
+        }
+        double bw = 0;
+        for (int t = 0; t < GGUF_TYPE_COUNT; t++) {
+            bw = fmax(bw, r->gpu_Bps_type[t]);
+        }
+        if (bw > 0) {
+            r->gpu_bw_Bps = bw;
+        }
+        if (e != cudaSuccess) {
+            res = cuda_fail(err, e, "profiling");
+        }
+    }
+done:
+    cudaFree(dbuf);
+    cudaFree(dact);
+    cudaFree(dy);
+    cudaStreamDestroy(st);
+    free(host);
+    return res;
 }
 
 /* ---- kernel checks (tests/test_gpu_kernels.c) ---- */
@@ -228,7 +456,7 @@ extern "C" lares_status gpu_cuda_check_rope(float *x, int64_t n_heads, int64_t h
     float *dx = (float *)s.put(x, bytes);
     float *dc = (float *)s.put(cs, sizeof(float) * (size_t)n_rot);
     const cudaError_t l =
-        s.e == cudaSuccess ? cu_rope(dx, n_heads, head_dim, n_rot, dc, (int)mode, 0) : s.e;
+        s.e == cudaSuccess ? cu_rope(dx, 1, n_heads, head_dim, n_rot, dc, (int)mode, 0) : s.e;
     return finish(s, x, dx, bytes, l, "rope", err);
 }
 
@@ -246,7 +474,7 @@ extern "C" lares_status gpu_cuda_check_attention(const ops_attn_args *a, int64_t
         return lares_fail(err, LARES_EINVAL, "cuda attention check: position %lld past %lld rows",
                           (long long)(n_kv_max - 1), (long long)n_kv_rows);
     }
-    cu_attn_args c;
+    gpu_attend_args c;
     c.q = (const float *)s.put(a->q, qbytes);
     c.out = (float *)s.put(nullptr, qbytes);
     c.pos = (const int32_t *)s.put(a->pos, sizeof(int32_t) * (size_t)a->n_tok);

@@ -7,6 +7,9 @@
  */
 #include "gpu/cuda/blocks.cuh"
 #include "gpu/cuda/cuda_impl.h"
+#include "gguf/gguf.h"
+
+#include <cuda_fp16.h>
 
 namespace {
 
@@ -36,17 +39,18 @@ __global__ void rmsnorm_kernel(const float *x, const float *w, int64_t n, float 
     }
 }
 
-/* one thread per rotated pair of one head */
-__global__ void rope_kernel(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot,
-                            const float *cs, int mode) {
+/* one thread per rotated pair of one head of one row */
+__global__ void rope_kernel(float *x, int64_t n_tok, int64_t n_heads, int64_t head_dim,
+                            int64_t n_rot, const float *cs, int mode) {
     const int64_t half = n_rot / 2;
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= n_heads * half) {
+    if (t >= n_tok * n_heads * half) {
         return;
     }
-    const int64_t h = t / half, i = t % half;
-    float *xh = x + h * head_dim;
-    const float c = cs[2 * i], s = cs[2 * i + 1];
+    const int64_t row = t / (n_heads * half), h = t / half % n_heads, i = t % half;
+    float *xh = x + (row * n_heads + h) * head_dim;
+    const float *c_s = cs + row * n_rot;
+    const float c = c_s[2 * i], s = c_s[2 * i + 1];
     const int64_t i0 = mode == 2 ? i : 2 * i, i1 = mode == 2 ? i + half : 2 * i + 1;
     const float a = xh[i0], b = xh[i1];
     xh[i0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
@@ -62,7 +66,7 @@ constexpr int ATTN_THREADS = 128;
 /* one block per (token, head): scores into shared memory, softmax as the
  * reference attention's (quant/attend.c: max-subtracted, the sum in double),
  * then the weighted values */
-__global__ void attention_kernel(cu_attn_args a) {
+__global__ void attention_kernel(gpu_attend_args a) {
     extern __shared__ float scores[]; /* n_kv_max floats, then ATTN_THREADS doubles */
     double *red = (double *)(scores + ((a.n_kv_max + 1) & ~(int64_t)1));
     const int64_t tok = blockIdx.x / a.n_head, h = blockIdx.x % a.n_head;
@@ -117,7 +121,160 @@ __global__ void attention_kernel(cu_attn_args a) {
     }
 }
 
+/* binary32 -> binary16, round to nearest even (quant/half.h's f32_to_f16) */
+__device__ __forceinline__ uint16_t cu_to_f16(float f) {
+    return __half_as_ushort(__float2half_rn(f));
+}
+
+/* Q8_0: one warp per block of 32, lane j its element j (quant_q8_0_ref) */
+__global__ void quant_q8_0_kernel(const float *x, int64_t n_blocks, block_q8_0 *out) {
+    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (b >= n_blocks) {
+        return;
+    }
+    const float v = x[b * QK8_0 + lane];
+    float amax = fabsf(v);
+    for (int off = 16; off > 0; off /= 2) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    }
+    const float d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0 ? __fdiv_rn(1.0f, d) : 0.0f;
+    out[b].qs[lane] = (int8_t)roundf(__fmul_rn(v, id));
+    if (lane == 0) {
+        out[b].d = cu_to_f16(d);
+    }
+}
+
+/* Q8_K: one warp per block of 256, lane l its elements 8l..8l+7
+ * (quant_q8_K_ref: the value of largest magnitude, the first on a tie, sets
+ * the scale -127 / max; levels rounded to nearest even, at most 127) */
+__global__ void quant_q8_K_kernel(const float *x, int64_t n_blocks, block_q8_K *out) {
+    const int64_t b = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
+    if (b >= n_blocks) {
+        return;
+    }
+    const float *xb = x + b * QK_K + 8 * lane;
+    float v[8];
+    float amax = 0;
+    int at = -1; /* index of this lane's first largest magnitude */
+    for (int j = 0; j < 8; j++) {
+        v[j] = xb[j];
+        if (amax < fabsf(v[j])) {
+            amax = fabsf(v[j]);
+            at = 8 * lane + j;
+        }
+    }
+    float best = amax;
+    int best_at = at < 0 ? QK_K : at;
+    for (int off = 16; off > 0; off /= 2) {
+        const float ob = __shfl_xor_sync(0xffffffffu, best, off);
+        const int oa = __shfl_xor_sync(0xffffffffu, best_at, off);
+        if (ob > best || (ob == best && oa < best_at)) {
+            best = ob;
+            best_at = oa;
+        }
+    }
+    block_q8_K *o = out + b;
+    if (best == 0) {
+        for (int j = 0; j < 8; j++) {
+            o->qs[8 * lane + j] = 0;
+        }
+        if (lane < QK_K / 16) {
+            o->bsums[lane] = 0;
+        }
+        if (lane == 0) {
+            o->d = 0;
+        }
+        return;
+    }
+    const float max = x[b * QK_K + best_at];
+    const float iscale = __fdiv_rn(-127.0f, max);
+    int sum = 0;
+    for (int j = 0; j < 8; j++) {
+        const int q = (int)rintf(__fmul_rn(iscale, v[j]));
+        const int8_t c = (int8_t)(q < 127 ? q : 127);
+        o->qs[8 * lane + j] = c;
+        sum += c;
+    }
+    /* groups of 16: lanes 2g and 2g + 1 */
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    if (lane % 2 == 0) {
+        o->bsums[lane / 2] = (int16_t)sum;
+    }
+    if (lane == 0) {
+        o->d = __fdiv_rn(1.0f, iscale);
+    }
+}
+
+__global__ void kv_store_kernel(const float *src, int64_t n_tok, int64_t row_elems,
+                                const int32_t *pos, void *dst, bool f16) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_tok * row_elems) {
+        return;
+    }
+    const int64_t t = i / row_elems, e = i % row_elems;
+    const size_t at = (size_t)pos[t] * (size_t)row_elems + (size_t)e;
+    if (f16) {
+        ((uint16_t *)dst)[at] = cu_to_f16(src[i]);
+    } else {
+        ((float *)dst)[at] = src[i];
+    }
+}
+
+__global__ void add_kernel(float *x, const float *y, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        x[i] = __fadd_rn(x[i], y[i]);
+    }
+}
+
+__global__ void swiglu_kernel(float *g, const float *u, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        const float v = g[i];
+        g[i] = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), u[i]);
+    }
+}
+
+unsigned blocks_for(int64_t n, int threads) {
+    return (unsigned)((n + threads - 1) / threads);
+}
+
 } // namespace
+
+cudaError_t cu_quant(const float *x, int64_t rows, int64_t n, uint32_t type, void *out,
+                     cudaStream_t stream) {
+    /* rows are whole blocks, so the rows' blocks are one run */
+    if (type == GGUF_TYPE_Q8_0 && n % QK8_0 == 0) {
+        const int64_t nb = rows * (n / QK8_0);
+        quant_q8_0_kernel<<<blocks_for(nb * 32, 256), 256, 0, stream>>>(x, nb, (block_q8_0 *)out);
+    } else if (type == GGUF_TYPE_Q8_K && n % QK_K == 0) {
+        const int64_t nb = rows * (n / QK_K);
+        quant_q8_K_kernel<<<blocks_for(nb * 32, 256), 256, 0, stream>>>(x, nb, (block_q8_K *)out);
+    } else {
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t cu_kv_store(const float *src, int64_t n_tok, int64_t row_elems, const int32_t *pos,
+                        void *dst, bool f16, cudaStream_t stream) {
+    const int64_t n = n_tok * row_elems;
+    kv_store_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(src, n_tok, row_elems, pos, dst, f16);
+    return cudaGetLastError();
+}
+
+cudaError_t cu_add(float *x, const float *y, int64_t n, cudaStream_t stream) {
+    add_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t cu_swiglu(float *g, const float *u, int64_t n, cudaStream_t stream) {
+    swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(g, u, n);
+    return cudaGetLastError();
+}
 
 cudaError_t cu_rmsnorm(const float *x, const float *w, int64_t n, int64_t rows, float eps,
                        float *out, cudaStream_t stream) {
@@ -125,15 +282,15 @@ cudaError_t cu_rmsnorm(const float *x, const float *w, int64_t n, int64_t rows, 
     return cudaGetLastError();
 }
 
-cudaError_t cu_rope(float *x, int64_t n_heads, int64_t head_dim, int64_t n_rot, const float *cs,
-                    int mode, cudaStream_t stream) {
-    const int64_t n = n_heads * (n_rot / 2);
-    rope_kernel<<<(unsigned)((n + 127) / 128), 128, 0, stream>>>(x, n_heads, head_dim, n_rot, cs,
-                                                                 mode);
+cudaError_t cu_rope(float *x, int64_t n_tok, int64_t n_heads, int64_t head_dim, int64_t n_rot,
+                    const float *cs, int mode, cudaStream_t stream) {
+    const int64_t n = n_tok * n_heads * (n_rot / 2);
+    rope_kernel<<<(unsigned)((n + 127) / 128), 128, 0, stream>>>(x, n_tok, n_heads, head_dim,
+                                                                 n_rot, cs, mode);
     return cudaGetLastError();
 }
 
-cudaError_t cu_attention(const cu_attn_args *a, cudaStream_t stream) {
+cudaError_t cu_attention(const gpu_attend_args *a, cudaStream_t stream) {
     const size_t shmem = (size_t)((a->n_kv_max + 1) & ~(int64_t)1) * sizeof(float) +
                          ATTN_THREADS * sizeof(double);
     if (a->n_head_kv <= 0 || a->n_head % a->n_head_kv != 0 || shmem > 48 * 1024) {

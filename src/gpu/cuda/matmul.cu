@@ -101,6 +101,22 @@ struct dot_f16 {
     }
 };
 
+/* F32 x F32: one item per 32 elements (fewer at the end of a row) */
+struct dot_f32 {
+    static constexpr int ITEMS = 1;
+    static constexpr int ELEMS = 32;
+    __device__ static float item(const void *w, const void *a, int64_t blk, int, int64_t n_in) {
+        const float *x = (const float *)w + 32 * blk;
+        const float *y = (const float *)a + 32 * blk;
+        const int n = n_in - 32 * blk < 32 ? (int)(n_in - 32 * blk) : 32;
+        float s = 0;
+        for (int j = 0; j < n; j++) {
+            s += x[j] * y[j];
+        }
+        return s;
+    }
+};
+
 template <typename D>
 __global__ void matmul_kernel(const uint8_t *w, size_t w_row_bytes, int64_t n_in, int64_t n_out,
                               const uint8_t *act, size_t act_row_bytes, int64_t n_rows,
@@ -188,6 +204,9 @@ __global__ void dequant_kernel(const uint8_t *src, uint32_t type, int64_t n, flo
     }
     case GGUF_TYPE_F16:
         out[e] = cu_f16(((const uint16_t *)src)[e]);
+        break;
+    case GGUF_TYPE_F32:
+        out[e] = ((const float *)src)[e];
         break;
     default:
         break;
