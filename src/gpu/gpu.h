@@ -228,6 +228,13 @@ lares_status gpu_plan_json(const gpu_meas *m, uint64_t budget_bytes, gpu_method 
 
 /* ---- devices and sessions ---- */
 
+/* The first CUDA device measured into r's device fields: copy latency and
+ * rates each way (pageable memory, as the session copies), a launch waited
+ * for and one queued, each type's 4096 x 4096 mat-vec (gpu_Bps_type,
+ * gpu_bw_Bps their best) and a 32-row Q4_K product (gpu_flops). About 0.1 s.
+ * LARES_EUNSUPPORTED without CUDA. */
+lares_status gpu_cuda_measure(gpu_est_rates *r, lares_error *err);
+
 /* Whether this build and machine have a CUDA device: LARES_OK, or
  * LARES_EUNSUPPORTED (built without CUDA) / LARES_ENOTFOUND (no device, no
  * driver) with the reason in err. name may be NULL. */

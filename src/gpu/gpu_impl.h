@@ -118,12 +118,6 @@ lares_status gpu_layers_forward(void *user, const model_seq *seqs, int32_t n_seq
                                 const float *rope_cs, float *x, bool *ran, lares_error *err);
 /* NULL in a build without CUDA (nocuda.c). */
 const gpu_device_ops *gpu_cuda_ops(void);
-/* The first CUDA device measured into r's device fields: copy latency and
- * rates each way (pageable memory, as the session copies), a launch waited
- * for and one queued, each type's 4096 x 4096 mat-vec (gpu_Bps_type,
- * gpu_bw_Bps their best) and a 32-row Q4_K product (gpu_flops). About 0.1 s.
- * LARES_EUNSUPPORTED without CUDA. */
-lares_status gpu_cuda_measure(gpu_est_rates *r, lares_error *err);
 
 /* Kernel checks for tests/test_gpu_kernels.c, on the first CUDA device; each
  * is LARES_EUNSUPPORTED in a build without CUDA. */

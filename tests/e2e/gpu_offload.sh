@@ -56,18 +56,21 @@ sys.exit(0 if ids(a) and ids(a) == ids(b) else 1)
 PY
 
 # the whole GPU path on the emulated device (host memory, the CPU's own code):
-# whole layers, affinity at half the file, and product by product each give the
-# CPU's tokens, and --json says what ran where
+# whole layers, the last layer alone (layers at half the file), affinity at half
+# the file (whatever its measured figures make it place) and product by
+# product each give the CPU's tokens, and --json says what ran where
 F16=$(model TinyStories-656K.f16.gguf)
 "$LARES" run -m "$F16" -p "Once upon a time" -n 24 --temp 0 --json >"$TMP/cpu.json" 2>/dev/null ||
   fail "cpu run"
 half=$(( $(wc -c <"$F16") / 2 ))
-for v in whole half products; do
+for v in whole half affinity products; do
   case $v in
   whole) LARES_GPU_BACKEND=emulated "$LARES" run -m "$F16" -p "Once upon a time" -n 24 --temp 0 \
     --json --offload layers >"$TMP/$v.json" 2>"$TMP/err" ;;
   half) LARES_GPU_BACKEND=emulated "$LARES" run -m "$F16" -p "Once upon a time" -n 24 --temp 0 \
-    --json --offload affinity --gpu-mem "$half" >"$TMP/$v.json" 2>"$TMP/err" ;;
+    --json --offload layers --gpu-mem "$half" >"$TMP/$v.json" 2>"$TMP/err" ;;
+  affinity) LARES_GPU_BACKEND=emulated "$LARES" run -m "$F16" -p "Once upon a time" -n 24 \
+    --temp 0 --json --offload affinity --gpu-mem "$half" >"$TMP/$v.json" 2>"$TMP/err" ;;
   products) LARES_GPU_BACKEND=emulated LARES_GPU_LAYERS=products "$LARES" run -m "$F16" \
     -p "Once upon a time" -n 24 --temp 0 --json --offload layers >"$TMP/$v.json" 2>"$TMP/err" ;;
   esac
@@ -82,6 +85,9 @@ if sys.argv[3] == "whole":
     assert g["matrices_gpu"] == 15 and g["weight_bytes"] == g["model_weight_bytes"], g
 elif sys.argv[3] == "half":
     assert 0 < g["weight_bytes"] <= g["budget_bytes"] < g["model_weight_bytes"], g
+    assert g["layers_device"] == 1 and g["layer_runs"] >= 24, g
+elif sys.argv[3] == "affinity":
+    assert g["method"] == "affinity" and g["weight_bytes"] <= g["budget_bytes"], g
 else:
     assert g["layers_device"] == 0 and g["layer_runs"] == 0 and g["products"] > 0, g
 PY
