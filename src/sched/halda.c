@@ -454,6 +454,7 @@ done:
 static lares_status solve_calibrated(halda *h, sched_plan **out, lares_error *err) {
     const sched_costs *c = h->c;
     sched_plan *best;
+    *out = NULL; /* also when a solve of the calibration loop fails */
     lares_status st = solve_set(h, &best, err);
     if (st != LARES_OK || best == NULL || !c->o->calibrate_gpu) {
         *out = best;
@@ -538,7 +539,7 @@ static lares_status best_drop(halda *h, const sched_plan *from, int32_t max_w, s
  * is limited to rings of at most 8 devices. */
 static lares_status halda_with_head(halda *h, sched_plan **out, lares_error *err) {
     const sched_costs *c = h->c;
-    sched_plan *best;
+    sched_plan *best = NULL;
     lares_status st = solve_calibrated(h, &best, err);
     if (st != LARES_OK || best == NULL) {
         *out = best;
