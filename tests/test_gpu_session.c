@@ -375,6 +375,23 @@ static void test_session_errors(void) {
     o.emul_vram_bytes = 1024;
     CHECK(gpu_session_create(r.m, r.pool, &o, &s, &err) == LARES_ERANGE && s == NULL);
     CHECKF(strstr(err.msg, "2 layers need") != NULL, "%s", err.msg);
+    /* KV caches that take more than the device's memory leave nothing for
+     * weights: a session that places nothing, not one over the device */
+    o.n_layers = -1;
+    o.emul_vram_bytes = (uint64_t)1 << 20;
+    o.kv_reserve_bytes = (uint64_t)2 << 20;
+    o.mem_cap_bytes = (uint64_t)512 << 10; /* a cap does not make room that is not there */
+    CHECK_OK(gpu_session_create(r.m, r.pool, &o, &s, &err), &err);
+    if (s != NULL) {
+        gpu_session_info in;
+        gpu_session_get_info(s, &in);
+        CHECKF(in.n_tensors_gpu == 0 && in.budget_bytes <= 1, "%d matrices, budget %" PRIu64,
+               (int)in.n_tensors_gpu, in.budget_bytes);
+        gpu_session_free(s);
+        s = NULL;
+    }
+    o.kv_reserve_bytes = 0;
+    o.mem_cap_bytes = 0;
     o.method = GPU_OFFLOAD_NONE;
     CHECK(gpu_session_create(r.m, r.pool, &o, &s, &err) == LARES_EINVAL && s == NULL);
     /* CUDA: in this build either absent (a clear reason) or present */

@@ -172,11 +172,14 @@ lares_status gpu_session_create(const model *mdl, ops_pool *pool, const gpu_sess
     if (st != LARES_OK) {
         goto fail;
     }
+    /* the KV caches' room comes off the free memory first; a device with less
+     * than that left gets a budget of nothing (1 byte: gpu_budget takes 0 as
+     * "unknown", the cap alone) */
+    const uint64_t vram = s->info.vram_free_bytes;
+    const uint64_t for_weights =
+        vram == 0 ? 0 : vram > o->kv_reserve_bytes ? vram - o->kv_reserve_bytes : 1;
     gpu_place_opts po = {.method = o->method,
-                         .budget_bytes = gpu_budget(s->info.vram_free_bytes > o->kv_reserve_bytes
-                                                        ? s->info.vram_free_bytes - o->kv_reserve_bytes
-                                                        : 0,
-                                                    o->mem_cap_bytes),
+                         .budget_bytes = gpu_budget(for_weights, o->mem_cap_bytes),
                          .n_layers = o->n_layers};
     st = gpu_place(s->meas, &po, &s->place, err);
     if (st != LARES_OK) {
