@@ -96,6 +96,11 @@ typedef struct gpu_dev_matrix {
     int64_t n_in, n_out;
 } gpu_dev_matrix;
 
+/* The uploaded copy of w among mats (n, sorted by host): the same weights and
+ * shape; NULL when w has none. (session.c) */
+const gpu_dev_matrix *gpu_dev_matrix_find(const gpu_dev_matrix *mats, size_t n,
+                                          const ops_matrix *w);
+
 /* ---- whole layers (layers.c) ---- */
 /* Whether the device can run layer il whole once its matrices are there: only
  * norms, the dense products of device types, RoPE, attention, SwiGLU and

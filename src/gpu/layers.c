@@ -123,23 +123,6 @@ static bool eligible(const model *mdl, int32_t il, const gpu_dev_matrix *const *
     return true;
 }
 
-static const gpu_dev_matrix *find_matrix(const gpu_dev_matrix *mats, size_t n, const void *host,
-                                         const ops_matrix *w) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        const size_t mid = lo + (hi - lo) / 2;
-        if ((uintptr_t)mats[mid].host < (uintptr_t)host) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    if (lo < n && mats[lo].host == host && mats[lo].n_in == w->n_in && mats[lo].n_out == w->n_out) {
-        return &mats[lo];
-    }
-    return NULL;
-}
-
 void gpu_layers_free(gpu_layers *g) {
     if (g == NULL) {
         return;
@@ -197,7 +180,7 @@ lares_status gpu_layers_create(const model *mdl, const gpu_device_ops *ops, gpu_
         const gpu_dev_matrix **mat = mat_of(g, il);
         for (int r = 0; r < MODEL_ROLE_COUNT; r++) {
             if (lp->w[r].form == MODEL_FORM_MATRIX && l->mat[r].data != NULL) {
-                mat[r] = find_matrix(mats, n_mats, l->mat[r].data, &l->mat[r]);
+                mat[r] = gpu_dev_matrix_find(mats, n_mats, &l->mat[r]);
             }
         }
         if (!eligible(mdl, il, mat)) {

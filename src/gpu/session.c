@@ -43,16 +43,17 @@ static int by_host(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static const gpu_dev_matrix *find(const gpu_session *s, const void *host) {
-    const gpu_dev_matrix key = {.host = host};
-    return bsearch(&key, s->tensors, s->n_dev, sizeof(gpu_dev_matrix), by_host);
+const gpu_dev_matrix *gpu_dev_matrix_find(const gpu_dev_matrix *mats, size_t n,
+                                          const ops_matrix *w) {
+    const gpu_dev_matrix key = {.host = w->data};
+    const gpu_dev_matrix *t = bsearch(&key, mats, n, sizeof(gpu_dev_matrix), by_host);
+    return t != NULL && t->n_in == w->n_in && t->n_out == w->n_out ? t : NULL;
 }
 
 /* the hook's products: a device copy of the same shape, activations in the
  * weight type's vec_dot_type (ops_act_type gives them that format) */
 static const gpu_dev_matrix *held(const gpu_session *s, const ops_matrix *w) {
-    const gpu_dev_matrix *t = find(s, w->data);
-    return t != NULL && t->n_in == w->n_in && t->n_out == w->n_out ? t : NULL;
+    return gpu_dev_matrix_find(s->tensors, s->n_dev, w);
 }
 
 static bool holds(void *user, const ops_matrix *w) {

@@ -18,7 +18,6 @@ extern "C" {
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 struct gpu_device {
     int ordinal;
@@ -256,14 +255,19 @@ extern "C" const gpu_device_ops *gpu_cuda_ops(void) {
 namespace {
 __global__ void empty_kernel() {}
 
-double seconds_since(const struct timespec *t0) {
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0->tv_nsec);
+double seconds_since(uint64_t t0_ns) {
+    return (double)(lares_now_ns() - t0_ns) / 1e9;
 }
 
-void now(struct timespec *t) {
-    clock_gettime(CLOCK_MONOTONIC, t);
+/* the seconds of one copy, waited for; *e its status */
+double timed_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t st,
+                  cudaError_t *e) {
+    const uint64_t t0 = lares_now_ns();
+    *e = cudaMemcpyAsync(dst, src, bytes, kind, st);
+    if (*e == cudaSuccess) {
+        *e = cudaStreamSynchronize(st);
+    }
+    return seconds_since(t0);
 }
 } // namespace
 
@@ -278,7 +282,6 @@ extern "C" lares_status gpu_cuda_measure(gpu_est_rates *r, lares_error *err) {
     void *host = malloc(big), *dbuf = nullptr, *dact = nullptr;
     float *dy = nullptr;
     lares_status res = LARES_OK;
-    struct timespec t0;
     if (host == nullptr) {
         cudaStreamDestroy(st);
         return lares_fail(err, LARES_ENOMEM, "profiling: host memory");
@@ -295,42 +298,27 @@ extern "C" lares_status gpu_cuda_measure(gpu_est_rates *r, lares_error *err) {
         /* copies: a small one waited for (latency), then 64 MiB each way */
         double best = 1e9;
         for (int i = 0; i < 20 && e == cudaSuccess; i++) {
-            now(&t0);
-            e = cudaMemcpyAsync(dbuf, host, small, cudaMemcpyHostToDevice, st);
-            if (e == cudaSuccess) {
-                e = cudaStreamSynchronize(st);
-            }
-            best = fmin(best, seconds_since(&t0));
+            best = fmin(best, timed_copy(dbuf, host, small, cudaMemcpyHostToDevice, st, &e));
         }
         r->link.latency_s = best;
         double h2d = 1e9, d2h = 1e9;
         for (int i = 0; i < 3 && e == cudaSuccess; i++) {
-            now(&t0);
-            e = cudaMemcpyAsync(dbuf, host, big, cudaMemcpyHostToDevice, st);
+            h2d = fmin(h2d, timed_copy(dbuf, host, big, cudaMemcpyHostToDevice, st, &e));
             if (e == cudaSuccess) {
-                e = cudaStreamSynchronize(st);
+                d2h = fmin(d2h, timed_copy(host, dbuf, big, cudaMemcpyDeviceToHost, st, &e));
             }
-            h2d = fmin(h2d, seconds_since(&t0));
-            now(&t0);
-            if (e == cudaSuccess) {
-                e = cudaMemcpyAsync(host, dbuf, big, cudaMemcpyDeviceToHost, st);
-            }
-            if (e == cudaSuccess) {
-                e = cudaStreamSynchronize(st);
-            }
-            d2h = fmin(d2h, seconds_since(&t0));
         }
         r->link.h2d_Bps = (double)big / h2d;
         r->link.d2h_Bps = (double)big / d2h;
         /* a kernel waited for, and kernels queued behind each other */
         double launch = 1e9;
         for (int i = 0; i < 20 && e == cudaSuccess; i++) {
-            now(&t0);
+            const uint64_t t0 = lares_now_ns();
             empty_kernel<<<1, 32, 0, st>>>();
             e = cudaStreamSynchronize(st);
-            launch = fmin(launch, seconds_since(&t0));
+            launch = fmin(launch, seconds_since(t0));
         }
-        now(&t0);
+        const uint64_t t0 = lares_now_ns();
         for (int i = 0; i < 200 && e == cudaSuccess; i++) {
             empty_kernel<<<1, 32, 0, st>>>();
         }
@@ -338,7 +326,7 @@ extern "C" lares_status gpu_cuda_measure(gpu_est_rates *r, lares_error *err) {
             e = cudaStreamSynchronize(st);
         }
         r->gpu_launch_s = launch;
-        r->gpu_queue_s = seconds_since(&t0) / 200;
+        r->gpu_queue_s = seconds_since(t0) / 200;
         /* each type's mat-vec (bytes per second) and a 32-row Q4_K product (FLOP/s) */
         cudaEvent_t a, b;
         if (e == cudaSuccess && (e = cudaEventCreate(&a)) == cudaSuccess &&
