@@ -158,9 +158,8 @@ static int parse_run(int argc, char **argv, run_opts *o) {
         return APP_USAGE;
     }
     if (o->draft != NULL && o->draft_n == 0) {
-        /* the token and 7 drafts: 8 rows, the most the few-row product takes
-         * (QUANT_ROWS_MAX); a 9th row costs a GEMM pass, about twice as long
-         * (docs/performance.md, issue 20) */
+        /* the token and 7 drafts: 8 rows, the few-row product's one group
+         * (QUANT_ROWS_MAX); a 9th row starts a second group (docs/speculative.md) */
         o->draft_n = 7;
     }
     if (!o->seed_given) {

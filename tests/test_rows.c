@@ -15,10 +15,15 @@
  *     17 weight rows, output strides wider than the rows; nothing written
  *     outside the product) and the largest codes of each type against +-127;
  *  5. weight blocks of random bytes (every code, scale and minimum a block
- *     can hold, not only what the quantizer writes), with sane fp16 scales.
+ *     can hold, not only what the quantizer writes), with sane fp16 scales;
+ *  6. ops_matmul with the dispatched kernels: up to OPS_ROWS_MAX activation
+ *     rows take the few-row product, past QUANT_ROWS_MAX in groups, and each
+ *     row's result is still bit for bit the row's alone; one row more takes
+ *     another format.
  * A family this CPU lacks, or one without the product, is skipped.
  */
 #include "check.h"
+#include "ops/ops.h"
 #include "quant/half.h"
 #include "quant/kernels.h"
 
@@ -308,6 +313,72 @@ static int test_family(const char *fam, quant_isa isa) {
     return tested;
 }
 
+/* ops_matmul over n_c rows of the dispatched kernels against each row alone */
+static void test_matmul_groups(ops_pool *pool) {
+    const int64_t k = 2048, n_w = 300; /* a few GEMV chunks of weight rows */
+    const int64_t counts[] = {1, 8, 9, 12, 16, 17, 33, OPS_ROWS_MAX, OPS_ROWS_MAX + 1};
+    const int64_t most = OPS_ROWS_MAX + 1;
+    float *x = malloc(sizeof(float) * (size_t)(k * most));
+    for (int64_t c = 0; c < most; c++) {
+        for (int64_t i = 0; i < k; i++) {
+            x[c * k + i] = act_value(c, i);
+        }
+    }
+    float *y = malloc(sizeof(float) * (size_t)(n_w * most));
+    float *y1 = malloc(sizeof(float) * (size_t)n_w);
+    int tested = 0;
+    for (size_t ti = 0; ti < LARES_ARRAY_LEN(types); ti++) {
+        const quant_traits *t = quant_traits_of(types[ti]);
+        if (t == NULL || t->rows == NULL) {
+            continue;
+        }
+        const size_t rb = quant_row_bytes(t->type, k);
+        uint8_t *w = malloc(rb * (size_t)n_w);
+        CHECK(random_blocks(t->type, w, n_w * (k / t->blck_elems)));
+        ops_matrix m;
+        lares_error err = {0};
+        CHECK_OK(ops_matrix_init(&m, w, t->type, k, n_w, "w", &err), &err);
+        const ops_matrix *ws[1] = {&m};
+        for (size_t ci = 0; ci < LARES_ARRAY_LEN(counts); ci++) {
+            const int64_t n_c = counts[ci];
+            const uint32_t at = ops_act_type(pool, &m, n_c);
+            if (n_c > OPS_ROWS_MAX) {
+                CHECKF(at != OPS_ACT_ROWS, "%s: %lld rows take the few-row product", t->name,
+                       (long long)n_c);
+                continue;
+            }
+            CHECKF(at == OPS_ACT_ROWS, "%s: %lld rows do not take the few-row product", t->name,
+                   (long long)n_c);
+            void *buf = lares_alloc_aligned(ops_act_bytes(at, n_c, k), 64);
+            ops_act a;
+            ops_act_prepare(pool, x, n_c, k, at, buf, &a);
+            const ops_act *as[1] = {&a};
+            float *ys[1] = {y};
+            ops_matmul(pool, 1, ws, as, ys);
+            int differs = 0;
+            for (int64_t c = 0; c < n_c; c++) {
+                ops_act a1 = a;
+                a1.data = (const uint8_t *)a.data + (size_t)c * a.row_bytes;
+                a1.n_rows = 1;
+                const ops_act *as1[1] = {&a1};
+                float *ys1[1] = {y1};
+                ops_matmul(pool, 1, ws, as1, ys1);
+                differs += memcmp(y1, y + c * n_w, sizeof(float) * (size_t)n_w) != 0;
+            }
+            CHECKF(differs == 0, "%s: %lld rows: %d rows differ from the row alone", t->name,
+                   (long long)n_c, differs);
+            lares_free_aligned(buf);
+        }
+        free(w);
+        tested++;
+    }
+    printf("  ops_matmul: %d types, up to %d rows in groups of %d, each row as alone\n", tested,
+           OPS_ROWS_MAX, QUANT_ROWS_MAX);
+    free(y1);
+    free(y);
+    free(x);
+}
+
 int main(void) {
     int tested = 0;
     for (size_t i = 0; i < LARES_ARRAY_LEN(families); i++) {
@@ -316,6 +387,13 @@ int main(void) {
             continue;
         }
         tested += test_family(families[i].name, families[i].isa);
+    }
+    if (tested > 0) {
+        ops_pool *pool = NULL;
+        lares_error err = {0};
+        CHECK_OK(ops_pool_create(2, &pool, &err), &err);
+        test_matmul_groups(pool);
+        ops_pool_free(pool);
     }
     if (tested == 0) {
         printf("rows: no family with a few-row product on this machine (AVX-512 VNNI), nothing "

@@ -6,9 +6,10 @@
  * chunks of output rows from a shared counter, so a thread that runs slower
  * (another program on its core) simply takes fewer chunks. With one
  * activation row (generation) a chunk is about GEMV_CHUNK_BYTES of weight
- * rows. Up to QUANT_ROWS_MAX rows (generation, several sequences decoding
- * together) take the few-row product where the dispatched kernels have one
- * for the type (quant.h: quant_rows_fmt), else one dot product per row. With
+ * rows. Up to OPS_ROWS_MAX rows (generation, several sequences decoding
+ * together, short prompts and drafts) take the few-row product where the
+ * dispatched kernels have one for the type (quant.h: quant_rows_fmt), in
+ * groups of up to QUANT_ROWS_MAX rows, else one dot product per row. With
  * more activation rows (prompt processing) the dispatched kernels' packed GEMM
  * takes the chunk when it has one for the type (activations quantized once
  * into panels, quant.h); otherwise each chunk is walked in tiles of up to
@@ -60,13 +61,15 @@ lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int
     return LARES_OK;
 }
 
+_Static_assert(OPS_ROWS_MAX >= QUANT_ROWS_MAX, "the few-row product takes its own rows whole");
+
 uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows) {
     /* a product on a device takes the vec_dot_type rows (ops.h's offload) */
     const bool off = ops_pool_holds(pool, w);
     /* from one row: where the few-row product exists it also beats the
      * single-row dot (docs/kernels.md), and a row's result is then the same
      * alone and in a batch */
-    if (!off && w->qt->rows != NULL && n_rows >= 1 && n_rows <= QUANT_ROWS_MAX &&
+    if (!off && w->qt->rows != NULL && n_rows >= 1 && n_rows <= OPS_ROWS_MAX &&
         w->n_in % QUANT_ROWS_GROUP == 0) {
         return OPS_ACT_ROWS;
     }
@@ -314,8 +317,17 @@ static void mm_rows(const ops_matrix *w, const ops_act *a, float *y, int64_t r0,
         return;
     }
     if (a->type == OPS_ACT_ROWS) {
-        qt->rows(w->n_in, wd + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0, ad, a->row_bytes,
-                 a->n_rows, y + r0, (size_t)n_out);
+        /* past QUANT_ROWS_MAX rows, groups of as equal a size as fit the
+         * product, each over the same weight rows: the first group reads them
+         * from memory, the others from L2 (the chunk is GEMV_CHUNK_BYTES) */
+        const int64_t n_g = (a->n_rows + QUANT_ROWS_MAX - 1) / QUANT_ROWS_MAX;
+        for (int64_t g = 0, c0 = 0; g < n_g; g++) {
+            const int64_t n_c = a->n_rows / n_g + (g < a->n_rows % n_g);
+            qt->rows(w->n_in, wd + (size_t)r0 * w->row_bytes, w->row_bytes, r1 - r0,
+                     ad + (size_t)c0 * a->row_bytes, a->row_bytes, n_c, y + c0 * n_out + r0,
+                     (size_t)n_out);
+            c0 += n_c;
+        }
         return;
     }
     if (a->n_rows == 1) {

@@ -89,6 +89,13 @@ typedef struct ops_act {
 /* The fewest activation rows that take the packed GEMM: below a panel's worth
  * most of its lanes would multiply zeros. */
 #define OPS_GEMM_MIN_ROWS 8
+/* The most activation rows that take the few-row product (where the type has
+ * one): past QUANT_ROWS_MAX in groups over each chunk of weight rows, the
+ * later groups reading the weights from cache. Measured (docs/kernels.md
+ * "Past eight rows"): llama-1b Q4_0 and Q4_K_M prompts of 9 to 40 tokens
+ * read 1.1-2.3x faster than by the GEMM with AVX-512 VNNI and AVX2 (AVX-VNNI:
+ * 1.1-1.7x up to 24, the same at 32-40), the GEMM ahead from 48. */
+#define OPS_ROWS_MAX 40
 /* The activation format for multiplying w by n_rows rows on this pool:
  * OPS_ACT_PANELS where the dispatched kernels have a GEMM for w's type and
  * n_rows is large enough, OPS_ACT_ROWS where they have a few-row product
