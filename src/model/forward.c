@@ -130,11 +130,15 @@ static size_t act_bytes_for(const model *m, int32_t n_batch) {
                  * expert's rows start a panel of their own (ops_act_group_panels),
                  * so up to a panel more per expert */
                 const uint32_t at = ops_act_type(NULL, w, rows);
-                const int64_t pad =
-                    at == OPS_ACT_PANELS && expert ? (int64_t)hp->n_expert * quant_panels()->lanes
-                                                   : 0;
                 size_t b = LARES_MAX(ops_act_bytes(w->qt->vec_dot_type, rows, widest),
-                                     ops_act_bytes(at, rows + pad, widest));
+                                     ops_act_bytes(at, rows, widest));
+                if (expert) { /* experts_act_type's format, or panels for any rows */
+                    b = LARES_MAX(b, ops_act_bytes(ops_act_type(NULL, w, 1), rows, widest));
+                    if (ops_gemm_takes(NULL, w)) {
+                        const int64_t pad = (int64_t)hp->n_expert * quant_panels()->lanes;
+                        b = LARES_MAX(b, ops_act_bytes(OPS_ACT_PANELS, rows + pad, widest));
+                    }
+                }
                 best = b > best ? b : best;
             }
         }
@@ -571,11 +575,24 @@ static void shared_expert(const model *m, model_ctx *cx, int32_t il, int32_t n_t
 }
 
 /* Whether the experts of set w take the packed GEMM for these rows: when
- * they have one and the used experts average a panel's worth of rows (an
- * expert with fewer then multiplies some lanes of zeros). */
+ * they have one and the used experts average more rows than a dense product
+ * gives the few-row product (OPS_ROWS_MAX where the type has it), else a
+ * panel's worth (an expert with fewer then multiplies some lanes of zeros). */
 static bool experts_take_panels(const model_ctx *cx, const ops_matrix *w, int32_t rows,
                                 int32_t n_used) {
-    return rows >= OPS_GEMM_MIN_ROWS * n_used && ops_act_type(cx->pool, w, rows) == OPS_ACT_PANELS;
+    const bool rows_product = ops_act_type(cx->pool, w, 1) == OPS_ACT_ROWS;
+    const int64_t least = rows_product ? OPS_ROWS_MAX + 1 : OPS_GEMM_MIN_ROWS;
+    return rows >= least * n_used && ops_gemm_takes(cx->pool, w);
+}
+
+/* The experts' format otherwise: an expert has a few rows (fewer than a panel
+ * on average). When some expert has two or more, the few-row product takes
+ * them where the type has one (in groups past QUANT_ROWS_MAX); with one row
+ * each (a token alone) the type's dot product, which is faster on an expert's
+ * small matrices (docs/performance.md, "Session 25"). */
+static uint32_t experts_act_type(const model_ctx *cx, const ops_matrix *w, int32_t rows,
+                                 int32_t n_used) {
+    return rows > n_used ? ops_act_type(cx->pool, w, 1) : w->qt->vec_dot_type;
 }
 
 /* Runs one or two weight sets of the used experts (gate and up, or down) over
@@ -696,11 +713,12 @@ static void experts(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
         ops_act_group_panels(cx->pool, cx->xg, rows, e, start, n_used, cx->act, &ag);
         au = ag;
     } else {
-        ops_act_prepare(cx->pool, cx->xg, rows, e, exp_gate[0].qt->vec_dot_type, cx->act, &ag);
+        const uint32_t gate_type = experts_act_type(cx, &exp_gate[0], rows, n_used);
+        ops_act_prepare(cx->pool, cx->xg, rows, e, gate_type, cx->act, &ag);
         au = ag;
-        if (exp_up[0].qt->vec_dot_type != ag.type) {
-            ops_act_prepare(cx->pool, cx->xg, rows, e, exp_up[0].qt->vec_dot_type, cx->act2,
-                            &au);
+        const uint32_t up_type = experts_act_type(cx, &exp_up[0], rows, n_used);
+        if (up_type != ag.type) {
+            ops_act_prepare(cx->pool, cx->xg, rows, e, up_type, cx->act2, &au);
         }
     }
     ops_matrix *const gu_sets[2] = {exp_gate, exp_up};
@@ -717,7 +735,8 @@ static void experts(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     if (experts_take_panels(cx, &exp_down[0], rows, n_used)) {
         ops_act_group_panels(cx->pool, cx->hg, rows, fe, start, n_used, cx->act, &ad);
     } else {
-        ops_act_prepare(cx->pool, cx->hg, rows, fe, exp_down[0].qt->vec_dot_type, cx->act, &ad);
+        const uint32_t down_type = experts_act_type(cx, &exp_down[0], rows, n_used);
+        ops_act_prepare(cx->pool, cx->hg, rows, fe, down_type, cx->act, &ad);
     }
     ops_matrix *const d_sets[2] = {exp_down, NULL};
     const ops_act *const d_acts[2] = {&ad, NULL};

@@ -73,11 +73,14 @@ uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows)
         w->n_in % QUANT_ROWS_GROUP == 0) {
         return OPS_ACT_ROWS;
     }
-    if (!off && w->qt->gemm != NULL && n_rows >= OPS_GEMM_MIN_ROWS &&
-        w->n_in % QUANT_PANEL_GROUP == 0) {
+    if (n_rows >= OPS_GEMM_MIN_ROWS && ops_gemm_takes(pool, w)) {
         return OPS_ACT_PANELS;
     }
     return w->qt->vec_dot_type;
+}
+
+bool ops_gemm_takes(const ops_pool *pool, const ops_matrix *w) {
+    return !ops_pool_holds(pool, w) && w->qt->gemm != NULL && w->n_in % QUANT_PANEL_GROUP == 0;
 }
 
 size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in) {

@@ -103,6 +103,9 @@ typedef struct ops_act {
  * (a GPU session) always the row format, which the device's kernels read.
  * Matrices sharing an input share one conversion when their formats are equal. */
 uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows);
+/* Whether the packed GEMM can multiply w on this pool, whatever the rows (the
+ * experts of a mixture choose by their rows per expert, not by the total). */
+bool ops_gemm_takes(const ops_pool *pool, const ops_matrix *w);
 
 /* Bytes of scratch needed to hold n_rows x n_in activations of `type`. */
 size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in);
