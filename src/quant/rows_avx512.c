@@ -380,12 +380,19 @@ FORCE_INLINE __m512i pair_q8_0(const block_q8_0 *b) {
  * without, 32.6-33.1 with 2 KiB, 35.1-35.7 with 4 KiB ahead; Q4_K_M
  * 20.2 / 30.6-31.8 / 30.7-33.6; with 4 and 8 rows the same within noise.
  * (A short distance is what hurt on both CPUs: 1 KiB ahead also lost on the
- * Xeon, rows_avxvnni.c.) */
-#define ROWS_PREFETCH_BYTES 4096
+ * Xeon, rows_avxvnni.c.) On another host of that Xeon model (2026-11-30,
+ * memory about a fifth faster) one to four rows ran 12 % faster 2-3 KiB ahead
+ * than 4 KiB (Q4_K_M one row 31.99-33.53 -> 37.27-37.68 t/s with 3 KiB, Q4_0
+ * 31.54-32.71 -> 36.29-37.68; 2 KiB the same as 3), while 8 rows, which take
+ * the pair walk, kept 4 KiB (Q4_K_M 160.6-161.6 against 144.6-155.9 at 2-3
+ * KiB): so the single walk (1 to 4 rows) asks 3 KiB ahead, between the two
+ * hosts' best, and the pair walk 4 KiB. */
+#define ROWS_PREFETCH_BYTES      3072
+#define ROWS_PAIR_PREFETCH_BYTES 4096
 
-/* the n bytes of weights at p, ROWS_PREFETCH_BYTES ahead */
-FORCE_INLINE void prefetch_ahead(const uint8_t *p, size_t n) {
-    quant_prefetch(p + ROWS_PREFETCH_BYTES, n);
+/* the n bytes of weights at p, `ahead` bytes ahead */
+FORCE_INLINE void prefetch_ahead(const uint8_t *p, size_t n, size_t ahead) {
+    quant_prefetch(p + ahead, n);
 }
 
 /* A row's sums of a 256-element chunk: its starting sums, then the four
@@ -414,8 +421,8 @@ FORCE_INLINE void chunk_sums2(const uint8_t *a, __m512i base0, const __m512i v[4
 /* Eight blocks of type t at p decoded (eight_q4_0, eight_q5_0, eight_q8_0,
  * eight_iq4_nl, super_iq4_xs), the row asked for ahead of them */
 FORCE_INLINE void eight_blocks(enum rows_type t, const uint8_t *p, __m512i v[4], __m512 *dw,
-                               __m512i *base) {
-    prefetch_ahead(p, 8 * rows_block_bytes(t));
+                               __m512i *base, size_t ahead) {
+    prefetch_ahead(p, 8 * rows_block_bytes(t), ahead);
     if (t == R_Q4_0) {
         eight_q4_0(p, v, dw, base);
     } else if (t == R_Q5_0) {
@@ -524,14 +531,14 @@ FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint
     __m512i vn[4], basen;
     __m512 dwn;
     if (n_super > 0) {
-        eight_blocks(t, w, vn, &dwn, &basen);
+        eight_blocks(t, w, vn, &dwn, &basen, ROWS_PREFETCH_BYTES);
     }
     for (int64_t j = 0; j < n_super; j++) {
         __m512i v[4] = {vn[0], vn[1], vn[2], vn[3]};
         const __m512 dw = dwn;
         const __m512i base = basen;
         if (j + 1 < n_super) {
-            eight_blocks(t, w + (size_t)(j + 1) * 8 * bb, vn, &dwn, &basen);
+            eight_blocks(t, w + (size_t)(j + 1) * 8 * bb, vn, &dwn, &basen, ROWS_PREFETCH_BYTES);
         }
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
@@ -575,8 +582,8 @@ FORCE_INLINE void row_dots_pair(enum rows_type t, const int NC, int64_t k,
     for (int64_t j = 0; j < n_super; j++) {
         __m512i v[4], u[4], base0, base1;
         __m512 dw0, dw1;
-        eight_blocks(t, w + (size_t)j * 8 * bb, v, &dw0, &base0);
-        eight_blocks(t, w1 + (size_t)j * 8 * bb, u, &dw1, &base1);
+        eight_blocks(t, w + (size_t)j * 8 * bb, v, &dw0, &base0, ROWS_PAIR_PREFETCH_BYTES);
+        eight_blocks(t, w1 + (size_t)j * 8 * bb, u, &dw1, &base1, ROWS_PAIR_PREFETCH_BYTES);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
@@ -786,7 +793,7 @@ FORCE_INLINE void row_dots_k(enum rows_type t, const int NC, int64_t k, const ui
         __m256 mw = _mm256_setzero_ps();
         const uint8_t *p = w + (size_t)j * bb;
         const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j); /* row 0's floats */
-        prefetch_ahead(p, bb);
+        prefetch_ahead(p, bb, ROWS_PREFETCH_BYTES);
         if (t == R_Q4_K) {
             super_q4_K(p, v, &dw[0], &mw);
         } else if (t == R_Q5_K) {
@@ -861,8 +868,8 @@ FORCE_INLINE void row_dots_k_pair(enum rows_type t, const int NC, int64_t k,
         const uint8_t *p = w + (size_t)j * bb;
         const uint8_t *q = w1 + (size_t)j * bb;
         const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j);
-        prefetch_ahead(p, bb);
-        prefetch_ahead(q, bb);
+        prefetch_ahead(p, bb, ROWS_PAIR_PREFETCH_BYTES);
+        prefetch_ahead(q, bb, ROWS_PAIR_PREFETCH_BYTES);
         if (t == R_Q4_K) {
             super_q4_K(p, v, &dw0, &mw0);
             super_q4_K(q, u, &dw1, &mw1);
@@ -923,8 +930,8 @@ FORCE_INLINE void row_dots_q6_pair(const int NC, int64_t k, const uint8_t *restr
         const uint8_t *p = w + (size_t)j * bb;
         const uint8_t *q = w1 + (size_t)j * bb;
         const uint8_t *fj = (const uint8_t *)(dsup + SUPER_FLOATS * j);
-        prefetch_ahead(p, bb);
-        prefetch_ahead(q, bb);
+        prefetch_ahead(p, bb, ROWS_PAIR_PREFETCH_BYTES);
+        prefetch_ahead(q, bb, ROWS_PAIR_PREFETCH_BYTES);
         super_q6_K(p, v, dv, bv);
         super_q6_K(q, u, du, bu);
 #pragma GCC unroll 8
