@@ -36,8 +36,12 @@ scale.
 /* How far ahead the K-quant walk asks for its weights. llama-1b Q4_K_M tg16
  * --isa avxvnni, 2 threads, Intel Xeon (family 6 model 207), four rounds
  * alternating builds, medians (t/s): 1 KiB 21.5, 2 KiB 25.1, 4 KiB 27.6,
- * 6 KiB 28.8, 8 KiB 27.3, the row tiles 27.7; without it 16.5 */
-#define ROWS_PREFETCH_BYTES 4096
+ * 6 KiB 28.8, 8 KiB 27.3, the row tiles 27.7; without it 16.5. On another
+ * host of that model (2026-11-30, memory about a fifth faster), -r 2, two
+ * rounds, 4 KiB / 3 KiB: Q4_K_M 33.56, 32.26 / 33.41, 33.52; Q4_0 31.00,
+ * 30.29 / 33.70, 33.13; 4 rows Q4_0 95.07, 95.27 / 100.82, 97.67 (docs/kernels.md,
+ * the AVX-512 walk's distance). */
+#define ROWS_PREFETCH_BYTES 3072
 #include "quant/rows_kquant_x86.h"
 #include "quant/rows_types.h"
 
