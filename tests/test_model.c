@@ -269,9 +269,10 @@ static void test_moe_batch_equals_sequential(void) {
         prompt[i] = prompt[i - 22] + 7 * (i / 22);
     }
     const int lengths[] = {22, 100};
-    /* 22 tokens: the batch's products are the same rows as alone (the
-     * few-row product, or Q8_0 dots both ways), so the logits agree to the
-     * float rounding. 100 tokens: the dense products and the experts go
+    /* 22 tokens: the dense products take the few-row product in the batch
+     * and alone; the experts take it in the batch and the Q8_0 dots alone,
+     * both of which sum a block's integer products exactly, so the logits
+     * agree to the float rounding. 100 tokens: the dense products and the experts go
      * through the GEMM, whose sums round otherwise than the dots, and over
      * 100 positions that grew to 0.08 in the logits (the same before session
      * 25's change of the experts' formats); an expert's rows handed another

@@ -66,9 +66,9 @@ _Static_assert(OPS_ROWS_MAX >= QUANT_ROWS_MAX, "the few-row product takes its ow
 uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows) {
     /* a product on a device takes the vec_dot_type rows (ops.h's offload) */
     const bool off = ops_pool_holds(pool, w);
-    /* from one row: where the few-row product exists it also beats the
-     * single-row dot (docs/kernels.md), and a row's result is then the same
-     * alone and in a batch */
+    /* from one row, so that a row's result is the same alone and in a batch
+     * (at one row the single-row dots were as fast on one host and faster on
+     * another: docs/kernels.md, "Past eight rows") */
     if (!off && w->qt->rows != NULL && n_rows >= 1 && n_rows <= OPS_ROWS_MAX &&
         w->n_in % QUANT_ROWS_GROUP == 0) {
         return OPS_ACT_ROWS;
