@@ -232,17 +232,19 @@ static lares_status run_once(lares_session *s, const bench_opts *o, int32_t dept
     return lares_generate(s, prompt, (size_t)n_prompt, &go, NULL, 0, NULL, st, err);
 }
 
-/* S sequences of one token of prompt each, generating n_gen + 1 tokens
- * together: the aggregate tokens/s of the steps after the first token of
- * every sequence (the same count tg's figure takes). */
-static lares_status run_parallel(lares_batch *b, const int32_t *prompt, int32_t n_gen,
-                                 double *tok_s, lares_error *err) {
+/* S sequences of one token of prompt each (sequence i the prompt's token
+ * i % n_prompt, so that a mixture's sequences do not all choose the same
+ * experts), generating n_gen + 1 tokens together: the aggregate tokens/s of
+ * the steps after the first token of every sequence (the same count tg's
+ * figure takes). */
+static lares_status run_parallel(lares_batch *b, const int32_t *prompt, int32_t n_prompt,
+                                 int32_t n_gen, double *tok_s, lares_error *err) {
     const int32_t n_seq = lares_batch_n_seq(b);
     lares_generate_opts go = lares_generate_opts_default();
     go.sampler.temperature = 0;
     go.n_predict = n_gen + 1;
     for (int32_t i = 0; i < n_seq; i++) {
-        lares_status st = lares_batch_start(b, i, prompt, 1, &go, err);
+        lares_status st = lares_batch_start(b, i, prompt + i % n_prompt, 1, &go, err);
         if (st != LARES_OK) {
             return st;
         }
@@ -337,7 +339,8 @@ int cmd_bench(int argc, char **argv) {
             last_tg = st;
         }
         if (batch != NULL) {
-            if (run_parallel(batch, measured, o.n_gen, &tgp.v[tgp.n], &err) != LARES_OK) {
+            if (run_parallel(batch, measured, np - o.depth, o.n_gen, &tgp.v[tgp.n], &err) !=
+                LARES_OK) {
                 rc = app_fail(&err);
                 goto done;
             }

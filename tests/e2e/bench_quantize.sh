@@ -43,6 +43,11 @@ jq -e '.tests[0].test == "pp16" and .tests[1].test == "tg4"' "$TMP/b.json" >/dev
 jq -e 'all(.tests[]; (.samples | length) == 2 and .tok_s_mean > 0 and .peak_rss_bytes > 0
                     and has("major_faults") and has("disk_read_bytes") and has("mem_pressure"))' \
   "$TMP/b.json" >/dev/null && ok || fail "bench figures: $(jq -c '.tests' "$TMP/b.json")"
+# --parallel: S sequences together, more of them than the measured prompt's 8 tokens they start from
+"$LARES" bench -m "$TMP/q8_0.gguf" -p 0 -n 4 -t 1 -r 1 --parallel 10 --json >"$TMP/bp.json" \
+  2>"$TMP/err" && ok || fail "bench --parallel: $(cat "$TMP/err")"
+jq -e '.tests[1].test == "tg4x10" and .tests[1].n_seq == 10 and .tests[1].tok_s_mean > 0' \
+  "$TMP/bp.json" >/dev/null && ok || fail "bench --parallel json: $(jq -c '.tests' "$TMP/bp.json")"
 # the table: header and one row per test
 "$LARES" bench -m "$TMP/q8_0.gguf" -p 8 -n 2 -r 1 >"$TMP/b.txt" 2>"$TMP/err" && ok || fail "bench table: $(cat "$TMP/err")"
 grep -q '^| model | size | arch | type | isa | threads | test | t/s |' "$TMP/b.txt" && ok || fail "table header: $(cat "$TMP/b.txt")"
