@@ -574,15 +574,13 @@ static void shared_expert(const model *m, model_ctx *cx, int32_t il, int32_t n_t
     }
 }
 
-/* Whether the experts of set w take the packed GEMM for these rows: when
- * they have one and the used experts average more rows than a dense product
- * gives the few-row product (OPS_ROWS_MAX where the type has it), else a
- * panel's worth (an expert with fewer then multiplies some lanes of zeros). */
+/* Whether the experts of set w take the packed GEMM for these rows: when a
+ * dense product of the used experts' average rows would (past OPS_ROWS_MAX
+ * where the type has the few-row product, else from a panel's worth; an
+ * expert with fewer then multiplies some lanes of zeros). */
 static bool experts_take_panels(const model_ctx *cx, const ops_matrix *w, int32_t rows,
                                 int32_t n_used) {
-    const bool rows_product = ops_act_type(cx->pool, w, 1) == OPS_ACT_ROWS;
-    const int64_t least = rows_product ? OPS_ROWS_MAX + 1 : OPS_GEMM_MIN_ROWS;
-    return rows >= least * n_used && ops_gemm_takes(cx->pool, w);
+    return n_used > 0 && ops_act_type(cx->pool, w, rows / n_used) == OPS_ACT_PANELS;
 }
 
 /* The experts' format otherwise: an expert has a few rows (fewer than a panel

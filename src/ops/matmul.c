@@ -63,6 +63,11 @@ lares_status ops_matrix_init(ops_matrix *m, const void *data, uint32_t type, int
 
 _Static_assert(OPS_ROWS_MAX >= QUANT_ROWS_MAX, "the few-row product takes its own rows whole");
 
+/* whether the GEMM has w's type and shape (on the CPU) */
+static bool gemm_fits(const ops_matrix *w) {
+    return w->qt->gemm != NULL && w->n_in % QUANT_PANEL_GROUP == 0;
+}
+
 uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows) {
     /* a product on a device takes the vec_dot_type rows (ops.h's offload) */
     const bool off = ops_pool_holds(pool, w);
@@ -73,14 +78,14 @@ uint32_t ops_act_type(const ops_pool *pool, const ops_matrix *w, int64_t n_rows)
         w->n_in % QUANT_ROWS_GROUP == 0) {
         return OPS_ACT_ROWS;
     }
-    if (n_rows >= OPS_GEMM_MIN_ROWS && ops_gemm_takes(pool, w)) {
+    if (!off && n_rows >= OPS_GEMM_MIN_ROWS && gemm_fits(w)) {
         return OPS_ACT_PANELS;
     }
     return w->qt->vec_dot_type;
 }
 
 bool ops_gemm_takes(const ops_pool *pool, const ops_matrix *w) {
-    return !ops_pool_holds(pool, w) && w->qt->gemm != NULL && w->n_in % QUANT_PANEL_GROUP == 0;
+    return !ops_pool_holds(pool, w) && gemm_fits(w);
 }
 
 size_t ops_act_bytes(uint32_t type, int64_t n_rows, int64_t n_in) {
