@@ -6,7 +6,7 @@
  * w, act, ab, y, ldy): one weight row w of type t against NC rows, the
  * results NC floats ldy apart from y. It may also define ROW_DOTS_PAIR(t, NC,
  * k, w, bx, act, ab, y, ldy), two weight rows (w and w + bx, results at y and
- * y + 1), and ROWS_PAIR_MIN (5 to 8), the fewest rows that take it.
+ * y + 1), and ROWS_PAIR_MIN (1 to 8), the fewest rows that take it.
  */
 #ifndef LARES_QUANT_ROWS_DRIVE_H
 #define LARES_QUANT_ROWS_DRIVE_H
@@ -19,10 +19,24 @@ rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx, int64
     const uint8_t *w = x;
     int64_t r = 0;
 #ifdef ROW_DOTS_PAIR
-    _Static_assert(ROWS_PAIR_MIN >= 5 && ROWS_PAIR_MIN <= 8, "the pair's cases are 5 to 8 rows");
+    _Static_assert(ROWS_PAIR_MIN >= 1 && ROWS_PAIR_MIN <= 8, "the pair's cases are 1 to 8 rows");
     for (; r + 2 <= n_w && n_c >= ROWS_PAIR_MIN; r += 2) {
         const uint8_t *wr = w + (size_t)r * bx;
         switch (n_c) {
+#if ROWS_PAIR_MIN <= 4
+        case 1:
+            ROW_DOTS_PAIR(t, 1, k, wr, bx, act, ab, y + r, ldy);
+            break;
+        case 2:
+            ROW_DOTS_PAIR(t, 2, k, wr, bx, act, ab, y + r, ldy);
+            break;
+        case 3:
+            ROW_DOTS_PAIR(t, 3, k, wr, bx, act, ab, y + r, ldy);
+            break;
+        case 4:
+            ROW_DOTS_PAIR(t, 4, k, wr, bx, act, ab, y + r, ldy);
+            break;
+#endif
         case 5:
             ROW_DOTS_PAIR(t, 5, k, wr, bx, act, ab, y + r, ldy);
             break;
