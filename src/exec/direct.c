@@ -192,7 +192,10 @@ bool exec_direct_open(exec_local *e) {
         }
         mem_direct_close(dx->d); /* (the view stays: no unit points into a buffer) */
         dx->d = NULL;
-        if (err.msg[0] == '\0') { /* the probe found the page cache faster (logged) */
+        if (err.msg[0] == '\0') { /* the probe found the page cache faster */
+            lares_log(LARES_LOG_INFO,
+                      "exec: streamed layers of %s go through the page cache (faster here)",
+                      e->mf.path);
             return false;
         }
     }
