@@ -30,9 +30,9 @@
  * Q5_K take their minimums, -dmin * m_s * sum(y over sub-block s), from the
  * row's block sums with one more FMA per chunk; Q6_K's scales are per 16
  * elements, groups 0-3 and 4-7 of a lane, so it keeps two sums per lane, each
- * with its own scales. Q4_1 and Q5_1 take the K-quants' walk with eight blocks
- * for a super-block: unsigned codes, and their minimums, m * d_a * sum(a),
- * from the block sums.
+ * with its own scales. Q4_1 and Q5_1 keep their codes unsigned as the
+ * K-quants do and add their minimums, m * d_a * sum(a), from the block sums
+ * with the same FMA.
  *
  * The activation rows are the 256-bit families' (rows_x86.h): for each 256
  * elements the eight 32-byte groups above, the codes plus 128, then the last
@@ -714,7 +714,6 @@ FORCE_INLINE void row_dots_one(enum rows_type t, const int NC, int64_t k, const 
 
 #define ROW_DOTS      row_dots_one
 #define ROW_DOTS_PAIR pair_dots
-#define ROWS_PAIR_MIN 1
 #include "quant/rows_drive.h"
 
 ROWS_DEFINE(rows_q4_0_avx512, R_Q4_0)

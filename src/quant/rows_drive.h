@@ -6,81 +6,63 @@
  * w, act, ab, y, ldy): one weight row w of type t against NC rows, the
  * results NC floats ldy apart from y. It may also define ROW_DOTS_PAIR(t, NC,
  * k, w, bx, act, ab, y, ldy), two weight rows (w and w + bx, results at y and
- * y + 1), and ROWS_PAIR_MIN (1 to 8), the fewest rows that take it.
+ * y + 1), which then takes the weight rows two at a time (ROW_DOTS a last one
+ * left alone).
  */
 #ifndef LARES_QUANT_ROWS_DRIVE_H
 #define LARES_QUANT_ROWS_DRIVE_H
 
 #include <stdint.h>
 
+/* CALL(NC) with NC the constant n_c (1..8; more as 8) */
+#define ROWS_BY_COUNT(n_c, CALL)                                                                   \
+    switch (n_c) {                                                                                 \
+    case 1:                                                                                        \
+        CALL(1);                                                                                   \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        CALL(2);                                                                                   \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        CALL(3);                                                                                   \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        CALL(4);                                                                                   \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        CALL(5);                                                                                   \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        CALL(6);                                                                                   \
+        break;                                                                                     \
+    case 7:                                                                                        \
+        CALL(7);                                                                                   \
+        break;                                                                                     \
+    default:                                                                                       \
+        CALL(8);                                                                                   \
+        break;                                                                                     \
+    }
+
 static inline __attribute__((always_inline)) void
 rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx, int64_t n_w,
            const void *restrict act, size_t ab, int64_t n_c, float *restrict y, size_t ldy) {
     const uint8_t *w = x;
     int64_t r = 0;
+    if (n_c <= 0) {
+        return;
+    }
 #ifdef ROW_DOTS_PAIR
-    _Static_assert(ROWS_PAIR_MIN >= 1 && ROWS_PAIR_MIN <= 8, "the pair's cases are 1 to 8 rows");
-    for (; r + 2 <= n_w && n_c >= ROWS_PAIR_MIN; r += 2) {
-        const uint8_t *wr = w + (size_t)r * bx;
-        switch (n_c) {
-#if ROWS_PAIR_MIN <= 4
-        case 1:
-            ROW_DOTS_PAIR(t, 1, k, wr, bx, act, ab, y + r, ldy);
-            break;
-        case 2:
-            ROW_DOTS_PAIR(t, 2, k, wr, bx, act, ab, y + r, ldy);
-            break;
-        case 3:
-            ROW_DOTS_PAIR(t, 3, k, wr, bx, act, ab, y + r, ldy);
-            break;
-        case 4:
-            ROW_DOTS_PAIR(t, 4, k, wr, bx, act, ab, y + r, ldy);
-            break;
-#endif
-        case 5:
-            ROW_DOTS_PAIR(t, 5, k, wr, bx, act, ab, y + r, ldy);
-            break;
-        case 6:
-            ROW_DOTS_PAIR(t, 6, k, wr, bx, act, ab, y + r, ldy);
-            break;
-        case 7:
-            ROW_DOTS_PAIR(t, 7, k, wr, bx, act, ab, y + r, ldy);
-            break;
-        default:
-            ROW_DOTS_PAIR(t, 8, k, wr, bx, act, ab, y + r, ldy);
-            break;
-        }
+#define ROWS_PAIR_CALL(NC) ROW_DOTS_PAIR(t, NC, k, w + (size_t)r * bx, bx, act, ab, y + r, ldy)
+    for (; r + 2 <= n_w; r += 2) {
+        ROWS_BY_COUNT(n_c, ROWS_PAIR_CALL)
     }
+#undef ROWS_PAIR_CALL
 #endif
-    for (; r < n_w && n_c > 0; r++) {
-        const uint8_t *wr = w + (size_t)r * bx;
-        switch (n_c) {
-        case 1:
-            ROW_DOTS(t, 1, k, wr, act, ab, y + r, ldy);
-            break;
-        case 2:
-            ROW_DOTS(t, 2, k, wr, act, ab, y + r, ldy);
-            break;
-        case 3:
-            ROW_DOTS(t, 3, k, wr, act, ab, y + r, ldy);
-            break;
-        case 4:
-            ROW_DOTS(t, 4, k, wr, act, ab, y + r, ldy);
-            break;
-        case 5:
-            ROW_DOTS(t, 5, k, wr, act, ab, y + r, ldy);
-            break;
-        case 6:
-            ROW_DOTS(t, 6, k, wr, act, ab, y + r, ldy);
-            break;
-        case 7:
-            ROW_DOTS(t, 7, k, wr, act, ab, y + r, ldy);
-            break;
-        default:
-            ROW_DOTS(t, 8, k, wr, act, ab, y + r, ldy);
-            break;
-        }
+#define ROWS_ONE_CALL(NC) ROW_DOTS(t, NC, k, w + (size_t)r * bx, act, ab, y + r, ldy)
+    for (; r < n_w; r++) {
+        ROWS_BY_COUNT(n_c, ROWS_ONE_CALL)
     }
+#undef ROWS_ONE_CALL
 }
 
 /* a quant_rows_fn named `name` driving the includer's type `type` */
