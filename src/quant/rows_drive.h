@@ -48,18 +48,17 @@ rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx, int64
            const void *restrict act, size_t ab, int64_t n_c, float *restrict y, size_t ldy) {
     const uint8_t *w = x;
     int64_t r = 0;
-    if (n_c <= 0) {
-        return;
-    }
 #ifdef ROW_DOTS_PAIR
-#define ROWS_PAIR_CALL(NC) ROW_DOTS_PAIR(t, NC, k, w + (size_t)r * bx, bx, act, ab, y + r, ldy)
-    for (; r + 2 <= n_w; r += 2) {
+#define ROWS_PAIR_CALL(NC) ROW_DOTS_PAIR(t, NC, k, wr, bx, act, ab, y + r, ldy)
+    for (; r + 2 <= n_w && n_c > 0; r += 2) {
+        const uint8_t *wr = w + (size_t)r * bx;
         ROWS_BY_COUNT(n_c, ROWS_PAIR_CALL)
     }
 #undef ROWS_PAIR_CALL
 #endif
-#define ROWS_ONE_CALL(NC) ROW_DOTS(t, NC, k, w + (size_t)r * bx, act, ab, y + r, ldy)
-    for (; r < n_w; r++) {
+#define ROWS_ONE_CALL(NC) ROW_DOTS(t, NC, k, wr, act, ab, y + r, ldy)
+    for (; r < n_w && n_c > 0; r++) {
+        const uint8_t *wr = w + (size_t)r * bx;
         ROWS_BY_COUNT(n_c, ROWS_ONE_CALL)
     }
 #undef ROWS_ONE_CALL
