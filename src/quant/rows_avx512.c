@@ -284,25 +284,6 @@ FORCE_INLINE void chunk_min(enum rows_type t, const uint8_t *p0, const uint8_t *
     c->mw = halves16(words8(p0 + 2, bb), words8(p1 + 2, bb));
 }
 
-/* Q4_K / Q5_K: the 6-bit scales and minimums of the eight sub-blocks, as
- * bytes 0..7 (scales) and 8..15 (minimums). Of the 12 bytes, as 32-bit words
- * u0 u1 u2: scale j and minimum j are the low 6 bits of byte j of u0 and u1
- * for j < 4; for j >= 4, the low (scale) and high (minimum) nibble of byte
- * j - 4 of u2 hold their low 4 bits, and the top 2 bits of byte j - 4 of u0
- * (scale) and u1 (minimum) their high 2. s is followed by 4 more bytes. */
-FORCE_INLINE __m128i scales_mins_k4(const uint8_t *s) {
-    const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)s);
-    /* u0, u2, u1, u2 >> 4 */
-    const __m128i low =
-        _mm_srlv_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4));
-    /* the top 2 bits of u0, u1's bytes as bits 4, 5 of words 1, 3 */
-    const __m128i top =
-        _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(1, 1, 0, 0)), 2),
-                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    const __m128i keep = _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f);
-    return _mm_ternarylogic_epi32(low, keep, top, 0xea); /* (low & keep) | top */
-}
-
 /* A register's 16 unsigned bytes as floats */
 FORCE_INLINE __m512 bytes_to_floats(__m128i b) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));

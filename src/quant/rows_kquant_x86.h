@@ -80,24 +80,11 @@ FORCE_INLINE void codes_q45_K(const uint8_t *qs, const uint8_t *qh, __m256i q[8]
     q[7] = _mm256_or_si256(q[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), m16));
 }
 
-/* Q4_K/Q5_K: d * scale and dmin * minimum of sub-blocks 0..7. Of the 12
- * bytes of scales, as 32-bit words u0 u1 u2 (kq_scale_min_k4), scale and
- * minimum j < 4 are the low 6 bits of byte j of u0 and u1; for j >= 4 the low
- * (scale) and high (minimum) nibble of byte j - 4 of u2 hold their low 4 bits
- * and the top 2 bits of byte j - 4 of u0 (scale) and u1 (minimum) their high
- * 2. b is the block's start (d, dmin, then the scales and at least 4 more
- * bytes). */
+/* Q4_K/Q5_K: d * scale and dmin * minimum of sub-blocks 0..7 (rows_x86.h:
+ * scales_mins_k4); b is the block's start (d, dmin, then the scales and at
+ * least 4 more bytes). */
 FORCE_INLINE void scales_k4(const uint8_t *b, __m256 *dw, __m256 *mw) {
-    const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(b + 4));
-    /* u0, u2, u1, u2 >> 4 */
-    const __m128i low =
-        _mm_srlv_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4));
-    /* the top 2 bits of u0's and u1's bytes as bits 4, 5 of words 1 and 3 */
-    const __m128i top =
-        _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(1, 1, 0, 0)), 2),
-                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    const __m128i sm = _mm_or_si128(
-        _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)), top);
+    const __m128i sm = scales_mins_k4(b + 4);
     int32_t dd;
     memcpy(&dd, b, 4);
     const __m128 d2 = _mm_cvtph_ps(_mm_cvtsi32_si128(dd)); /* d, dmin */

@@ -246,6 +246,26 @@ FORCE_INLINE void eight_iq4(const uint8_t *qs, size_t bb, __m256i v[8], uint8_t 
     }
 }
 
+/* Q4_K / Q5_K: the 6-bit scales and minimums of the eight sub-blocks, as
+ * bytes 0..7 (scales) and 8..15 (minimums). Of the 12 bytes at s, as 32-bit
+ * words u0 u1 u2 (kq_scale_min_k4): scale and minimum j < 4 are the low 6
+ * bits of byte j of u0 and u1; for j >= 4 the low (scale) and high (minimum)
+ * nibble of byte j - 4 of u2 hold their low 4 bits, and the top 2 bits of
+ * byte j - 4 of u0 (scale) and u1 (minimum) their high 2. s is followed by 4
+ * more bytes. */
+FORCE_INLINE __m128i scales_mins_k4(const uint8_t *s) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)s);
+    /* u0, u2, u1, u2 >> 4 */
+    const __m128i low =
+        _mm_srlv_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4));
+    /* the top 2 bits of u0's and u1's bytes as bits 4, 5 of words 1 and 3 */
+    const __m128i top =
+        _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(
+        _mm_and_si128(low, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)), top);
+}
+
 /* the 8 lanes of v added */
 FORCE_INLINE float hsum8(__m256 v) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
