@@ -25,6 +25,7 @@ struct json_t *app_ring_json(const lares_session *s) {
     json_object_set_new(root, "switch_ms", json_real(rs.switch_ms));
     json_object_set_new(root, "last_switch_ms", json_real(rs.last_switch_ms));
     json_object_set_new(root, "rebuilt_tokens", json_integer((json_int_t)rs.rebuilt_tokens));
+    json_object_set_new(root, "rebuild_passes", json_integer((json_int_t)rs.rebuild_passes));
     json_object_set_new(root, "kv_moved_bytes", json_integer((json_int_t)rs.kv_moved_bytes));
     json_object_set_new(root, "prepared_switches", json_integer((json_int_t)rs.prepared_switches));
     json_object_set_new(root, "waited_switches", json_integer((json_int_t)rs.waited_switches));
@@ -119,8 +120,9 @@ void app_ring_print(const lares_session *s) {
     if (rs.replans > 0 || rs.failovers > 0) {
         fprintf(stderr,
                 "lares:   %" PRIu64 " re-balancing re-plan(s), %" PRIu64 " failover(s), %.1f ms "
-                "switching (%" PRIu64 " positions re-run); last: %s\n",
-                rs.replans, rs.failovers, rs.switch_ms, rs.rebuilt_tokens, rs.last_switch);
+                "switching (%" PRIu64 " positions re-run in %" PRIu64 " passes); last: %s\n",
+                rs.replans, rs.failovers, rs.switch_ms, rs.rebuilt_tokens, rs.rebuild_passes,
+                rs.last_switch);
     }
     if (rs.prepared_switches > 0 || rs.waited_switches > 0 || rs.prepare_failures > 0) {
         fprintf(stderr,

@@ -759,6 +759,8 @@ typedef struct lares_ring_stats {
      * groups were pipelined) */
     int32_t kv_slots;
     int32_t max_in_flight;
+    uint64_t rebuild_passes; /* ring passes the re-runs of rebuilt_tokens took (a batch's
+                                sequences re-run together share passes) */
 } lares_ring_stats;
 
 /* Figures of a ring session: LARES_EINVAL for a session on one device.

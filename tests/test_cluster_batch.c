@@ -11,7 +11,7 @@
  * - a sequence cancelled mid-way ends at once and frees its slot; a new
  *   prompt in that slot gets its own ids, the others are untouched;
  * - a worker killed mid-batch: with failover the batch goes on (KV from the
- *   head's mirror copy, or re-run per sequence without it) and every
+ *   head's mirror copy, or the sequences re-run together without it) and every
  *   sequence still gets its ids; one failover counted, the worker out;
  * - a worker slowed mid-batch: re-balancing moves its layers away between
  *   two steps (every slot's KV moved, nothing re-run), the same ids.
@@ -253,7 +253,7 @@ static void check_cancel(lares_model *m) {
 
 /* A worker killed mid-batch: the batch goes on with every sequence's ids
  * (kv_mirror on: the lost layers' entries of every slot from the head's
- * copy; off: each sequence re-run through them). */
+ * copy; off: the sequences re-run through them together). */
 static void check_killed(lares_model *m, bool mirror) {
     lares_error err = {0};
     tworker extra[2];
@@ -296,6 +296,11 @@ static void check_killed(lares_model *m, bool mirror) {
          * gone down with the worker; else every sequence's conversation */
         CHECKF(mirror ? st.rebuilt_tokens <= N_SEQ : st.rebuilt_tokens >= 20,
                "%s: %" PRIu64 " positions re-run", what, st.rebuilt_tokens);
+        /* re-run together: about as many passes as the longest sequence
+         * needs (one by one they took 32 passes for 76 positions here) */
+        CHECKF(mirror || st.rebuild_passes * (N_SEQ - 1) <= st.rebuilt_tokens,
+               "%s: %" PRIu64 " passes for %" PRIu64 " positions re-run", what, st.rebuild_passes,
+               st.rebuilt_tokens);
         lares_batch_free(b);
     }
     worker_stop(&extra[0]);

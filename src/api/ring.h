@@ -94,6 +94,7 @@ typedef struct api_ring {
     _Atomic uint64_t replans, failovers;
     _Atomic uint64_t serving; /* bit d: ring.json device d is in the plan in force */
     uint64_t rebuilt_tokens, kv_moved_bytes;
+    uint64_t rebuild_passes; /* ring passes those re-runs took */
     double switch_ms, last_switch_ms;
     char last_switch[2048];
     bool in_switch;         /* a re-run is going on: no monitoring, no nested switches */
@@ -157,6 +158,11 @@ lares_status ring_pass(lares_session *s, int32_t nb, int32_t end, lares_error *e
  * [0, end): slot 0 as ring_pass, another with a run table (a re-run of a
  * batch's sequence). */
 lares_status ring_pass_slot(lares_session *s, uint32_t slot, int32_t nb, int32_t end,
+                            lares_error *err);
+/* One pass of the rows of several KV slots through layers [0, end): run i
+ * is runs[i].rows rows of slot runs[i].slot, the runs one after another in
+ * s->x and s->pos (slot 0 only alone, as ring_pass). */
+lares_status ring_pass_runs(lares_session *s, const cluster_run *runs, int32_t n_runs, int32_t end,
                             lares_error *err);
 /* ring_head.c: positions [pos0, pos0 + n) of `layer` of `slot` are in the
  * head's cache (its own window's rows, or a member's KV_MIRROR copy): the

@@ -579,6 +579,7 @@ lares_status lares_session_ring_stats(const lares_session *s, lares_ring_stats *
     out->switch_ms = r->switch_ms;
     out->last_switch_ms = r->last_switch_ms;
     out->rebuilt_tokens = r->rebuilt_tokens;
+    out->rebuild_passes = r->rebuild_passes;
     out->kv_moved_bytes = r->kv_moved_bytes;
     out->last_switch = r->last_switch;
     out->placement = r->placement;

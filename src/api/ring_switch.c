@@ -21,7 +21,8 @@
  *   (all of them without mirroring): the conversation's tokens run again
  *   through the ring up to the last lost layer, in the
  *   batches of the original run ("rebuild": "exact", the same bits, so the
- *   same greedy text) or n_batch at a time ("batched": fewer passes).
+ *   same greedy text) or n_batch at a time ("batched": fewer passes); a
+ *   batch's sequences together, each pass the next batch of each of them.
  *
  * The switch happens between two tokens, when every device has finished its
  * round, so there is no global stop beyond the one token it delays.
@@ -30,46 +31,125 @@
 
 #include <math.h>
 
+/* The length of the pass that starts at position p0 of a slot whose
+ * positions up to keep are re-run: the batch it was run in ("exact", the
+ * kernels of a batch of n tokens need not round like n single tokens, so
+ * only the same shapes give the same bits, and the same greedy text), or
+ * n_batch positions ("batched": fewer passes; the last bits may differ). */
+static int32_t rerun_rows(const lares_session *s, const ring_slot *sl, int32_t p0, int32_t keep) {
+    if (s->ring->rebuild_batched) {
+        return LARES_MIN(s->o.n_batch, keep - p0);
+    }
+    int32_t nb = 1;
+    while (p0 + nb < keep && nb < s->o.n_batch && !sl->batch_start[p0 + nb]) {
+        nb++;
+    }
+    return nb;
+}
+
+/* the slot's rows [p0, p0 + nb) embedded at row `row` of s->x, their positions in s->pos */
+static lares_status rerun_embed(lares_session *s, const ring_slot *sl, int32_t p0, int32_t nb,
+                                int32_t row, lares_error *err) {
+    const model *m = s->lm->m;
+    for (int32_t i = 0; i < nb; i++) {
+        s->pos[row + i] = p0 + i;
+    }
+    return model_embed(m, sl->history + p0, nb, s->x + (size_t)row * (size_t)m->hp.n_embd, err);
+}
+
+/* what a slot re-run up to keep leaves behind */
+static void rerun_done(api_ring *r, ring_slot *sl, int32_t from, int32_t keep, int32_t end) {
+    sl->synced = keep;
+    r->rebuilt_tokens += (uint64_t)(end > 0 ? keep - from : 0);
+}
+
 /* Re-runs positions [from, keep) of slot's conversation through layers
- * [0, end) (every layer there holds [0, from)): exact, in the batches the
- * conversation was run in (the kernels of a batch of n tokens need not round
- * like n single tokens, so only the same shapes give the same bits, and the
- * same greedy text; `from` is a batch start), or batched, n_batch positions a
- * pass (fewer passes; the last bits may differ). A batch's sequence is
- * re-run alone, in the passes it was run in with the others' rows beside
- * its own (docs/batching.md: exact where a row's products do not depend on
- * the other rows). */
+ * [0, end) (every layer there holds [0, from)), one pass a batch of the
+ * original run (`from` is a batch start) or n_batch positions. */
 static lares_status rebuild(lares_session *s, uint32_t slot, int32_t from, int32_t keep,
                             int32_t end, lares_error *err) {
     api_ring *r = s->ring;
     ring_slot *sl = &r->slots[slot];
-    const model *m = s->lm->m;
     for (int32_t p0 = from; p0 < keep && end > 0;) {
-        int32_t nb = 1;
-        if (r->rebuild_batched) {
-            nb = LARES_MIN(s->o.n_batch, keep - p0);
-        } else {
-            while (p0 + nb < keep && nb < s->o.n_batch && !sl->batch_start[p0 + nb]) {
-                nb++;
-            }
-        }
-        for (int32_t i = 0; i < nb; i++) {
-            s->pos[i] = p0 + i;
-        }
-        lares_status st = model_embed(m, sl->history + p0, nb, s->x, err);
+        const int32_t nb = rerun_rows(s, sl, p0, keep);
+        lares_status st = rerun_embed(s, sl, p0, nb, 0, err);
         if (st == LARES_OK) {
             st = ring_pass_slot(s, slot, nb, end, err);
         }
         if (st != LARES_OK) {
             return st;
         }
+        r->rebuild_passes++;
         p0 += nb;
     }
     cluster_pass pass[CLUSTER_MAX_DEVICES]; /* re-runs are not judged */
     cluster_head_take_pass(r->head, pass);
-    sl->synced = keep;
-    r->rebuilt_tokens += (uint64_t)(end > 0 ? keep - from : 0);
+    rerun_done(r, sl, from, keep, end);
     return LARES_OK;
+}
+
+/* Re-runs a batch's sequences (slots 1..n_slots - 1 whose sp[i].end is
+ * `end`) together, as the batch decoded them: each pass takes the next pass
+ * of every such slot still behind, slot by slot, while the pass holds at
+ * most `cap` rows, so S sequences take about as many passes as the longest
+ * of them instead of the sum of theirs. cap is OPS_ROWS_MAX in "exact" (up
+ * to that many rows a row's products do not depend on the rows beside it
+ * where the family has the few-row product for the type, docs/batching.md
+ * "Identical output", so each sequence gets the bits a re-run alone would
+ * give it) and n_batch in "batched"; a pass longer than cap goes alone. */
+static lares_status rebuild_slots(lares_session *s, const int32_t *from, int32_t end,
+                                  lares_error *err) {
+    api_ring *r = s->ring;
+    const int32_t n = r->n_slots;
+    const int32_t cap = r->rebuild_batched ? s->o.n_batch : LARES_MIN(s->o.n_batch, OPS_ROWS_MAX);
+    int32_t *at = lares_alloc_array((size_t)n, sizeof *at);
+    cluster_run *runs = lares_alloc_array((size_t)n, sizeof *runs);
+    if (at == NULL || runs == NULL) {
+        lares_free(at);
+        lares_free(runs);
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    for (int32_t i = 0; i < n; i++) {
+        at[i] = from[i];
+    }
+    lares_status st = LARES_OK;
+    for (;;) {
+        int32_t rows = 0, n_runs = 0;
+        for (int32_t i = 1; i < n && st == LARES_OK; i++) {
+            const int32_t keep = r->slots[i].keep;
+            if (at[i] >= keep) {
+                continue;
+            }
+            const int32_t nb = rerun_rows(s, &r->slots[i], at[i], keep);
+            if (rows > 0 && rows + nb > cap) {
+                continue; /* the next pass takes it */
+            }
+            st = rerun_embed(s, &r->slots[i], at[i], nb, rows, err);
+            runs[n_runs++] = (cluster_run){.slot = (uint32_t)i, .rows = (uint32_t)nb};
+            rows += nb;
+            at[i] += nb;
+        }
+        if (st != LARES_OK || n_runs == 0) {
+            break;
+        }
+        st = ring_pass_runs(s, runs, n_runs, end, err);
+        if (st != LARES_OK) {
+            break;
+        }
+        r->rebuild_passes++;
+    }
+    if (st == LARES_OK) {
+        cluster_pass pass[CLUSTER_MAX_DEVICES]; /* re-runs are not judged */
+        cluster_head_take_pass(r->head, pass);
+        for (int32_t i = 1; i < n; i++) {
+            if (from[i] < r->slots[i].keep) {
+                rerun_done(r, &r->slots[i], from[i], r->slots[i].keep, end);
+            }
+        }
+    }
+    lares_free(at);
+    lares_free(runs);
+    return st;
 }
 
 /* the owner (ring.json index) of each layer under plan p over members[] */
@@ -180,6 +260,38 @@ static slot_plan plan_slot(const api_ring *r, const ring_slot *sl, const int32_t
     return sp;
 }
 
+/* Every slot's re-run: the session's own (slot 0) alone, a batch's
+ * sequences together, those that end at the same layer in the same passes. */
+static lares_status rebuild_all(lares_session *s, const slot_plan *sp, lares_error *err) {
+    api_ring *r = s->ring;
+    const int32_t n = r->n_slots;
+    lares_status st = LARES_OK;
+    for (int32_t i = 0; i < n && st == LARES_OK; i++) {
+        if (i == 0 || sp[i].end == 0) { /* (end 0: nothing to run, the slot is in sync) */
+            st = rebuild(s, (uint32_t)i, sp[i].from, r->slots[i].keep, sp[i].end, err);
+        }
+    }
+    int32_t *from = st == LARES_OK ? lares_alloc_array((size_t)n, sizeof *from) : NULL;
+    if (st == LARES_OK && from == NULL) {
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    for (int32_t i = 1; i < n && st == LARES_OK; i++) {
+        bool first = sp[i].end > 0;
+        for (int32_t j = 1; j < i && first; j++) {
+            first = sp[j].end != sp[i].end; /* that end's passes are done */
+        }
+        if (!first) {
+            continue;
+        }
+        for (int32_t j = 0; j < n; j++) {
+            from[j] = j > 0 && sp[j].end == sp[i].end ? sp[j].from : r->slots[j].keep;
+        }
+        st = rebuild_slots(s, from, sp[i].end, err);
+    }
+    lares_free(from);
+    return st;
+}
+
 lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int32_t *members,
                               const char *kind, const char *why, const char *how,
                               lares_error *err) {
@@ -268,9 +380,7 @@ lares_status ring_switch_plan(lares_session *s, const cluster_plan *p, const int
         ring_layers_by_device(r, layers);
         cluster_monitor_plan(&r->mon, layers, NULL, true);
         r->in_switch = true;
-        for (int32_t i = 0; i < r->n_slots && st == LARES_OK; i++) {
-            st = rebuild(s, (uint32_t)i, sp[i].from, r->slots[i].keep, sp[i].end, err);
-        }
+        st = rebuild_all(s, sp, err);
         r->in_switch = false;
     }
     lares_free(sp);

@@ -69,6 +69,7 @@ static json_t *view_json(lares_session *s) {
     json_object_set_new(o, "last_switch_ms", json_real(st.last_switch_ms));
     json_object_set_new(o, "last_switch", json_string(st.last_switch));
     json_object_set_new(o, "rebuilt_tokens", json_integer((json_int_t)st.rebuilt_tokens));
+    json_object_set_new(o, "rebuild_passes", json_integer((json_int_t)st.rebuild_passes));
     json_object_set_new(o, "kv_moved_bytes", json_integer((json_int_t)st.kv_moved_bytes));
     json_object_set_new(o, "prepared_switches", json_integer((json_int_t)st.prepared_switches));
     json_object_set_new(o, "waited_switches", json_integer((json_int_t)st.waited_switches));
