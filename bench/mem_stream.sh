@@ -77,7 +77,10 @@ if [ -z "$MODEL" ]; then
     "$LARES" synth --preset llama-7b --type q4_k_m -o "$MODEL" \
       --vocab-from "$here/../shared/models/vocab/ggml-vocab-llama-spm.gguf" || exit 1
   fi
+elif [ ! -f "$MODEL" ] && [ -f "$BENCH_MODELS/$MODEL" ]; then
+  MODEL=$BENCH_MODELS/$MODEL # -m NAME: a file of BENCH_MODELS
 fi
+[ -f "$MODEL" ] || { echo "no model file $MODEL (-m takes a path, or a name in BENCH_MODELS=$BENCH_MODELS)" >&2; exit 1; }
 
 # our memory cgroup hierarchy: v1's memory controller, else v2
 rel=$(awk -F: '$2 ~ /(^|,)memory(,|$)/ {print $3}' /proc/self/cgroup)
