@@ -13,7 +13,8 @@ lares_status ring_pass_runs(lares_session *s, const cluster_run *runs, int32_t n
     api_ring *r = s->ring;
     const cluster_plan *p = cluster_head_plan(r->head);
     const bool own = n_runs == 1 && runs[0].slot == 0; /* the session's: no run table */
-    model_seq *seqs = lares_alloc_array((size_t)n_runs, sizeof *seqs);
+    model_seq one; /* a pass of one run (every token of a conversation) allocates nothing */
+    model_seq *seqs = n_runs == 1 ? &one : lares_alloc_array((size_t)n_runs, sizeof *seqs);
     if (seqs == NULL) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
@@ -62,7 +63,9 @@ lares_status ring_pass_runs(lares_session *s, const cluster_run *runs, int32_t n
             st = cluster_head_recv(r->head, seq_no, nb, s->x, &layer, &s->cancel, err);
         }
     }
-    lares_free(seqs);
+    if (seqs != &one) {
+        lares_free(seqs);
+    }
     return st;
 }
 
