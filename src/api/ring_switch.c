@@ -57,48 +57,19 @@ static lares_status rerun_embed(lares_session *s, const ring_slot *sl, int32_t p
     return model_embed(m, sl->history + p0, nb, s->x + (size_t)row * (size_t)m->hp.n_embd, err);
 }
 
-/* what a slot re-run up to keep leaves behind */
-static void rerun_done(api_ring *r, ring_slot *sl, int32_t from, int32_t keep, int32_t end) {
-    sl->synced = keep;
-    r->rebuilt_tokens += (uint64_t)(end > 0 ? keep - from : 0);
-}
-
-/* Re-runs positions [from, keep) of slot's conversation through layers
- * [0, end) (every layer there holds [0, from)), one pass a batch of the
- * original run (`from` is a batch start) or n_batch positions. */
-static lares_status rebuild(lares_session *s, uint32_t slot, int32_t from, int32_t keep,
-                            int32_t end, lares_error *err) {
-    api_ring *r = s->ring;
-    ring_slot *sl = &r->slots[slot];
-    for (int32_t p0 = from; p0 < keep && end > 0;) {
-        const int32_t nb = rerun_rows(s, sl, p0, keep);
-        lares_status st = rerun_embed(s, sl, p0, nb, 0, err);
-        if (st == LARES_OK) {
-            st = ring_pass_slot(s, slot, nb, end, err);
-        }
-        if (st != LARES_OK) {
-            return st;
-        }
-        r->rebuild_passes++;
-        p0 += nb;
-    }
-    cluster_pass pass[CLUSTER_MAX_DEVICES]; /* re-runs are not judged */
-    cluster_head_take_pass(r->head, pass);
-    rerun_done(r, sl, from, keep, end);
-    return LARES_OK;
-}
-
-/* Re-runs a batch's sequences (slots 1..n_slots - 1 whose sp[i].end is
- * `end`) together, as the batch decoded them: each pass takes the next pass
- * of every such slot still behind, slot by slot, while the pass holds at
- * most `cap` rows, so S sequences take about as many passes as the longest
- * of them instead of the sum of theirs. cap is OPS_ROWS_MAX in "exact" (up
- * to that many rows a row's products do not depend on the rows beside it
- * where the family has the few-row product for the type, docs/batching.md
- * "Identical output", so each sequence gets the bits a re-run alone would
- * give it) and n_batch in "batched"; a pass longer than cap goes alone. */
-static lares_status rebuild_slots(lares_session *s, const int32_t *from, int32_t end,
-                                  lares_error *err) {
+/* Re-runs positions [from[i], keep) of every slot i with from[i] < keep
+ * through layers [0, end) (every layer there holds [0, from[i])), each in
+ * the passes rerun_rows gives it. A batch's sequences go together, as the
+ * batch decoded them: each pass takes the next pass of every such slot still
+ * behind, slot by slot, while the pass holds at most `cap` rows, so S
+ * sequences take about as many passes as the longest of them instead of the
+ * sum of theirs. cap is OPS_ROWS_MAX in "exact" (up to that many rows a
+ * row's products do not depend on the rows beside it where the family has
+ * the few-row product for the type, docs/batching.md "Identical output", so
+ * each sequence gets the bits a re-run alone would give it) and n_batch in
+ * "batched"; a pass longer than cap goes alone, and so does the session's own
+ * conversation (slot 0: its passes carry no run table). */
+static lares_status rebuild(lares_session *s, const int32_t *from, int32_t end, lares_error *err) {
     api_ring *r = s->ring;
     const int32_t n = r->n_slots;
     const int32_t cap = r->rebuild_batched ? s->o.n_batch : LARES_MIN(s->o.n_batch, OPS_ROWS_MAX);
@@ -115,19 +86,22 @@ static lares_status rebuild_slots(lares_session *s, const int32_t *from, int32_t
     lares_status st = LARES_OK;
     for (;;) {
         int32_t rows = 0, n_runs = 0;
-        for (int32_t i = 1; i < n && st == LARES_OK; i++) {
+        for (int32_t i = 0; i < n && st == LARES_OK; i++) {
             const int32_t keep = r->slots[i].keep;
             if (at[i] >= keep) {
                 continue;
             }
             const int32_t nb = rerun_rows(s, &r->slots[i], at[i], keep);
-            if (rows > 0 && rows + nb > cap) {
+            if (rows > 0 && (i == 0 || rows + nb > cap)) {
                 continue; /* the next pass takes it */
             }
             st = rerun_embed(s, &r->slots[i], at[i], nb, rows, err);
             runs[n_runs++] = (cluster_run){.slot = (uint32_t)i, .rows = (uint32_t)nb};
             rows += nb;
             at[i] += nb;
+            if (i == 0) {
+                break; /* slot 0 alone */
+            }
         }
         if (st != LARES_OK || n_runs == 0) {
             break;
@@ -141,10 +115,8 @@ static lares_status rebuild_slots(lares_session *s, const int32_t *from, int32_t
     if (st == LARES_OK) {
         cluster_pass pass[CLUSTER_MAX_DEVICES]; /* re-runs are not judged */
         cluster_head_take_pass(r->head, pass);
-        for (int32_t i = 1; i < n; i++) {
-            if (from[i] < r->slots[i].keep) {
-                rerun_done(r, &r->slots[i], from[i], r->slots[i].keep, end);
-            }
+        for (int32_t i = 0; i < n; i++) {
+            r->rebuilt_tokens += (uint64_t)(r->slots[i].keep - from[i]);
         }
     }
     lares_free(at);
@@ -260,33 +232,38 @@ static slot_plan plan_slot(const api_ring *r, const ring_slot *sl, const int32_t
     return sp;
 }
 
-/* Every slot's re-run: the session's own (slot 0) alone, a batch's
- * sequences together, those that end at the same layer in the same passes. */
+/* Every slot's re-run: those that end at the same layer in the same passes
+ * (rebuild); each is then in sync up to keep (a slot with nothing to re-run,
+ * end 0, as it is). */
 static lares_status rebuild_all(lares_session *s, const slot_plan *sp, lares_error *err) {
     api_ring *r = s->ring;
     const int32_t n = r->n_slots;
-    lares_status st = LARES_OK;
-    for (int32_t i = 0; i < n && st == LARES_OK; i++) {
-        if (i == 0 || sp[i].end == 0) { /* (end 0: nothing to run, the slot is in sync) */
-            st = rebuild(s, (uint32_t)i, sp[i].from, r->slots[i].keep, sp[i].end, err);
-        }
-    }
-    int32_t *from = st == LARES_OK ? lares_alloc_array((size_t)n, sizeof *from) : NULL;
-    if (st == LARES_OK && from == NULL) {
+    int32_t *from = lares_alloc_array((size_t)n, sizeof *from);
+    if (from == NULL) {
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
-    for (int32_t i = 1; i < n && st == LARES_OK; i++) {
-        bool first = sp[i].end > 0;
-        for (int32_t j = 1; j < i && first; j++) {
+    lares_status st = LARES_OK;
+    for (int32_t i = 0; i < n && st == LARES_OK; i++) {
+        if (sp[i].end == 0) {
+            r->slots[i].synced = r->slots[i].keep;
+            continue;
+        }
+        bool first = true;
+        for (int32_t j = 0; j < i && first; j++) {
             first = sp[j].end != sp[i].end; /* that end's passes are done */
         }
         if (!first) {
             continue;
         }
         for (int32_t j = 0; j < n; j++) {
-            from[j] = j > 0 && sp[j].end == sp[i].end ? sp[j].from : r->slots[j].keep;
+            from[j] = sp[j].end == sp[i].end ? sp[j].from : r->slots[j].keep;
         }
-        st = rebuild_slots(s, from, sp[i].end, err);
+        st = rebuild(s, from, sp[i].end, err);
+        for (int32_t j = 0; j < n && st == LARES_OK; j++) {
+            if (sp[j].end == sp[i].end) {
+                r->slots[j].synced = r->slots[j].keep;
+            }
+        }
     }
     lares_free(from);
     return st;
