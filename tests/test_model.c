@@ -11,6 +11,7 @@
 #include "greedy_cases.h"
 #include "model/model.h"
 #include "ops/ops.h"
+#include "quant/half.h"
 
 #include <jansson.h>
 #include <unistd.h>
@@ -550,7 +551,90 @@ static void test_part_observer(void) {
     }
 }
 
+/* ops_attention_seqs: several sequences, each over its own cache, as one job
+ * on several threads give bit for bit what each gives alone on one thread
+ * (the batch's attention, and the work split by shares of query-key products) */
+static void test_attention_seqs(void) {
+    enum { HD = 64, NH = 8, NKV = 2, NCTX = 160, NSEQ = 4 };
+    const int32_t n_tok[NSEQ] = {1, 7, 3, 1};
+    const int32_t pos0[NSEQ] = {0, 90, 150, 37}; /* positions pos0 .. pos0 + n_tok - 1 */
+    const uint32_t types[2] = {GGUF_TYPE_F32, GGUF_TYPE_F16};
+    int32_t rows = 0;
+    for (int s = 0; s < NSEQ; s++) {
+        rows += n_tok[s];
+    }
+    const size_t qd = (size_t)NH * HD, kvd = (size_t)NKV * HD;
+    const size_t stride = (size_t)(NH / NKV) * NCTX + HD;
+    float *q = malloc(sizeof(float) * (size_t)rows * qd);
+    float *one = malloc(sizeof(float) * (size_t)rows * qd);
+    float *all = malloc(sizeof(float) * (size_t)rows * qd);
+    float *scratch = malloc(sizeof(float) * 4 * stride);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)rows);
+    uint8_t *cache = malloc((size_t)NSEQ * 2 * NCTX * kvd * sizeof(float));
+    uint64_t z = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < (size_t)rows * qd; i++) {
+        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+        q[i] = (float)((double)(z >> 11) / 9007199254740992.0 - 0.5);
+    }
+    lares_f16 *cache16 = malloc((size_t)NSEQ * 2 * NCTX * kvd * sizeof(lares_f16));
+    for (size_t i = 0; i < (size_t)NSEQ * 2 * NCTX * kvd; i++) {
+        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+        const float f = (float)((double)(z >> 11) / 9007199254740992.0 - 0.5);
+        ((float *)(void *)cache)[i] = f;
+        cache16[i] = f32_to_f16(f);
+    }
+    lares_error err = {0};
+    for (int ti = 0; ti < 2; ti++) {
+        const size_t esz = ops_kv_elem_bytes(types[ti]);
+        ops_attn_args a[NSEQ];
+        for (int s = 0, r0 = 0; s < NSEQ; r0 += n_tok[s], s++) {
+            for (int t = 0; t < n_tok[s]; t++) {
+                pos[r0 + t] = pos0[s] + t;
+            }
+            uint8_t *k = (ti ? (uint8_t *)cache16 : cache) + (size_t)s * 2 * NCTX * kvd * esz;
+            a[s] = (ops_attn_args){
+                .q = q + (size_t)r0 * qd,
+                .out = one + (size_t)r0 * qd,
+                .pos = pos + r0,
+                .n_tok = n_tok[s],
+                .n_head = NH,
+                .n_head_kv = NKV,
+                .head_dim = HD,
+                .scale = 0.125f,
+                .kv = {.k = k, .v = k + NCTX * kvd * esz, .type = types[ti], .row_elems = kvd},
+                .scratch = scratch,
+                .scratch_stride = stride};
+            ops_attention(NULL, &a[s]);
+        }
+        for (int nth = 1; nth <= 4; nth++) {
+            ops_pool *pool = NULL;
+            CHECK_OK(ops_pool_create(nth, &pool, &err), &err);
+            for (int s = 0; s < NSEQ; s++) {
+                a[s].out = all + (a[s].out - one);
+            }
+            memset(all, 0, sizeof(float) * (size_t)rows * qd);
+            ops_attention_seqs(pool, a, NSEQ);
+            CHECKF(memcmp(all, one, sizeof(float) * (size_t)rows * qd) == 0,
+                   "attention of %d sequences as one job on %d threads (%s cache) differs from "
+                   "each alone",
+                   NSEQ, nth, ti ? "F16" : "F32");
+            for (int s = 0; s < NSEQ; s++) {
+                a[s].out = one + (a[s].out - all);
+            }
+            ops_pool_free(pool);
+        }
+    }
+    free(cache16);
+    free(cache);
+    free(pos);
+    free(scratch);
+    free(all);
+    free(one);
+    free(q);
+}
+
 int main(void) {
+    test_attention_seqs();
     test_part_observer();
     test_greedy_once_upon_a_time(GGUF_TYPE_F32, 2, 16);
     test_greedy_once_upon_a_time(GGUF_TYPE_F16, 2, 16);

@@ -206,7 +206,11 @@ lares_status model_ctx_create(const model *m, ops_pool *pool, int32_t n_batch, i
     const size_t act_off = total;
     total += 2 * cx->act_bytes;
     cx->mem = lares_alloc_aligned(total, 64);
-    if (cx->mem == NULL) {
+    /* a pass holds at most n_batch sequences (each has a row) */
+    cx->attn_args = lares_calloc(nb, sizeof *cx->attn_args);
+    if (cx->mem == NULL || cx->attn_args == NULL) {
+        lares_free_aligned(cx->mem);
+        lares_free(cx->attn_args);
         lares_free(cx);
         return lares_fail(err, LARES_ENOMEM, "model: cannot allocate %zu MiB of working memory",
                           total >> 20);
@@ -268,6 +272,7 @@ void model_ctx_free(model_ctx *cx) {
         return;
     }
     lares_free_aligned(cx->mem);
+    lares_free(cx->attn_args);
     lares_free(cx);
 }
 
@@ -333,49 +338,64 @@ typedef struct attn_prep {
     const model *m;
     const model_layer *l;
     model_ctx *cx;
-    ops_kv_view kv;
+    int32_t il;
+    const model_seq *seqs; /* each its rows [row0, row0 + n_rows) and its cache */
+    int32_t n_seqs;
     const int32_t *pos; /* of every row of the pass */
-    int32_t row0;       /* the sequence's rows: [row0, row0 + n_tok) */
-    int32_t n_tok;
+    int32_t n_tok;      /* rows of the pass */
 } attn_prep;
 
-/* Biases, per-head norms, RoPE, and the store of K and V into the cache, per token. */
-static void prep_rows(void *vctx, int ith, int nth) {
-    const attn_prep *p = vctx;
+/* Biases, per-head norms, RoPE, and the store of K and V into the cache, of row t */
+static void prep_row(const attn_prep *p, ops_kv_view kv, int64_t t) {
     const model_hparams *hp = &p->m->hp;
     const model_layer *l = p->l;
     const int64_t hd = hp->head_dim, qd = (int64_t)hp->n_head * hd,
                   kvd = (int64_t)hp->n_head_kv * hd;
+    float *q = p->cx->q + t * qd, *k = p->cx->k + t * kvd, *v = p->cx->v + t * kvd;
+    if (l->vec[MODEL_ROLE_Q_BIAS] != NULL) {
+        ops_add(q, l->vec[MODEL_ROLE_Q_BIAS], qd);
+        ops_add(k, l->vec[MODEL_ROLE_K_BIAS], kvd);
+        ops_add(v, l->vec[MODEL_ROLE_V_BIAS], kvd);
+    }
+    const float *cs = p->cx->rope_cs + t * hp->n_rot;
+    for (int64_t h = 0; h < hp->n_head; h++) {
+        if (l->vec[MODEL_ROLE_Q_NORM] != NULL) {
+            ops_rmsnorm(q + h * hd, l->vec[MODEL_ROLE_Q_NORM], hd, hp->rms_eps, q + h * hd);
+        }
+        ops_rope(q + h * hd, hd, hp->n_rot, cs, hp->rope_mode);
+    }
+    for (int64_t h = 0; h < hp->n_head_kv; h++) {
+        if (l->vec[MODEL_ROLE_K_NORM] != NULL) {
+            ops_rmsnorm(k + h * hd, l->vec[MODEL_ROLE_K_NORM], hd, hp->rms_eps, k + h * hd);
+        }
+        ops_rope(k + h * hd, hd, hp->n_rot, cs, hp->rope_mode);
+    }
+    const size_t row = (size_t)p->pos[t] * kv.row_elems;
+    if (kv.type == GGUF_TYPE_F32) {
+        memcpy((float *)kv.k + row, k, (size_t)kvd * sizeof(float));
+        memcpy((float *)kv.v + row, v, (size_t)kvd * sizeof(float));
+    } else {
+        const quant_traits *f16 = quant_traits_of(GGUF_TYPE_F16);
+        f16->from_float(k, (lares_f16 *)kv.k + row, kvd);
+        f16->from_float(v, (lares_f16 *)kv.v + row, kvd);
+    }
+}
+
+/* Biases, per-head norms, RoPE, and the store of K and V into each row's
+ * sequence's cache, the pass's rows split over the threads: one job for every
+ * sequence of a batch (a job a sequence cost a fork and a join each, per layer) */
+static void prep_rows(void *vctx, int ith, int nth) {
+    const attn_prep *p = vctx;
     int64_t lo, hi;
     ops_split(p->n_tok, ith, nth, &lo, &hi);
-    for (int64_t t = p->row0 + lo; t < p->row0 + hi; t++) {
-        float *q = p->cx->q + t * qd, *k = p->cx->k + t * kvd, *v = p->cx->v + t * kvd;
-        if (l->vec[MODEL_ROLE_Q_BIAS] != NULL) {
-            ops_add(q, l->vec[MODEL_ROLE_Q_BIAS], qd);
-            ops_add(k, l->vec[MODEL_ROLE_K_BIAS], kvd);
-            ops_add(v, l->vec[MODEL_ROLE_V_BIAS], kvd);
-        }
-        const float *cs = p->cx->rope_cs + t * hp->n_rot;
-        for (int64_t h = 0; h < hp->n_head; h++) {
-            if (l->vec[MODEL_ROLE_Q_NORM] != NULL) {
-                ops_rmsnorm(q + h * hd, l->vec[MODEL_ROLE_Q_NORM], hd, hp->rms_eps, q + h * hd);
+    for (int32_t s = 0; s < p->n_seqs; s++) {
+        const int64_t a = LARES_MAX(lo, (int64_t)p->seqs[s].row0);
+        const int64_t b = LARES_MIN(hi, (int64_t)p->seqs[s].row0 + p->seqs[s].n_rows);
+        if (a < b) {
+            const ops_kv_view kv = model_kv_view(p->seqs[s].kv, p->il);
+            for (int64_t t = a; t < b; t++) {
+                prep_row(p, kv, t);
             }
-            ops_rope(q + h * hd, hd, hp->n_rot, cs, hp->rope_mode);
-        }
-        for (int64_t h = 0; h < hp->n_head_kv; h++) {
-            if (l->vec[MODEL_ROLE_K_NORM] != NULL) {
-                ops_rmsnorm(k + h * hd, l->vec[MODEL_ROLE_K_NORM], hd, hp->rms_eps, k + h * hd);
-            }
-            ops_rope(k + h * hd, hd, hp->n_rot, cs, hp->rope_mode);
-        }
-        const size_t row = (size_t)p->pos[t] * p->kv.row_elems;
-        if (p->kv.type == GGUF_TYPE_F32) {
-            memcpy((float *)p->kv.k + row, k, (size_t)kvd * sizeof(float));
-            memcpy((float *)p->kv.v + row, v, (size_t)kvd * sizeof(float));
-        } else {
-            const quant_traits *f16 = quant_traits_of(GGUF_TYPE_F16);
-            f16->from_float(k, (lares_f16 *)p->kv.k + row, kvd);
-            f16->from_float(v, (lares_f16 *)p->kv.v + row, kvd);
         }
     }
 }
@@ -771,35 +791,35 @@ static void layer_forward(const model *m, const model_seq *seqs, int32_t n_seqs,
         case MODEL_OP_PRODUCTS:
             products(cx, l, &lp->g[op->arg], n_tok);
             break;
-        case MODEL_OP_ROPE_STORE: /* each sequence into its own cache */
-            for (int32_t s = 0; s < n_seqs; s++) {
-                attn_prep ap = {.m = m,
-                                .l = l,
-                                .cx = cx,
-                                .kv = model_kv_view(seqs[s].kv, il),
-                                .pos = pos,
-                                .row0 = seqs[s].row0,
-                                .n_tok = seqs[s].n_rows};
-                run_rows(pool, prep_rows, &ap,
-                         (int64_t)ap.n_tok * (hp->n_head + hp->n_head_kv) * hp->head_dim);
-            }
+        case MODEL_OP_ROPE_STORE: { /* each sequence into its own cache */
+            attn_prep ap = {.m = m,
+                            .l = l,
+                            .cx = cx,
+                            .il = il,
+                            .seqs = seqs,
+                            .n_seqs = n_seqs,
+                            .pos = pos,
+                            .n_tok = n_tok};
+            run_rows(pool, prep_rows, &ap,
+                     (int64_t)n_tok * (hp->n_head + hp->n_head_kv) * hp->head_dim);
             break;
-        case MODEL_OP_ATTEND: /* each sequence over its own cache */
+        }
+        case MODEL_OP_ATTEND: /* each sequence over its own cache, one job for all */
             for (int32_t s = 0; s < n_seqs; s++) {
                 const size_t r0 = (size_t)seqs[s].row0;
-                ops_attn_args aa = {.q = cx->q + r0 * (size_t)qd,
-                                    .out = cx->att + r0 * (size_t)qd,
-                                    .pos = pos + r0,
-                                    .n_tok = seqs[s].n_rows,
-                                    .n_head = hp->n_head,
-                                    .n_head_kv = hp->n_head_kv,
-                                    .head_dim = hp->head_dim,
-                                    .scale = 1.0f / sqrtf((float)hp->head_dim),
-                                    .kv = model_kv_view(seqs[s].kv, il),
-                                    .scratch = cx->attn_scratch,
-                                    .scratch_stride = attn_stride(hp, cx->n_ctx)};
-                ops_attention(pool, &aa);
+                cx->attn_args[s] = (ops_attn_args){.q = cx->q + r0 * (size_t)qd,
+                                                   .out = cx->att + r0 * (size_t)qd,
+                                                   .pos = pos + r0,
+                                                   .n_tok = seqs[s].n_rows,
+                                                   .n_head = hp->n_head,
+                                                   .n_head_kv = hp->n_head_kv,
+                                                   .head_dim = hp->head_dim,
+                                                   .scale = 1.0f / sqrtf((float)hp->head_dim),
+                                                   .kv = model_kv_view(seqs[s].kv, il),
+                                                   .scratch = cx->attn_scratch,
+                                                   .scratch_stride = attn_stride(hp, cx->n_ctx)};
             }
+            ops_attention_seqs(pool, cx->attn_args, n_seqs);
             break;
         case MODEL_OP_SWIGLU:
             swiglu(cx, cx->gate, cx->up, (int64_t)n_tok * lp->g[op->arg].n_in);

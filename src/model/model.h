@@ -129,6 +129,7 @@ typedef struct model_ctx {
     float *gate, *up;    /* n_batch x n_ff */
     float *rope_cs;      /* n_batch x n_rot */
     float *attn_scratch; /* n_threads x n_ctx */
+    ops_attn_args *attn_args; /* n_batch: one a sequence of a pass */
     void *act;           /* quantized activations, act_bytes */
     size_t act_bytes;
     /* MoE scratch (NULL for dense models) */

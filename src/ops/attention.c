@@ -5,48 +5,79 @@
  * Work is split over (token, KV head) pairs, each serving its group of query
  * heads with the cache type's kernel (quant_traits.kv_attend: each K and V row
  * is read once for the whole group); each thread keeps the group's scores in
- * its own scratch row.
+ * its own scratch row. The sequences of a batch (each its own cache) go as one
+ * job: with 8 sequences a job each had cost 8 forks and joins a layer.
  */
 #include "ops/ops.h"
 
+#include <assert.h>
+
 typedef struct attn_task {
-    const ops_attn_args *a;
+    const ops_attn_args *a; /* n attentions, each its own cache */
+    int32_t n;
     quant_kv_attend_fn attend;
+    double work; /* query-key products of all of them */
 } attn_task;
 
+/* The work of a's token t: its query-key products (the same for each KV head) */
+static double token_work(const ops_attn_args *a, int64_t t) {
+    return (double)(a->pos[t] + 1) * (double)(a->n_head / a->n_head_kv) * (double)a->head_dim;
+}
+
+/* Thread ith of nth takes the (token, KV head) pairs whose work starts in its
+ * share of the total, walked in order over every attention: shares of work,
+ * not of pairs, so that a prompt's late rows (long windows) do not all fall
+ * to one thread. Each pair's result is the same on any thread. */
 static void attn_worker(void *vctx, int ith, int nth) {
     const attn_task *t = vctx;
-    const ops_attn_args *a = t->a;
-    const int64_t hd = a->head_dim;
-    const int64_t group = a->n_head / a->n_head_kv;
-    const size_t esz = ops_kv_elem_bytes(a->kv.type);
-    const size_t row_bytes = a->kv.row_elems * esz;
-    float *scratch = a->scratch + (size_t)ith * a->scratch_stride;
-    float *rowtmp = scratch + a->scratch_stride - (size_t)hd; /* the last head_dim floats */
-    int64_t lo, hi;
-    ops_split(a->n_tok * a->n_head_kv, ith, nth, &lo, &hi);
-    for (int64_t w = lo; w < hi; w++) {
-        const int64_t tok = w / a->n_head_kv, g = w % a->n_head_kv;
-        const int64_t off = (tok * a->n_head + g * group) * hd; /* the group's heads */
-        t->attend(a->q + off, group, hd, (const uint8_t *)a->kv.k + (size_t)(g * hd) * esz,
-                  (const uint8_t *)a->kv.v + (size_t)(g * hd) * esz, row_bytes,
-                  (int64_t)a->pos[tok] + 1, a->scale, scratch, rowtmp, a->out + off);
+    const double lo = t->work * ith / nth, hi = t->work * (ith + 1) / nth;
+    double at = 0;
+    for (int32_t i = 0; i < t->n; i++) {
+        const ops_attn_args *a = &t->a[i];
+        const int64_t hd = a->head_dim;
+        const int64_t group = a->n_head / a->n_head_kv;
+        const size_t esz = ops_kv_elem_bytes(a->kv.type);
+        const size_t row_bytes = a->kv.row_elems * esz;
+        float *scratch = t->a[0].scratch + (size_t)ith * t->a[0].scratch_stride;
+        float *rowtmp =
+            scratch + t->a[0].scratch_stride - (size_t)hd; /* the last head_dim floats */
+        for (int64_t tok = 0; tok < a->n_tok; tok++) {
+            const double w = token_work(a, tok);
+            for (int64_t g = 0; g < a->n_head_kv; g++, at += w) {
+                /* the last thread also takes what rounding leaves past hi */
+                if (at < lo || (at >= hi && ith < nth - 1)) {
+                    continue;
+                }
+                const int64_t off = (tok * a->n_head + g * group) * hd; /* the group's heads */
+                t->attend(a->q + off, group, hd, (const uint8_t *)a->kv.k + (size_t)(g * hd) * esz,
+                          (const uint8_t *)a->kv.v + (size_t)(g * hd) * esz, row_bytes,
+                          (int64_t)a->pos[tok] + 1, a->scale, scratch, rowtmp, a->out + off);
+            }
+        }
     }
 }
 
-void ops_attention(ops_pool *pool, const ops_attn_args *a) {
-    attn_task t = {.a = a, .attend = quant_traits_of(a->kv.type)->kv_attend};
-    /* work: query-key products; a few thousand are not worth a second thread
-     * (8k: each of 4 sequences' heads at position 0 is 2048 products) */
-    double work = 0;
-    for (int64_t i = 0; i < a->n_tok; i++) {
-        work += (double)(a->pos[i] + 1);
+void ops_attention_seqs(ops_pool *pool, const ops_attn_args *a, int32_t n) {
+    if (n < 1) {
+        return;
     }
-    work *= (double)a->n_head * (double)a->head_dim;
-    const int nth = ops_pool_threads_for(pool, work, 8.0 * 1024);
+    attn_task t = {.a = a, .n = n, .attend = quant_traits_of(a[0].kv.type)->kv_attend};
+    for (int32_t i = 0; i < n; i++) {
+        assert(a[i].kv.type == a[0].kv.type && a[i].head_dim == a[0].head_dim);
+        for (int64_t tok = 0; tok < a[i].n_tok; tok++) {
+            t.work += token_work(&a[i], tok) * (double)a[i].n_head_kv;
+        }
+    }
+    /* a few thousand query-key products are not worth a second thread (8k:
+     * each of 4 sequences' heads at position 0 is 2048 products) */
+    const int nth = ops_pool_threads_for(pool, t.work, 8.0 * 1024);
     if (nth <= 1) {
         attn_worker(&t, 0, 1);
     } else {
         ops_pool_run_n(pool, attn_worker, &t, nth);
     }
+}
+
+void ops_attention(ops_pool *pool, const ops_attn_args *a) {
+    ops_attention_seqs(pool, a, 1);
 }

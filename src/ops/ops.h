@@ -205,5 +205,9 @@ typedef struct ops_attn_args {
 
 /* Grouped-query attention (Ainslie et al. 2023) with a causal window. */
 void ops_attention(ops_pool *pool, const ops_attn_args *a);
+/* n attentions as one job (the sequences of a batch, each over its own
+ * cache): the same results as n calls of ops_attention, one fork and join.
+ * Every a[i] has the same KV type and head size; a[0]'s scratch serves all. */
+void ops_attention_seqs(ops_pool *pool, const ops_attn_args *a, int32_t n);
 
 #endif /* LARES_OPS_H */
