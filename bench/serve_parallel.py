@@ -5,7 +5,7 @@
                           [--reps 3] [--threads 2] [--long 1536]
                           [--engine lares|llama-server] [--ctx 512]
                           [--limit 3.0G] [--no-ttft] [--lookup N] [--prompt P]
-                          [--temperature T]
+                          [--temperature T] [--sequential]
 
 --engine llama-server runs the reference engine's server instead (the first
 argument is then its llama-server binary, started with `-np S -c CTX*S`, its
@@ -30,7 +30,12 @@ completions at once, each a different short prompt and --tokens tokens
 (`max_tokens`), --reps times; the figure is the aggregate generated tokens per
 second between the first token of the last stream to start and the end of the
 last to finish (the prompts are not counted; the "tgNxS" of `lares bench`),
-and the median over the reps.
+and the median over the reps. The servers of every S are up together and the
+reps alternate (rep 1 of each S, then rep 2 of each, ...), so that a host
+whose speed drifts moves every S alike; "over_one" is the ratio of the
+medians, "over_one_paired" the median of each rep's ratio to the one-stream
+run of the same rep. --sequential (and --limit, --launcher, whose servers
+must run alone) runs one server after another, each S's reps together.
 
 Then the first-token latency of a short request (streamed, 1 token) on a
 server with --parallel 2: idle (median of --reps), and while another request's
@@ -250,6 +255,9 @@ def main():
     ap.add_argument("--launcher", help="start lares through this program (a testbed device)")
     ap.add_argument("--extra", default="",
                     help="more server arguments (lares: --ring ..., --draft D; llama-server: -md D)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="one server at a time, each stream count's reps together (the "
+                         "default alternates the counts rep by rep)")
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="sample at this temperature (default 0: greedy)")
     ap.add_argument("--prompt", default=PROMPT,
@@ -271,27 +279,48 @@ def main():
 
 
 def run(a, result):
-    for s in [int(x) for x in a.streams.split()]:
-        srv, port = start(a.lares, a.model, s, a.threads, a.ctx, a.engine, a.limit, a.lookup,
-                          a.launcher, a.extra)
+    counts = [int(x) for x in a.streams.split()]
+    # Alternating (the default): one server per stream count, all up at once,
+    # each rep runs every count in turn, so a host whose speed drifts (a
+    # neighbour, the VM's memory) moves all counts alike; each rep's ratio to
+    # the one-stream run beside it is kept too. A server in a memory cgroup
+    # (--limit: each from a cold page cache) or on a testbed device
+    # (--launcher) runs alone, the counts one after another.
+    alone = a.sequential or a.limit or a.launcher
+    groups = [[s] for s in counts] if alone else [counts]
+    figs = {}
+    for group in groups:
+        servers = {}
         try:
-            throughput(port, s, 8, -1)  # warm-up
-            drafts0 = drafts(port) if a.engine == "lares" else None
-            figs = [throughput(port, s, a.tokens, rep) for rep in range(a.reps)]
-            drafts1 = drafts(port) if a.engine == "lares" else None
+            for s in group:
+                servers[s] = start(a.lares, a.model, s, a.threads, a.ctx, a.engine, a.limit,
+                                   a.lookup, a.launcher, a.extra)
+            for s in group:
+                throughput(servers[s][1], s, 8, -1)  # warm-up
+            drafts0 = {s: drafts(servers[s][1]) if a.engine == "lares" else None for s in group}
+            for rep in range(a.reps):
+                for s in group:
+                    figs.setdefault(s, []).append(throughput(servers[s][1], s, a.tokens, rep))
+            drafts1 = {s: drafts(servers[s][1]) if a.engine == "lares" else None for s in group}
         finally:
-            srv.terminate()
-            srv.wait(timeout=60)
-        result["streams"][str(s)] = {"aggregate_tps": round(statistics.median(figs), 2),
-                                     "runs": [round(f, 2) for f in figs]}
-        if drafts0 and drafts1 and drafts1[0] > drafts0[0]:
-            d, acc = drafts1[0] - drafts0[0], drafts1[1] - drafts0[1]
-            result["streams"][str(s)].update({"drafted": d, "accepted": acc,
-                                              "acceptance": round(acc / d, 3)})
+            for srv, _ in servers.values():
+                srv.terminate()
+                srv.wait(timeout=60)
+        for s in group:
+            result["streams"][str(s)] = {"aggregate_tps": round(statistics.median(figs[s]), 2),
+                                         "runs": [round(f, 2) for f in figs[s]]}
+            if drafts0[s] and drafts1[s] and drafts1[s][0] > drafts0[s][0]:
+                d, acc = drafts1[s][0] - drafts0[s][0], drafts1[s][1] - drafts0[s][1]
+                result["streams"][str(s)].update({"drafted": d, "accepted": acc,
+                                                  "acceptance": round(acc / d, 3)})
+    result["alternated"] = not alone
     one = result["streams"].get("1", {}).get("aggregate_tps")
     if one:
         for k, v in result["streams"].items():
             v["over_one"] = round(v["aggregate_tps"] / one, 2)
+            if not alone:  # the median of each rep's ratio to its own one-stream run
+                v["over_one_paired"] = round(statistics.median(
+                    f / g for f, g in zip(figs[int(k)], figs[1]) if g > 0), 2)
     if a.no_ttft:
         return
     # first token of a short request: idle, and while a long prompt is read
