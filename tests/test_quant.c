@@ -778,6 +778,49 @@ static void check_attend(quant_isa isa, const char *fam) {
     free(want);
 }
 
+/* The family's SwiGLU gate (F32's silu_mul, where it has one) against silu in
+ * double: gates across the range where e^-g overflows or vanishes, lengths
+ * around the vector width; and the same bits for an element whether it is
+ * computed in the whole array or in a piece that starts elsewhere (threads
+ * split a batch's rows at any element). */
+static void check_silu(quant_isa isa, const char *fam) {
+    const quant_traits *t = quant_traits_isa(GGUF_TYPE_F32, isa);
+    if (t->silu_mul == NULL) {
+        printf("  %s: no SwiGLU kernel (libm's expf)\n", fam);
+        return;
+    }
+    enum { N = 1000 };
+    static float g[N], u[N], whole[N], piece[N];
+    for (int i = 0; i < N; i++) {
+        /* mostly within +-8, every 50th far out (-120 .. 120) */
+        g[i] = i % 50 == 7 ? 240.0f * (rng_unit() - 0.5f) : 16.0f * (rng_unit() - 0.5f);
+        u[i] = 4.0f * (rng_unit() - 0.5f);
+    }
+    memcpy(whole, g, sizeof whole);
+    t->silu_mul(whole, u, N);
+    float worst = 0;
+    for (int i = 0; i < N; i++) {
+        const double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * (double)u[i];
+        const double e = fabs((double)whole[i] - want) / (fabs(want) + 1e-30);
+        if (fabs(want) > 1e-30) {
+            worst = (float)e > worst || e != e ? (float)e : worst;
+        } else {
+            CHECKF(fabsf(whole[i]) < 1e-30f, "%s SwiGLU of %g: %g, not about 0", fam,
+                   (double)g[i], (double)whole[i]);
+        }
+    }
+    CHECKF(worst <= 1e-6f, "%s SwiGLU: relative error %g", fam, (double)worst);
+    static const int cuts[] = {1, 3, 7, 16, 17, 333, 999};
+    for (size_t c = 0; c < LARES_ARRAY_LEN(cuts); c++) {
+        memcpy(piece, g, sizeof piece);
+        t->silu_mul(piece, u, cuts[c]);
+        t->silu_mul(piece + cuts[c], u + cuts[c], N - cuts[c]);
+        CHECKF(memcmp(piece, whole, sizeof piece) == 0,
+               "%s SwiGLU: split at %d differs from the whole array", fam, cuts[c]);
+    }
+    printf("  %s: SwiGLU within %.2g of double\n", fam, (double)worst);
+}
+
 static void test_family(quant_isa isa) {
     const char *fam = family_label(isa);
     bufs b;
@@ -821,6 +864,7 @@ static void test_family(quant_isa isa) {
     }
     printf("  %s: %d types with tile kernels\n", fam, tiles);
     check_attend(isa, fam);
+    check_silu(isa, fam);
     free(b.xf);
     free(b.yf);
     free(b.out);

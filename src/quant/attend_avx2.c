@@ -16,6 +16,9 @@ typedef __m256 vf;
 #define V_SET1(f)       _mm256_set1_ps(f)
 #define V_ADD(a, b)     _mm256_add_ps(a, b)
 #define V_MUL(a, b)     _mm256_mul_ps(a, b)
+#define V_SUB(a, b)     _mm256_sub_ps(a, b)
+#define V_DIV(a, b)     _mm256_div_ps(a, b)
+#define V_MIN(a, b)     _mm256_min_ps(a, b)
 #define V_MAX(a, b)     _mm256_max_ps(a, b)
 #define V_FMA(a, b, c)  _mm256_fmadd_ps(a, b, c)
 #define V_FNMA(a, b, c) _mm256_fnmadd_ps(a, b, c)
@@ -51,8 +54,10 @@ static inline vf reduce_keys(const vf a[8]) {
 }
 
 #include "quant/attend_simd.h"
+#include "quant/silu_simd.h"
 
 void quant_install_avx2_attend(quant_traits *t) {
     t[GGUF_TYPE_F32].kv_attend = attend_f32_simd;
     t[GGUF_TYPE_F16].kv_attend = attend_f16_simd;
+    t[GGUF_TYPE_F32].silu_mul = silu_mul_simd; /* SwiGLU, with the softmax's exp */
 }

@@ -16,6 +16,9 @@ typedef __m512 vf;
 #define V_SET1(f)       _mm512_set1_ps(f)
 #define V_ADD(a, b)     _mm512_add_ps(a, b)
 #define V_MUL(a, b)     _mm512_mul_ps(a, b)
+#define V_SUB(a, b)     _mm512_sub_ps(a, b)
+#define V_DIV(a, b)     _mm512_div_ps(a, b)
+#define V_MIN(a, b)     _mm512_min_ps(a, b)
 #define V_MAX(a, b)     _mm512_max_ps(a, b)
 #define V_FMA(a, b, c)  _mm512_fmadd_ps(a, b, c)
 #define V_FNMA(a, b, c) _mm512_fnmadd_ps(a, b, c)
@@ -50,8 +53,10 @@ static inline vf reduce_keys(const vf a[16]) {
 }
 
 #include "quant/attend_simd.h"
+#include "quant/silu_simd.h"
 
 void quant_install_avx512_attend(quant_traits *t) {
     t[GGUF_TYPE_F32].kv_attend = attend_f32_simd;
     t[GGUF_TYPE_F16].kv_attend = attend_f16_simd;
+    t[GGUF_TYPE_F32].silu_mul = silu_mul_simd; /* SwiGLU, with the softmax's exp */
 }

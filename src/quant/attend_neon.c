@@ -17,6 +17,9 @@ typedef float32x4_t vf;
 #define V_SET1(f)       vdupq_n_f32(f)
 #define V_ADD(a, b)     vaddq_f32(a, b)
 #define V_MUL(a, b)     vmulq_f32(a, b)
+#define V_SUB(a, b)     vsubq_f32(a, b)
+#define V_DIV(a, b)     vdivq_f32(a, b)
+#define V_MIN(a, b)     vminq_f32(a, b)
 #define V_MAX(a, b)     vmaxq_f32(a, b)
 #define V_FMA(a, b, c)  vfmaq_f32(c, a, b)
 #define V_FNMA(a, b, c) vfmsq_f32(c, a, b)
@@ -37,8 +40,10 @@ static inline vf reduce_keys(const vf a[4]) {
 }
 
 #include "quant/attend_simd.h"
+#include "quant/silu_simd.h"
 
 void quant_install_neon_attend(quant_traits *t) {
     t[GGUF_TYPE_F32].kv_attend = attend_f32_simd;
     t[GGUF_TYPE_F16].kv_attend = attend_f16_simd;
+    t[GGUF_TYPE_F32].silu_mul = silu_mul_simd; /* SwiGLU, with the softmax's exp */
 }
