@@ -42,13 +42,13 @@ typedef void (*quant_vec_dot_tile_fn)(int64_t n, float *restrict s, size_t ldc,
  *   out_i = sum_j softmax_j(scale * q_i . K_j) V_j   over j < n,
  * q and out holding nq rows of hd floats, K and V rows row_bytes apart. s has
  * room for nq * n scores (head i's at s + i * n), tmp for hd floats. */
-/* g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] for i < n (SwiGLU) */
-typedef void (*quant_silu_fn)(float *restrict g, const float *restrict u, int64_t n);
-
 typedef void (*quant_kv_attend_fn)(const float *restrict q, int64_t nq, int64_t hd,
                                    const void *k, const void *v, size_t row_bytes, int64_t n,
                                    float scale, float *restrict s, float *restrict tmp,
                                    float *restrict out);
+
+/* g[i] = silu(g[i]) * u[i] = g[i] / (1 + e^-g[i]) * u[i] for i < n (SwiGLU) */
+typedef void (*quant_silu_fn)(float *restrict g, const float *restrict u, int64_t n);
 
 /* ---- packed-activation GEMM (prompt processing) ----
  * With several activation rows, the activations are quantized once into
