@@ -551,6 +551,12 @@ static void test_part_observer(void) {
     }
 }
 
+/* xorshift64: a value uniform in [-0.5, 0.5) */
+static float uniform_half(uint64_t *z) {
+    *z ^= *z << 13, *z ^= *z >> 7, *z ^= *z << 17;
+    return (float)((double)(*z >> 11) / 9007199254740992.0 - 0.5);
+}
+
 /* ops_attention_seqs: several sequences, each over its own cache, as one job
  * on several threads give bit for bit what each gives alone on one thread
  * (the batch's attention, and the work split by shares of query-key products) */
@@ -573,13 +579,11 @@ static void test_attention_seqs(void) {
     uint8_t *cache = malloc((size_t)NSEQ * 2 * NCTX * kvd * sizeof(float));
     uint64_t z = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < (size_t)rows * qd; i++) {
-        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
-        q[i] = (float)((double)(z >> 11) / 9007199254740992.0 - 0.5);
+        q[i] = uniform_half(&z);
     }
     lares_f16 *cache16 = malloc((size_t)NSEQ * 2 * NCTX * kvd * sizeof(lares_f16));
     for (size_t i = 0; i < (size_t)NSEQ * 2 * NCTX * kvd; i++) {
-        z ^= z << 13, z ^= z >> 7, z ^= z << 17;
-        const float f = (float)((double)(z >> 11) / 9007199254740992.0 - 0.5);
+        const float f = uniform_half(&z);
         ((float *)(void *)cache)[i] = f;
         cache16[i] = f32_to_f16(f);
     }

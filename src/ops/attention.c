@@ -31,16 +31,16 @@ static double token_work(const ops_attn_args *a, int64_t t) {
 static void attn_worker(void *vctx, int ith, int nth) {
     const attn_task *t = vctx;
     const double lo = t->work * ith / nth, hi = t->work * (ith + 1) / nth;
+    /* this thread's scores, then a converted K or V row (the last head_dim floats) */
+    const int64_t hd = t->a[0].head_dim;
+    float *scratch = t->a[0].scratch + (size_t)ith * t->a[0].scratch_stride;
+    float *rowtmp = scratch + t->a[0].scratch_stride - (size_t)hd;
     double at = 0;
     for (int32_t i = 0; i < t->n; i++) {
         const ops_attn_args *a = &t->a[i];
-        const int64_t hd = a->head_dim;
         const int64_t group = a->n_head / a->n_head_kv;
         const size_t esz = ops_kv_elem_bytes(a->kv.type);
         const size_t row_bytes = a->kv.row_elems * esz;
-        float *scratch = t->a[0].scratch + (size_t)ith * t->a[0].scratch_stride;
-        float *rowtmp =
-            scratch + t->a[0].scratch_stride - (size_t)hd; /* the last head_dim floats */
         for (int64_t tok = 0; tok < a->n_tok; tok++) {
             const double w = token_work(a, tok);
             for (int64_t g = 0; g < a->n_head_kv; g++, at += w) {
