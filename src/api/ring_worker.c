@@ -60,6 +60,13 @@ struct lares_worker {
      * until a slot is first used; CLUSTER_MAX_SLOTS entries, [0] unused */
     model_kv **slot_kv;
     int32_t n_slots;      /* the plan's: every slot's cache counts in the budget */
+    /* owned, CLUSTER_MAX_SLOTS entries: the positions each slot's cache is
+     * counted for in the weight budget (at least REACH_MIN, doubled when a
+     * pass goes past; the pages of later positions stay untouched) */
+    int32_t *slot_reach;
+    int32_t held;         /* layers this device's windows hold */
+    uint64_t budget;      /* the memory budget in force; UINT64_MAX: no limit, 0: not streaming */
+    uint64_t heap_base;   /* the budget's overhead besides KV caches (at setup) */
     model_seq *seqs;      /* owned: n_batch, the runs of one forward */
     model_ctx *cx;        /* owned */
     exec_local *exec;     /* owned */
@@ -367,10 +374,44 @@ static lares_status open_locked(lares_worker *w, const cluster_hello *h, cluster
     return LARES_OK;
 }
 
+/* The fewest positions a slot's cache is counted for: a short request's
+ * whole context, so that most never re-plan */
+#define REACH_MIN 128
+/* pages rounded at both ends of each layer's K and V rows (as api/budget.c) */
+#define KV_PAGE_BYTES 4096
+
+/* Bytes of one slot's cache that `reach` positions touch in the layers held
+ * (each layer's K and V rows are contiguous: 2 x held regions, each rounded
+ * to pages at both ends) */
+static uint64_t slot_touched(const lares_worker *w, int32_t reach) {
+    const uint64_t span = (uint64_t)(w->kv->l1 - w->kv->l0);
+    const uint64_t all = w->kv->bytes / span * (uint64_t)w->held;
+    if (reach >= w->kv->n_ctx) {
+        return all;
+    }
+    const uint64_t used = all / (uint64_t)w->kv->n_ctx * (uint64_t)reach +
+                          2 * (uint64_t)w->held * 2 * KV_PAGE_BYTES;
+    return LARES_MIN(used, all);
+}
+
+/* the weight budget that the slots' reaches leave */
+static uint64_t reach_budget(const lares_worker *w) {
+    uint64_t kv = 0;
+    for (int32_t i = 0; i < w->n_slots; i++) {
+        kv += slot_touched(w, w->slot_reach[i]);
+    }
+    const uint64_t need = w->heap_base + kv;
+    return w->budget > need ? w->budget - need : 0;
+}
+
 /* The executor's weight budget: as a head session's (api/budget.c), with the
- * KV entries of the layers this device holds, not of the span. */
-static lares_status worker_budget(lares_worker *w, exec_opts *eo, int32_t held, lares_error *err) {
+ * KV entries of the layers this device holds, not of the span. A budget that
+ * cannot hold the largest layer beside every slot's full cache is refused;
+ * the weights get what the positions in use leave (slot_reach), and more
+ * is taken from them as the caches fill (cb_forward: note_reach). */
+static lares_status worker_budget(lares_worker *w, exec_opts *eo, lares_error *err) {
     const model *m = w->lm->m;
+    w->budget = 0;
     if (w->no_stream) {
         return LARES_OK;
     }
@@ -390,25 +431,66 @@ static lares_status worker_budget(lares_worker *w, exec_opts *eo, int32_t held, 
     }
     /* every slot's cache counts its share of the layers held (the pages of
      * the others stay untouched), made yet or not (issue 20) */
-    const uint64_t span = (uint64_t)(w->kv->l1 - w->kv->l0);
     uint64_t kv_made = w->kv->bytes;
     for (int32_t i = 1; w->slot_kv != NULL && i < CLUSTER_MAX_SLOTS; i++) {
         kv_made += w->slot_kv[i] != NULL ? w->slot_kv[i]->bytes : 0;
     }
-    const uint64_t kv_held = w->kv->bytes / span * (uint64_t)held * (uint64_t)w->n_slots;
-    const uint64_t heap = lares_mem_in_use() - LARES_MIN(lares_mem_in_use(), kv_made) + kv_held;
-    const uint64_t overhead =
-        heap + gguf_file_bytes(w->lm->file) / PAGE_TABLE_SHARE + RESERVE_BYTES;
-    if (budget < overhead + least) {
+    const uint64_t kv_full = slot_touched(w, w->kv->n_ctx) * (uint64_t)w->n_slots;
+    const uint64_t base = lares_mem_in_use() - LARES_MIN(lares_mem_in_use(), kv_made) +
+                          gguf_file_bytes(w->lm->file) / PAGE_TABLE_SHARE + RESERVE_BYTES;
+    if (budget < base + kv_full + least) {
         return lares_fail(err, LARES_ERANGE,
                           "a memory budget of %.1f MiB is below the %.1f MiB this worker needs at "
                           "least (%d KV cache%s and buffers %.1f MiB, the largest layer %.1f MiB)",
-                          (double)budget / 1048576.0, (double)(overhead + least) / 1048576.0,
-                          (int)w->n_slots, w->n_slots == 1 ? "" : "s", (double)heap / 1048576.0,
+                          (double)budget / 1048576.0, (double)(base + kv_full + least) / 1048576.0,
+                          (int)w->n_slots, w->n_slots == 1 ? "" : "s",
+                          (double)(base - RESERVE_BYTES + kv_full) / 1048576.0,
                           (double)least / 1048576.0);
     }
-    eo->weight_budget_bytes = budget - overhead;
+    w->budget = budget;
+    w->heap_base = base;
+    eo->weight_budget_bytes = reach_budget(w);
     return LARES_OK;
+}
+
+/* The positions of a pass's runs (pos: n_tok, run i's rows after run i -
+ * 1's): a slot whose cache now reaches past what the budget counted gets its
+ * reach doubled until it holds them, and the executor a smaller weight
+ * budget (it releases what no longer fits). A budget that fails leaves the
+ * old plan: the memory limit, not lares, then has the last word. */
+static void note_reach(lares_worker *w, const cluster_run *runs, int32_t n_runs, const int32_t *pos,
+                       int32_t n_tok) {
+    if (w->budget == 0 || w->budget == UINT64_MAX) {
+        return;
+    }
+    bool grew = false;
+    int32_t row = 0;
+    for (int32_t i = 0; i < n_runs; i++) {
+        const int32_t n = n_runs == 1 ? n_tok : (int32_t)runs[i].rows;
+        int32_t top = 0;
+        for (int32_t r = row; r < row + n && r < n_tok; r++) {
+            top = LARES_MAX(top, pos[r] + 1);
+        }
+        row += n;
+        const uint32_t slot = runs[i].slot;
+        if (slot >= (uint32_t)w->n_slots) {
+            continue;
+        }
+        int32_t reach = w->slot_reach[slot];
+        while (reach < top && reach < w->kv->n_ctx) {
+            reach = LARES_MIN(2 * reach, w->kv->n_ctx);
+        }
+        if (reach != w->slot_reach[slot]) {
+            w->slot_reach[slot] = reach;
+            grew = true;
+        }
+    }
+    if (grew) {
+        lares_error err = {0};
+        if (exec_local_set_budget(w->exec, reach_budget(w), &err) != LARES_OK) {
+            lares_log(LARES_LOG_WARN, "cluster: the weight budget stays: %s", err.msg);
+        }
+    }
 }
 
 /* Releases the weights of layers held before and not now, and reads ahead
@@ -492,6 +574,18 @@ static lares_status setup_locked(lares_worker *w, const cluster_plan_msg *p, boo
     }
     free_slot_caches(w, (int32_t)p->n_slots); /* slots the plan no longer counts */
     w->n_slots = (int32_t)p->n_slots;
+    if (w->slot_reach == NULL &&
+        (w->slot_reach = lares_calloc(CLUSTER_MAX_SLOTS, sizeof *w->slot_reach)) == NULL) {
+        release_windows(w);
+        lares_free(old);
+        return lares_fail(err, LARES_ENOMEM, "out of memory");
+    }
+    for (int32_t i = 0; i < CLUSTER_MAX_SLOTS; i++) {
+        /* kept caches keep what they touched; new ones start short */
+        const bool stays = reuse && (i == 0 || w->slot_kv[i] != NULL);
+        w->slot_reach[i] = LARES_MIN((int32_t)p->n_ctx,
+                                     LARES_MAX(REACH_MIN, stays ? w->slot_reach[i] : 0));
+    }
     int32_t threads = p->n_threads > 0 ? (int32_t)p->n_threads : w->n_threads;
     if (threads <= 0) {
         threads = lares_cpu_count();
@@ -540,8 +634,9 @@ static lares_status setup_locked(lares_worker *w, const cluster_plan_msg *p, boo
     }
     exec_opts eo = {.windows = w->windows, .n_windows = w->n_windows, .head = false,
                     .stream_io = w->stream_io};
+    w->held = held;
     if (st == LARES_OK) {
-        st = worker_budget(w, &eo, held, err);
+        st = worker_budget(w, &eo, err);
     }
     if (st == LARES_OK) {
         st = exec_local_create(m, w->kv, w->cx, &eo, &w->exec, err);
@@ -621,6 +716,7 @@ static lares_status cb_forward(void *user, int32_t l0, int32_t l1, const cluster
     getrusage(RUSAGE_SELF, &r0);
     exec_local_counters(w->exec, &c0);
     const uint64_t t0 = lares_now_ns();
+    note_reach(w, runs, n_runs, pos, n_tok);
     st = plain ? exec_local_forward(w->exec, l0, l1, pos, n_tok, x, err)
                : exec_local_forward_seqs(w->exec, w->seqs, n_runs, l0, l1, pos, n_tok, x, err);
     const uint64_t t1 = lares_now_ns();
@@ -665,6 +761,7 @@ void lares_worker_free(lares_worker *w) {
     cluster_worker_free(w->cw);
     release_windows(w);
     lares_free(w->slot_kv);
+    lares_free(w->slot_reach);
     ops_pool_free(w->pool);
     lares_model_close(w->lm);
     api_fetch_close(&w->fetch);
