@@ -16,7 +16,12 @@
 # waits, plus 4k hops of the link's delay; and the measured time over it.
 #
 #   sudo bench/ring_emulated.sh [-m MODEL] [-n TOKENS] [-k "1 2 4"] [-o RESULTS.md]
+#        [-c CTX] [--stream "on off"]
 #        [--quota 0.5] [--mem 700M] [--disk 300M] [--rate 100mbit] [--delay 5]
+#
+# -c sets the run's context (default 256): every device's KV cache is made
+# for it, and a worker's weight budget counts the positions in use (issue 20).
+# --stream "on" leaves out the runs with streaming off.
 #
 # MODEL defaults to llama-7b Q4_K_M (3.8 GiB, lares synth on first use in
 # $LARES_BENCH_DIR, /tmp/lares-bench). The issue's bar: k >= 2 with prefetch
@@ -26,6 +31,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 LARES=${LARES:-$here/build/lares}
 MODEL=""
 NTOK=8
+CTX=256
+STREAMS="on off"
 KS="1 2 4"
 OUT=""
 QUOTA=0.5
@@ -39,9 +46,11 @@ while [ $# -gt 0 ]; do
     -m) MODEL=$2; shift 2 ;;
     -n) NTOK=$2; shift 2 ;;
     -k) KS=$2; shift 2 ;;
+    -c) CTX=$2; shift 2 ;;
+    --stream) STREAMS=$2; shift 2 ;;
     -o) OUT=$2; shift 2 ;;
     --quota|--mem|--disk|--rate|--delay) tb_home_opt "$1" "$2"; shift 2 ;;
-    *) echo "usage: $0 [-m MODEL] [-n TOKENS] [-k \"1 2 4\"] [-o OUT] [--quota C] [--mem M] [--disk B/s] [--rate R] [--delay MS]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-m MODEL] [-n TOKENS] [-k \"1 2 4\"] [-o OUT] [-c CTX] [--stream \"on off\"] [--quota C] [--mem M] [--disk B/s] [--rate R] [--delay MS]" >&2; exit 2 ;;
   esac
 done
 command -v jq >/dev/null || { echo "needs jq" >&2; exit 1; }
@@ -60,11 +69,11 @@ cold() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 L=$(tb_layers "$MODEL")
 [ -n "$L" ] || { echo "cannot read the layer count of $MODEL" >&2; exit 1; }
-echo "model $MODEL ($L layers); 4 devices: $QUOTA cores, memory $MEM, disk $DISK/s, link $RATE + $DELAY ms each; $NTOK tokens" >&2
+echo "model $MODEL ($L layers, context $CTX); 4 devices: $QUOTA cores, memory $MEM, disk $DISK/s, link $RATE + $DELAY ms each; $NTOK tokens" >&2
 
 export RING_MODEL=$MODEL RING_DEV_EXTRA=", \"link_delay_ms\": $DELAY"
 rows=()
-for stream in on off; do
+for stream in $STREAMS; do
   flags=()
   [ "$stream" = off ] && flags=(--no-stream)
   declare -A ADDR=()
@@ -80,7 +89,7 @@ for stream in on off; do
     headflags=()
     [ "$stream" = off ] && headflags=(--mem-budget 64T) # plain mmap on the head as well
     cold
-    if ! "$(tb_launcher 0)" run -m "$MODEL" -p "Once upon a time" -n "$NTOK" --temp 0 -t 1 -c 256 \
+    if ! "$(tb_launcher 0)" run -m "$MODEL" -p "Once upon a time" -n "$NTOK" --temp 0 -t 1 -c "$CTX" \
         "${headflags[@]}" --ring "$TMP/ring.json" --json >"$TMP/run.json" 2>"$TMP/run.err"; then
       rows+=("| $k | $w | $stream | failed: $(tail -1 "$TMP/run.err") | | | | |")
       continue

@@ -59,6 +59,11 @@ import threading
 import time
 
 
+def sig(x, digits=4):
+    """x to `digits` significant digits (a 7B ring's 0.2 tok/s keeps its precision)"""
+    return float(f"{x:.{digits}g}")
+
+
 def free_port():
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
@@ -307,8 +312,8 @@ def run(a, result):
                 srv.terminate()
                 srv.wait(timeout=60)
         for s in group:
-            result["streams"][str(s)] = {"aggregate_tps": round(statistics.median(figs[s]), 2),
-                                         "runs": [round(f, 2) for f in figs[s]]}
+            result["streams"][str(s)] = {"aggregate_tps": sig(statistics.median(figs[s])),
+                                         "runs": [sig(f) for f in figs[s]]}
             if drafts0[s] and drafts1[s] and drafts1[s][0] > drafts0[s][0]:
                 d, acc = drafts1[s][0] - drafts0[s][0], drafts1[s][1] - drafts0[s][1]
                 result["streams"][str(s)].update({"drafted": d, "accepted": acc,
@@ -317,10 +322,10 @@ def run(a, result):
     one = result["streams"].get("1", {}).get("aggregate_tps")
     if one:
         for k, v in result["streams"].items():
-            v["over_one"] = round(v["aggregate_tps"] / one, 2)
+            v["over_one"] = round(v["aggregate_tps"] / one, 3)
             if not alone:  # the median of each rep's ratio to its own one-stream run
                 v["over_one_paired"] = round(statistics.median(
-                    f / g for f, g in zip(figs[int(k)], figs[1]) if g > 0), 2)
+                    f / g for f, g in zip(figs[int(k)], figs[1]) if g > 0), 3)
     if a.no_ttft:
         return
     # first token of a short request: idle, and while a long prompt is read
