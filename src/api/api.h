@@ -171,6 +171,10 @@ lares_status api_plan_caches(lares_session *s, int32_t positions, model_kv *cons
                              const int32_t *kv_positions, int32_t n_kv, lares_error *err);
 /* True when the weights stream even with an empty KV cache. */
 bool api_streams_surely(const lares_session *s);
+/* Bytes of kv that `positions` positions touch in `layers` of its layers
+ * (the pages of the others stay untouched): what a memory budget counts for
+ * a cache (budget.c; a ring worker's, ring_worker.c). */
+uint64_t api_kv_touched(const model_kv *kv, int32_t positions, int32_t layers);
 
 /* calibrate.c: runs real layer windows of the model at model_path on this
  * device for the profile (a sched_window_fn; user unused). */

@@ -29,17 +29,21 @@ static double mib(uint64_t b) {
     return (double)b / 1048576.0;
 }
 
-/* Bytes of the KV cache that `positions` positions touch: each layer's K and
- * V rows are contiguous per layer, so every one of those 2 x layers regions
- * rounds up to pages at both ends. */
-static uint64_t kv_touched(const model_kv *kv, int32_t positions) {
-    const uint64_t all = kv->bytes;
+/* Bytes of the KV cache that `positions` positions touch in `layers` of its
+ * layers: each layer's K and V rows are contiguous, so every one of those 2 x
+ * layers regions rounds up to pages at both ends. */
+uint64_t api_kv_touched(const model_kv *kv, int32_t positions, int32_t layers) {
+    const uint64_t all = kv->bytes / (uint64_t)(kv->l1 - kv->l0) * (uint64_t)layers;
     if (positions >= kv->n_ctx) {
         return all;
     }
-    const uint64_t regions = 2 * (uint64_t)(kv->l1 - kv->l0);
+    const uint64_t regions = 2 * (uint64_t)layers;
     const uint64_t used = all / (uint64_t)kv->n_ctx * (uint64_t)positions + regions * 2 * KV_PAGE_BYTES;
     return LARES_MIN(used, all);
+}
+
+static uint64_t kv_touched(const model_kv *kv, int32_t positions) {
+    return api_kv_touched(kv, positions, kv->l1 - kv->l0);
 }
 
 /* The session's memory besides weights with `positions` positions in use,

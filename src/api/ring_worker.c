@@ -65,7 +65,7 @@ struct lares_worker {
      * pass goes past; the pages of later positions stay untouched) */
     int32_t *slot_reach;
     int32_t held;         /* layers this device's windows hold */
-    uint64_t budget;      /* the memory budget in force; UINT64_MAX: no limit, 0: not streaming */
+    uint64_t budget;      /* the memory budget in force; 0: none (no limit known, or no streaming) */
     uint64_t heap_base;   /* the budget's overhead besides KV caches (at setup) */
     model_seq *seqs;      /* owned: n_batch, the runs of one forward */
     model_ctx *cx;        /* owned */
@@ -377,28 +377,12 @@ static lares_status open_locked(lares_worker *w, const cluster_hello *h, cluster
 /* The fewest positions a slot's cache is counted for: a short request's
  * whole context, so that most never re-plan */
 #define REACH_MIN 128
-/* pages rounded at both ends of each layer's K and V rows (as api/budget.c) */
-#define KV_PAGE_BYTES 4096
-
-/* Bytes of one slot's cache that `reach` positions touch in the layers held
- * (each layer's K and V rows are contiguous: 2 x held regions, each rounded
- * to pages at both ends) */
-static uint64_t slot_touched(const lares_worker *w, int32_t reach) {
-    const uint64_t span = (uint64_t)(w->kv->l1 - w->kv->l0);
-    const uint64_t all = w->kv->bytes / span * (uint64_t)w->held;
-    if (reach >= w->kv->n_ctx) {
-        return all;
-    }
-    const uint64_t used = all / (uint64_t)w->kv->n_ctx * (uint64_t)reach +
-                          2 * (uint64_t)w->held * 2 * KV_PAGE_BYTES;
-    return LARES_MIN(used, all);
-}
 
 /* the weight budget that the slots' reaches leave */
 static uint64_t reach_budget(const lares_worker *w) {
     uint64_t kv = 0;
     for (int32_t i = 0; i < w->n_slots; i++) {
-        kv += slot_touched(w, w->slot_reach[i]);
+        kv += api_kv_touched(w->kv, w->slot_reach[i], w->held);
     }
     const uint64_t need = w->heap_base + kv;
     return w->budget > need ? w->budget - need : 0;
@@ -435,7 +419,7 @@ static lares_status worker_budget(lares_worker *w, exec_opts *eo, lares_error *e
     for (int32_t i = 1; w->slot_kv != NULL && i < CLUSTER_MAX_SLOTS; i++) {
         kv_made += w->slot_kv[i] != NULL ? w->slot_kv[i]->bytes : 0;
     }
-    const uint64_t kv_full = slot_touched(w, w->kv->n_ctx) * (uint64_t)w->n_slots;
+    const uint64_t kv_full = api_kv_touched(w->kv, w->kv->n_ctx, w->held) * (uint64_t)w->n_slots;
     const uint64_t base = lares_mem_in_use() - LARES_MIN(lares_mem_in_use(), kv_made) +
                           gguf_file_bytes(w->lm->file) / PAGE_TABLE_SHARE + RESERVE_BYTES;
     if (budget < base + kv_full + least) {
@@ -460,7 +444,7 @@ static lares_status worker_budget(lares_worker *w, exec_opts *eo, lares_error *e
  * old plan: the memory limit, not lares, then has the last word. */
 static void note_reach(lares_worker *w, const cluster_run *runs, int32_t n_runs, const int32_t *pos,
                        int32_t n_tok) {
-    if (w->budget == 0 || w->budget == UINT64_MAX) {
+    if (w->budget == 0) {
         return;
     }
     bool grew = false;
@@ -580,7 +564,7 @@ static lares_status setup_locked(lares_worker *w, const cluster_plan_msg *p, boo
         lares_free(old);
         return lares_fail(err, LARES_ENOMEM, "out of memory");
     }
-    for (int32_t i = 0; i < CLUSTER_MAX_SLOTS; i++) {
+    for (int32_t i = 0; i < w->n_slots; i++) {
         /* kept caches keep what they touched; new ones start short */
         const bool stays = reuse && (i == 0 || w->slot_kv[i] != NULL);
         w->slot_reach[i] = LARES_MIN((int32_t)p->n_ctx,
