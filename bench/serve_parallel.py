@@ -6,6 +6,7 @@
                           [--engine lares|llama-server] [--ctx 512]
                           [--limit 3.0G] [--no-ttft] [--lookup N] [--prompt P]
                           [--temperature T] [--sequential]
+                          [--client evented|threads]
 
 --engine llama-server runs the reference engine's server instead (the first
 argument is then its llama-server binary, started with `-np S -c CTX*S`, its
@@ -41,6 +42,13 @@ Then the first-token latency of a short request (streamed, 1 token) on a
 server with --parallel 2: idle (median of --reps), and while another request's
 prompt of --long tokens is being read (the short one sent 0.3 s after it).
 
+--client: the S streams are read by one thread's event loop (the default, as
+a Node.js client reads them), or by a thread each (Python's http.client). On a
+2-core host the client shares the cores with the server: bursts of 8 streams
+against one server, the clients alternating (docs/performance.md, session 30),
+ran at 161.0, 165.4, 162.9 t/s with a thread each (964-1036 context switches
+a second on the host) and 165.6, 169.4, 168.6 from the event loop (860-908).
+
 --temperature T samples at T (default 0: greedy), with the API's other
 sampling fields left out (an OpenAI client's defaults: no top-k, top-p 1).
 
@@ -51,6 +59,7 @@ import http.client
 import json
 import os
 import re
+import selectors
 import socket
 import statistics
 import subprocess
@@ -198,18 +207,133 @@ def stream(port, prompt, max_tokens, out):
 PROMPT = "Story {rep} number {i}: once upon a time"
 
 
+class EventedStream:
+    """One streamed completion read by the caller's event loop: the bytes of
+    the HTTP/1.1 reply (chunked, or to the end) fed as they come."""
+
+    def __init__(self, port, prompt, max_tokens):
+        body = json.dumps({"model": "lares", "prompt": prompt, "max_tokens": max_tokens,
+                           "stream": True, "temperature": TEMPERATURE}).encode()
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.t_sent = time.time()
+        self.sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                          % len(body) + body)
+        self.sock.setblocking(False)
+        self.raw, self.body = b"", b""
+        self.status, self.chunked = None, False
+        self.first, self.end, self.n, self.error = None, None, 0, None
+
+    def feed(self, data):
+        """False once the reply is over (its end, an error, or the peer closing)."""
+        if not data:
+            self.end = self.end or time.time()
+            return False
+        self.raw += data
+        if self.status is None:
+            i = self.raw.find(b"\r\n\r\n")
+            if i < 0:
+                return True
+            head = self.raw[:i].decode("latin-1").split("\r\n")
+            self.raw = self.raw[i + 4:]
+            self.status = int(head[0].split()[1])
+            self.chunked = any(h.lower().replace(" ", "") == "transfer-encoding:chunked"
+                               for h in head[1:])
+        if not self.chunked:
+            self.body += self.raw
+            self.raw = b""
+            return self.events()
+        while True:
+            i = self.raw.find(b"\r\n")
+            if i < 0:
+                return True
+            size = int(self.raw[:i].split(b";")[0], 16)
+            if len(self.raw) < i + 2 + size + 2:
+                return True
+            self.body += self.raw[i + 2:i + 2 + size]
+            self.raw = self.raw[i + 4 + size:]
+            if not self.events() or size == 0:
+                self.end = self.end or time.time()
+                return False
+
+    def events(self):
+        if self.status != 200:
+            self.error = ("error", self.status, self.body[:200])
+            return True  # the rest of the body comes with the close
+        while True:
+            i = self.body.find(b"\n\n")
+            if i < 0:
+                return True
+            line = self.body[:i].decode().strip()
+            self.body = self.body[i + 2:]
+            if not line.startswith("data: "):
+                continue
+            data = line[6:]
+            if data == "[DONE]":
+                self.end = time.time()
+                return False
+            o = json.loads(data)
+            if "error" in o:
+                self.error = ("error", self.status, data[:200])
+                return False
+            ch = o.get("choices")  # as stream() counts them
+            if ch and (ch[0].get("text") or ch[0].get("finish_reason") is None):
+                self.n += 1
+                if self.first is None:
+                    self.first = time.time()
+
+
+def streams_evented(port, prompts, max_tokens):
+    """The completions of prompts at once, read by one thread from one event
+    loop (as a Node.js client does), each as stream()'s tuple."""
+    sel = selectors.DefaultSelector()
+    conns = [EventedStream(port, p, max_tokens) for p in prompts]
+    for c in conns:
+        sel.register(c.sock, selectors.EVENT_READ, c)
+    left, deadline = len(conns), time.time() + 600
+    while left > 0 and time.time() < deadline:
+        for key, _ in sel.select(timeout=5):
+            c = key.data
+            try:
+                data = c.sock.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            if not c.feed(data):
+                sel.unregister(c.sock)
+                c.sock.close()
+                left -= 1
+    out = []
+    for c in conns:
+        if left > 0 and c.end is None:
+            c.error = c.error or ("error", c.status, b"no end within 600 s")
+        out.append(c.error if c.error else (c.t_sent, c.first, c.end, c.n))
+    sel.close()
+    return out
+
+
+CLIENT = "evented"  # --client
+
+
+LAST_COUNTS = {}  # tokens each stream of the last run of a stream count got
+
+
 def throughput(port, s, tokens, rep):
-    outs = [[] for _ in range(s)]
-    th = [threading.Thread(target=stream, args=(port, PROMPT.format(rep=rep, i=i), tokens,
-                                                outs[i])) for i in range(s)]
-    for t in th:
-        t.start()
-    for t in th:
-        t.join()
-    res = [o[0] for o in outs]
+    prompts = [PROMPT.format(rep=rep, i=i) for i in range(s)]
+    if CLIENT == "evented":
+        res = streams_evented(port, prompts, tokens)
+    else:
+        outs = [[] for _ in range(s)]
+        th = [threading.Thread(target=stream, args=(port, prompts[i], tokens, outs[i]))
+              for i in range(s)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        res = [o[0] for o in outs]
     for r in res:
         if r[0] == "error" or r[1] is None:
             sys.exit(f"serve_parallel: a stream failed: {r}")
+    LAST_COUNTS[s] = [r[3] for r in res]
     begin = max(r[1] for r in res)
     end = max(r[2] for r in res)
     # tokens after every stream's first token: each stream's tokens past the
@@ -265,15 +389,19 @@ def main():
                          "default alternates the counts rep by rep)")
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="sample at this temperature (default 0: greedy)")
+    ap.add_argument("--client", choices=["evented", "threads"], default="evented",
+                    help="the streams read by one thread's event loop (default), or a "
+                         "thread each")
     ap.add_argument("--prompt", default=PROMPT,
                     help="the streams' prompts, {rep} and {i} filled in (default: %(default)s)")
     a = ap.parse_args()
     globals()["PROMPT"] = a.prompt
     globals()["TEMPERATURE"] = a.temperature
+    globals()["CLIENT"] = a.client
     if a.limit and a.engine != "lares":
         sys.exit("serve_parallel: --limit is for lares (bench/mem_stream.sh runs the reference)")
     result = {"engine": a.engine, "model": a.model, "tokens": a.tokens, "threads": a.threads,
-              "limit": a.limit, "lookup": a.lookup, "temperature": a.temperature, "streams": {}}
+              "limit": a.limit, "lookup": a.lookup, "temperature": a.temperature, "client": a.client, "streams": {}}
     try:
         run(a, result)
     finally:
@@ -313,7 +441,8 @@ def run(a, result):
                 srv.wait(timeout=60)
         for s in group:
             result["streams"][str(s)] = {"aggregate_tps": sig(statistics.median(figs[s])),
-                                         "runs": [sig(f) for f in figs[s]]}
+                                         "runs": [sig(f) for f in figs[s]],
+                                         "last_tokens": LAST_COUNTS[s]}
             if drafts0[s] and drafts1[s] and drafts1[s][0] > drafts0[s][0]:
                 d, acc = drafts1[s][0] - drafts0[s][0], drafts1[s][1] - drafts0[s][1]
                 result["streams"][str(s)].update({"drafted": d, "accepted": acc,
