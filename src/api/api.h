@@ -175,6 +175,15 @@ bool api_streams_surely(const lares_session *s);
  * (the pages of the others stay untouched): what a memory budget counts for
  * a cache (budget.c; a ring worker's, ring_worker.c). */
 uint64_t api_kv_touched(const model_kv *kv, int32_t positions, int32_t layers);
+/* What every memory budget keeps for the program (its text, libraries,
+ * thread stacks and allocator slack: API_RESERVE_BYTES) and for the page
+ * tables of a mapping of file_bytes (an 8-byte entry per 4 KiB page, rounded
+ * up generously): a session's (budget.c), a ring worker's (ring_worker.c),
+ * a calibration's (calibrate.c). */
+#define API_RESERVE_BYTES ((uint64_t)16 << 20)
+static inline uint64_t api_fixed_bytes(uint64_t file_bytes) {
+    return file_bytes / 256 + API_RESERVE_BYTES;
+}
 
 /* calibrate.c: runs real layer windows of the model at model_path on this
  * device for the profile (a sched_window_fn; user unused). */

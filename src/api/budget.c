@@ -15,10 +15,6 @@
 #include "api/api.h"
 #include "mem/mem.h"
 
-/* program text, libraries, thread stacks and allocator slack */
-#define RESERVE_BYTES ((uint64_t)16 << 20)
-/* one 8-byte page-table entry per 4 KiB page mapped, rounded up generously */
-#define PAGE_TABLE_SHARE 256
 /* the sampler's per-token arrays: candidates and counts */
 #define SAMPLER_BYTES_PER_TOKEN 16
 #define KV_PAGE_BYTES 4096
@@ -58,7 +54,7 @@ static uint64_t overhead_caches(const lares_session *s, int32_t positions, model
         caches += kv_touched(kv[i], kv_positions[i]);
     }
     *other = (uint64_t)lm->m->hp.n_vocab * SAMPLER_BYTES_PER_TOKEN +
-             gguf_file_bytes(lm->file) / PAGE_TABLE_SHARE + RESERVE_BYTES;
+             api_fixed_bytes(gguf_file_bytes(lm->file));
     return heap + caches + *other;
 }
 

@@ -33,9 +33,6 @@
 
 /* rows of the prompt-shaped window */
 #define PROMPT_ROWS 16
-/* program text, stacks, allocator slack (as ring_worker.c) */
-#define RESERVE_BYTES ((uint64_t)16 << 20)
-#define PAGE_TABLE_SHARE 256
 /* the window's weights at least (when the budget allows): beyond the 32 MiB
  * of L3 a core sees on current desktop and server parts */
 #define WINDOW_BYTES ((uint64_t)96 << 20)
@@ -117,7 +114,7 @@ static lares_status rig_open(window_rig *r, const char *path, int32_t n_threads,
         if ((st = exec_weight_needs(r->m, r->kv, &eo, &weights, &least, err)) != LARES_OK) {
             return st;
         }
-        const uint64_t overhead = lares_mem_in_use() + file / PAGE_TABLE_SHARE + RESERVE_BYTES;
+        const uint64_t overhead = lares_mem_in_use() + api_fixed_bytes(file);
         const uint64_t room = lim.auto_bytes > overhead ? lim.auto_bytes - overhead : 0;
         if (room < least) {
             return lares_fail(err, LARES_ERANGE,

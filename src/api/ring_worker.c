@@ -32,10 +32,6 @@
 /* free memory is read at most this often (a few files under /proc and /sys) */
 #define MEM_FREE_EVERY_NS 250000000u
 
-/* program text, libraries, stacks, allocator slack (as api/budget.c) */
-#define RESERVE_BYTES ((uint64_t)16 << 20)
-/* page-table share of the mapping (as api/budget.c) */
-#define PAGE_TABLE_SHARE 256
 
 struct lares_worker {
     cluster_worker *cw; /* owned */
@@ -421,14 +417,14 @@ static lares_status worker_budget(lares_worker *w, exec_opts *eo, lares_error *e
     }
     const uint64_t kv_full = api_kv_touched(w->kv, w->kv->n_ctx, w->held) * (uint64_t)w->n_slots;
     const uint64_t base = lares_mem_in_use() - LARES_MIN(lares_mem_in_use(), kv_made) +
-                          gguf_file_bytes(w->lm->file) / PAGE_TABLE_SHARE + RESERVE_BYTES;
+                          api_fixed_bytes(gguf_file_bytes(w->lm->file));
     if (budget < base + kv_full + least) {
         return lares_fail(err, LARES_ERANGE,
                           "a memory budget of %.1f MiB is below the %.1f MiB this worker needs at "
                           "least (%d KV cache%s and buffers %.1f MiB, the largest layer %.1f MiB)",
                           (double)budget / 1048576.0, (double)(base + kv_full + least) / 1048576.0,
                           (int)w->n_slots, w->n_slots == 1 ? "" : "s",
-                          (double)(base - RESERVE_BYTES + kv_full) / 1048576.0,
+                          (double)(base - API_RESERVE_BYTES + kv_full) / 1048576.0,
                           (double)least / 1048576.0);
     }
     w->budget = budget;
