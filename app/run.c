@@ -17,6 +17,7 @@ typedef struct run_opts {
     int32_t lookup;
     const char *draft; /* a draft model's file */
     int32_t draft_n;   /* 0: not given */
+    bool spec_always;  /* --spec-always */
     lares_session_opts session;
     lares_sampler_opts sampler;
     bool seed_given;
@@ -41,6 +42,9 @@ static void run_usage(FILE *to) {
           "                          verifies them in one pass; not with --lookup\n"
           "      --draft-n N         tokens the draft proposes per pass, at most (default 7:\n"
           "                          8 rows per verification, the few-row product's reach)\n"
+          "      --spec-always       with --lookup or --draft at --temp 0: draft on every pass\n"
+          "                          (default: only while passes with drafts measure faster\n"
+          "                          than without; the tokens are the same either way)\n"
           "      --no-bos            do not add the BOS token\n"
           "      --special           parse control tokens written in the prompt\n"
           "      --no-echo           do not print the prompt before the generated text\n"
@@ -98,6 +102,8 @@ static int parse_run(int argc, char **argv, run_opts *o) {
         } else if (IS("--draft", NULL)) {
             VALUE();
             o->draft = v;
+        } else if (IS("--spec-always", NULL)) {
+            o->spec_always = true;
         } else if (IS("--draft-n", NULL)) {
             VALUE();
             if (!app_parse_i32(a, v, 1, LARES_LOOKUP_MAX, &o->draft_n)) {
@@ -155,6 +161,10 @@ static int parse_run(int argc, char **argv, run_opts *o) {
     }
     if (o->draft != NULL && o->lookup > 0) {
         app_error("run: --draft and --lookup both propose drafts; give one of them");
+        return APP_USAGE;
+    }
+    if (o->spec_always && o->draft == NULL && o->lookup == 0) {
+        app_error("run: --spec-always needs drafts: --lookup N or --draft MODEL");
         return APP_USAGE;
     }
     if (o->draft != NULL && o->draft_n == 0) {
@@ -335,6 +345,9 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
         json_object_set_new(root, "draft_model", json_string(o->draft));
         json_object_set_new(root, "draft_n", json_integer(o->draft_n));
     }
+    if (o->draft != NULL || o->lookup > 0) {
+        json_object_set_new(root, "spec_always", json_boolean(o->spec_always));
+    }
     json_object_set_new(root, "prompt", json_string(o->prompt ? o->prompt : ""));
     json_object_set_new(root, "prompt_ids", ids_json(prompt_ids, n_prompt));
     json_object_set_new(root, "generated_ids", ids_json(gen, n_gen));
@@ -497,7 +510,7 @@ int cmd_run(int argc, char **argv) {
     }
     lares_generate_opts go = {.n_predict = o.n_predict, .sampler = o.sampler,
                               .on_token = on_token, .user = &rs, .lookup = o.lookup,
-                              .draft_n = o.draft_n};
+                              .draft_n = o.draft_n, .spec_always = o.spec_always};
     if (!o.json && o.echo_prompt) {
         fwrite(prompt, 1, plen, stdout);
         fflush(stdout);

@@ -31,6 +31,8 @@ static void serve_usage(FILE *to) {
           "      --lookup N          speculative decoding without a draft model: up to N tokens\n"
           "                          that followed the context's last words earlier in it\n"
           "                          (prompt lookup; with or without --parallel)\n"
+          "      --spec-always       greedy requests draft on every pass (default: only while\n"
+          "                          passes with drafts measure faster; same tokens either way)\n"
           "      --prompt-share N    with --parallel: prompt tokens a step reads while other\n"
           "                          requests decode (default 8: they are not held up; 0: no limit);\n"
           "                          prompts that fit whole in 8N tokens are read at once\n"
@@ -112,6 +114,8 @@ int cmd_serve(int argc, char **argv) {
             if (!app_parse_i32(a, v, 1, LARES_LOOKUP_MAX, &o.draft_n)) {
                 return APP_USAGE;
             }
+        } else if (strcmp(a, "--spec-always") == 0) {
+            o.spec_always = true;
         } else if (strcmp(a, "--lookup") == 0) {
             VALUE();
             if (!app_parse_i32(a, v, 1, LARES_LOOKUP_MAX, &o.lookup)) {
@@ -191,6 +195,10 @@ int cmd_serve(int argc, char **argv) {
     }
     if (draft != NULL && o.lookup > 0) {
         app_error("serve: drafts come from --draft or from --lookup, not both");
+        return APP_USAGE;
+    }
+    if (o.spec_always && draft == NULL && o.lookup == 0) {
+        app_error("serve: --spec-always needs drafts: --lookup N or --draft MODEL");
         return APP_USAGE;
     }
     if (draft != NULL && o.draft_n == 0) {

@@ -332,6 +332,14 @@ typedef struct lares_generate_opts {
      * most LARES_LOOKUP_MAX; needs a batch of draft_n + 1; not with lookup
      * (LARES_EINVAL). The number adapts between passes (docs/speculative.md). */
     int32_t draft_n;
+    /* Greedy speculative decoding (lookup or draft_n, temperature 0) measures
+     * the tokens a millisecond of its passes with drafts and of those without
+     * and drafts where drafts are faster (a mixture of experts' verification
+     * reads the union of the drafted tokens' experts; a tiny model computes
+     * every row): the tokens are the same either way. true: every pass
+     * drafts (acceptance figures, tests). Sampled decoding always drafts, its
+     * draws depending on its drafts and not on timing. */
+    bool spec_always;
 } lares_generate_opts;
 
 #define LARES_LOOKUP_MAX 32

@@ -724,47 +724,47 @@ static void test_draft_model(void) {
     lares_model_close(m);
 }
 
-/* batch_pace.c: tries drafts and no drafts twice each for a number of
+/* draft_rates.c: tries drafts and no drafts twice each for a number of
  * generating sequences, then keeps the faster, trying the other once every
  * 32 steps; the figures are kept apart by that number */
 static void test_pace(void) {
-    batch_pace p;
+    api_draft_rates p;
     memset(&p, 0, sizeof p);
     bool on[4];
     for (int k = 0; k < 4; k++) {
-        on[k] = batch_pace_choose(&p, 4);
+        on[k] = api_draft_rates_choose(&p, 4);
         /* with drafts 30 tokens in 300 ms, without 4 in 36 ms */
-        batch_pace_note(&p, 4, on[k], on[k] ? 30 : 4, on[k] ? 300.0 : 36.0);
+        api_draft_rates_note(&p, 4, on[k], on[k] ? 30 : 4, on[k] ? 300.0 : 36.0);
     }
     CHECKF(on[0] && on[1] && !on[2] && !on[3], "the first four choices: %d %d %d %d", on[0], on[1],
            on[2], on[3]);
     int with = 0, explored_at = -1;
     for (int k = 0; k < 40; k++) {
-        const bool o = batch_pace_choose(&p, 4);
+        const bool o = api_draft_rates_choose(&p, 4);
         with += o;
         if (o && explored_at < 0) {
             explored_at = k;
         }
-        batch_pace_note(&p, 4, o, o ? 30 : 4, o ? 300.0 : 36.0);
+        api_draft_rates_note(&p, 4, o, o ? 30 : 4, o ? 300.0 : 36.0);
     }
     CHECKF(with == 1 && explored_at >= 30, "without drafts faster: %d of 40 steps drafted (at %d)",
            with, explored_at);
     /* with one sequence drafts pay: its own figures */
     for (int k = 0; k < 4; k++) {
-        const bool o = batch_pace_choose(&p, 1);
-        batch_pace_note(&p, 1, o, o ? 8 : 1, o ? 60.0 : 27.0);
+        const bool o = api_draft_rates_choose(&p, 1);
+        api_draft_rates_note(&p, 1, o, o ? 8 : 1, o ? 60.0 : 27.0);
     }
-    CHECK(batch_pace_choose(&p, 1));
-    CHECK(!batch_pace_choose(&p, 4));
+    CHECK(api_draft_rates_choose(&p, 1));
+    CHECK(!api_draft_rates_choose(&p, 4));
     /* a figure follows the recent steps: drafts turned faster are taken again */
-    batch_pace q;
+    api_draft_rates q;
     memset(&q, 0, sizeof q);
     for (int k = 0; k < 200; k++) {
-        const bool o = batch_pace_choose(&q, 2);
+        const bool o = api_draft_rates_choose(&q, 2);
         const bool fast_drafts = k >= 100;
-        batch_pace_note(&q, 2, o, o ? 10 : 2, o ? (fast_drafts ? 50.0 : 200.0) : 30.0);
+        api_draft_rates_note(&q, 2, o, o ? 10 : 2, o ? (fast_drafts ? 50.0 : 200.0) : 30.0);
     }
-    CHECK(batch_pace_choose(&q, 2));
+    CHECK(api_draft_rates_choose(&q, 2));
 }
 
 int main(void) {

@@ -490,10 +490,16 @@ static lares_status chunk_slice(lares_batch *b, lares_error *err) {
     return chunk_pass(b, b->chunk.layer + 1, err);
 }
 
-/* Whether q drafts in this step: a greedy sequence as the batch's measure
- * says (batch_pace.c), a sampled one always (its pacing decides) */
+/* Whether q's drafts follow the batch's measure of whether they pay
+ * (draft_rates.c): a greedy sequence's, unless it asked for drafts on every
+ * pass; a sampled one's never (its pacing decides, not timing) */
+static bool seq_paced(const batch_seq *q) {
+    return q->o.sampler.temperature <= 0.0f && !q->o.spec_always;
+}
+
+/* Whether q drafts in this step */
 static bool seq_drafts_now(const lares_batch *b, const batch_seq *q) {
-    return b->drafts_on || q->o.sampler.temperature > 0.0f;
+    return b->drafts_on || !seq_paced(q);
 }
 
 /* Up to the sequence's paced number of drafts after its token (run, at the
@@ -712,18 +718,18 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             batch_seq_finish(q, LARES_STOP_CANCELED);
         }
     }
-    /* drafts for the greedy sequences if they pay (batch_pace.c) */
+    /* drafts for the greedy sequences if they pay (draft_rates.c) */
     int32_t n_gen = 0;
     bool greedy_drafts = false;
     size_t tokens_before = 0;
     for (int32_t i = 0; i < b->n_seq; i++) {
         const batch_seq *q = &b->seq[i];
         n_gen += q->state == SEQ_GEN;
-        greedy_drafts = greedy_drafts || (q->state == SEQ_GEN && drafts_cap(&q->o) > 0 &&
-                                          q->o.sampler.temperature <= 0.0f);
+        greedy_drafts =
+            greedy_drafts || (q->state == SEQ_GEN && drafts_cap(&q->o) > 0 && seq_paced(q));
         tokens_before += q->n_gen;
     }
-    b->drafts_on = !greedy_drafts || batch_pace_choose(&b->pace, n_gen);
+    b->drafts_on = !greedy_drafts || api_draft_rates_choose(&b->pace, n_gen);
     const uint64_t t_step = lares_now_ns();
     int32_t greedy_drafted = 0; /* a step with drafts allowed but none found is a plain one */
     lares_status pst = batch_propose(b, n_gen, err);
@@ -748,7 +754,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
                 return dst;
             }
             n_out += 1 + q->n_draft;
-            greedy_drafted += q->o.sampler.temperature <= 0.0f ? q->n_draft : 0;
+            greedy_drafted += seq_paced(q) ? q->n_draft : 0;
         }
     }
     /* the prompts, shortest rest first (a short request's first token does not
@@ -910,7 +916,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         for (int32_t i = 0; i < b->n_seq; i++) {
             tokens_after += b->seq[i].n_gen;
         }
-        batch_pace_note(&b->pace, n_gen, greedy_drafted > 0,
+        api_draft_rates_note(&b->pace, n_gen, greedy_drafted > 0,
                         (int32_t)(tokens_after - tokens_before),
                         lares_ns_to_ms(lares_now_ns() - t_step));
     }

@@ -18,16 +18,6 @@
  * default, a chunk's (batch.c, lares_batch_step) */
 #define PROMPT_WHOLE_PER_SHARE 8
 
-/* batch_pace.c: tokens per millisecond of the steps of generation with
- * drafts (rate[1]) and without (rate[0]), by the number of generating
- * sequences (the last entry for that many or more) */
-#define BATCH_PACE_MAX 17
-typedef struct batch_pace {
-    double rate[2][BATCH_PACE_MAX];
-    int32_t count[2][BATCH_PACE_MAX];
-    bool last_on;
-    int32_t streak; /* steps in a row with last_on's choice */
-} batch_pace;
 
 typedef enum seq_state {
     SEQ_FREE = 0, /* never started, finished, or released */
@@ -101,18 +91,11 @@ struct lares_batch {
     int32_t cur_groups;  /* the groups in flight chosen last (0: none yet) */
     int32_t ring_turn;   /* the sequence the next group starts from */
     bool last_gen;       /* the last group landed had generating rows only */
-    /* whether drafts pay (batch_pace.c) */
-    batch_pace pace;
+    /* whether drafts pay (draft_rates.c) */
+    api_draft_rates pace;
     bool drafts_on; /* this step: greedy sequences draft */
 };
 
-/* batch_pace.c */
-
-/* Whether this step's greedy sequences draft, with n_gen generating. */
-bool batch_pace_choose(batch_pace *p, int32_t n_gen);
-/* A step of generation only, with n_gen generating and drafts `on`, gave
- * `tokens` tokens in ms (its drafting included). */
-void batch_pace_note(batch_pace *p, int32_t n_gen, bool on, int32_t tokens, double ms);
 
 /* batch.c */
 

@@ -53,6 +53,8 @@ typedef struct server_opts {
     /* Prompt lookup drafts per pass of every request
      * (lares_generate_opts.lookup); 0: none. With or without batch. */
     int32_t lookup;
+    /* greedy requests draft on every pass (lares_generate_opts.spec_always) */
+    bool spec_always;
 } server_opts;
 
 server_opts server_opts_default(void);

@@ -294,6 +294,7 @@ static bool choice_begin(server *sv, server_job *j, gen *g, lares_generate_opts 
     go.n_logprobs = r->logprobs ? LARES_MAX(1, r->top_logprobs) : 0;
     go.draft_n = sv->o.draft_n;
     go.lookup = sv->o.lookup;
+    go.spec_always = sv->o.spec_always;
     go.on_token = on_token;
     go.user = g;
     g->hold = j->tool_calls;

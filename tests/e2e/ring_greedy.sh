@@ -60,7 +60,8 @@ RING_MODEL=$(model TinyStories-656K.f16.gguf)
 ring_json "$TMP/ring.json" "" 1 w1 "$A1" 1
 for how in plain draft; do
   extra=()
-  [ "$how" = draft ] && extra=(--draft "$(model derived/TinyStories-656K.llamacpp-Q4_0.gguf)")
+  [ "$how" = draft ] && extra=(--draft "$(model derived/TinyStories-656K.llamacpp-Q4_0.gguf)"
+    --spec-always)
   "$LARES" run -m "$RING_MODEL" -p "Once upon a time" -n 40 --temp 0 --json -t 1 \
     --ring "$TMP/ring.json" --rebalance off "${extra[@]}" >"$TMP/spec_$how.json" 2>"$TMP/spec.err" ||
     fail "ring with $how: $(cat "$TMP/spec.err")"
@@ -99,8 +100,8 @@ P="Once upon a time, there was a little girl named Lily. She loved to play with 
 ring_json "$TMP/ring.json" "" 1 w1 "$A1" 2 w2 "$A2" 2
 "$LARES" run -m "$RING_MODEL" -p "$P" -n 64 --temp 0 --json -t 1 >"$TMP/lk0.json" 2>"$TMP/lk0.err" \
   || fail "lookup baseline: $(cat "$TMP/lk0.err")"
-if "$LARES" run -m "$RING_MODEL" -p "$P" -n 64 --temp 0 --json -t 1 --lookup 6 --ring "$TMP/ring.json" \
-    --rebalance off >"$TMP/lk1.json" 2>"$TMP/lk1.err"; then
+if "$LARES" run -m "$RING_MODEL" -p "$P" -n 64 --temp 0 --json -t 1 --lookup 6 --spec-always \
+    --ring "$TMP/ring.json" --rebalance off >"$TMP/lk1.json" 2>"$TMP/lk1.err"; then
   want=$(jq -c .generated_ids "$TMP/lk0.json")
   got=$(jq -c .generated_ids "$TMP/lk1.json")
   [ -n "$want" ] && [ "$got" = "$want" ] && ok || fail "--lookup 6 through the ring: $got, plain on one device: $want"

@@ -2,7 +2,8 @@
 # lares run --draft MODEL [--draft-n N] (speculative decoding with a draft
 # model, issue 20): greedy ids are the ids of plain decoding for every model of
 # ../shared/models as the target, drafted by a model with the same vocabulary
-# (the other block types, another architecture, a MoE); --json counts the
+# (the other block types, another architecture, a MoE), on every pass
+# (--spec-always) and where drafts measure faster (the default); --json counts the
 # drafts; sampling with a seed is reproducible; a draft with another
 # vocabulary, --lookup beside it and bad values are refused with a message.
 . "$(dirname "$0")/lib.sh"
@@ -31,25 +32,34 @@ for pair in TinyStories-656K.f16.gguf:TinyStories-656K-Q8_0.raincandy.gguf \
   draft=${pair#*:}
   base=$(basename "$target")
   [ -f "$TMP/$base.plain" ] || run_json "$target" "$TMP/$base.plain" --temp 0
-  run_json "$target" "$TMP/$base.draft" --temp 0 --draft "$(model "$draft")" --draft-n 5
+  run_json "$target" "$TMP/$base.draft" --temp 0 --draft "$(model "$draft")" --draft-n 5 \
+    --spec-always
   a=$(jq -c .generated_ids "$TMP/$base.plain")
   b=$(jq -c .generated_ids "$TMP/$base.draft")
   same_greedy_ids "$base" "$a" "$b" "$pair: --draft"
-  # every pass drafts (the draft always proposes): drafts counted, some taken
+  # drafts only while they measure faster (the default): the same ids
+  run_json "$target" "$TMP/$base.paced" --temp 0 --draft "$(model "$draft")" --draft-n 5
+  same_greedy_ids "$base" "$a" "$(jq -c .generated_ids "$TMP/$base.paced")" "$pair: paced --draft"
+  jq -e '.timings.drafted_tokens > 0 and .spec_always == false' "$TMP/$base.paced" >/dev/null &&
+    ok || fail "$pair: paced drafts never tried: $(jq -c .timings "$TMP/$base.paced")"
+  # every pass drafts (--spec-always; the draft always proposes): drafts counted, some taken
   jq -e '.timings.drafted_tokens > 0 and .timings.accepted_tokens > 0 and
          .timings.drafted_tokens >= .timings.accepted_tokens and .timings.draft_ms > 0 and
-         .draft_n == 5 and (.draft_model | length > 0)' "$TMP/$base.draft" >/dev/null && ok ||
+         .draft_n == 5 and .spec_always and (.draft_model | length > 0)' "$TMP/$base.draft" \
+    >/dev/null && ok ||
     fail "$pair: draft figures $(jq -c '[.timings.drafted_tokens, .timings.accepted_tokens,
       .timings.draft_ms, .draft_n]' "$TMP/$base.draft")"
 done
 # a draft with the target's own weights proposes what the target decides: all taken
-run_json TinyStories-656K.f16.gguf "$TMP/self" --temp 0 --draft "$(model TinyStories-656K.f16.gguf)"
+run_json TinyStories-656K.f16.gguf "$TMP/self" --temp 0 --draft "$(model TinyStories-656K.f16.gguf)" \
+  --spec-always
 jq -e '.timings.drafted_tokens == .timings.accepted_tokens and .timings.accepted_tokens > 0' \
   "$TMP/self" >/dev/null && ok || fail "the target as its own draft: $(jq -c .timings "$TMP/self")"
 jq -e '.timings.drafted_tokens == 0 and .timings.draft_ms == 0' \
   "$TMP/TinyStories-656K.f16.gguf.plain" >/dev/null && ok || fail "plain decoding reports drafts"
 # the smallest batch that verifies a draft (one token and one draft): same ids
-run_json stories260K.gguf "$TMP/b1" --temp 0 --draft "$(model stories260K.gguf)" --draft-n 1 -b 2
+run_json stories260K.gguf "$TMP/b1" --temp 0 --draft "$(model stories260K.gguf)" --draft-n 1 -b 2 \
+  --spec-always
 [ "$(jq -c .generated_ids "$TMP/b1")" = "$(jq -c .generated_ids "$TMP/stories260K.gguf.plain")" ] &&
   ok || fail "--draft-n 1 -b 2 changed the greedy ids"
 
@@ -100,6 +110,7 @@ refused "--draft-n 99" "--draft-n" -m "$S" --draft "$S" --draft-n 99
 refused "--draft-n without --draft" "--draft" -m "$S" --draft-n 4
 refused "--draft-n 8 with a batch of 4" "batch" -m "$S" --draft "$S" --draft-n 8 -b 4
 refused "--draft with --lookup" "--lookup" -m "$S" --draft "$S" --lookup 4
+refused "--spec-always without drafts" "--spec-always needs drafts" -m "$S" --spec-always
 refused "a missing draft file" "draft model: $TMP/none.gguf" -m "$S" --draft "$TMP/none.gguf"
 refused "a draft that is not a model" "draft model: .*token_embd" -m "$S" --draft "$(model vocab/ggml-vocab-llama-spm.gguf)"
 finish

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # lares run --lookup N (speculative decoding by prompt lookup): greedy ids are
-# the ids of plain decoding for every model (all 15), with drafts proposed and some
-# accepted on a prompt that repeats itself; sampling with a seed is
+# the ids of plain decoding for every model (all 15), drafting on every pass
+# (--spec-always) and where drafts measure faster (the default), with drafts
+# proposed and some accepted on a prompt that repeats itself; sampling with a seed is
 # reproducible; bad values are refused with a message.
 . "$(dirname "$0")/lib.sh"
 need jq
@@ -19,10 +20,13 @@ for f in stories260K.gguf TinyStories-656K.f16.gguf TinyStories-656K-Q8_0.rainca
          derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf; do
   base=$(basename "$f")
   run_json "$f" "$TMP/$base.plain" --temp 0
-  run_json "$f" "$TMP/$base.lookup" --temp 0 --lookup 6
+  run_json "$f" "$TMP/$base.lookup" --temp 0 --lookup 6 --spec-always
   a=$(jq -c .generated_ids "$TMP/$base.plain")
   b=$(jq -c .generated_ids "$TMP/$base.lookup")
   same_greedy_ids "$base" "$a" "$b" "$f: --lookup 6"
+  # drafting only while it measures faster (the default): the same ids
+  run_json "$f" "$TMP/$base.paced" --temp 0 --lookup 6
+  same_greedy_ids "$base" "$a" "$(jq -c .generated_ids "$TMP/$base.paced")" "$f: paced --lookup 6"
   jq -e '.timings.drafted_tokens >= .timings.accepted_tokens and .timings.accepted_tokens >= 0' \
     "$TMP/$base.lookup" >/dev/null && ok || fail "$f: draft figures $(jq -c .timings "$TMP/$base.lookup")"
 done
@@ -32,7 +36,7 @@ jq -e '.timings.drafted_tokens > 0 and .timings.accepted_tokens > 0' "$TMP/stori
 jq -e '.timings.drafted_tokens == 0' "$TMP/stories260K.gguf.plain" >/dev/null && ok ||
   fail "plain decoding reports drafts"
 # the smallest batch that verifies a draft (one token and one draft): same ids
-run_json stories260K.gguf "$TMP/b1" --temp 0 --lookup 1 -b 2
+run_json stories260K.gguf "$TMP/b1" --temp 0 --lookup 1 -b 2 --spec-always
 [ "$(jq -c .generated_ids "$TMP/b1")" = "$(jq -c .generated_ids "$TMP/stories260K.gguf.plain")" ] &&
   ok || fail "--lookup 1 -b 2 changed the greedy ids"
 

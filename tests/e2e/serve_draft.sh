@@ -4,7 +4,8 @@
 # draft's cache follows the session's prefix reuse), seeded sampling is
 # reproducible, /metrics counts drafted and accepted tokens; with --parallel
 # three requests at once, each drafting with its own draft cache, give the
-# plain server's texts; another vocabulary and --draft-n alone are refused.
+# plain server's texts; another vocabulary, --draft-n alone and --spec-always
+# without drafts are refused.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/serve_lib.sh"
 
@@ -92,5 +93,6 @@ refused() { # what pattern args...
 }
 refused "another vocabulary" "different vocabularies" -m "$T" --draft "$(model stories260K.gguf)"
 refused "--draft-n alone" "--draft" -m "$T" --draft-n 3
+refused "--spec-always alone" "--spec-always needs drafts" -m "$T" --spec-always
 refused "a missing draft" "draft model: $TMP/none.gguf" -m "$T" --draft "$TMP/none.gguf"
 finish

@@ -20,7 +20,7 @@ gen >"$TMP/plain.json" 2>"$TMP/err" || fail "run: $(cat "$TMP/err")"
 # follows "to", which came twice, may be either continuation)
 jq -r .text "$TMP/plain.json" | grep -q "^ walked down to " && ok ||
   fail "the copy model did not continue the span: $(jq -r .text "$TMP/plain.json")"
-gen --lookup 8 >"$TMP/lookup.json" 2>"$TMP/err" || fail "run --lookup: $(cat "$TMP/err")"
+gen --lookup 8 --spec-always >"$TMP/lookup.json" 2>"$TMP/err" || fail "run --lookup: $(cat "$TMP/err")"
 [ "$(jq -c .generated_ids "$TMP/lookup.json")" = "$(jq -c .generated_ids "$TMP/plain.json")" ] && ok ||
   fail "--lookup changed the greedy ids"
 jq -e '.timings.drafted_tokens >= 16 and .timings.accepted_tokens * 2 >= .timings.drafted_tokens' \
