@@ -247,60 +247,79 @@ static void test_batch_equals_sequential(void) {
     }
 }
 
-/* A mixture of experts quantized to Q8_0: with a batch whose experts average a
- * panel's worth of rows, each expert's rows are panels of their own and go
- * through the packed GEMM (ops_act_group_panels); one token at a time they
- * are Q8_0 rows. Q8_0 panels hold the Q8_0 reference's codes, so the two agree
- * to the float rounding of the sums (and route every token alike). */
+/* A mixture of experts quantized (Q8_0, Q4_0): with a batch whose experts
+ * average a panel's worth of rows, each expert's rows are panels of their own
+ * and go through the packed GEMM (ops_act_group_panels); with fewer, the
+ * few-row product, which is also what a token alone takes (one row an
+ * expert), so that a token's logits do not depend on the tokens beside it
+ * (a batch's other sequences, a speculative pass's drafts). */
 static void test_moe_batch_equals_sequential(void) {
-    char path[64];
-    snprintf(path, sizeof path, "/tmp/lares-test-moe-q8-%d.gguf", (int)getpid());
-    lares_error err = {0};
-    lares_quantize_opts qo = lares_quantize_opts_default();
-    qo.n_threads = 2;
-    CHECK_OK(lares_quantize(fixture("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf"), path,
-                            "q8_0", &qo, &err),
-             &err);
-    /* 4 experts, 2 a token: 22 tokens give each used expert at most 22 rows
-     * (the few-row product where the family has one), 100 at least 50 (past
-     * OPS_ROWS_MAX: the packed GEMM where the family has one) */
-    int32_t prompt[100] = {1,   80,  147, 201, 282, 57,  313, 598, 303,  1049, 1468,
-                           267, 411, 29,  918, 77,  640, 351, 122, 1001, 87,   432};
-    for (int i = 22; i < 100; i++) {
-        prompt[i] = prompt[i - 22] + 7 * (i / 22);
-    }
-    const int lengths[] = {22, 100};
-    /* 22 tokens: the dense products take the few-row product in the batch
-     * and alone; the experts take it in the batch and the Q8_0 dots alone,
-     * both of which sum a block's integer products exactly, so the logits
-     * agree to the float rounding. 100 tokens: the dense products and the experts go
-     * through the GEMM, whose sums round otherwise than the dots, and over
-     * 100 positions that grew to 0.08 in the logits (the same before session
-     * 25's change of the experts' formats); an expert's rows handed another
-     * expert's panels move them by whole units */
-    const double tol[] = {1e-3, 0.25};
-    for (size_t li = 0; li < LARES_ARRAY_LEN(lengths); li++) {
-        const int n = lengths[li];
-        runner a, b;
-        if (runner_open(&a, path, 2, GGUF_TYPE_F32, n) &&
-            runner_open(&b, path, 1, GGUF_TYPE_F32, 1)) {
-            CHECK(feed(&a, prompt, n, 0, n));
-            CHECK(feed(&b, prompt, n, 0, 1));
-            double worst = 0;
-            for (int32_t i = 0; i < a.m->hp.n_vocab; i++) {
-                double d = fabs((double)a.logits[i] - b.logits[i]);
-                worst = d > worst ? d : worst;
-            }
-            CHECKF(worst < tol[li], "MoE Q8_0, %d tokens: batched vs sequential: %g", n, worst);
-            CHECK(argmax(a.logits, a.m->hp.n_vocab) == argmax(b.logits, b.m->hp.n_vocab));
-            printf("  MoE Q8_0, %d tokens (experts by %s): batched vs sequential logits within "
-                   "%.2g\n",
-                   n, n > 22 && quant_panels() != NULL ? "panels" : "rows or dots", worst);
+    /* the fixture re-encoded (its widths of 128 take the types of blocks of
+     * 32), and a synthetic qwen3moe-tiny in Q4_K_M, whose experts are K-quants:
+     * alone their dot takes Q8_K rows (a scale per 256), the few-row product
+     * its own rows (a scale per 32), so before the experts' one row went to
+     * the few-row product their logits differed in the batch */
+    static const char *const types[] = {"q8_0", "q4_0", "q4_k_m"};
+    for (size_t ti = 0; ti < LARES_ARRAY_LEN(types); ti++) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/lares-test-moe-%s-%d.gguf", types[ti], (int)getpid());
+        lares_error err = {0};
+        if (strcmp(types[ti], "q4_k_m") == 0) {
+            lares_synth_opts so = lares_synth_opts_default();
+            so.preset = "qwen3moe-tiny";
+            so.type = types[ti];
+            so.vocab_path = fixture("vocab/ggml-vocab-llama-spm.gguf");
+            so.n_threads = 2;
+            CHECK_OK(lares_synth(&so, path, &err), &err);
+        } else {
+            lares_quantize_opts qo = lares_quantize_opts_default();
+            qo.n_threads = 2;
+            CHECK_OK(lares_quantize(fixture("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf"),
+                                    path, types[ti], &qo, &err),
+                     &err);
         }
-        runner_close(&a);
-        runner_close(&b);
+        /* 4 experts, 2 a token: 22 tokens give each used expert at most 22
+         * rows (the few-row product where the family has one), 100 at least
+         * 50 (past OPS_ROWS_MAX: the packed GEMM where the family has one) */
+        int32_t prompt[100] = {1,   80,  147, 201, 282, 57,  313, 598, 303,  1049, 1468,
+                               267, 411, 29,  918, 77,  640, 351, 122, 1001, 87,   432};
+        for (int i = 22; i < 100; i++) {
+            prompt[i] = prompt[i - 22] + 7 * (i / 22);
+        }
+        const int lengths[] = {22, 100};
+        /* 22 tokens: every product the few-row product's, in the batch and
+         * alone, where the family has one (x86): the same logits to the bit
+         * (without one, the dots alone and the tiles in the batch agree to
+         * the float rounding). 100 tokens: the dense products and the experts
+         * go through the GEMM, whose sums round otherwise, and over 100
+         * positions that grew to 0.08 in the logits; an expert's rows handed
+         * another expert's panels move them by whole units */
+        const double tol[] = {quant_rows() != NULL ? 0.0 : 1e-3, 0.25};
+        for (size_t li = 0; li < LARES_ARRAY_LEN(lengths); li++) {
+            const int n = lengths[li];
+            runner a, b;
+            if (runner_open(&a, path, 2, GGUF_TYPE_F32, n) &&
+                runner_open(&b, path, 1, GGUF_TYPE_F32, 1)) {
+                CHECK(feed(&a, prompt, n, 0, n));
+                CHECK(feed(&b, prompt, n, 0, 1));
+                double worst = 0;
+                for (int32_t i = 0; i < a.m->hp.n_vocab; i++) {
+                    double d = fabs((double)a.logits[i] - b.logits[i]);
+                    worst = d > worst ? d : worst;
+                }
+                CHECKF(worst <= tol[li], "MoE %s, %d tokens: batched vs sequential: %g",
+                       types[ti], n, worst);
+                CHECK(argmax(a.logits, a.m->hp.n_vocab) == argmax(b.logits, b.m->hp.n_vocab));
+                printf("  MoE %s, %d tokens (experts by %s): batched vs sequential logits "
+                       "within %.2g\n",
+                       types[ti], n, n > 22 && quant_panels() != NULL ? "panels" : "rows",
+                       worst);
+            }
+            runner_close(&a);
+            runner_close(&b);
+        }
+        unlink(path);
     }
-    unlink(path);
 }
 
 /* Copies a model adding metadata or a rope_freqs tensor (all `factor`). */

@@ -604,13 +604,15 @@ static bool experts_take_panels(const model_ctx *cx, const ops_matrix *w, int32_
 }
 
 /* The experts' format otherwise: an expert has a few rows (fewer than a panel
- * on average). When some expert has two or more, the few-row product takes
- * them where the type has one (in groups past QUANT_ROWS_MAX); with one row
- * each (a token alone) the type's dot product, which is faster on an expert's
- * small matrices (docs/performance.md, "Session 25"). */
-static uint32_t experts_act_type(const model_ctx *cx, const ops_matrix *w, int32_t rows,
-                                 int32_t n_used) {
-    return rows > n_used ? ops_act_type(cx->pool, w, 1) : w->qt->vec_dot_type;
+ * on average), and the few-row product takes them where the type has one (in
+ * groups past QUANT_ROWS_MAX), from one row: so a token's experts compute
+ * alike alone and beside other tokens (a batch's sequences, a speculative
+ * pass's drafts). The type's dot product was faster on one row an expert
+ * (docs/performance.md, sessions 25 and 30) but sums K-quants over
+ * activations of another format (a scale per 256, not per 32), so a batch
+ * changed a sequence's logits. */
+static uint32_t experts_act_type(const model_ctx *cx, const ops_matrix *w) {
+    return ops_act_type(cx->pool, w, 1);
 }
 
 /* Runs one or two weight sets of the used experts (gate and up, or down) over
@@ -731,10 +733,10 @@ static void experts(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
         ops_act_group_panels(cx->pool, cx->xg, rows, e, start, n_used, cx->act, &ag);
         au = ag;
     } else {
-        const uint32_t gate_type = experts_act_type(cx, &exp_gate[0], rows, n_used);
+        const uint32_t gate_type = experts_act_type(cx, &exp_gate[0]);
         ops_act_prepare(cx->pool, cx->xg, rows, e, gate_type, cx->act, &ag);
         au = ag;
-        const uint32_t up_type = experts_act_type(cx, &exp_up[0], rows, n_used);
+        const uint32_t up_type = experts_act_type(cx, &exp_up[0]);
         if (up_type != ag.type) {
             ops_act_prepare(cx->pool, cx->xg, rows, e, up_type, cx->act2, &au);
         }
@@ -753,7 +755,7 @@ static void experts(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
     if (experts_take_panels(cx, &exp_down[0], rows, n_used)) {
         ops_act_group_panels(cx->pool, cx->hg, rows, fe, start, n_used, cx->act, &ad);
     } else {
-        const uint32_t down_type = experts_act_type(cx, &exp_down[0], rows, n_used);
+        const uint32_t down_type = experts_act_type(cx, &exp_down[0]);
         ops_act_prepare(cx->pool, cx->hg, rows, fe, down_type, cx->act, &ad);
     }
     ops_matrix *const d_sets[2] = {exp_down, NULL};
