@@ -406,10 +406,14 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
     int32_t draft_max = n_spec_max;
     api_draft_pace pace = {0}; /* a draft model that keeps failing pauses */
     /* a greedy sequence drafts where drafts measure faster (draft_rates.c):
-     * each pass's tokens over its time, from one choice to the next */
+     * each pass's tokens over its time, from one choice to the next. After a
+     * pass whose drafts were all taken it drafts without asking: d + 1 rows
+     * gave d + 1 tokens, and no pass of d + 1 rows costs more than d + 1
+     * passes of one (where passes are dear, a ring's, trying plain ones to
+     * compare would cost the most) */
     const bool greedy_spec = n_spec_max > 0 && o.sampler.temperature <= 0.0f && !o.spec_always;
     api_draft_rates rates = {0};
-    bool spec_on = true, rate_on = false;
+    bool spec_on = true, rate_on = false, all_taken = false;
     uint64_t rate_t0 = 0;
     size_t rate_gen0 = 0;
     while (rc == LARES_OK) {
@@ -446,8 +450,10 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
                 if (spec_at + 1 == n_spec) {
                     draft_max = LARES_MIN(2 * draft_max, n_spec_max);
                     api_draft_pace_note(&pace, spec_at);
+                    all_taken = true;
                 }
             } else {
+                all_taken = false;
                 draft_max = spec_at; /* spec_at - 1 taken */
                 api_draft_pace_note(&pace, spec_at - 1);
                 s->n_past -= n_spec - spec_at;
@@ -490,7 +496,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
             }
             rate_t0 = now;
             rate_gen0 = n_gen;
-            spec_on = api_draft_rates_choose(&rates, 1);
+            spec_on = all_taken || api_draft_rates_choose(&rates, 1);
         }
         int32_t d = 0;
         if (n_spec_max > 0 && spec_on) {
@@ -513,6 +519,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
             }
         }
         rate_on = d > 0; /* drafts allowed and none found: a plain pass */
+        all_taken = all_taken && d > 0;
         if (d > 0) {
             spec[0] = tok;
             rc = evaluate(s, spec, (size_t)d + 1, true, spec_logits, NULL, NULL, err);
