@@ -307,13 +307,12 @@ static void test_moe_batch_equals_sequential(void) {
                     double d = fabs((double)a.logits[i] - b.logits[i]);
                     worst = d > worst ? d : worst;
                 }
-                CHECKF(worst <= tol[li], "MoE %s, %d tokens: batched vs sequential: %g",
-                       types[ti], n, worst);
+                CHECKF(worst <= tol[li], "MoE %s, %d tokens: batched vs sequential: %g", types[ti],
+                       n, worst);
                 CHECK(argmax(a.logits, a.m->hp.n_vocab) == argmax(b.logits, b.m->hp.n_vocab));
                 printf("  MoE %s, %d tokens (experts by %s): batched vs sequential logits "
                        "within %.2g\n",
-                       types[ti], n, n > 22 && quant_panels() != NULL ? "panels" : "rows",
-                       worst);
+                       types[ti], n, n > 22 && quant_panels() != NULL ? "panels" : "rows", worst);
             }
             runner_close(&a);
             runner_close(&b);

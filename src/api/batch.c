@@ -917,8 +917,8 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
             tokens_after += b->seq[i].n_gen;
         }
         api_draft_rates_note(&b->pace, n_gen, greedy_drafted > 0,
-                        (int32_t)(tokens_after - tokens_before),
-                        lares_ns_to_ms(lares_now_ns() - t_step));
+                             (int32_t)(tokens_after - tokens_before),
+                             lares_ns_to_ms(lares_now_ns() - t_step));
     }
     /* the chunk in flight goes on a slice after the others' tokens, but not
      * in a step that gave a sequence its first token: that token is out once

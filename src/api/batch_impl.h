@@ -18,7 +18,6 @@
  * default, a chunk's (batch.c, lares_batch_step) */
 #define PROMPT_WHOLE_PER_SHARE 8
 
-
 typedef enum seq_state {
     SEQ_FREE = 0, /* never started, finished, or released */
     SEQ_PROMPT,   /* reading its prompt */
@@ -95,7 +94,6 @@ struct lares_batch {
     api_draft_rates pace;
     bool drafts_on; /* this step: greedy sequences draft */
 };
-
 
 /* batch.c */
 

@@ -32,7 +32,6 @@
 /* free memory is read at most this often (a few files under /proc and /sys) */
 #define MEM_FREE_EVERY_NS 250000000u
 
-
 struct lares_worker {
     cluster_worker *cw; /* owned */
     cluster_keypair key;
