@@ -221,7 +221,7 @@ class EventedStream:
                           % len(body) + body)
         self.sock.setblocking(False)
         self.raw, self.body = b"", b""
-        self.status, self.chunked = None, False
+        self.status, self.chunked, self.length = None, False, None
         self.first, self.end, self.n, self.error = None, None, 0, None
 
     def feed(self, data):
@@ -237,12 +237,16 @@ class EventedStream:
             head = self.raw[:i].decode("latin-1").split("\r\n")
             self.raw = self.raw[i + 4:]
             self.status = int(head[0].split()[1])
-            self.chunked = any(h.lower().replace(" ", "") == "transfer-encoding:chunked"
-                               for h in head[1:])
-        if not self.chunked:
-            self.body += self.raw
-            self.raw = b""
-            return self.events()
+            fields = dict(h.lower().replace(" ", "").split(":", 1) for h in head[1:] if ":" in h)
+            self.chunked = fields.get("transfer-encoding") == "chunked"
+            self.length = int(fields["content-length"]) if "content-length" in fields else None
+        if not self.chunked:  # to Content-Length, else to the close
+            part, self.raw = self.raw, b""
+            self.body += part
+            if self.length is not None:
+                self.length -= len(part)
+            more = self.events()
+            return more and (self.length is None or self.length > 0)
         while True:
             i = self.raw.find(b"\r\n")
             if i < 0:
