@@ -27,6 +27,23 @@ struct lares_model {
     char name[128];    /* general.name, cut to fit */
 };
 
+/* draft_rates.c: whether greedy drafts pay, measured: tokens per millisecond
+ * of the passes (a batch's steps) of generation with drafts (rate[1]) and
+ * without (rate[0]), by the number of generating sequences (the last entry
+ * for that many or more; one session: 1). */
+#define API_DRAFT_RATES_MAX 17
+typedef struct api_draft_rates {
+    double rate[2][API_DRAFT_RATES_MAX];
+    int32_t count[2][API_DRAFT_RATES_MAX];
+    bool last_on;
+    int32_t streak; /* passes in a row with last_on's choice */
+} api_draft_rates;
+/* Whether the next pass's greedy sequences draft, with n_gen generating. */
+bool api_draft_rates_choose(api_draft_rates *p, int32_t n_gen);
+/* A pass of generation only, with n_gen generating and drafts `on`, gave
+ * `tokens` tokens in ms (its drafting and drawing included). */
+void api_draft_rates_note(api_draft_rates *p, int32_t n_gen, bool on, int32_t tokens, double ms);
+
 struct lares_session {
     lares_model *lm;   /* borrowed */
     lares_session_opts o;
@@ -48,6 +65,10 @@ struct lares_session {
     float *logits_many;          /* owned: logits_many_cap x n_vocab, drafts of several sessions */
     int32_t logits_many_cap;
     bool pool_borrowed; /* pool belongs to the session this one drafts for */
+    /* whether greedy drafts pay on this session (draft_rates.c): kept from
+     * one generate call to the next, so that a server's short requests do
+     * not each try passes without drafts again */
+    api_draft_rates draft_rates;
 };
 
 /* session.c: lares_session_create; with pool (not NULL) the session borrows
@@ -145,23 +166,6 @@ typedef struct api_draft_pace {
 bool api_draft_pace_go(api_draft_pace *p);
 /* After a pass that verified drafts: how many were kept. */
 void api_draft_pace_note(api_draft_pace *p, int32_t kept);
-
-/* draft_rates.c: whether greedy drafts pay, measured: tokens per millisecond
- * of the passes (a batch's steps) of generation with drafts (rate[1]) and
- * without (rate[0]), by the number of generating sequences (the last entry
- * for that many or more; one session: 1). */
-#define API_DRAFT_RATES_MAX 17
-typedef struct api_draft_rates {
-    double rate[2][API_DRAFT_RATES_MAX];
-    int32_t count[2][API_DRAFT_RATES_MAX];
-    bool last_on;
-    int32_t streak; /* passes in a row with last_on's choice */
-} api_draft_rates;
-/* Whether the next pass's greedy sequences draft, with n_gen generating. */
-bool api_draft_rates_choose(api_draft_rates *p, int32_t n_gen);
-/* A pass of generation only, with n_gen generating and drafts `on`, gave
- * `tokens` tokens in ms (its drafting and drawing included). */
-void api_draft_rates_note(api_draft_rates *p, int32_t n_gen, bool on, int32_t tokens, double ms);
 
 /* draft.c: the draft model's sampler: the same settings as the target's
  * (o), drawing from a random stream of its own (the seed changed). */

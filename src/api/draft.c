@@ -63,6 +63,7 @@ lares_status lares_session_set_draft(lares_session *s, lares_model *draft, lares
     if (draft == NULL) {
         lares_session_free(s->draft);
         s->draft = NULL;
+        s->draft_rates = (api_draft_rates){0}; /* another source of drafts: measured anew */
         return LARES_OK;
     }
     const lares_status cst = api_draft_check(draft, s->lm, err);
@@ -79,6 +80,7 @@ lares_status lares_session_set_draft(lares_session *s, lares_model *draft, lares
     }
     lares_session_free(s->draft);
     s->draft = d;
+    s->draft_rates = (api_draft_rates){0};
     return LARES_OK;
 }
 

@@ -412,7 +412,6 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
      * passes of one (where passes are dear, a ring's, trying plain ones to
      * compare would cost the most) */
     const bool greedy_spec = n_spec_max > 0 && o.sampler.temperature <= 0.0f && !o.spec_always;
-    api_draft_rates rates = {0};
     bool spec_on = true, rate_on = false, all_taken = false;
     uint64_t rate_t0 = 0;
     size_t rate_gen0 = 0;
@@ -491,12 +490,12 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
         if (greedy_spec) {
             const uint64_t now = lares_now_ns();
             if (rate_t0 != 0) {
-                api_draft_rates_note(&rates, 1, rate_on, (int32_t)(n_gen - rate_gen0),
+                api_draft_rates_note(&s->draft_rates, 1, rate_on, (int32_t)(n_gen - rate_gen0),
                                      lares_ns_to_ms(now - rate_t0));
             }
             rate_t0 = now;
             rate_gen0 = n_gen;
-            spec_on = all_taken || api_draft_rates_choose(&rates, 1);
+            spec_on = all_taken || api_draft_rates_choose(&s->draft_rates, 1);
         }
         int32_t d = 0;
         if (n_spec_max > 0 && spec_on) {
