@@ -43,6 +43,12 @@ bool api_draft_rates_choose(api_draft_rates *p, int32_t n_gen);
 /* A pass of generation only, with n_gen generating and drafts `on`, gave
  * `tokens` tokens in ms (its drafting and drawing included). */
 void api_draft_rates_note(api_draft_rates *p, int32_t n_gen, bool on, int32_t tokens, double ms);
+/* Whether a sequence's drafts follow that measure: a greedy one's, unless it
+ * asked for drafts on every pass; a sampled one's never (its draws depend on
+ * its drafts, and its output must not depend on timing). */
+static inline bool api_drafts_paced(const lares_generate_opts *o) {
+    return o->sampler.temperature <= 0.0f && !o->spec_always;
+}
 
 struct lares_session {
     lares_model *lm;   /* borrowed */

@@ -490,16 +490,10 @@ static lares_status chunk_slice(lares_batch *b, lares_error *err) {
     return chunk_pass(b, b->chunk.layer + 1, err);
 }
 
-/* Whether q's drafts follow the batch's measure of whether they pay
- * (draft_rates.c): a greedy sequence's, unless it asked for drafts on every
- * pass; a sampled one's never (its pacing decides, not timing) */
-static bool seq_paced(const batch_seq *q) {
-    return q->o.sampler.temperature <= 0.0f && !q->o.spec_always;
-}
-
-/* Whether q drafts in this step */
+/* Whether q drafts in this step: as the batch's measure says, or always
+ * where that measure is not q's to follow (api_drafts_paced) */
 static bool seq_drafts_now(const lares_batch *b, const batch_seq *q) {
-    return b->drafts_on || !seq_paced(q);
+    return b->drafts_on || !api_drafts_paced(&q->o);
 }
 
 /* Up to the sequence's paced number of drafts after its token (run, at the
@@ -726,7 +720,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
         const batch_seq *q = &b->seq[i];
         n_gen += q->state == SEQ_GEN;
         greedy_drafts =
-            greedy_drafts || (q->state == SEQ_GEN && drafts_cap(&q->o) > 0 && seq_paced(q));
+            greedy_drafts || (q->state == SEQ_GEN && drafts_cap(&q->o) > 0 && api_drafts_paced(&q->o));
         tokens_before += q->n_gen;
     }
     b->drafts_on = !greedy_drafts || api_draft_rates_choose(&b->pace, n_gen);
@@ -754,7 +748,7 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
                 return dst;
             }
             n_out += 1 + q->n_draft;
-            greedy_drafted += seq_paced(q) ? q->n_draft : 0;
+            greedy_drafted += api_drafts_paced(&q->o) ? q->n_draft : 0;
         }
     }
     /* the prompts, shortest rest first (a short request's first token does not

@@ -411,7 +411,7 @@ lares_status lares_generate(lares_session *s, const int32_t *prompt, size_t n_pr
      * gave d + 1 tokens, and no pass of d + 1 rows costs more than d + 1
      * passes of one (where passes are dear, a ring's, trying plain ones to
      * compare would cost the most) */
-    const bool greedy_spec = n_spec_max > 0 && o.sampler.temperature <= 0.0f && !o.spec_always;
+    const bool greedy_spec = n_spec_max > 0 && api_drafts_paced(&o);
     bool spec_on = true, rate_on = false, all_taken = false;
     uint64_t rate_t0 = 0;
     size_t rate_gen0 = 0;
