@@ -719,8 +719,8 @@ lares_status lares_batch_step(lares_batch *b, int32_t *n_active, lares_error *er
     for (int32_t i = 0; i < b->n_seq; i++) {
         const batch_seq *q = &b->seq[i];
         n_gen += q->state == SEQ_GEN;
-        greedy_drafts =
-            greedy_drafts || (q->state == SEQ_GEN && drafts_cap(&q->o) > 0 && api_drafts_paced(&q->o));
+        greedy_drafts = greedy_drafts ||
+                        (q->state == SEQ_GEN && drafts_cap(&q->o) > 0 && api_drafts_paced(&q->o));
         tokens_before += q->n_gen;
     }
     b->drafts_on = !greedy_drafts || api_draft_rates_choose(&b->pace, n_gen);
