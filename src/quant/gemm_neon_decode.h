@@ -14,8 +14,11 @@
 
 #define DECODE_INLINE static inline __attribute__((always_inline))
 
+/* an fp16 word as a float by FCVTL: exact, and without the portable
+ * conversion's branches (its loop over subnormals stayed in the kernels even
+ * where the value went unused) */
 DECODE_INLINE float h2f(const uint8_t *p) {
-    return f16_to_f32(rd_u16le(p));
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(rd_u16le(p)))), 0);
 }
 
 /* bit i of qh (i < 16 for the low register, 16..31 the high one) as 0x10 in byte i */

@@ -34,6 +34,7 @@
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 #include "quant/legacy_fmt.h"
+#include "quant/q8_neon.h"
 
 /* ---- small helpers ---- */
 
@@ -391,38 +392,12 @@ static void dequant_q8_1_neon(const void *restrict src, float *restrict dst, int
 
 /* ---- activation quantizers ---- */
 
-/* One block of 32 floats to int8 codes as the Q8 references do: d = amax / 127,
- * codes roundf(x * (1 / d)) (FCVTAS rounds halves away from zero, as roundf).
- * Returns d; *sum gets the sum of the codes. */
-static ALWAYS_INLINE float quant_q8_block(const float *x, int8_t *qs, int *sum) {
-    float32x4_t v[8];
-    float32x4_t amax = vdupq_n_f32(0);
-    for (int k = 0; k < 8; k++) {
-        v[k] = vld1q_f32(x + 4 * k);
-        amax = vmaxq_f32(amax, vabsq_f32(v[k]));
-    }
-    const float d = vmaxvq_f32(amax) / 127;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
-    int32x4_t q[8];
-    int32x4_t s4 = vdupq_n_s32(0);
-    for (int k = 0; k < 8; k++) {
-        q[k] = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));
-        s4 = vaddq_s32(s4, q[k]);
-    }
-    *sum = vaddvq_s32(s4);
-    for (int k = 0; k < 8; k += 2) {
-        int16x8_t h = vcombine_s16(vqmovn_s32(q[k]), vqmovn_s32(q[k + 1]));
-        vst1_s8(qs + 4 * k, vqmovn_s16(h));
-    }
-    return d;
-}
-
 /* reference: quant_q8_0_ref */
 static void quant_q8_0_neon(const float *restrict x, void *restrict dst, int64_t n) {
     block_q8_0 *y = dst;
     for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0) {
         int sum;
-        y[b].d = f32_to_f16(quant_q8_block(x, y[b].qs, &sum));
+        y[b].d = f32_to_f16(q8_block_neon(x, y[b].qs, &sum));
     }
 }
 
@@ -431,7 +406,7 @@ static void quant_q8_1_neon(const float *restrict x, void *restrict dst, int64_t
     block_q8_1 *y = dst;
     for (int64_t b = 0; b < n / QK8_1; b++, x += QK8_1) {
         int sum;
-        const float d = quant_q8_block(x, y[b].qs, &sum);
+        const float d = q8_block_neon(x, y[b].qs, &sum);
         y[b].d = f32_to_f16(d);
         y[b].s = f32_to_f16((float)sum * d);
     }
