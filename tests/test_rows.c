@@ -396,8 +396,8 @@ int main(void) {
         ops_pool_free(pool);
     }
     if (tested == 0) {
-        printf("rows: no family with a few-row product on this machine (AVX-512 VNNI), nothing "
-               "to test\n");
+        printf("rows: no family with a few-row product on this machine (x86: AVX2; AArch64: "
+               "dotprod), nothing to test\n");
         return 77;
     }
     return check_finish("rows");

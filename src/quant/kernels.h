@@ -100,8 +100,10 @@ void quant_install_gemm_avx512(quant_traits *t);
 void quant_install_rows_avx512(quant_traits *t);
 /* ... and at 256 bits with AVX-VNNI (rows_avxvnni.c) */
 void quant_install_rows_avxvnni(quant_traits *t);
-/* ... and with AVX2 alone, Q4_0 (rows_avx2.c) */
+/* ... and with AVX2 alone (rows_avx2.c) */
 void quant_install_rows_avx2(quant_traits *t);
+/* ... and with NEON's SDOT, where the CPU has dotprod (rows_neon.c) */
+void quant_install_rows_neon_dotprod(quant_traits *t);
 void quant_install_neon_kquants(quant_traits *t, bool dotprod);
 
 #endif /* LARES_QUANT_KERNELS_H */

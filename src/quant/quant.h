@@ -86,8 +86,9 @@ typedef void (*quant_gemm_fn)(int64_t k, const void *restrict x, size_t bx, int6
  * With 1 to QUANT_ROWS_MAX activation rows, where panels would mostly hold
  * zeros, each row is quantized as vec_dot's Q8_0 activations are (the same
  * codes and fp16-rounded scales) and stored in the order the family's
- * few-row product reads (rows_avx512.c, rows_avxvnni.c), taking
- * quant_rows_bytes(k); k is a multiple of QUANT_ROWS_GROUP. */
+ * few-row product reads (rows_avx512.c, rows_avxvnni.c, rows_avx2.c,
+ * rows_neon.c), taking quant_rows_bytes(k); k is a multiple of
+ * QUANT_ROWS_GROUP. */
 #define QUANT_ROWS_MAX   8
 #define QUANT_ROWS_GROUP 64
 typedef struct quant_rows_fmt {
