@@ -3,10 +3,11 @@
  * executes under qemu (bench/rows_icount.sh): 4 weight rows of k = 2048 of a
  * type against n activation rows, by the type's dot product once per row
  * ("dots"), the few-row product ("rows") or the packed GEMM ("gemm-sdot",
- * "gemm-i8mm"). With a fifth argument it stops before the product, so that
- * the script can take the set-up off.
+ * "gemm-i8mm"); "dots-nodot" and "rows-nodot" without SDOT. With a fifth
+ * argument it stops before the product, so that the script can take the
+ * set-up off.
  *
- *   rows_icount dots|rows|gemm-sdot|gemm-i8mm GGUF_TYPE_ID N_ROWS [setup]
+ *   rows_icount dots|rows|gemm-sdot|gemm-i8mm|dots-nodot|rows-nodot TYPE_ID N_ROWS [setup]
  */
 #include "quant/kernels.h"
 
@@ -19,15 +20,18 @@
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: rows_icount dots|rows|gemm-sdot|gemm-i8mm TYPE_ID N_ROWS [setup]\n");
+        fprintf(stderr, "usage: rows_icount dots|rows|gemm-sdot|gemm-i8mm|dots-nodot|rows-nodot "
+                        "TYPE_ID N_ROWS [setup]\n");
         return 2;
     }
     const char *how = argv[1];
     const uint32_t type = (uint32_t)atoi(argv[2]);
     const int nc = atoi(argv[3]);
     const bool product = argc < 5;
-    const bool i8mm = strcmp(how, "gemm-i8mm") == 0;
-    const quant_traits *t = quant_traits_isa(type, i8mm ? QUANT_ISA_NEON_I8MM : QUANT_ISA_NEON);
+    const quant_isa isa = strcmp(how, "gemm-i8mm") == 0   ? QUANT_ISA_NEON_I8MM
+                          : strstr(how, "-nodot") != NULL ? QUANT_ISA_NEON_NODOT
+                                                          : QUANT_ISA_NEON;
+    const quant_traits *t = quant_traits_isa(type, isa);
     if (t == NULL || nc < 1 || nc > QUANT_ROWS_MAX) {
         fprintf(stderr, "rows_icount: no such type in this family, or rows not in 1..%d\n",
                 QUANT_ROWS_MAX);
@@ -45,8 +49,8 @@ int main(int argc, char **argv) {
         t->from_float_ref(x + r * 64, w + (size_t)r * rb, K);
     }
     float y[N_W * QUANT_ROWS_MAX] = {0};
-    if (strcmp(how, "dots") == 0) {
-        const quant_traits *at = quant_traits_isa(t->vec_dot_type, QUANT_ISA_NEON);
+    if (strncmp(how, "dots", 4) == 0) {
+        const quant_traits *at = quant_traits_isa(t->vec_dot_type, isa);
         const size_t ab = quant_row_bytes(t->vec_dot_type, K);
         uint8_t *a = malloc(ab * (size_t)nc);
         for (int c = 0; c < nc; c++) {
@@ -57,7 +61,7 @@ int main(int argc, char **argv) {
                 t->vec_dot(K, &y[c * N_W + r], w + (size_t)r * rb, a + (size_t)c * ab);
             }
         }
-    } else if (strcmp(how, "rows") == 0 && t->rows != NULL) {
+    } else if (strncmp(how, "rows", 4) == 0 && t->rows != NULL) {
         const size_t ab = quant_rows_bytes(K);
         uint8_t *a = aligned_alloc(64, ab * (size_t)nc);
         for (int c = 0; c < nc; c++) {

@@ -2,7 +2,8 @@
 # Instructions an AArch64 product executes, counted under qemu-user (no ARM machine needed; says
 # nothing about speed): per 256 elements per weight row per activation row, the type's dot
 # product once per row against the few-row product at 1, 2, 4 and 8 rows, and the packed GEMM
-# (SDOT, SMMLA) at 8. docs/kernels.md, "The few-row product on AArch64".
+# (SDOT, SMMLA) at 8; then the same without SDOT (a Cortex-A72's family) at 1, 2, 4 and 8 rows.
+# docs/kernels.md, "The few-row product on AArch64".
 #
 # Usage: bench/rows_icount.sh [cross-build-dir]   (default: build/cross-aarch64, made by
 #        tests/cross/run_aarch64.sh or `make test`)
@@ -38,4 +39,13 @@ for t in "Q4_0 2" "Q8_0 8" "Q4_K 12" "Q5_K 13" "Q6_K 14" "IQ4_XS 23"; do
     line="$line | $(per dots "$2" $n) / $(per rows "$2" $n)"
   done
   echo "$line | $(per gemm-sdot "$2" 8) / $(per gemm-i8mm "$2" 8)"
+done
+echo "without SDOT: type | 1 row: dots / rows | 2 rows | 4 rows | 8 rows"
+for t in "Q4_0 2" "Q8_0 8" "Q4_K 12" "Q5_K 13" "Q6_K 14" "IQ4_XS 23"; do
+  set -- $t
+  line="$1"
+  for n in 1 2 4 8; do
+    line="$line | $(per dots-nodot "$2" $n) / $(per rows-nodot "$2" $n)"
+  done
+  echo "$line"
 done

@@ -46,6 +46,7 @@ static const struct {
                 {"avxvnni", QUANT_ISA_AVXVNNI},
                 {"avx512", QUANT_ISA_AVX512},
                 {"neon", QUANT_ISA_NEON},
+                {"neon-nodot", QUANT_ISA_NEON_NODOT},
                 {"neon-i8mm", QUANT_ISA_NEON_I8MM}};
 
 #endif /* LARES_TESTS_QUANT_ACTS_H */

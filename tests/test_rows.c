@@ -268,6 +268,36 @@ static void test_extremes(const char *fam, const quant_traits *t) {
     free(w);
 }
 
+/* The walk of family isa against the scalar family's-format twin `other`
+ * (AArch64: with SDOT and without): the same bits for every row count, as
+ * their integer sums are exact and their float steps the same */
+static void test_twin(const char *fam, const quant_traits *t, const quant_traits *other) {
+    const int64_t k = 576, n_w = 9;
+    const size_t rb = quant_row_bytes(t->type, k), ab = quant_rows_bytes(k);
+    uint8_t *w = malloc(rb * (size_t)n_w);
+    float *x = malloc(sizeof(float) * (size_t)k);
+    uint8_t *act = lares_alloc_aligned(ab * QUANT_ROWS_MAX, 64);
+    float y[QUANT_ROWS_MAX * 9], y2[QUANT_ROWS_MAX * 9];
+    CHECK(random_blocks(t->type, w, n_w * (k / t->blck_elems)));
+    for (int64_t c = 0; c < QUANT_ROWS_MAX; c++) {
+        for (int64_t i = 0; i < k; i++) {
+            x[i] = act_value(c, i);
+        }
+        t->rows_fmt->from_float(x, k, act + (size_t)c * ab);
+    }
+    int differs = 0;
+    for (int64_t n_c = 1; n_c <= QUANT_ROWS_MAX; n_c++) {
+        t->rows(k, w, rb, n_w, act, ab, n_c, y, (size_t)n_w);
+        other->rows(k, w, rb, n_w, act, ab, n_c, y2, (size_t)n_w);
+        differs += memcmp(y, y2, sizeof(float) * (size_t)(n_c * n_w)) != 0;
+    }
+    CHECKF(differs == 0, "%s/%s: %d row counts differ from the other walk of the family", fam,
+           t->name, differs);
+    lares_free_aligned(act);
+    free(x);
+    free(w);
+}
+
 static int test_family(const char *fam, quant_isa isa) {
     int tested = 0;
     const quant_rows_fmt *fmt = NULL;
@@ -303,6 +333,14 @@ static int test_family(const char *fam, quant_isa isa) {
         CHECKF(worst_random <= 1e-5, "%s/%s: random blocks: %.2e of sum |w a|", fam, t->name,
                worst_random);
         test_extremes(fam, t);
+        /* AArch64's walk with SDOT against the one without */
+        const quant_traits *plain =
+            isa == QUANT_ISA_NEON_NODOT ? NULL : quant_traits_isa(types[ti], QUANT_ISA_NEON_NODOT);
+        if (plain != NULL && plain->rows != NULL && plain->rows != t->rows) {
+            CHECKF(plain->rows_fmt == t->rows_fmt, "%s/%s: one rows format on AArch64", fam,
+                   t->name);
+            test_twin(fam, t, plain);
+        }
         printf("  %s/%s: rows %.2e of the exact product (random blocks %.2e)\n", fam, t->name,
                worst, worst_random);
         tested++;

@@ -245,14 +245,15 @@ static void install(quant_traits *t, quant_isa isa) {
         quant_install_neon(t, quant_cpu_features()->dotprod);
         if (quant_cpu_features()->dotprod) {
             quant_install_gemm_neon_dotprod(t);
-            quant_install_rows_neon_dotprod(t);
         }
+        quant_install_rows_neon(t, quant_cpu_features()->dotprod);
     } else if (isa == QUANT_ISA_NEON_I8MM) {
         quant_install_neon(t, true);
         quant_install_gemm_neon_i8mm(t);
-        quant_install_rows_neon_dotprod(t);
+        quant_install_rows_neon(t, true);
     } else if (isa == QUANT_ISA_NEON_NODOT) {
         quant_install_neon(t, false);
+        quant_install_rows_neon(t, false);
     }
     if (isa == QUANT_ISA_NEON || isa == QUANT_ISA_NEON_NODOT || isa == QUANT_ISA_NEON_I8MM) {
         quant_install_neon_attend(t);

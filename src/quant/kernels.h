@@ -102,8 +102,8 @@ void quant_install_rows_avx512(quant_traits *t);
 void quant_install_rows_avxvnni(quant_traits *t);
 /* ... and with AVX2 alone (rows_avx2.c) */
 void quant_install_rows_avx2(quant_traits *t);
-/* ... and with NEON's SDOT, where the CPU has dotprod (rows_neon.c) */
-void quant_install_rows_neon_dotprod(quant_traits *t);
+/* ... and on AArch64 (rows_neon.c), with SDOT where dotprod is true */
+void quant_install_rows_neon(quant_traits *t, bool dotprod);
 void quant_install_neon_kquants(quant_traits *t, bool dotprod);
 
 #endif /* LARES_QUANT_KERNELS_H */
