@@ -31,21 +31,18 @@ per() { # how type rows: the product's instructions per 256 elements, weight row
   setup=$(count "$1" "$2" "$3" setup)
   awk -v a="$all" -v s="$setup" -v n="$3" 'BEGIN { printf "%.0f", (a - s) / (4 * n * 8) }'
 }
+table() { # suffix ("" or -nodot), with the GEMM at 8 rows or not (gemm / -)
+  for t in "Q4_0 2" "Q8_0 8" "Q4_K 12" "Q5_K 13" "Q6_K 14" "IQ4_XS 23"; do
+    set -- $t "$1" "$2"
+    local line="$1"
+    for n in 1 2 4 8; do
+      line="$line | $(per "dots$3" "$2" $n) / $(per "rows$3" "$2" $n)"
+    done
+    [ "$4" = gemm ] && line="$line | $(per gemm-sdot "$2" 8) / $(per gemm-i8mm "$2" 8)"
+    echo "$line"
+  done
+}
 echo "type | 1 row: dots / rows | 2 rows | 4 rows | 8 rows | 8 rows, GEMM sdot / i8mm"
-for t in "Q4_0 2" "Q8_0 8" "Q4_K 12" "Q5_K 13" "Q6_K 14" "IQ4_XS 23"; do
-  set -- $t
-  line="$1"
-  for n in 1 2 4 8; do
-    line="$line | $(per dots "$2" $n) / $(per rows "$2" $n)"
-  done
-  echo "$line | $(per gemm-sdot "$2" 8) / $(per gemm-i8mm "$2" 8)"
-done
+table "" gemm
 echo "without SDOT: type | 1 row: dots / rows | 2 rows | 4 rows | 8 rows"
-for t in "Q4_0 2" "Q8_0 8" "Q4_K 12" "Q5_K 13" "Q6_K 14" "IQ4_XS 23"; do
-  set -- $t
-  line="$1"
-  for n in 1 2 4 8; do
-    line="$line | $(per dots-nodot "$2" $n) / $(per rows-nodot "$2" $n)"
-  done
-  echo "$line"
-done
+table -nodot -

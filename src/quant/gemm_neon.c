@@ -12,6 +12,7 @@
  * are named *dotprod* (tests/cross/run_aarch64.sh checks the objects).
  */
 #include "quant/gemm_neon_decode.h"
+#include "quant/q8_neon.h"
 
 #define LANES       4
 #define GROUP_BYTES (48 * LANES)
@@ -38,31 +39,14 @@ static void panel_from_float(const float *restrict x, size_t ldx, int n_rows, in
                 f[i] = f[LANES + i] = f[2 * LANES + i] = f[3 * LANES + i] = 0;
                 continue;
             }
-            const float *xs = xr + g * QUANT_PANEL_GROUP;
-            float32x4_t v[8];
-            float32x4_t amax = vdupq_n_f32(0);
+            int8_t q[32];
+            int half[2];
+            const float d =
+                f16_to_f32(f32_to_f16(q8_block_neon(xr + g * QUANT_PANEL_GROUP, q, half)));
             for (int j = 0; j < 8; j++) {
-                v[j] = vld1q_f32(xs + 4 * j);
-                amax = vmaxq_f32(amax, vabsq_f32(v[j]));
+                memcpy(grp + (size_t)(j * LANES + i) * 4, q + 4 * j, 4);
             }
-            const float dd = vmaxvq_f32(amax) / 127;
-            const float id = dd != 0 ? 1.0f / dd : 0.0f;
-            const float d = f16_to_f32(f32_to_f16(dd));
-            int32_t s0 = 0, s1 = 0;
-            for (int j = 0; j < 8; j++) {
-                /* round half away from zero, as roundf */
-                const int32x4_t q = vcvtaq_s32_f32(vmulq_n_f32(v[j], id));
-                const int16x4_t q16 = vqmovn_s32(q);
-                const int8x8_t q8 = vqmovn_s16(vcombine_s16(q16, q16));
-                uint32_t run = vget_lane_u32(vreinterpret_u32_s8(q8), 0);
-                memcpy(grp + (size_t)(j * LANES + i) * 4, &run, 4);
-                const int32_t s = vaddvq_s32(q);
-                if (j < 4) {
-                    s0 += s;
-                } else {
-                    s1 += s;
-                }
-            }
+            const int32_t s0 = half[0], s1 = half[1];
             f[i] = d;
             f[LANES + i] = d * (float)(s0 + s1);
             f[2 * LANES + i] = d * (float)s0;

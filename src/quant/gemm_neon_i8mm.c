@@ -15,6 +15,7 @@
  * Functions that carry SMMLA are named *i8mm* (tests/cross/run_aarch64.sh).
  */
 #include "quant/gemm_neon_decode.h"
+#include "quant/q8_neon.h"
 
 #define LANES       4
 #define GROUP_BYTES (48 * LANES)
@@ -38,29 +39,10 @@ static void panel_from_float_i8mm(const float *restrict x, size_t ldx, int n_row
             float d = 0;
             int32_t s0 = 0, s1 = 0;
             if (i < n_rows) {
-                const float *xs = xr + g * QUANT_PANEL_GROUP;
-                float32x4_t v[8];
-                float32x4_t amax = vdupq_n_f32(0);
-                for (int j = 0; j < 8; j++) {
-                    v[j] = vld1q_f32(xs + 4 * j);
-                    amax = vmaxq_f32(amax, vabsq_f32(v[j]));
-                }
-                const float dd = vmaxvq_f32(amax) / 127;
-                const float id = dd != 0 ? 1.0f / dd : 0.0f;
-                d = f16_to_f32(f32_to_f16(dd));
-                for (int j = 0; j < 8; j++) {
-                    /* round half away from zero, as roundf */
-                    const int32x4_t qi = vcvtaq_s32_f32(vmulq_n_f32(v[j], id));
-                    const int16x4_t q16 = vqmovn_s32(qi);
-                    vst1_lane_s32((int32_t *)(void *)(q + 4 * j),
-                                  vreinterpret_s32_s8(vqmovn_s16(vcombine_s16(q16, q16))), 0);
-                    const int32_t s = vaddvq_s32(qi);
-                    if (j < 4) {
-                        s0 += s;
-                    } else {
-                        s1 += s;
-                    }
-                }
+                int half[2];
+                d = f16_to_f32(f32_to_f16(q8_block_neon(xr + g * QUANT_PANEL_GROUP, q, half)));
+                s0 = half[0];
+                s1 = half[1];
             }
             for (int c = 0; c < 4; c++) {
                 memcpy(grp + 16 * (2 * c + i / 2) + 8 * (i % 2), q + 8 * c, 8);

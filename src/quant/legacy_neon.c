@@ -396,8 +396,8 @@ static void dequant_q8_1_neon(const void *restrict src, float *restrict dst, int
 static void quant_q8_0_neon(const float *restrict x, void *restrict dst, int64_t n) {
     block_q8_0 *y = dst;
     for (int64_t b = 0; b < n / QK8_0; b++, x += QK8_0) {
-        int sum;
-        y[b].d = f32_to_f16(q8_block_neon(x, y[b].qs, &sum));
+        int half[2];
+        y[b].d = f32_to_f16(q8_block_neon(x, y[b].qs, half));
     }
 }
 
@@ -405,10 +405,10 @@ static void quant_q8_0_neon(const float *restrict x, void *restrict dst, int64_t
 static void quant_q8_1_neon(const float *restrict x, void *restrict dst, int64_t n) {
     block_q8_1 *y = dst;
     for (int64_t b = 0; b < n / QK8_1; b++, x += QK8_1) {
-        int sum;
-        const float d = q8_block_neon(x, y[b].qs, &sum);
+        int half[2];
+        const float d = q8_block_neon(x, y[b].qs, half);
         y[b].d = f32_to_f16(d);
-        y[b].s = f32_to_f16((float)sum * d);
+        y[b].s = f32_to_f16((float)(half[0] + half[1]) * d);
     }
 }
 

@@ -53,10 +53,10 @@ static void rows_from_float(const float *restrict x, int64_t k, void *restrict r
     const int64_t nb = k / 32;
     float *d = (float *)(void *)((uint8_t *)row + k);
     for (int64_t b = 0; b < nb; b++) {
-        int sum;
-        const float db = f16_to_f32(f32_to_f16(q8_block_neon(x + 32 * b, codes + 32 * b, &sum)));
+        int half[2];
+        const float db = f16_to_f32(f32_to_f16(q8_block_neon(x + 32 * b, codes + 32 * b, half)));
         d[b] = db;
-        d[nb + b] = db * (float)sum;
+        d[nb + b] = db * (float)(half[0] + half[1]);
     }
 }
 
