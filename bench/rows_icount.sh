@@ -32,13 +32,16 @@ per() { # how type rows: the product's instructions per 256 elements, weight row
   awk -v a="$all" -v s="$setup" -v n="$3" 'BEGIN { printf "%.0f", (a - s) / (4 * n * 8) }'
 }
 table() { # suffix ("" or -nodot), with the GEMM at 8 rows or not (gemm / -)
+  local suffix=$1 gemm=$2 t name id line n
   for t in "Q4_0 2" "Q8_0 8" "Q4_K 12" "Q5_K 13" "Q6_K 14" "IQ4_XS 23"; do
-    set -- $t "$1" "$2"
-    local line="$1"
+    read -r name id <<<"$t"
+    line="$name"
     for n in 1 2 4 8; do
-      line="$line | $(per "dots$3" "$2" $n) / $(per "rows$3" "$2" $n)"
+      line="$line | $(per "dots$suffix" "$id" $n) / $(per "rows$suffix" "$id" $n)"
     done
-    [ "$4" = gemm ] && line="$line | $(per gemm-sdot "$2" 8) / $(per gemm-i8mm "$2" 8)"
+    if [ "$gemm" = gemm ]; then
+      line="$line | $(per gemm-sdot "$id" 8) / $(per gemm-i8mm "$id" 8)"
+    fi
     echo "$line"
   done
 }
