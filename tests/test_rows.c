@@ -3,7 +3,7 @@
  * family this build and CPU carry, for every type that has one:
  *  1. the format: a row's codes and scales are the reference Q8_0
  *     quantization of it (the codes vec_dot's activations get; the VNNI
- *     families store them plus 128, AVX2 signed), and for each block of 32
+ *     families store them plus 128, AVX2 and NEON signed), and for each block of 32
  *     in the row's whole 256s
  *     s = d * (sum of the codes), which the K-quants' minimums need;
  *  2. the product against a float64 oracle on the same quantized data (the
@@ -19,7 +19,8 @@
  *  6. ops_matmul with the dispatched kernels: up to OPS_ROWS_MAX activation
  *     rows take the few-row product, past QUANT_ROWS_MAX in groups, and each
  *     row's result is still bit for bit the row's alone; one row more takes
- *     another format.
+ *     another format;
+ *  7. on AArch64, the walk with SDOT against the one without, bit for bit.
  * A family this CPU lacks, or one without the product, is skipped.
  */
 #include "check.h"
@@ -268,9 +269,9 @@ static void test_extremes(const char *fam, const quant_traits *t) {
     free(w);
 }
 
-/* The walk of family isa against the scalar family's-format twin `other`
- * (AArch64: with SDOT and without): the same bits for every row count, as
- * their integer sums are exact and their float steps the same */
+/* A family's walk t against its twin `other` of the same format (AArch64:
+ * with SDOT and without): the same bits for every row count, as their
+ * integer sums are exact and their float steps the same */
 static void test_twin(const char *fam, const quant_traits *t, const quant_traits *other) {
     const int64_t k = 576, n_w = 9;
     const size_t rb = quant_row_bytes(t->type, k), ab = quant_rows_bytes(k);
