@@ -11,7 +11,8 @@
 # nothing to test on the Cortex-A72 (77); test_rows (the few-row product of every family, SDOT's walk
 # against the plain one, ops_matmul's groups of it) runs on both: the plain walk on the Cortex-A72.
 # It also checks the objects: SDOT/UDOT may appear only in functions named *dotprod*, since every
-# *_neon.c file is compiled with +dotprod, and SMMLA only in functions named *i8mm*.
+# *_neon.c file is compiled with +dotprod, and SMMLA only in functions named *i8mm*; and that clang
+# (Apple's and Android's compiler) compiles the AArch64 kernel files without a warning.
 #
 # Usage: tests/cross/run_aarch64.sh [build-dir]   (default: build-aarch64 in the source tree)
 # Exit status 77 (skip) when the cross compiler, its libc or qemu-aarch64 is missing.
@@ -38,6 +39,21 @@ fi
 cmake --build "$build" --target test_quant test_gemm test_rows
 
 status=0
+# Apple's and Android's toolchains are clang: the AArch64 kernels must compile there too, warnings
+# as errors, with each file's -march (not linked or run; the tests below run GCC's build)
+if command -v clang >/dev/null; then
+  for f in "$src"/src/quant/*_neon.c "$src"/src/quant/*_i8mm.c; do
+    march=armv8.2-a+dotprod+fp16
+    case "$f" in *_i8mm.c) march=$march+i8mm ;; esac
+    if ! clang --target=aarch64-linux-gnu --sysroot="$sysroot" -isystem "$sysroot/include" \
+      -march="$march" -O2 -std=c11 -Wall -Wextra -Wshadow -Wvla -Werror -D_DEFAULT_SOURCE \
+      -DLARES_HAVE_ARM64=1 -DLARES_BUILD_LIBRARY -I"$src/src" -I"$src/include" \
+      -c "$f" -o /dev/null; then
+      echo "quant_aarch64: clang does not compile $(basename "$f") for aarch64"
+      status=1
+    fi
+  done
+fi
 objdir="$build/CMakeFiles/lares.dir/src/quant"
 if command -v aarch64-linux-gnu-objdump >/dev/null; then
   for o in "$objdir"/*_neon.c.o; do
