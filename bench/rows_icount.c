@@ -2,12 +2,13 @@
  * One product of an AArch64 kernel family, for counting the instructions it
  * executes under qemu (bench/rows_icount.sh): 4 weight rows of k = 2048 of a
  * type against n activation rows, by the type's dot product once per row
- * ("dots"), the few-row product ("rows") or the packed GEMM ("gemm-sdot",
- * "gemm-i8mm"); "dots-nodot" and "rows-nodot" without SDOT. With a fifth
- * argument it stops before the product, so that the script can take the
- * set-up off.
+ * ("dots"), its row tiles of up to 4 x 4 as ops_matmul took them for 2-7
+ * rows ("tiles"), the few-row product ("rows") or the packed GEMM
+ * ("gemm-sdot", "gemm-i8mm"); with "-nodot" (dots, tiles, rows) without
+ * SDOT. With a fifth argument it stops before the product, so that the
+ * script can take the set-up off.
  *
- *   rows_icount dots|rows|gemm-sdot|gemm-i8mm|dots-nodot|rows-nodot TYPE_ID N_ROWS [setup]
+ *   rows_icount dots|tiles|rows|gemm-sdot|gemm-i8mm[-nodot] TYPE_ID N_ROWS [setup]
  */
 #include "quant/kernels.h"
 
@@ -20,8 +21,8 @@
 
 int main(int argc, char **argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: rows_icount dots|rows|gemm-sdot|gemm-i8mm|dots-nodot|rows-nodot "
-                        "TYPE_ID N_ROWS [setup]\n");
+        fprintf(stderr, "usage: rows_icount dots|tiles|rows|gemm-sdot|gemm-i8mm[-nodot] TYPE_ID "
+                        "N_ROWS [setup]\n");
         return 2;
     }
     const char *how = argv[1];
@@ -49,16 +50,28 @@ int main(int argc, char **argv) {
         t->from_float_ref(x + r * 64, w + (size_t)r * rb, K);
     }
     float y[N_W * QUANT_ROWS_MAX] = {0};
-    if (strncmp(how, "dots", 4) == 0) {
+    if (strncmp(how, "dots", 4) == 0 || strncmp(how, "tiles", 5) == 0) {
         const quant_traits *at = quant_traits_isa(t->vec_dot_type, isa);
         const size_t ab = quant_row_bytes(t->vec_dot_type, K);
         uint8_t *a = malloc(ab * (size_t)nc);
         for (int c = 0; c < nc; c++) {
             at->from_float(x + (size_t)c * K, a + (size_t)c * ab, K);
         }
-        for (int64_t r = 0; r < N_W && product; r++) {
-            for (int c = 0; c < nc; c++) {
-                t->vec_dot(K, &y[c * N_W + r], w + (size_t)r * rb, a + (size_t)c * ab);
+        if (how[0] == 't' && t->vec_dot_tile != NULL) {
+            /* ops_matmul's row tiles: up to 4 weight rows x 4 activation rows a call */
+            for (int64_t r = 0; r < N_W && product; r += QUANT_TILE_MAX) {
+                for (int c = 0; c < nc; c += QUANT_TILE_MAX) {
+                    const int nr = N_W - r < QUANT_TILE_MAX ? (int)(N_W - r) : QUANT_TILE_MAX;
+                    const int n = nc - c < QUANT_TILE_MAX ? nc - c : QUANT_TILE_MAX;
+                    t->vec_dot_tile(K, &y[c * N_W + r], N_W, w + (size_t)r * rb, rb,
+                                    a + (size_t)c * ab, ab, nr, n);
+                }
+            }
+        } else {
+            for (int64_t r = 0; r < N_W && product; r++) {
+                for (int c = 0; c < nc; c++) {
+                    t->vec_dot(K, &y[c * N_W + r], w + (size_t)r * rb, a + (size_t)c * ab);
+                }
             }
         }
     } else if (strncmp(how, "rows", 4) == 0 && t->rows != NULL) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Instructions an AArch64 product executes, counted under qemu-user (no ARM machine needed; says
-# nothing about speed): per 256 elements per weight row per activation row, the type's dot
-# product once per row against the few-row product at 1, 2, 4 and 8 rows, and the packed GEMM
-# (SDOT, SMMLA) at 8; then the same without SDOT (a Cortex-A72's family) at 1, 2, 4 and 8 rows.
+# nothing about speed): per 256 elements per weight row per activation row, the few-row product
+# against what took those rows before it (the type's dot at one row, its 4 x 4 row tiles at 2-8)
+# and the packed GEMM (SDOT, SMMLA) at 8; then the same without SDOT (a Cortex-A72's family).
 # docs/kernels.md, "The few-row product on AArch64".
 #
 # Usage: bench/rows_icount.sh [cross-build-dir]   (default: build/cross-aarch64, made by
@@ -35,9 +35,9 @@ table() { # suffix ("" or -nodot), with the GEMM at 8 rows or not (gemm / -)
   local suffix=$1 gemm=$2 t name id line n
   for t in "Q4_0 2" "Q8_0 8" "Q4_K 12" "Q5_K 13" "Q6_K 14" "IQ4_XS 23"; do
     read -r name id <<<"$t"
-    line="$name"
-    for n in 1 2 4 8; do
-      line="$line | $(per "dots$suffix" "$id" $n) / $(per "rows$suffix" "$id" $n)"
+    line="$name | $(per "dots$suffix" "$id" 1) / $(per "rows$suffix" "$id" 1)"
+    for n in 2 4 8; do
+      line="$line | $(per "tiles$suffix" "$id" $n) / $(per "rows$suffix" "$id" $n)"
     done
     if [ "$gemm" = gemm ]; then
       line="$line | $(per gemm-sdot "$id" 8) / $(per gemm-i8mm "$id" 8)"
@@ -45,7 +45,7 @@ table() { # suffix ("" or -nodot), with the GEMM at 8 rows or not (gemm / -)
     echo "$line"
   done
 }
-echo "type | 1 row: dots / rows | 2 rows | 4 rows | 8 rows | 8 rows, GEMM sdot / i8mm"
+echo "type | 1 row: dots / rows | 2 rows: tiles / rows | 4 rows | 8 rows | 8 rows, GEMM sdot / i8mm"
 table "" gemm
-echo "without SDOT: type | 1 row: dots / rows | 2 rows | 4 rows | 8 rows"
+echo "without SDOT: type | 1 row: dots / rows | 2 rows: tiles / rows | 4 rows | 8 rows"
 table -nodot -
