@@ -482,14 +482,6 @@ FORCE_INLINE void decode_chunk(enum rows_type t, const uint8_t *p0, const uint8_
     }
 }
 
-/* bytes of weights per 256 elements of type t */
-FORCE_INLINE size_t chunk_bytes(enum rows_type t) {
-    return t == R_Q4_K   ? sizeof(block_q4_K)
-           : t == R_Q5_K ? sizeof(block_q5_K)
-           : t == R_Q6_K ? sizeof(block_q6_K)
-                         : 8 * rows_block_bytes(t);
-}
-
 /* ---- the last k % 256 elements, one block of each row at a time ---- */
 
 /* the 64 nibbles (0..15) of two blocks' 16 bytes of qs, each in element order
@@ -626,7 +618,7 @@ FORCE_INLINE void chunk_products(enum rows_type t, const int NC, const pair_chun
 FORCE_INLINE void pair_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                             size_t bx, const uint8_t *restrict act, size_t ab, float *restrict y,
                             size_t ldy) {
-    const size_t cb = chunk_bytes(t);
+    const size_t cb = rows_chunk_bytes(t);
     const int64_t n_super = k / SUPER;
     const uint8_t *w1 = w + bx;
     __m512 acc[8];

@@ -37,6 +37,15 @@ static inline size_t rows_block_bytes(enum rows_type t) {
                            : sizeof(block_q8_0);
 }
 
+/* bytes of weights per 256 elements of type t (a K-quant's or IQ4_XS's
+ * super-block, eight blocks of the others) */
+static inline size_t rows_chunk_bytes(enum rows_type t) {
+    return t == R_Q4_K   ? sizeof(block_q4_K)
+           : t == R_Q5_K ? sizeof(block_q5_K)
+           : t == R_Q6_K ? sizeof(block_q6_K)
+                         : 8 * rows_block_bytes(t);
+}
+
 /* the legacy types walked with unsigned codes (Q4_0, Q5_0, Q4_1, Q5_1), those
  * of them with a fifth bit per element, and those with a minimum per block */
 static inline bool rows_five_bits(enum rows_type t) {

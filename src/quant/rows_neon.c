@@ -123,6 +123,14 @@ FORCE_INLINE void words_4x4(const int8x16_t in[4], int8x16_t out[4]) {
     out[3] = vreinterpretq_s8_s64(vtrn2q_s64(t1, t3));
 }
 
+/* Four blocks' codes in element order (lo[i]: block i's elements 0..15,
+ * hi[i]: 16..31) as the activations' eight groups: g[v] lane i holds
+ * elements 4v .. 4v + 3 of block i */
+FORCE_INLINE void blocks_to_groups(const int8x16_t lo[4], const int8x16_t hi[4], int8x16_t g[8]) {
+    words_4x4(lo, g);
+    words_4x4(hi, g + 4);
+}
+
 /* the fp16 words at p + i * bb for i < n (4, or 2: the rest 0) as floats */
 FORCE_INLINE float32x4_t f16_words(const uint8_t *p, size_t bb, const int n) {
     uint16_t h[4] = {0};
@@ -206,8 +214,7 @@ FORCE_INLINE void legacy_quad(enum rows_type t, const uint8_t *w, int64_t b0, qu
         for (int i = 0; i < 4; i++) {
             legacy_block(t, p + (size_t)i * bb, &lo[i], &hi[i]);
         }
-        words_4x4(lo, q->g);
-        words_4x4(hi, q->g + 4);
+        blocks_to_groups(lo, hi, q->g);
     }
     legacy_scales(t, p, 4, &q->sw, &q->mw);
 }
@@ -318,8 +325,7 @@ FORCE_INLINE void q6_K_quad_products(const bool sdot, const int NC, const uint8_
         lo[i] = dec_q6_K_16(b, h, i, 0);
         hi[i] = dec_q6_K_16(b, h, i, 1);
     }
-    words_4x4(lo, g);
-    words_4x4(hi, g + 4);
+    blocks_to_groups(lo, hi, g);
     const int64_t blk = sb * 8 + 4 * h; /* the first activation block */
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
@@ -332,19 +338,17 @@ FORCE_INLINE void q6_K_quad_products(const bool sdot, const int NC, const uint8_
     }
 }
 
-/* bytes of a super-block of the K-quants and IQ4_XS */
-FORCE_INLINE size_t super_bytes(enum rows_type t) {
-    return t == R_Q4_K   ? sizeof(block_q4_K)
-           : t == R_Q5_K ? sizeof(block_q5_K)
-           : t == R_Q6_K ? sizeof(block_q6_K)
-                         : sizeof(block_iq4_xs);
-}
-
-/* eight bytes as floats times m, four a vector */
+/* eight bytes as floats times m, four a vector (unsigned, signed) */
 FORCE_INLINE void bytes_times(uint8x8_t v, float m, float32x4_t out[2]) {
     const uint16x8_t w = vmovl_u8(v);
     out[0] = vmulq_n_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(w))), m);
     out[1] = vmulq_n_f32(vcvtq_f32_u32(vmovl_high_u16(w)), m);
+}
+
+FORCE_INLINE void sbytes_times(int8x8_t v, float m, float32x4_t out[2]) {
+    const int16x8_t w = vmovl_s8(v);
+    out[0] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(w))), m);
+    out[1] = vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(w)), m);
 }
 
 /* Q4_K / Q5_K (d, dmin and the scales in the same places): the eight
@@ -378,18 +382,15 @@ FORCE_INLINE void iq4_xs_scales(const uint8_t *b, float32x4_t sw[2]) {
         vshl_u8(vtbl1_u8(vcreate_u8(sl), vld1_u8(twice)), vld1_s8(nib_shift)), vdup_n_u8(0x0f));
     const uint8x8_t hi = vand_u8(
         vshl_u8(vtbl1_u8(vcreate_u8(sh), vld1_u8(half)), vld1_s8(pair_shift)), vdup_n_u8(3));
-    const int16x8_t ls =
-        vsubq_s16(vreinterpretq_s16_u16(vmovl_u8(vorr_u8(lo, vshl_n_u8(hi, 4)))), vdupq_n_s16(32));
-    const float d = h2f(KQ_FIELD(b, block_iq4_xs, d));
-    sw[0] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(ls))), d);
-    sw[1] = vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(ls)), d);
+    const int8x8_t ls = vsub_s8(vreinterpret_s8_u8(vorr_u8(lo, vshl_n_u8(hi, 4))), vdup_n_s8(32));
+    sbytes_times(ls, h2f(KQ_FIELD(b, block_iq4_xs, d)), sw);
 }
 
 /* the super-blocks of a K-quant or IQ4_XS row */
 FORCE_INLINE void super_dots(enum rows_type t, const bool sdot, const int NC, int64_t k,
                              const uint8_t *restrict w, const uint8_t *restrict act, size_t ab,
                              float32x4_t acc[8]) {
-    const size_t sbb = super_bytes(t);
+    const size_t sbb = rows_chunk_bytes(t);
     for (int64_t sb = 0; sb < k / SUPER; sb++) {
         const uint8_t *b = w + (size_t)sb * sbb;
         if (t == R_Q6_K) {
@@ -397,12 +398,9 @@ FORCE_INLINE void super_dots(enum rows_type t, const bool sdot, const int NC, in
              * halves, odd ones their second, four sub-blocks a vector */
             const float d = h2f(KQ_FIELD(b, block_q6_K, d));
             const int8x16_t sc = vld1q_s8((const int8_t *)KQ_FIELD(b, block_q6_K, scales));
-            const int16x8_t even = vmovl_s8(vget_low_s8(vuzp1q_s8(sc, sc)));
-            const int16x8_t odd = vmovl_s8(vget_low_s8(vuzp2q_s8(sc, sc)));
-            const float32x4_t s0[2] = {vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(even))), d),
-                                       vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(even)), d)};
-            const float32x4_t s1[2] = {vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(odd))), d),
-                                       vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(odd)), d)};
+            float32x4_t s0[2], s1[2];
+            sbytes_times(vget_low_s8(vuzp1q_s8(sc, sc)), d, s0);
+            sbytes_times(vget_low_s8(vuzp2q_s8(sc, sc)), d, s1);
 #pragma GCC unroll 2
             for (int h = 0; h < 2; h++) {
                 q6_K_quad_products(sdot, NC, b, h, s0[h], s1[h], act, ab, k, sb, acc);
@@ -428,8 +426,7 @@ FORCE_INLINE void super_dots(enum rows_type t, const bool sdot, const int NC, in
                     dec_q45_K_sub(b, 4 * h + i, t == R_Q5_K, &lo[i], &hi[i]);
                 }
             }
-            words_4x4(lo, q.g);
-            words_4x4(hi, q.g + 4);
+            blocks_to_groups(lo, hi, q.g);
             q.sw = sw[h];
             q.mw = mw[h];
             quad_products(sdot, NC, &q, t != R_IQ4_XS, act, ab, k, sb * 8 + 4 * h, acc);
