@@ -639,6 +639,103 @@ static void check_windows(void) {
     rig_close(&r);
 }
 
+/* Two groups of sequences through a device of a ring with two windows, one
+ * group behind the other (a convoy): window 1 for A, window 1 for B, window 2
+ * for A, ... After the first convoy the executor walks each window twice, so
+ * nothing is asked out of the order it reads in (the walk of the windows in
+ * round order mispredicted at every window B ran), and the hidden states are
+ * those of the executor without a budget to the bit. Then A alone again:
+ * one walk a window once the executor has seen it. */
+#define IO_NAME(io) ((io) == EXEC_IO_DIRECT ? "direct" : "mmap")
+
+static void check_convoy(exec_stream_io io) {
+    rig r;
+    if (!rig_open(&r, fixture("stories260K.gguf"), N_BATCH, N_CTX)) {
+        return;
+    }
+    const int32_t n_layer = r.m->hp.n_layer, n_embd = r.m->hp.n_embd;
+    lares_error err = {0};
+    model_kv *kv[4] = {NULL}; /* the reference's A and B, the streaming executor's A and B */
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(model_kv_create(r.m, 0, n_layer, N_CTX, GGUF_TYPE_F32, &kv[i], &err), &err);
+    }
+    const exec_window two[] = {{0, 2}, {2, n_layer}};
+    exec_opts ro = {.windows = two, .n_windows = 2};
+    uint64_t total = 0, least = 0;
+    CHECK_OK(exec_weight_needs(r.m, kv[2], &ro, &total, &least, &err), &err);
+    exec_opts so = ro;
+    so.weight_budget_bytes = least;
+    so.stream_io = io;
+    exec_local *ref = NULL, *e = NULL;
+    CHECK_OK(exec_local_create(r.m, kv[0], r.cx, &ro, &ref, &err), &err);
+    CHECK_OK(exec_local_create(r.m, kv[2], r.cx, &so, &e, &err), &err);
+    exec_plan_info plan = {0};
+    if (e != NULL) {
+        exec_local_plan(e, &plan);
+    }
+    CHECKF(plan.streaming && plan.n_pinned < plan.n_units, "%s: %d of %d units pinned",
+           IO_NAME(io), plan.n_pinned, plan.n_units);
+    float *x = calloc((size_t)4 * (size_t)n_embd, sizeof(float)); /* ref A, ref B, A, B */
+    exec_counters c0 = {0}, c1 = {0}, ct = {0};
+    bool same = true;
+    enum { STEPS = 8, ALONE = 4 };
+    for (int32_t t = 0; ref != NULL && e != NULL && x != NULL && t < STEPS + ALONE; t++) {
+        const int32_t tok[2] = {100 + 7 * t, 200 + 11 * t}, pos = t;
+        const int groups = t < STEPS ? 2 : 1;
+        for (int g = 0; g < groups; g++) {
+            CHECK_OK(model_embed(r.m, &tok[g], 1, x + (size_t)g * n_embd, &err), &err);
+            memcpy(x + (size_t)(2 + g) * n_embd, x + (size_t)g * n_embd, sizeof(float) * n_embd);
+        }
+        for (int w = 0; w < 2; w++) {
+            for (int g = 0; g < groups; g++) {
+                const model_seq rs = {.kv = kv[g], .n_rows = 1}, ss = {.kv = kv[2 + g], .n_rows = 1};
+                CHECK_OK(exec_local_forward_seqs(ref, &rs, 1, two[w].l0, two[w].l1, &pos, 1,
+                                                 x + (size_t)g * n_embd, &err), &err);
+                CHECK_OK(exec_local_forward_seqs(e, &ss, 1, two[w].l0, two[w].l1, &pos, 1,
+                                                 x + (size_t)(2 + g) * n_embd, &err), &err);
+            }
+        }
+        for (int g = 0; g < groups; g++) {
+            same = same && memcmp(x + (size_t)g * n_embd, x + (size_t)(2 + g) * n_embd,
+                                  sizeof(float) * n_embd) == 0;
+        }
+        if (t == 0) {
+            exec_local_counters(e, &c0); /* the first convoy teaches its length */
+        } else if (t == STEPS - 1) {
+            exec_local_counters(e, &c1);
+        } else if (t == STEPS) {
+            exec_local_counters(e, &ct); /* A alone: the first step turns the walks back */
+        }
+    }
+    CHECKF(same, "%s: the convoy's hidden states differ from the executor's without a budget",
+           IO_NAME(io));
+    exec_counters c2 = {0};
+    if (e != NULL) {
+        exec_local_counters(e, &c2);
+    }
+    CHECKF(c1.n_mispredicted == c0.n_mispredicted,
+           "%s: %llu mispredictions in %d steps of two groups", IO_NAME(io),
+           (unsigned long long)(c1.n_mispredicted - c0.n_mispredicted), STEPS - 1);
+    CHECKF(ct.n_mispredicted <= c1.n_mispredicted + 1 && c2.n_mispredicted == ct.n_mispredicted,
+           "%s: %llu mispredictions when B left, %llu in the %d steps of A alone after", IO_NAME(io),
+           (unsigned long long)(ct.n_mispredicted - c1.n_mispredicted),
+           (unsigned long long)(c2.n_mispredicted - ct.n_mispredicted), ALONE - 1);
+    /* each walk read the units it used (the window holds two units: none
+     * lasts from A's use to B's), a group's step twice A's alone */
+    const uint64_t convoy = (c1.prefetch_bytes - c0.prefetch_bytes) / (STEPS - 1);
+    const uint64_t alone = (c2.prefetch_bytes - ct.prefetch_bytes) / (ALONE - 1);
+    CHECKF(alone > 0 && convoy >= alone && convoy <= 2 * alone + alone / 8,
+           "%s: a step of two groups read %llu bytes, of one %llu", IO_NAME(io),
+           (unsigned long long)convoy, (unsigned long long)alone);
+    free(x);
+    exec_local_free(e);
+    exec_local_free(ref);
+    for (int i = 0; i < 4; i++) {
+        model_kv_free(kv[i]);
+    }
+    rig_close(&r);
+}
+
 /* bytes of the units' spans resident now */
 static uint64_t resident_layers(const mem_file *mf, const model_plan *p, int32_t n_layer,
                                 size_t *n_ranges) {
@@ -799,6 +896,8 @@ int main(void) {
     check_rebudget("stories260K.gguf", EXEC_IO_DIRECT);
     check_rebudget("derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf", EXEC_IO_AUTO);
     check_windows();
+    check_convoy(EXEC_IO_MMAP);
+    check_convoy(EXEC_IO_DIRECT);
     CHECKF(direct_files == 0 || expert_direct_runs > 0, "expert slices never read directly");
     CHECKF(direct_files == 0 || (expert_probe_runs[0] > 0 && expert_probe_runs[1] > 0),
            "auto's probe of experts chose the page cache %d times and direct reads %d times",

@@ -113,6 +113,8 @@ typedef struct exec_counters {
     uint64_t prefetch_ns;    /* time it spent reading */
     uint64_t release_bytes;  /* bytes released after use */
     uint64_t n_mispredicted; /* times the caller asked for a unit out of the planned order */
+    uint64_t n_kept;         /* units the cursor found still in memory after their last use
+                                and kept instead of reading them again (stream.c) */
     uint64_t expert_hits;    /* MoE: chosen experts found resident */
     uint64_t expert_misses;  /* MoE: chosen experts read from disk */
     uint64_t expert_bytes;   /* MoE: bytes of expert slices read */

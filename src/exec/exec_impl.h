@@ -170,6 +170,16 @@ typedef struct exec_stream {
     uint64_t fetch_pass;   /* the pass the cursor is in: +1 each time it wraps */
     bool out_asked;        /* the caller waits for the output unit */
     bool lock_refused;     /* a lock was refused once: do not retry every unit */
+    /* Convoys (stream.c): the window [cv_l0, cv_l1) was run cv_n times in a
+     * row, each time for another group of sequences (told apart by its
+     * first sequence's cache, cv_first). The cursor walks each window of
+     * the cycle `reps` times in a row (the last convoy's length; 1: once),
+     * `rep` the walk it is in. */
+    int32_t cv_l0, cv_l1, cv_n;
+    const void *cv_first;
+    int32_t reps, rep;
+    int32_t *window_of;    /* owned, n_units: the window of the unit's layer, -1: output */
+    int32_t *first_of;     /* owned, n_units: the first unit of that window */
     exec_counters c;       /* guarded by mu */
     void *scratch;         /* owned: MEM_READ_PREAD's buffer */
     size_t scratch_bytes;
@@ -309,6 +319,9 @@ lares_status exec_stream_init(exec_local *e, lares_error *err);
 void exec_stream_destroy(exec_local *e);
 lares_status exec_stream_start(exec_local *e, lares_error *err);
 void exec_stream_stop(exec_local *e);
+/* The caller is about to run layers [l0, l1) for the group of sequences
+ * whose first one's cache is `group`: the convoy is noted (stream.c). */
+void exec_stream_begin_window(exec_local *e, const void *group, int32_t l0, int32_t l1);
 /* blocks until unit u is in memory */
 void exec_stream_acquire(exec_local *e, int32_t u);
 /* the caller finished with unit u */

@@ -314,6 +314,7 @@ lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32
         return lares_fail(err, LARES_EINVAL, "forward: window [%d, %d) outside the cache's [%d, %d)",
                           l0, l1, e->kv->l0, e->kv->l1);
     }
+    exec_stream_begin_window(e, seqs[0].kv, l0, l1);
     /* a layer's parts are acquired as its operations reach them (on_part) */
     model_ctx_on_part(e->cx, on_part, e);
     lares_status st = LARES_OK;

@@ -14,14 +14,40 @@
  * unit asked for is always either in flight or next for the prefetcher, and
  * an empty window admits any unit (the plan makes the window at least the
  * largest unit).
+ *
+ * Convoys. Several groups of sequences in flight through a ring (issue 20)
+ * reach a device one behind the other: with k > 1 rounds it runs window 1
+ * for group A, then window 1 for B, ..., then window 2 for A, and so on. A
+ * cursor walking the windows in round order would read window 2 while B
+ * still needs window 1, and B's request would turn it back (a
+ * misprediction: the read-ahead dropped, every read of the pass waited
+ * for). So the executor notes the order its caller runs windows in
+ * (exec_stream_begin_window: the same window again for another group
+ * continues a convoy, anything else starts one), and the cursor walks each
+ * window as many times in a row as the last convoy had groups. A unit the
+ * cursor reaches while it is still in memory from its last use (finished,
+ * not yet released: the group ahead's, or the last pass's) is kept rather
+ * than released and read again.
  */
 #include "exec/exec_impl.h"
 
 #define PREAD_SCRATCH_BYTES (4u * 1024 * 1024)
 
-/* moves the cursor on; wrapping around starts the next pass */
+/* moves the cursor on: from a window's last unit back to its first while
+ * the convoy's groups still need it, else to the next unit; wrapping around
+ * starts the next pass */
 static void advance(exec_local *e) {
     exec_stream *s = &e->st;
+    const int32_t u = s->cursor;
+    const bool window_ends = u + 1 == e->n_units || s->window_of[u + 1] != s->window_of[u];
+    if (window_ends && s->window_of[u] >= 0 && s->rep + 1 < s->reps) {
+        s->rep++;
+        s->cursor = s->first_of[u];
+        return;
+    }
+    if (window_ends) {
+        s->rep = 0;
+    }
     if (++s->cursor == e->n_units) {
         s->cursor = 0;
         s->fetch_pass++;
@@ -117,6 +143,19 @@ static void *prefetch_main(void *arg) {
     exec_stream *s = &e->st;
     pthread_mutex_lock(&s->mu);
     while (!s->stop) {
+        /* the unit the cycle wants next, finished but still in memory: kept */
+        skip_settled(e);
+        exec_unit *next = &e->units[s->cursor];
+        if (next->state == UNIT_DONE && !next->pinned && s->cursor != e->out_unit) {
+            next->state = UNIT_READY;
+            /* in the fifo as if read now: what the caller skips before it
+             * is what came before this use */
+            fifo_remove(s, s->cursor);
+            s->fifo[s->n_fifo++] = s->cursor;
+            s->c.n_kept++;
+            advance(e);
+            continue;
+        }
         /* release what the caller finished, oldest first */
         int32_t done = -1;
         for (int32_t i = 0; i < s->n_fifo && done < 0; i++) {
@@ -204,10 +243,23 @@ static void *prefetch_main(void *arg) {
 
 lares_status exec_stream_init(exec_local *e, lares_error *err) {
     exec_stream *s = &e->st;
-    s->fifo = lares_alloc_array((size_t)LARES_MAX(e->n_units, 1), sizeof *s->fifo);
-    if (s->fifo == NULL) {
+    const size_t n = (size_t)LARES_MAX(e->n_units, 1);
+    s->fifo = lares_alloc_array(n, sizeof *s->fifo);
+    s->window_of = lares_alloc_array(n, sizeof *s->window_of);
+    s->first_of = lares_alloc_array(n, sizeof *s->first_of);
+    if (s->fifo == NULL || s->window_of == NULL || s->first_of == NULL) {
         return lares_fail(err, LARES_ENOMEM, "exec: out of memory");
     }
+    for (int32_t u = 0; u < e->n_units; u++) {
+        s->window_of[u] = -1; /* the output */
+        for (int32_t w = 0; w < e->n_windows; w++) {
+            if (e->units[u].layer >= e->windows[w].l0 && e->units[u].layer < e->windows[w].l1) {
+                s->window_of[u] = w;
+            }
+        }
+        s->first_of[u] = u > 0 && s->window_of[u - 1] == s->window_of[u] ? s->first_of[u - 1] : u;
+    }
+    s->reps = 1;
     if (e->o.read_method == MEM_READ_PREAD) {
         s->scratch_bytes = PREAD_SCRATCH_BYTES;
         s->scratch = lares_alloc(s->scratch_bytes);
@@ -237,6 +289,10 @@ void exec_stream_destroy(exec_local *e) {
     }
     lares_free(s->fifo);
     s->fifo = NULL;
+    lares_free(s->window_of);
+    s->window_of = NULL;
+    lares_free(s->first_of);
+    s->first_of = NULL;
     lares_free(s->scratch);
     s->scratch = NULL;
 }
@@ -250,6 +306,7 @@ lares_status exec_stream_start(exec_local *e, lares_error *err) {
     s->want_output = true;
     s->out_asked = false;
     s->fetch_pass = s->caller_pass + 1; /* the next pass the caller begins */
+    s->rep = 0;
     const int rc = pthread_create(&s->thread, NULL, prefetch_main, e);
     if (rc != 0) {
         return lares_fail(err, LARES_ENOMEM, "exec: cannot start the prefetch thread: %s",
@@ -288,6 +345,28 @@ static void skip_before(exec_local *e, int32_t u) {
     }
 }
 
+enum { CONVOY_MAX = 64 }; /* groups of a convoy counted at most */
+
+void exec_stream_begin_window(exec_local *e, const void *group, int32_t l0, int32_t l1) {
+    exec_stream *s = &e->st;
+    pthread_mutex_lock(&s->mu);
+    if (s->cv_n > 0 && l0 == s->cv_l0 && l1 == s->cv_l1 && group != s->cv_first &&
+        s->cv_n < CONVOY_MAX) {
+        s->cv_n++; /* the next group of the convoy */
+    } else {
+        if (s->cv_n > 0) {
+            /* one window a cycle is walked once a pass whatever the groups */
+            s->reps = e->n_windows > 1 ? s->cv_n : 1;
+        }
+        s->cv_l0 = l0;
+        s->cv_l1 = l1;
+        s->cv_first = group;
+        s->cv_n = 1;
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void exec_stream_acquire(exec_local *e, int32_t u) {
     exec_unit *un = &e->units[u];
     if (un->pinned && atomic_load_explicit(&un->loaded, memory_order_acquire)) {
@@ -320,6 +399,7 @@ void exec_stream_acquire(exec_local *e, int32_t u) {
         if (un->state == UNIT_IDLE && s->cursor != u) {
             s->cursor = u; /* not the unit the prefetcher expected: read it next */
             s->fetch_pass = s->caller_pass;
+            s->rep = LARES_MIN(s->cv_n, s->reps) - 1; /* the caller's group in its convoy */
             if (!counted) {
                 s->c.n_mispredicted++;
                 counted = true;
