@@ -371,21 +371,39 @@ static void check_choose(void) {
      * rows: G=1 160 ms (one trip of 4 rows), 2: 80, 4: 40 (each device busy
      * 40 ms, a trip 40) */
     const double none[4] = {0, 0, 0, 0}, ten[4] = {10, 10, 10, 10};
-    CHECK(cluster_pipe_groups(none, ten, 4, 4, 4, 1) == 4);
-    CHECK(cluster_pipe_groups(none, ten, 4, 4, 2, 1) == 2); /* at most 2 */
+    CHECK(cluster_pipe_groups(none, 0, ten, 4, 4, 4, 1) == 4);
+    CHECK(cluster_pipe_groups(none, 0, ten, 4, 4, 2, 1) == 2); /* at most 2 */
     /* the emulated 7B ring: the head waits 2250 ms a pass for its streamed
      * weights, the workers 1230, a row costs 300 and 330 ms: G=1 11100 ms
      * (5940 waits + 4 x 1290), 2: 8520 (the trip: 5940 + 2 x 1290; the head
      * busy 5700), 3: 8520 (ceil(4 / 3) = 2 rows), 4: 10200 (the head reads 4
      * times: 9000 + 1200) -> 2 (3 ties, fewer reads) */
     const double wait[4] = {2250, 1230, 1230, 1230}, row[4] = {300, 330, 330, 330};
-    CHECKF(cluster_pipe_groups(wait, row, 4, 4, 4, 4) == 2, "7B: %d groups",
-           cluster_pipe_groups(wait, row, 4, 4, 4, 4));
-    CHECK(cluster_pipe_groups(wait, row, 4, 4, 4, 1) == 2);
+    CHECKF(cluster_pipe_groups(wait, 0, row, 4, 4, 4, 4) == 2, "7B: %d groups",
+           cluster_pipe_groups(wait, 0, row, 4, 4, 4, 4));
+    CHECK(cluster_pipe_groups(wait, 0, row, 4, 4, 4, 1) == 2);
     /* 10 % or it stays: from 3 (8520) nothing is faster enough */
-    CHECK(cluster_pipe_groups(wait, row, 4, 4, 4, 3) == 3);
+    CHECK(cluster_pipe_groups(wait, 0, row, 4, 4, 4, 3) == 3);
     /* one sequence: one group whatever the devices */
-    CHECK(cluster_pipe_groups(none, ten, 4, 1, 1, 4) == 1);
+    CHECK(cluster_pipe_groups(none, 0, ten, 4, 1, 1, 4) == 1);
+    /* each count priced with its own waits (the emulated 7B ring at k = 4,
+     * session 32): one group hides the reads in the devices' idle time, 100
+     * ms a pass; two or four wait 1800. Priced with one group's waits, four
+     * look best (G=1: a trip of 4 x (100 + 4 x 300) = 5200; 4: busy 4 x 100
+     * + 1200 = 1600, a trip 4 x 400 = 1600) and the count flaps between
+     * them; with their own, G=1 5200, 2: a trip of 4 x (1800 + 600) = 9600,
+     * 4: busy 4 x 1800 + 1200 = 8400 -> 1 */
+    double by_g[4][4];
+    for (int g = 0; g < 4; g++) {
+        for (int d = 0; d < 4; d++) {
+            by_g[g][d] = g == 0 ? 100 : 1800;
+        }
+    }
+    const double three[4] = {300, 300, 300, 300};
+    CHECK(cluster_pipe_groups(&by_g[0][0], 0, three, 4, 4, 4, 1) == 4);
+    CHECKF(cluster_pipe_groups(&by_g[0][0], 4, three, 4, 4, 4, 4) == 1, "by count: %d groups",
+           cluster_pipe_groups(&by_g[0][0], 4, three, 4, 4, 4, 4));
+    CHECK(cluster_pipe_groups(&by_g[0][0], 4, three, 4, 4, 4, 1) == 1);
 }
 
 int main(void) {

@@ -78,13 +78,15 @@ void lares_batch_set_ring_groups(lares_batch *b, int32_t groups) {
  * their weights from disk, every group reads them again, and fewer groups
  * of more rows may be faster). */
 static int32_t groups_target(lares_batch *b, int32_t active) {
-    const api_ring *r = b->s->ring;
+    api_ring *r = b->s->ring;
     const int32_t most = LARES_MAX(1, LARES_MIN(cluster_head_plan(r->head)->n_dev, b->max_groups));
     if (b->ring_groups > 0) {
-        return LARES_MIN(b->ring_groups, b->max_groups);
+        r->pipe_groups = LARES_MIN(b->ring_groups, b->max_groups);
+        return r->pipe_groups;
     }
     const int32_t now = b->cur_groups > 0 ? b->cur_groups : most;
     b->cur_groups = ring_pipe_groups(r, active, LARES_MIN(most, LARES_MAX(active, 1)), now);
+    r->pipe_groups = b->cur_groups;
     return b->cur_groups;
 }
 

@@ -81,10 +81,17 @@ typedef struct api_ring {
      * the figures gathered over a few passes */
     double pass_wait_ms[CLUSTER_MAX_DEVICES], row_ms[CLUSTER_MAX_DEVICES];
     int32_t pass_samples;
+    /* the same waits by the number of groups in flight when they were
+     * measured ([G - 1], < 0: not yet): a streaming device hides its reads
+     * in its idle time with few groups and not with many, so each count is
+     * priced with its own once it has run */
+    double wait_at_ms[CLUSTER_MAX_FLIGHT][CLUSTER_MAX_DEVICES];
+    int32_t pipe_groups; /* groups the batch keeps in flight now (batch_ring.c) */
     struct {
         uint64_t wait_us[CLUSTER_MAX_DEVICES], busy_us[CLUSTER_MAX_DEVICES];
         int64_t rows;
         int32_t passes;
+        int32_t groups; /* the pipe_groups of these passes */
     } pass_acc;
     int32_t rounds;       /* k of the first plan; re-plans keep it */
     uint64_t layer_bytes; /* the largest layer's weights plus its KV cache */

@@ -416,6 +416,9 @@ lares_status api_ring_open(lares_session *s, exec_opts *eo, lares_error *err) {
 void ring_pass_costs_reset(api_ring *r) {
     for (int32_t d = 0; d < CLUSTER_MAX_DEVICES; d++) {
         r->pass_wait_ms[d] = r->row_ms[d] = -1;
+        for (int32_t g = 0; g < CLUSTER_MAX_FLIGHT; g++) {
+            r->wait_at_ms[g][d] = -1;
+        }
     }
     r->pass_samples = 0;
     memset(&r->pass_acc, 0, sizeof r->pass_acc);
@@ -430,6 +433,11 @@ void ring_note_output(api_ring *r, uint64_t us, uint64_t wait_us) {
  * passes they are folded into the costs (a pass's figures arrive with other
  * groups' windows in between, so only sums over several mean anything). */
 static void pass_costs(api_ring *r, const cluster_pass *pass, int32_t rows) {
+    const int32_t groups = LARES_MAX(1, LARES_MIN(r->pipe_groups, CLUSTER_MAX_FLIGHT));
+    if (groups != r->pass_acc.groups) { /* a sample is of one group count */
+        memset(&r->pass_acc, 0, sizeof r->pass_acc);
+        r->pass_acc.groups = groups;
+    }
     for (int32_t d = 0; d < r->n_cfg; d++) {
         r->pass_acc.wait_us[d] += pass[d].wait_us;
         r->pass_acc.busy_us[d] += pass[d].compute_us - LARES_MIN(pass[d].compute_us,
@@ -445,9 +453,12 @@ static void pass_costs(api_ring *r, const cluster_pass *pass, int32_t rows) {
         const double c = (double)r->pass_acc.busy_us[d] / 1e3 / (double)r->pass_acc.rows;
         r->pass_wait_ms[d] = alpha * w + (1 - alpha) * LARES_MAX(r->pass_wait_ms[d], 0.0);
         r->row_ms[d] = alpha * c + (1 - alpha) * LARES_MAX(r->row_ms[d], 0.0);
+        double *at = &r->wait_at_ms[groups - 1][d];
+        *at = *at < 0 ? w : 0.5 * w + 0.5 * *at;
     }
     r->pass_samples++;
     memset(&r->pass_acc, 0, sizeof r->pass_acc);
+    r->pass_acc.groups = groups;
 }
 
 void ring_take_pass(api_ring *r, bool judge, int32_t rows) {

@@ -208,11 +208,23 @@ int32_t ring_pipe_groups(const api_ring *r, int32_t n_rows, int32_t most, int32_
     if (r->pass_samples < 1 || n_rows < 1) {
         return LARES_MAX(1, LARES_MIN(current, most)); /* nothing measured yet */
     }
-    double wait[CLUSTER_MAX_DEVICES], row[CLUSTER_MAX_DEVICES];
+    /* each count with the waits measured while it ran, else the latest */
+    most = LARES_MAX(1, LARES_MIN(most, CLUSTER_MAX_FLIGHT));
+    double *wait = lares_alloc_array((size_t)most * (size_t)p->n_dev, sizeof *wait);
+    double row[CLUSTER_MAX_DEVICES];
+    if (wait == NULL) {
+        return LARES_MAX(1, LARES_MIN(current, most));
+    }
     for (int32_t i = 0; i < p->n_dev; i++) {
         const int32_t d = cluster_head_member(r->head, i);
-        wait[i] = LARES_MAX(r->pass_wait_ms[d], 0.0);
+        for (int32_t g = 0; g < most; g++) {
+            const double at = r->wait_at_ms[g][d];
+            wait[g * p->n_dev + i] = LARES_MAX(at >= 0 ? at : r->pass_wait_ms[d], 0.0);
+        }
         row[i] = LARES_MAX(r->row_ms[d], 0.0);
     }
-    return cluster_pipe_groups(wait, row, p->n_dev, n_rows, most, current);
+    const int32_t g = cluster_pipe_groups(wait, (size_t)p->n_dev, row, p->n_dev, n_rows, most,
+                                          current);
+    lares_free(wait);
+    return g;
 }

@@ -187,9 +187,11 @@ lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
  * of G groups is the longer of each device's busy time, G x wait + n_rows x
  * row, and one group's trip around the ring, the sum of wait + row x
  * ceil(n_rows / G); the G of the shortest (ties: fewer groups). current
- * stays unless that G is predicted 10 % faster. */
-int32_t cluster_pipe_groups(const double *wait_ms, const double *row_ms, int32_t n_dev,
-                            int32_t n_rows, int32_t most, int32_t current);
+ * stays unless that G is predicted 10 % faster. G is priced with the waits
+ * at wait_ms + (G - 1) x wait_stride (stride 0: the same waits for every G;
+ * a device hides its reads in idle time with few groups, not with many). */
+int32_t cluster_pipe_groups(const double *wait_ms, size_t wait_stride, const double *row_ms,
+                            int32_t n_dev, int32_t n_rows, int32_t most, int32_t current);
 /* "head 1 | w1 2 | w2 2 (k=2)" for messages */
 void cluster_plan_describe(const cluster_plan *p, char *buf, size_t cap);
 

@@ -285,18 +285,19 @@ lares_status cluster_plan_balance(int32_t n_layer, int32_t rounds, int32_t n,
     return cluster_plan_check(out, err);
 }
 
-int32_t cluster_pipe_groups(const double *wait_ms, const double *row_ms, int32_t n_dev,
-                            int32_t n_rows, int32_t most, int32_t current) {
+int32_t cluster_pipe_groups(const double *wait_ms, size_t wait_stride, const double *row_ms,
+                            int32_t n_dev, int32_t n_rows, int32_t most, int32_t current) {
     most = LARES_MAX(1, LARES_MIN(most, CLUSTER_MAX_FLIGHT));
     current = LARES_MAX(1, LARES_MIN(current, most));
     double cost[CLUSTER_MAX_FLIGHT + 1];
     int32_t best = 1;
     for (int32_t g = 1; g <= most; g++) {
         const double rows_g = (double)((n_rows + g - 1) / g);
+        const double *wait = wait_ms + (size_t)(g - 1) * wait_stride;
         double busy = 0, trip = 0;
         for (int32_t d = 0; d < n_dev; d++) {
-            busy = LARES_MAX(busy, g * wait_ms[d] + row_ms[d] * n_rows);
-            trip += wait_ms[d] + row_ms[d] * rows_g;
+            busy = LARES_MAX(busy, g * wait[d] + row_ms[d] * n_rows);
+            trip += wait[d] + row_ms[d] * rows_g;
         }
         cost[g] = LARES_MAX(busy, trip);
         best = cost[g] < cost[best] ? g : best; /* ties: fewer groups, fewer reads */
