@@ -399,7 +399,8 @@ void exec_stream_acquire(exec_local *e, int32_t u) {
         if (un->state == UNIT_IDLE && s->cursor != u) {
             s->cursor = u; /* not the unit the prefetcher expected: read it next */
             s->fetch_pass = s->caller_pass;
-            s->rep = LARES_MIN(s->cv_n, s->reps) - 1; /* the caller's group in its convoy */
+            /* the caller's group in its convoy (none before the first window) */
+            s->rep = LARES_MAX(0, LARES_MIN(s->cv_n, s->reps) - 1);
             if (!counted) {
                 s->c.n_mispredicted++;
                 counted = true;
