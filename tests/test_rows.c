@@ -12,8 +12,9 @@
  *  3. a row's result does not depend on how many rows are multiplied with it
  *     (bit for bit), so a sequence decodes the same alone and in a batch;
  *  4. ragged shapes (k with and without a part past the last 256, 1 to 8 rows,
- *     17 weight rows, output strides wider than the rows; nothing written
- *     outside the product) and the largest codes of each type against +-127;
+ *     9 and 17 weight rows, k past what 8 rows fit in L1, output strides
+ *     wider than the rows; nothing written outside the product) and the
+ *     largest codes of each type against +-127;
  *  5. weight blocks of random bytes (every code, scale and minimum a block
  *     can hold, not only what the quantizer writes), with sane fp16 scales;
  *  6. ops_matmul with the dispatched kernels: up to OPS_ROWS_MAX activation
@@ -48,7 +49,7 @@ static void row_values(const quant_rows_fmt *f, const uint8_t *row, int64_t k, d
 }
 
 static void test_format(const char *fam, const quant_rows_fmt *f) {
-    const int64_t ks[] = {64, 192, 256, 320, 2048};
+    const int64_t ks[] = {64, 192, 256, 320, 832, 2048};
     for (size_t ki = 0; ki < LARES_ARRAY_LEN(ks); ki++) {
         const int64_t k = ks[ki];
         float *x = malloc(sizeof(float) * (size_t)k);
@@ -313,14 +314,17 @@ static int test_family(const char *fam, quant_isa isa) {
             test_format(fam, fmt);
         }
         CHECKF(t->rows_fmt == fmt, "%s: one rows format per family", fam);
-        const int64_t ks[] = {64, 192, 256, 576, 2048};
+        /* 8256 and 8448: 8 rows' activations past any L1 (the AVX-512 walk
+         * then goes over k in slices, 8 weight rows at a time), with a tail
+         * of two blocks and a lone 256 */
+        const int64_t ks[] = {64, 192, 256, 576, 768, 832, 2048, 8256, 8448};
         double worst = 0;
         for (size_t a = 0; a < LARES_ARRAY_LEN(ks); a++) {
             if (ks[a] % t->blck_elems != 0) {
                 continue;
             }
             for (int64_t n_c = 1; n_c <= QUANT_ROWS_MAX; n_c++) {
-                worst = fmax(worst, test_shape(fam, t, ks[a], ks[a] == 2048 ? 5 : 17, n_c, false));
+                worst = fmax(worst, test_shape(fam, t, ks[a], ks[a] >= 2048 ? 9 : 17, n_c, false));
             }
         }
         CHECKF(worst <= 1e-5, "%s/%s: %.2e of sum |w a| from the float64 product", fam, t->name,

@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <unistd.h>
 #if defined(LARES_HAVE_X86) && defined(__GNUC__)
 #include <cpuid.h>
 #endif
@@ -35,7 +36,24 @@ static uint64_t xcr0(void) {
 }
 #endif
 
-static void probe_cpu(void) {
+/* The level-1 data cache, as the OS tells it (glibc and bionic from CPUID or
+ * sysfs, macOS from sysctl); 32 KiB, the smallest of the CPUs lares tunes
+ * for, where it does not or says something implausible */
+static uint32_t probe_l1d(void) {
+    long bytes = 0;
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+    bytes = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+#elif defined(__APPLE__)
+    int64_t v = 0;
+    size_t len = sizeof v;
+    if (sysctlbyname("hw.l1dcachesize", &v, &len, NULL, 0) == 0) {
+        bytes = (long)v;
+    }
+#endif
+    return bytes >= 8 * 1024 && bytes <= 4 * 1024 * 1024 ? (uint32_t)bytes : 32 * 1024;
+}
+
+static void probe_isa(void) {
 #if defined(LARES_HAVE_X86) && defined(__GNUC__)
     __builtin_cpu_init();
     cpu.avx2 = __builtin_cpu_supports("avx2");
@@ -87,6 +105,11 @@ static void probe_cpu(void) {
     cpu.fp16 = true;
 #endif
 #endif
+}
+
+static void probe_cpu(void) {
+    cpu.l1d_bytes = probe_l1d();
+    probe_isa();
 }
 
 const quant_cpu *quant_cpu_features(void) {

@@ -183,6 +183,7 @@ typedef struct quant_cpu {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16, avx512vbmi,
         avxvnni;
     bool neon, dotprod, fp16, i8mm;
+    uint32_t l1d_bytes; /* one core's level-1 data cache; 32 KiB where the OS does not say */
 } quant_cpu;
 const quant_cpu *quant_cpu_features(void);
 /* The features above that this CPU has, as one line of lower-case names

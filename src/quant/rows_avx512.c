@@ -3,27 +3,32 @@
  * quant_rows_fmt) on AVX-512 VNNI: decoding several sequences at once, or
  * one, where the packed GEMM's 16-lane panels would mostly multiply zeros.
  *
- * Two weight rows are walked together, 256 elements (eight blocks of 32) of
- * each at a time, and each int32 lane of a register sums one whole block:
- * lanes 0-7 the eight blocks of the first row, lanes 8-15 those of the
- * second. The two rows' codes are decoded once into eight registers, group g
- * holding elements 4g .. 4g + 3 of every lane's block, and each activation
- * row, stored in the same order (32 bytes a group, element 4g + e of block b
- * at byte 4b + e), meets them in eight VPDPBUSD with its group broadcast to
- * both halves (a load, not a shuffle). One conversion, one multiplication by
- * the row's block scales and one FMA by the weights' then make floats of 512
- * products of each row: half the float work per product of a layout whose
- * lanes hold half a block, and one accumulator per activation row for both
- * weight rows, so that eight rows' accumulators and the weights fit the 32
- * registers (docs/kernels.md, "One lane per block"). The activation codes are
- * stored plus 128 so that they are VPDPBUSD's unsigned operand; the 128 *
- * sum(w) this adds is taken off by starting each lane's sum from -128 *
- * sum(w), computed once per chunk for all rows. A last weight row without a
- * partner is walked as a pair with itself and keeps the lower half, so every
+ * A weight row is walked 512 elements (sixteen blocks of 32) at a time, and
+ * each int32 lane of a register sums one whole block: lanes 0-7 the eight
+ * blocks of the first 256, lanes 8-15 those of the second. The chunk's codes
+ * are decoded once into eight registers, group g holding elements 4g .. 4g + 3
+ * of every lane's block, and each activation row, stored in the same order (64
+ * bytes a group, element 4g + e of block b at byte 4b + e), meets them in
+ * eight VPDPBUSD, its group a plain 64-byte load. One conversion, one
+ * multiplication by the row's block scales and one FMA by the weights' then
+ * make floats of 512 products of each row: half the float work per product of
+ * a layout whose lanes hold half a block, so that eight rows' sums and
+ * accumulators and the weights fit the 32 registers (docs/kernels.md, "One
+ * lane per block"). Until 2026-12-01 the two halves held the same 256 of two
+ * weight rows, each activation group broadcast to both halves; on a Zen 4 a
+ * broadcast load takes a vector pipe, and walking one row at a time also read
+ * a lone sequence's weights faster (docs/kernels.md, "One weight row at a
+ * time"). Where the activation rows are more than the L1 holds (eight rows of
+ * a 5632-wide matrix), weight rows are taken eight at a time and k in slices
+ * that stay in L1 (row_group). The activation codes are stored plus 128 so that they are
+ * VPDPBUSD's unsigned operand; the 128 * sum(w) this adds is taken off by
+ * starting each lane's sum from -128 * sum(w), computed once per chunk for all
+ * rows. A last 256 without a partner is walked as a chunk with itself as its
+ * second half, whose products are left out (masked FMAs), and so are the last
+ * k % 256 elements, one block at a time in lanes 0-7 in element order. Every
  * row runs the same instructions on the same lanes whatever the number of
  * activation rows and weight rows: a sequence's logits do not depend on what
- * it is batched with. A row's last k % 256 elements go one block at a time,
- * lanes 0-7 the first weight row's block in element order, 8-15 the second's.
+ * it is batched with.
  *
  * The K-quants (Q4_K, Q5_K, Q6_K) read the same rows: a super-block of 256 is
  * decoded into the same eight registers (sub-block = block of 32). Q4_K and
@@ -34,10 +39,11 @@
  * K-quants do and add their minimums, m * d_a * sum(a), from the block sums
  * with the same FMA.
  *
- * The activation rows are the 256-bit families' (rows_x86.h): for each 256
- * elements the eight 32-byte groups above, the codes plus 128, then the last
- * k % 256 in element order; then one float per block (its scale d), then one
- * per block, d * (sum of its codes), which the minimums are taken with.
+ * The activation rows are the 256-bit families' made wide (rows_x86.h): for
+ * each 512 elements the eight 64-byte groups above, the codes plus 128, a
+ * last 256 as eight 32-byte groups, then the last k % 256 in element order;
+ * then one float per block (its scale d), then one per block, d * (sum of its
+ * codes), which the minimums are taken with.
  */
 #include "quant/rows_types.h"
 #include "quant/rows_x86.h"
@@ -48,20 +54,21 @@
 /* ---- activations: the codes plus 128, the block sums (rows_x86.h) ---- */
 
 static void rows_from_float(const float *restrict x, int64_t k, void *restrict row) {
-    rows256_from_float(x, k, row, 0x80, true);
+    rows256_from_float(x, k, row, 0x80, true, true);
 }
 
 static void rows_to_q8_0(const void *restrict row, int64_t k, void *restrict blocks) {
-    rows256_to_q8_0(row, k, blocks, 0x80);
+    rows256_to_q8_0(row, k, blocks, 0x80, true);
 }
 
 static const quant_rows_fmt rows_fmt = {
     .from_float = rows_from_float, .to_q8_0 = rows_to_q8_0, .to_sums = rows256_to_sums};
 
-/* ---- weights: a chunk of two rows in the lanes ---- */
+/* ---- weights: a chunk of two 256s in the lanes ---- */
 
-/* The weights of a chunk (256 elements) of two weight rows as the kernel
- * reads them: lane l of each register is block l % 8 of row l / 8. */
+/* The weights of a chunk as the kernel reads them: two 256s, at p0 and p1
+ * below (the next 256 of the row, or the same one for a 256 alone): lane l of
+ * each register is block l % 8 of the 256 at p0 (l < 8) or p1. */
 typedef struct pair_chunk {
     __m512i v[8];  /* group g: the codes of elements 4g .. 4g + 3 */
     __m512i base;  /* -128 * the sum of the lane's codes (Q6_K: of groups 0-3) */
@@ -81,7 +88,7 @@ FORCE_INLINE __m512i quarters(const uint8_t *a, const uint8_t *b, const uint8_t 
 }
 
 /* The 16 bytes at p0 + b * bb and p1 + b * bb (b = 0..7) transposed by 32-bit
- * words: r[i] lane l is word i of the piece of block l % 8 of row l / 8. The
+ * words: r[i] lane l is word i of the piece of block l % 8 of p0 or p1. The
  * pieces go into quarters so that one 4 x 4 transpose within each quarter
  * puts them in lane order. */
 FORCE_INLINE void words16(const uint8_t *p0, const uint8_t *p1, size_t bb, __m512i r[4]) {
@@ -170,7 +177,7 @@ FORCE_INLINE __m128i words8(const uint8_t *p, size_t bb) {
     return _mm_setr_epi16(d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
 }
 
-/* the lane floats of two rows' eight fp16 words each */
+/* the lane floats of two 256s' eight fp16 words each */
 FORCE_INLINE __m512 halves16(__m128i w0, __m128i w1) {
     return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(w0), w1, 1));
 }
@@ -351,7 +358,7 @@ FORCE_INLINE void chunk_q5_K(const uint8_t *p0, const uint8_t *p1, pair_chunk *c
     const __m512i k16 = _mm512_set1_epi8(16);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; g++) {
-        /* lanes 0-7 word g of the first row's qh, 8-15 of the second's */
+        /* lanes 0-7 word g of the qh at p0, 8-15 of the qh at p1 */
         const __m512i idx = _mm512_setr_epi32(g, g, g, g, g, g, g, g, 8 + g, 8 + g, 8 + g, 8 + g,
                                               8 + g, 8 + g, 8 + g, 8 + g);
         const __mmask64 set = _mm512_test_epi8_mask(_mm512_permutexvar_epi32(idx, qh), bit);
@@ -422,10 +429,12 @@ FORCE_INLINE void chunk_q6_K(const uint8_t *p0, const uint8_t *p1, pair_chunk *c
  * with one row an Intel Xeon (family 6 model 207) read memory a block at a
  * time without it (llama-1b tg16, 2 threads, Q4_0 21.3-22.8 t/s without,
  * 32.6-33.1 with 2 KiB, 35.1-35.7 with 4 KiB ahead), and 1 KiB ahead lost on
- * both CPUs. Each of the two rows walked here asks this far ahead: on that
- * Xeon (2026-11-30, llama-1b Q4_0, 2 threads, two rounds alternating) 3 KiB
- * gave one sequence 32.3 t/s and eight 155-156 against 34.2-34.3 and 160-162
- * at 4 KiB; 6 and 8 KiB the same as 4 within the host's noise. */
+ * both CPUs. When two weight rows were walked together, each asked this far
+ * ahead: on that Xeon (2026-11-30, llama-1b Q4_0, 2 threads, two rounds
+ * alternating) 3 KiB gave one sequence 32.3 t/s and eight 155-156 against
+ * 34.2-34.3 and 160-162 at 4 KiB; 6 and 8 KiB the same as 4 within the
+ * host's noise. The one row walked since asks for both its 256s this far
+ * ahead (docs/kernels.md, "One weight row at a time"). */
 #define ROWS_PREFETCH_BYTES 4096
 
 /* Whether the walk of NC activation rows decodes the next chunk before the
@@ -445,7 +454,7 @@ FORCE_INLINE bool pipelined(enum rows_type t, const int NC) {
     return t != R_Q6_K && (NC <= 2 || (NC <= 4 && t != R_Q4_K && t != R_Q5_K));
 }
 
-/* The chunk of type t at p0 and p1 decoded, the rows asked for ahead of it */
+/* The chunk of type t at p0 and p1 decoded, the row asked for ahead of it */
 FORCE_INLINE void decode_chunk(enum rows_type t, const uint8_t *p0, const uint8_t *p1, size_t cb,
                                pair_chunk *c) {
     quant_prefetch(p0 + ROWS_PREFETCH_BYTES, cb);
@@ -504,9 +513,10 @@ FORCE_INLINE __m512i pair_fifth(__m512i n, const uint8_t *qh0, const uint8_t *qh
     return _mm512_mask_add_epi8(n, (__mmask64)h0 | (__mmask64)h1 << 32, n, _mm512_set1_epi8(16));
 }
 
-/* One block of each of two weight rows, in element order (lanes 0-7 the
- * first row's, 8-15 the second's): the codes, -128 * each lane's sum, the
- * scales, and (types with minimums) m in lanes 0 and 8 */
+/* The blocks at p0 and p1 in element order (lanes 0-7 the first's, 8-15 the
+ * second's; the walk passes one block twice and keeps lanes 0-7): the codes,
+ * -128 * each lane's sum, the scales, and (types with minimums) m in lanes 0
+ * and 8 */
 FORCE_INLINE void tail_block(enum rows_type t, const uint8_t *p0, const uint8_t *p1, __m512i *wc,
                              __m512i *base, __m512 *dw, __m512 *mw) {
     lares_f16 d0, d1;
@@ -549,104 +559,157 @@ FORCE_INLINE void tail_block(enum rows_type t, const uint8_t *p0, const uint8_t 
 
 /* ---- the walk ---- */
 
-/* a group of 32 activation codes in both halves */
-FORCE_INLINE __m512i act_group(const uint8_t *a) {
-    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)a));
+/* Activation vector g of 256s j and j + 1 (wide: a plain load of the wide
+ * row's 64 bytes) or of 256 j alone, in both halves (a broadcast load, which
+ * on a Zen 4 also takes a vector pipe: the 8-row walk ran 98 G MAC/s with
+ * broadcasts of 32 bytes against 123 with plain loads, docs/kernels.md) */
+FORCE_INLINE __m512i act_vector(const uint8_t *row, int64_t j, int g, bool wide) {
+    if (wide) {
+        return _mm512_loadu_si512((const void *)(row + (size_t)j * SUPER + 64 * g));
+    }
+    return _mm512_broadcast_i64x4(
+        _mm256_loadu_si256((const __m256i *)(const void *)(row + (size_t)j * SUPER + 32 * g)));
 }
 
-/* eight floats in both halves */
-FORCE_INLINE __m512 act_floats(const float *f) {
-    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(f))));
+/* the floats of blocks 8j .. 8j + 15 at f (wide), or of 8j .. 8j + 7 in both
+ * halves */
+FORCE_INLINE __m512 act_floats(const float *f, int64_t j, bool wide) {
+    if (wide) {
+        return _mm512_loadu_ps(f + 8 * j);
+    }
+    return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(f + 8 * j))));
 }
 
-/* activation row c's block scales (rows_x86.h) from block 8j; its block sums
- * follow all k / 32 scales */
-FORCE_INLINE const float *row_scales(const uint8_t *act, size_t ab, int c, int64_t k, int64_t j) {
-    return (const float *)(const void *)(act + (size_t)c * ab + (size_t)k) + 8 * j;
+/* acc + a * b in every lane (wide), or in the lower half only (a 256 alone:
+ * its upper half repeats the lower) */
+FORCE_INLINE __m512 acc_fma(__m512 a, __m512 b, __m512 acc, bool wide) {
+    return wide ? _mm512_fmadd_ps(a, b, acc) : _mm512_mask3_fmadd_ps(a, b, acc, 0x00ff);
 }
 
-/* acc[c] plus activation row c's products with chunk j of the pair P */
+/* activation row c's block scales; its block sums follow all k / 32 scales */
+FORCE_INLINE const float *row_scales(const uint8_t *act, size_t ab, int c, int64_t k) {
+    return (const float *)(const void *)(act + (size_t)c * ab + (size_t)k);
+}
+
+/* acc[c] plus activation row c's products with the chunk P: 256s j and j + 1
+ * of the weight row (wide) or 256 j in both halves */
 FORCE_INLINE void chunk_products(enum rows_type t, const int NC, const pair_chunk *P, int64_t k,
-                                 int64_t j, const uint8_t *restrict act, size_t ab, __m512 acc[8]) {
+                                 int64_t j, bool wide, const uint8_t *restrict act, size_t ab,
+                                 __m512 acc[8]) {
     const bool min_type = rows_has_min(t) || t == R_Q4_K || t == R_Q5_K;
     const int64_t n_blocks = k / QUANT_PANEL_GROUP;
     if (t == R_Q6_K) {
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
-            const uint8_t *a = act + (size_t)c * ab + (size_t)j * SUPER;
-            const float *f = row_scales(act, ab, c, k, j);
+            const uint8_t *a = act + (size_t)c * ab;
             __m512i s0 = P->base, s1 = P->base2;
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
-                s0 = _mm512_dpbusd_epi32(s0, act_group(a + 32 * g), P->v[g]);
-                s1 = _mm512_dpbusd_epi32(s1, act_group(a + 32 * (4 + g)), P->v[4 + g]);
+                s0 = _mm512_dpbusd_epi32(s0, act_vector(a, j, g, wide), P->v[g]);
+                s1 = _mm512_dpbusd_epi32(s1, act_vector(a, j, 4 + g, wide), P->v[4 + g]);
             }
             const __m512 fl = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), P->dw2,
                                               _mm512_mul_ps(_mm512_cvtepi32_ps(s0), P->dw));
-            acc[c] = _mm512_fmadd_ps(fl, act_floats(f), acc[c]);
+            acc[c] = acc_fma(fl, act_floats(row_scales(act, ab, c, k), j, wide), acc[c], wide);
         }
         return;
     }
     /* group by group across the rows, so that the rows' chains of VPDPBUSD
-     * run side by side (each row's sum in the same order as alone) */
+     * run side by side; with one or two rows each row's groups in two chains
+     * joined at the end, so that the chains do not wait on VPDPBUSD's latency
+     * (integer sums: the same whatever the order) */
     __m512i s[8];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
         s[c] = P->base;
     }
-#pragma GCC unroll 8
-    for (int g = 0; g < 8; g++) {
-#pragma GCC unroll 8
+    if (NC <= 2) {
+        __m512i s2[2];
+#pragma GCC unroll 2
         for (int c = 0; c < NC; c++) {
-            s[c] = _mm512_dpbusd_epi32(
-                s[c], act_group(act + (size_t)c * ab + (size_t)j * SUPER + 32 * g), P->v[g]);
+            s2[c] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+#pragma GCC unroll 2
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *a = act + (size_t)c * ab;
+                s[c] = _mm512_dpbusd_epi32(s[c], act_vector(a, j, g, wide), P->v[g]);
+                s2[c] = _mm512_dpbusd_epi32(s2[c], act_vector(a, j, 4 + g, wide), P->v[4 + g]);
+            }
+        }
+#pragma GCC unroll 2
+        for (int c = 0; c < NC; c++) {
+            s[c] = _mm512_add_epi32(s[c], s2[c]);
+        }
+    } else {
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                s[c] = _mm512_dpbusd_epi32(s[c], act_vector(act + (size_t)c * ab, j, g, wide),
+                                           P->v[g]);
+            }
         }
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
-        const float *f = row_scales(act, ab, c, k, j);
-        acc[c] =
-            _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[c]), act_floats(f)), P->dw, acc[c]);
+        const float *f = row_scales(act, ab, c, k);
+        acc[c] = acc_fma(_mm512_mul_ps(_mm512_cvtepi32_ps(s[c]), act_floats(f, j, wide)), P->dw,
+                         acc[c], wide);
         if (min_type) {
-            acc[c] = _mm512_fmadd_ps(act_floats(f + n_blocks), P->mw, acc[c]);
+            acc[c] = acc_fma(act_floats(f + n_blocks, j, wide), P->mw, acc[c], wide);
         }
     }
 }
 
-/* Weight rows w and w + bx (bx = 0: one row, both halves the same) against NC
- * activation rows: y[c * ldy] and, if two, y[c * ldy + 1]. */
-FORCE_INLINE void pair_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
-                            size_t bx, const uint8_t *restrict act, size_t ab, float *restrict y,
-                            size_t ldy) {
+/* acc[c] plus weight row w's chunks j0 .. j1 - 1 (each two 256s: lanes 0-7
+ * the first's blocks, 8-15 the second's) against NC activation rows */
+FORCE_INLINE void row_chunks(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                             const uint8_t *restrict act, size_t ab, int64_t j0, int64_t j1,
+                             __m512 acc[8]) {
     const size_t cb = rows_chunk_bytes(t);
-    const int64_t n_super = k / SUPER;
-    const uint8_t *w1 = w + bx;
-    __m512 acc[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) {
-        acc[c] = _mm512_setzero_ps();
+    if (j0 >= j1) {
+        return;
     }
     if (pipelined(t, NC)) {
         /* software-pipelined: chunk j + 1 decoded before chunk j's products in
          * program order, so that the decode's chain of loads and shuffles
          * runs while the products wait (with few rows the registers allow) */
         pair_chunk P, Pn;
-        if (n_super > 0) {
-            decode_chunk(t, w, w1, cb, &Pn);
-        }
-        for (int64_t j = 0; j < n_super; j++) {
+        decode_chunk(t, w + (size_t)(2 * j0) * cb, w + (size_t)(2 * j0 + 1) * cb, cb, &Pn);
+        for (int64_t j = j0; j < j1; j++) {
             P = Pn;
-            if (j + 1 < n_super) {
-                decode_chunk(t, w + (size_t)(j + 1) * cb, w1 + (size_t)(j + 1) * cb, cb, &Pn);
+            if (j + 1 < j1) {
+                const uint8_t *p = w + (size_t)(2 * j + 2) * cb;
+                decode_chunk(t, p, p + cb, cb, &Pn);
             }
-            chunk_products(t, NC, &P, k, j, act, ab, acc);
+            chunk_products(t, NC, &P, k, 2 * j, true, act, ab, acc);
         }
     } else {
-        for (int64_t j = 0; j < n_super; j++) {
+        for (int64_t j = j0; j < j1; j++) {
             pair_chunk P;
-            decode_chunk(t, w + (size_t)j * cb, w1 + (size_t)j * cb, cb, &P);
-            chunk_products(t, NC, &P, k, j, act, ab, acc);
+            const uint8_t *p = w + (size_t)(2 * j) * cb;
+            decode_chunk(t, p, p + cb, cb, &P);
+            chunk_products(t, NC, &P, k, 2 * j, true, act, ab, acc);
         }
+    }
+}
+
+/* acc[c] plus weight row w's part after its pairs of 256s: a last 256
+ * without a partner is its own partner with the upper half's products left
+ * out, and so are the last k % 256 a block at a time; then y[c * ldy] the
+ * sum of acc[c]'s lanes */
+FORCE_INLINE void row_finish(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                             const uint8_t *restrict act, size_t ab, __m512 acc[8],
+                             float *restrict y, size_t ldy) {
+    const size_t cb = rows_chunk_bytes(t);
+    const int64_t n_super = k / SUPER;
+    if (n_super % 2 != 0) {
+        pair_chunk P;
+        const uint8_t *p = w + (size_t)(n_super - 1) * cb;
+        decode_chunk(t, p, p, cb, &P);
+        chunk_products(t, NC, &P, k, n_super - 1, false, act, ab, acc);
     }
     /* the last k % 256 (K-quant and IQ4_XS rows are whole 256s) */
     const int64_t n_tail = (k % SUPER) / 32;
@@ -655,38 +718,98 @@ FORCE_INLINE void pair_dots(enum rows_type t, const int NC, int64_t k, const uin
         const size_t at = (size_t)(n_super * 8 + tb) * bb;
         __m512i wc, base;
         __m512 dw, mw;
-        tail_block(t, w + at, w1 + at, &wc, &base, &dw, &mw);
+        tail_block(t, w + at, w + at, &wc, &base, &dw, &mw);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             const uint8_t *a = act + (size_t)c * ab + (size_t)(n_super * SUPER + 32 * tb);
-            const float *f = row_scales(act, ab, c, k, n_super);
-            const __m512i s = _mm512_dpbusd_epi32(base, act_group(a), wc);
-            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(f[tb])),
-                                     dw, acc[c]);
+            const float *f = row_scales(act, ab, c, k) + 8 * n_super;
+            const __m512i s = _mm512_dpbusd_epi32(
+                base, _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(const void *)a)),
+                wc);
+            acc[c] = acc_fma(_mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(f[tb])), dw,
+                             acc[c], false);
             if (rows_has_min(t)) {
-                acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(f[k / QUANT_PANEL_GROUP + tb]), mw, acc[c]);
+                acc[c] = acc_fma(_mm512_set1_ps(f[k / QUANT_PANEL_GROUP + tb]), mw, acc[c], false);
             }
         }
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
-        y[(size_t)c * ldy] = hsum8(_mm512_castps512_ps256(acc[c]));
-        if (bx != 0) {
-            y[(size_t)c * ldy + 1] =
-                hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[c]), 1)));
-        }
+        y[(size_t)c * ldy] = _mm512_reduce_add_ps(acc[c]);
     }
 }
 
-/* one weight row: the pair walk with the row as its own partner */
-FORCE_INLINE void row_dots_one(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
-                               const uint8_t *restrict act, size_t ab, float *restrict y,
-                               size_t ldy) {
-    pair_dots(t, NC, k, w, 0, act, ab, y, ldy);
+/* Weight row w against NC activation rows: y[c * ldy] */
+FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                           const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        acc[c] = _mm512_setzero_ps();
+    }
+    row_chunks(t, NC, k, w, act, ab, 0, k / SUPER / 2, acc);
+    row_finish(t, NC, k, w, act, ab, acc, y, ldy);
 }
 
-#define ROW_DOTS      row_dots_one
-#define ROW_DOTS_PAIR pair_dots
+/* Weight rows are walked ROWS_GROUP at a time. Where the NC activation rows
+ * are more than the L1 data cache holds, each row alone would read them all
+ * from L2 (a row walk does NC rows' VPDPBUSD per 64 weight bytes): then the
+ * group walks k in slices whose activations take half the L1, all its rows
+ * passing over one slice before the next, each row's sums kept between
+ * slices, so that every sum adds the same products in the same order as the
+ * plain walk. On a Zen 5 (48 KiB L1, bench_gemm Q4_0 -k 5632 -n 2048, 8 rows
+ * of 7 KiB) the plain walk ran 106-109 G MAC/s, the sliced one 162-167, and
+ * 6 rows (42 KiB) 168 plain against 155 sliced (docs/kernels.md, "One weight
+ * row at a time"). */
+#define ROWS_GROUP 8
+
+FORCE_INLINE void row_group(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
+                            size_t bx, const uint8_t *restrict act, size_t ab, float *restrict y,
+                            size_t ldy) {
+    const size_t l1 = quant_cpu_features()->l1d_bytes;
+    if ((size_t)NC * ab <= l1) {
+        for (int r = 0; r < ROWS_GROUP; r++) {
+            row_dots(t, NC, k, w + (size_t)r * bx, act, ab, y + r, ldy);
+        }
+        return;
+    }
+    /* chunks per slice: the slice's activations (each chunk's 512 bytes and
+     * up to 32 floats of scales and sums per row) within the L1 budget */
+    const size_t chunk_act = (size_t)NC * (2 * SUPER + 32 * sizeof(float));
+    const int64_t n_wide = k / SUPER / 2;
+    int64_t per_slice = (int64_t)(l1 / 2 / chunk_act);
+    if (per_slice < 1) {
+        per_slice = 1;
+    }
+    __m512 sums[ROWS_GROUP][8];
+    for (int r = 0; r < ROWS_GROUP; r++) {
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            sums[r][c] = _mm512_setzero_ps();
+        }
+    }
+    for (int64_t j0 = 0; j0 < n_wide; j0 += per_slice) {
+        const int64_t j1 = j0 + per_slice < n_wide ? j0 + per_slice : n_wide;
+        for (int r = 0; r < ROWS_GROUP; r++) {
+            __m512 acc[8];
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                acc[c] = sums[r][c];
+            }
+            row_chunks(t, NC, k, w + (size_t)r * bx, act, ab, j0, j1, acc);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                sums[r][c] = acc[c];
+            }
+        }
+    }
+    for (int r = 0; r < ROWS_GROUP; r++) {
+        row_finish(t, NC, k, w + (size_t)r * bx, act, ab, sums[r], y + r, ldy);
+    }
+}
+
+#define ROW_DOTS       row_dots
+#define ROW_DOTS_GROUP row_group
 #include "quant/rows_drive.h"
 
 ROWS_DEFINE(rows_q4_0_avx512, R_Q4_0)

@@ -48,11 +48,11 @@ scale.
 /* ---- activations: the codes plus 128, the block sums (rows_x86.h) ---- */
 
 static void rows_from_float(const float *restrict x, int64_t k, void *restrict row) {
-    rows256_from_float(x, k, row, 0x80, true);
+    rows256_from_float(x, k, row, 0x80, true, false);
 }
 
 static void rows_to_q8_0(const void *restrict row, int64_t k, void *restrict blocks) {
-    rows256_to_q8_0(row, k, blocks, 0x80);
+    rows256_to_q8_0(row, k, blocks, 0x80, false);
 }
 
 static const quant_rows_fmt rows_fmt = {

@@ -4,10 +4,10 @@
  * activation rows, with the row count a constant in the call so that every
  * count gets its own unrolled body. The includer defines ROW_DOTS(t, NC, k,
  * w, act, ab, y, ldy): one weight row w of type t against NC rows, the
- * results NC floats ldy apart from y. It may also define ROW_DOTS_PAIR(t, NC,
- * k, w, bx, act, ab, y, ldy), two weight rows (w and w + bx, results at y and
- * y + 1), which then takes the weight rows two at a time (ROW_DOTS a last one
- * left alone).
+ * results NC floats ldy apart from y. It may also define ROWS_GROUP and
+ * ROW_DOTS_GROUP(t, NC, k, w, bx, act, ab, y, ldy), ROWS_GROUP weight rows (w,
+ * w + bx, ..., results at y, y + 1, ...), which then takes the weight rows that
+ * many at a time (ROW_DOTS the last ones left over).
  */
 #ifndef LARES_QUANT_ROWS_DRIVE_H
 #define LARES_QUANT_ROWS_DRIVE_H
@@ -48,13 +48,13 @@ rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx, int64
            const void *restrict act, size_t ab, int64_t n_c, float *restrict y, size_t ldy) {
     const uint8_t *w = x;
     int64_t r = 0;
-#ifdef ROW_DOTS_PAIR
-#define ROWS_PAIR_CALL(NC) ROW_DOTS_PAIR(t, NC, k, wr, bx, act, ab, y + r, ldy)
-    for (; r + 2 <= n_w && n_c > 0; r += 2) {
+#ifdef ROW_DOTS_GROUP
+#define ROWS_GROUP_CALL(NC) ROW_DOTS_GROUP(t, NC, k, wr, bx, act, ab, y + r, ldy)
+    for (; r + ROWS_GROUP <= n_w && n_c > 0; r += ROWS_GROUP) {
         const uint8_t *wr = w + (size_t)r * bx;
-        ROWS_BY_COUNT(n_c, ROWS_PAIR_CALL)
+        ROWS_BY_COUNT(n_c, ROWS_GROUP_CALL)
     }
-#undef ROWS_PAIR_CALL
+#undef ROWS_GROUP_CALL
 #endif
 #define ROWS_ONE_CALL(NC) ROW_DOTS(t, NC, k, wr, act, ab, y + r, ldy)
     for (; r < n_w && n_c > 0; r++) {

@@ -7,7 +7,11 @@
  * Layout of an activation row: the codes (xor `bias`: 0x80 makes them
  * VPDPBUSD's unsigned operand, 0 keeps them signed), for each 256 elements
  * eight 32-byte vectors (byte 4b + i of vector v: element 4v + i of block b),
- * then the last k % 256 in element order; then one float per block of 32 (its
+ * then the last k % 256 in element order. A wide row (the 512-bit family,
+ * rows_avx512.c) puts each 512 elements' two 256s side by side instead, vector
+ * by vector: 64 bytes a vector, the first 256's 32 bytes then the second's, so
+ * that a 512-bit register loads a vector of both (a last 256 without a
+ * partner as above). Then one float per block of 32 (its
  * scale d), in element order; then, where the family asks for them, one float
  * per block, d * (sum of its signed codes), and one more per block, d * (sum
  * of the codes of its first 16 elements), which Q6_K's scales per 16 need.
@@ -27,12 +31,26 @@
 #define FORCE_INLINE static inline __attribute__((always_inline))
 #define SUPER        256
 
+/* where the 4 bytes of vector vi of block g's codes go in a row of k (wide:
+ * the 512-bit family's layout) */
+static inline size_t rows256_at(int64_t g, int vi, int64_t k, bool wide) {
+    const int64_t s = g / 8; /* the 256 */
+    if (wide && s / 2 < k / (2 * SUPER)) {
+        return (size_t)(s / 2) * 2 * SUPER + 64 * (size_t)vi + 32 * (size_t)(s % 2) +
+               4 * (size_t)(g % 8);
+    }
+    if (s < k / SUPER) {
+        return (size_t)s * SUPER + 32 * (size_t)vi + 4 * (size_t)(g % 8);
+    }
+    return (size_t)g * QUANT_PANEL_GROUP + 4 * (size_t)vi;
+}
+
 /* the row in the layout above; sums: also the block sums and half sums after
  * the scales */
 static inline void rows256_from_float(const float *restrict x, int64_t k, void *restrict row,
-                                      uint8_t bias, bool sums) {
+                                      uint8_t bias, bool sums, bool wide) {
     uint8_t *codes = row;
-    const int64_t n_super = k / SUPER, n_blocks = k / QUANT_PANEL_GROUP;
+    const int64_t n_blocks = k / QUANT_PANEL_GROUP;
     float *d = (float *)(void *)(codes + k);
     for (int64_t g = 0; g < n_blocks; g++) {
         __m256i q[4];
@@ -52,34 +70,22 @@ static inline void rows256_from_float(const float *restrict x, int64_t k, void *
         uint8_t c[32];
         _mm256_storeu_si256((__m256i *)(void *)c,
                             _mm256_xor_si256(q8_pack_avx2(q), _mm256_set1_epi8((char)bias)));
-        if (g / 8 < n_super) {
-            uint8_t *v = codes + (g / 8) * SUPER;
-            const int b = (int)(g % 8);
-            for (int vi = 0; vi < 8; vi++) {
-                memcpy(v + 32 * vi + 4 * b, c + 4 * vi, 4);
-            }
-        } else {
-            memcpy(codes + g * QUANT_PANEL_GROUP, c, 32);
+        for (int vi = 0; vi < 8; vi++) {
+            memcpy(codes + rows256_at(g, vi, k, wide), c + 4 * vi, 4);
         }
     }
 }
 
 /* the row back as Q8_0 blocks */
 static inline void rows256_to_q8_0(const void *restrict row, int64_t k, void *restrict blocks,
-                                   uint8_t bias) {
+                                   uint8_t bias, bool wide) {
     const uint8_t *codes = row;
-    const int64_t n_super = k / SUPER;
     const float *d = (const float *)(const void *)(codes + k);
     block_q8_0 *out = blocks;
     for (int64_t g = 0; g < k / QUANT_PANEL_GROUP; g++) {
         uint8_t c[32];
-        if (g / 8 < n_super) {
-            const uint8_t *v = codes + (g / 8) * SUPER;
-            for (int vi = 0; vi < 8; vi++) {
-                memcpy(c + 4 * vi, v + 32 * vi + 4 * (g % 8), 4);
-            }
-        } else {
-            memcpy(c, codes + g * QUANT_PANEL_GROUP, 32);
+        for (int vi = 0; vi < 8; vi++) {
+            memcpy(c + 4 * vi, codes + rows256_at(g, vi, k, wide), 4);
         }
         out[g].d = (lares_f16)_cvtss_sh(d[g], 0);
         for (int e = 0; e < 32; e++) {
