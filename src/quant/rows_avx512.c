@@ -20,10 +20,10 @@
  * a lone sequence's weights faster (docs/kernels.md, "One weight row at a
  * time"). Where the activation rows are more than the L1 holds (eight rows of
  * a 5632-wide matrix), weight rows are taken eight at a time and k in slices
- * that stay in L1 (row_group). The activation codes are stored plus 128 so that they are
- * VPDPBUSD's unsigned operand; the 128 * sum(w) this adds is taken off by
- * starting each lane's sum from -128 * sum(w), computed once per chunk for all
- * rows. A last 256 without a partner is walked as a chunk with itself as its
+ * that stay in L1 (row_group). The activation codes are stored plus 128 so
+ * that they are VPDPBUSD's unsigned operand; the 128 * sum(w) this adds is
+ * taken off by starting each lane's sum from -128 * sum(w), computed once per
+ * chunk for all rows. A last 256 without a partner is walked as a chunk with itself as its
  * second half, whose products are left out (masked FMAs), and so are the last
  * k % 256 elements, one block at a time in lanes 0-7 in element order. Every
  * row runs the same instructions on the same lanes whatever the number of
