@@ -739,50 +739,34 @@ FORCE_INLINE void row_finish(enum rows_type t, const int NC, int64_t k, const ui
     }
 }
 
-/* Weight row w against NC activation rows: y[c * ldy] */
-FORCE_INLINE void row_dots(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
-                           const uint8_t *restrict act, size_t ab, float *restrict y, size_t ldy) {
-    __m512 acc[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) {
-        acc[c] = _mm512_setzero_ps();
-    }
-    row_chunks(t, NC, k, w, act, ab, 0, k / SUPER / 2, acc);
-    row_finish(t, NC, k, w, act, ab, acc, y, ldy);
-}
-
-/* Weight rows are walked ROWS_GROUP at a time. Where the NC activation rows
+/* Weight rows w, w + bx, ... (n of them, up to ROWS_GROUP) against NC
+ * activation rows: y[c * ldy + r] for row r. Where the NC activation rows
  * are more than the L1 data cache holds, each row alone would read them all
  * from L2 (a row walk does NC rows' VPDPBUSD per 64 weight bytes): then the
- * group walks k in slices whose activations take half the L1, all its rows
- * passing over one slice before the next, each row's sums kept between
- * slices, so that every sum adds the same products in the same order as the
- * plain walk. On a Zen 5 (48 KiB L1, bench_gemm Q4_0 -k 5632 -n 2048, 8 rows
- * of 7 KiB) the plain walk ran 106-109 G MAC/s, the sliced one 162-167, and
- * 6 rows (42 KiB) 168 plain against 155 sliced (docs/kernels.md, "One weight
- * row at a time"). */
+ * rows go over k together in slices whose activations take half the L1, all
+ * of them over one slice before the next, each row's sums kept between
+ * slices, so that every sum adds the same products in the same order as a
+ * row walked alone. On a Zen 5 (48 KiB L1, bench_gemm Q4_0 -k 5632 -n 2048, 8
+ * rows of 7 KiB) one row at a time ran 106-109 G MAC/s, the slices 162-167,
+ * and 6 rows (42 KiB) 168 in one slice against 155 in slices
+ * (docs/kernels.md, "One weight row at a time"). One walk serves every count
+ * of weight rows so that each type and row count compiles to one copy. */
 #define ROWS_GROUP 8
 
 FORCE_INLINE void row_group(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
-                            size_t bx, const uint8_t *restrict act, size_t ab, float *restrict y,
-                            size_t ldy) {
+                            size_t bx, int n, const uint8_t *restrict act, size_t ab,
+                            float *restrict y, size_t ldy) {
     const size_t l1 = quant_cpu_features()->l1d_bytes;
-    if ((size_t)NC * ab <= l1) {
-        for (int r = 0; r < ROWS_GROUP; r++) {
-            row_dots(t, NC, k, w + (size_t)r * bx, act, ab, y + r, ldy);
-        }
-        return;
-    }
-    /* chunks per slice: the slice's activations (each chunk's 512 bytes and
-     * up to 32 floats of scales and sums per row) within the L1 budget */
-    const size_t chunk_act = (size_t)NC * (2 * SUPER + 32 * sizeof(float));
     const int64_t n_wide = k / SUPER / 2;
-    int64_t per_slice = (int64_t)(l1 / 2 / chunk_act);
+    /* chunks per slice: the slice's activations (each chunk's 512 bytes and
+     * up to 32 floats of scales and sums per row) within half the L1 */
+    const size_t chunk_act = (size_t)NC * (2 * SUPER + 32 * sizeof(float));
+    int64_t per_slice = (size_t)NC * ab <= l1 ? n_wide : (int64_t)(l1 / 2 / chunk_act);
     if (per_slice < 1) {
         per_slice = 1;
     }
     __m512 sums[ROWS_GROUP][8];
-    for (int r = 0; r < ROWS_GROUP; r++) {
+    for (int r = 0; r < n; r++) {
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             sums[r][c] = _mm512_setzero_ps();
@@ -790,7 +774,7 @@ FORCE_INLINE void row_group(enum rows_type t, const int NC, int64_t k, const uin
     }
     for (int64_t j0 = 0; j0 < n_wide; j0 += per_slice) {
         const int64_t j1 = j0 + per_slice < n_wide ? j0 + per_slice : n_wide;
-        for (int r = 0; r < ROWS_GROUP; r++) {
+        for (int r = 0; r < n; r++) {
             __m512 acc[8];
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
@@ -803,12 +787,11 @@ FORCE_INLINE void row_group(enum rows_type t, const int NC, int64_t k, const uin
             }
         }
     }
-    for (int r = 0; r < ROWS_GROUP; r++) {
+    for (int r = 0; r < n; r++) {
         row_finish(t, NC, k, w + (size_t)r * bx, act, ab, sums[r], y + r, ldy);
     }
 }
 
-#define ROW_DOTS       row_dots
 #define ROW_DOTS_GROUP row_group
 #include "quant/rows_drive.h"
 

@@ -4,10 +4,10 @@
  * activation rows, with the row count a constant in the call so that every
  * count gets its own unrolled body. The includer defines ROW_DOTS(t, NC, k,
  * w, act, ab, y, ldy): one weight row w of type t against NC rows, the
- * results NC floats ldy apart from y. It may also define ROWS_GROUP and
- * ROW_DOTS_GROUP(t, NC, k, w, bx, act, ab, y, ldy), ROWS_GROUP weight rows (w,
- * w + bx, ..., results at y, y + 1, ...), which then takes the weight rows that
- * many at a time (ROW_DOTS the last ones left over).
+ * results NC floats ldy apart from y; or instead ROWS_GROUP and
+ * ROW_DOTS_GROUP(t, NC, k, w, bx, n, act, ab, y, ldy): n <= ROWS_GROUP weight
+ * rows (w, w + bx, ..., results at y, y + 1, ...), which then takes the
+ * weight rows that many at a time, the last ones left over as one call.
  */
 #ifndef LARES_QUANT_ROWS_DRIVE_H
 #define LARES_QUANT_ROWS_DRIVE_H
@@ -49,19 +49,21 @@ rows_drive(enum rows_type t, int64_t k, const void *restrict x, size_t bx, int64
     const uint8_t *w = x;
     int64_t r = 0;
 #ifdef ROW_DOTS_GROUP
-#define ROWS_GROUP_CALL(NC) ROW_DOTS_GROUP(t, NC, k, wr, bx, act, ab, y + r, ldy)
-    for (; r + ROWS_GROUP <= n_w && n_c > 0; r += ROWS_GROUP) {
+#define ROWS_GROUP_CALL(NC) ROW_DOTS_GROUP(t, NC, k, wr, bx, n, act, ab, y + r, ldy)
+    for (; r < n_w && n_c > 0; r += ROWS_GROUP) {
         const uint8_t *wr = w + (size_t)r * bx;
+        const int n = n_w - r < ROWS_GROUP ? (int)(n_w - r) : ROWS_GROUP;
         ROWS_BY_COUNT(n_c, ROWS_GROUP_CALL)
     }
 #undef ROWS_GROUP_CALL
-#endif
+#else
 #define ROWS_ONE_CALL(NC) ROW_DOTS(t, NC, k, wr, act, ab, y + r, ldy)
     for (; r < n_w && n_c > 0; r++) {
         const uint8_t *wr = w + (size_t)r * bx;
         ROWS_BY_COUNT(n_c, ROWS_ONE_CALL)
     }
 #undef ROWS_ONE_CALL
+#endif
 }
 
 /* a quant_rows_fn named `name` driving the includer's type `type` */
