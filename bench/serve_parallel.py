@@ -478,6 +478,7 @@ def run(a, result):
             t.join()
             if out[0][0] == "error":
                 sys.exit(f"serve_parallel: the long request failed: {out[0]}")
+        result["ttft_busy_runs"] = [round(b, 4) for b in busy]
         result["ttft_idle_s"] = round(idle, 4)
         result["ttft_during_long_prompt_s"] = round(statistics.median(busy), 4)
         result["ttft_ratio"] = round(statistics.median(busy) / idle, 2)
