@@ -26,6 +26,7 @@ typedef struct bench_opts {
     lares_session_opts session;
     bool json;
     bool verbose; /* -v: the library's info lines (the GPU placement) on stderr */
+    lares_model_opts model_opts; /* --no-mmap */
     const char *isa;
     float temp;    /* tg's sampling temperature; 0: greedy */
     uint64_t seed; /* tg's sampling seed */
@@ -69,7 +70,7 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                 "usage: lares bench -m MODEL [-p 128] [-n 32] [-d 0] [-t THREADS] [-r|--repeat 3]\n"
                 "                   [-b BATCH] [-c CTX] [--kv-type auto|f16|f32] [--json]\n"
                 "                   [--isa NAME] [--mem-budget SIZE] [--stream-io M] [--temp T]\n"
-                "                   [--seed S]\n"
+                "                   [--seed S] [--no-mmap]\n"
                 "                   [--parallel S] [-v]\n"
                 "  -p N   prompt tokens of the pp test (0 skips it)\n"
                 "  -n N   generated tokens of the tg test (0 skips it)\n"
@@ -78,6 +79,8 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
                 "  --parallel S    also tg with S sequences decoding together (aggregate t/s)\n"
                 "  --mem-budget SIZE   memory for the whole run, as in lares run (default:\n"
                 "                  the cgroup limit or 80% of available memory)\n"
+                "  --no-mmap       read the model into memory instead of mapping it (as in\n"
+                "                  lares run)\n"
                 "  --stream-io auto|mmap|direct   how streamed weights are read (as in\n"
                 "                  lares run)\n"
                 "  --expert-cache lru|heat   MoE while streaming: what the expert cache\n"
@@ -99,6 +102,10 @@ static int parse_bench(int argc, char **argv, bench_opts *o) {
         }
         if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
             o->verbose = true;
+            continue;
+        }
+        if (strcmp(a, "--no-mmap") == 0) {
+            o->model_opts.no_mmap = true;
             continue;
         }
         const int gpu = app_gpu_opt(argc, argv, &i, &o->session);
@@ -285,7 +292,7 @@ int cmd_bench(int argc, char **argv) {
     lares_session *s = NULL;
     lares_batch *batch = NULL;
     int32_t *prompt = NULL;
-    if (lares_model_open(o.model, NULL, &m, &err) != LARES_OK ||
+    if (lares_model_open(o.model, &o.model_opts, &m, &err) != LARES_OK ||
         lares_session_create(m, &o.session, &s, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;

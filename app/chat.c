@@ -372,7 +372,7 @@ int cmd_chat(int argc, char **argv) {
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
     rc = APP_FAIL;
-    if (lares_model_open(o.model, NULL, &c.m, &err) != LARES_OK) {
+    if (lares_model_open(o.model, app_model_opts(), &c.m, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
     }

@@ -34,6 +34,9 @@ void app_session_usage(FILE *to) {
           "      --mem-window N      streamed units (parts of layers) in memory at once\n"
           "                          (default: as fits)\n"
           "      --mem-lock          lock the weights that stay resident in memory (mlock)\n"
+          "      --no-mmap           read the model into memory (2 MiB pages where the OS\n"
+          "                          offers them) instead of mapping the file; the weights\n"
+          "                          then cannot stream under a smaller --mem-budget\n"
           "      --stream-io M       how streamed weights are read: direct (O_DIRECT into\n"
           "                          buffers lares owns), mmap (the page cache) or auto\n"
           "                          (the default: direct where the file system allows it\n"
@@ -121,6 +124,13 @@ int app_sampling_opt(int argc, char **argv, int *i, lares_sampler_opts *s, bool 
     return ok ? 1 : -1;
 }
 
+/* how the commands that take the session options open their models */
+static lares_model_opts model_opts;
+
+const lares_model_opts *app_model_opts(void) {
+    return &model_opts;
+}
+
 int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
     const char *a = argv[*i];
     const char *v;
@@ -157,6 +167,9 @@ int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o) {
     } else if (is(a, "--mem-lock", NULL)) {
         ok = true;
         o->mem_lock = true;
+    } else if (is(a, "--no-mmap", NULL)) {
+        ok = true;
+        model_opts.no_mmap = true;
     } else if (is(a, "--expert-cache", NULL)) {
         ok = (v = app_need_value(argc, argv, i)) != NULL &&
              app_parse_expert_cache(a, v, &o->expert_cache);

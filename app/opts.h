@@ -11,6 +11,8 @@
 
 int app_sampling_opt(int argc, char **argv, int *i, lares_sampler_opts *s, bool *seed_given);
 int app_session_opt(int argc, char **argv, int *i, lares_session_opts *o);
+/* the model options the session options set (--no-mmap) */
+const lares_model_opts *app_model_opts(void);
 /* "on" / "off" (--rebalance, --failover) into > 0 / < 0; false (and a message) otherwise */
 bool app_parse_on_off(const char *opt, const char *v, int *out);
 bool app_parse_auto_on_off(const char *opt, const char *v, int *out);

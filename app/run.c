@@ -476,12 +476,12 @@ int cmd_run(int argc, char **argv) {
     size_t n_ids = 0, n_gen = 0;
     run_state rs = {.stream = !o.json};
     rc = APP_FAIL;
-    if (lares_model_open(o.model, NULL, &m, &err) != LARES_OK ||
+    if (lares_model_open(o.model, app_model_opts(), &m, &err) != LARES_OK ||
         lares_session_create(m, &o.session, &s, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
     }
-    if (o.draft != NULL && lares_model_open(o.draft, NULL, &dm, &err) != LARES_OK) {
+    if (o.draft != NULL && lares_model_open(o.draft, app_model_opts(), &dm, &err) != LARES_OK) {
         app_error("run: draft model: %s", err.msg);
         goto done;
     }

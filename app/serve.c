@@ -223,7 +223,7 @@ int cmd_serve(int argc, char **argv) {
     lares_batch *batch = NULL; /* --parallel > 1: it owns the session */
     server *sv = NULL;
     int rc = APP_FAIL;
-    if (lares_model_open(model, NULL, &m, &err) != LARES_OK) {
+    if (lares_model_open(model, app_model_opts(), &m, &err) != LARES_OK) {
         rc = app_fail(&err);
         goto done;
     }
@@ -236,7 +236,7 @@ int cmd_serve(int argc, char **argv) {
         lares_batch_set_ring_groups(batch, ring_groups > 0 ? ring_groups : 0);
         o.batch = batch;
     }
-    if (draft != NULL && lares_model_open(draft, NULL, &dm, &err) != LARES_OK) {
+    if (draft != NULL && lares_model_open(draft, app_model_opts(), &dm, &err) != LARES_OK) {
         app_error("serve: draft model: %s", err.msg);
         goto done;
     }

@@ -102,6 +102,11 @@ typedef struct lares_model_info {
 
 typedef struct lares_model_opts {
     bool vocab_only; /* load only the tokenizer (a vocab GGUF without tensors) */
+    /* Read the whole file into memory (on 2 MiB pages where the OS offers
+     * them) instead of mapping it: fewer pages to translate on every pass,
+     * but the weights cannot stream under a memory budget below the model's
+     * size, and the OS cannot drop and re-read them under pressure */
+    bool no_mmap;
 } lares_model_opts;
 
 LARES_API lares_model_opts lares_model_opts_default(void);

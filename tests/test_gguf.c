@@ -50,6 +50,45 @@ static void test_real_file(void) {
     gguf_close(f);
 }
 
+/* A file read into the caller's buffer (gguf_open_opts.into) holds the same
+ * keys and tensor bytes as the mapped file, its tensors point into the
+ * buffer; a buffer too small is refused with the sizes. */
+static void test_read_into_memory(void) {
+    lares_error err = {0};
+    gguf_file *mapped = NULL, *copy = NULL;
+    CHECK_OK(gguf_open(fixture("TinyStories-656K.f16.gguf"), NULL, &mapped, &err), &err);
+    if (mapped == NULL) {
+        return;
+    }
+    const uint64_t n = gguf_file_bytes(mapped);
+    uint8_t *buf = malloc((size_t)n);
+    CHECK(buf != NULL);
+    gguf_open_opts o = {.into = buf, .into_bytes = n - 1};
+    CHECK(gguf_open(fixture("TinyStories-656K.f16.gguf"), &o, &copy, &err) == LARES_EINVAL &&
+          copy == NULL);
+    CHECKF(strstr(err.msg, "do not fit a buffer of") != NULL, "message: %s", err.msg);
+    o.into_bytes = n;
+    CHECK_OK(gguf_open(fixture("TinyStories-656K.f16.gguf"), &o, &copy, &err), &err);
+    if (copy != NULL) {
+        CHECK(gguf_in_memory(copy) && !gguf_in_memory(mapped) && gguf_base(copy) == buf);
+        CHECK(memcmp(buf, gguf_base(mapped), (size_t)n) == 0);
+        CHECK(gguf_n_kv(copy) == gguf_n_kv(mapped) &&
+              gguf_n_tensors(copy) == gguf_n_tensors(mapped));
+        for (uint64_t i = 0; i < gguf_n_tensors(mapped); i++) {
+            const gguf_tensor *a = gguf_tensor_at(mapped, i), *b = gguf_tensor_at(copy, i);
+            CHECK(a->nbytes == b->nbytes && a->offset == b->offset && a->type == b->type);
+            CHECK((const uint8_t *)b->data == buf + gguf_data_offset(copy) + b->offset);
+            CHECK(memcmp(a->data, b->data, (size_t)a->nbytes) == 0);
+        }
+        gguf_str arch;
+        CHECK_OK(gguf_get_str(copy, "general.architecture", &arch, &err), &err);
+        CHECK(arch.ptr >= (const char *)buf && arch.ptr < (const char *)buf + n);
+        gguf_close(copy);
+    }
+    free(buf);
+    gguf_close(mapped);
+}
+
 /* Copies every key and tensor of a real file through the writer and checks
  * the result reads back identical. */
 static void test_writer_round_trip(void) {
@@ -359,6 +398,7 @@ int main(void) {
     test_types();
     test_float_as_int();
     test_real_file();
+    test_read_into_memory();
     test_writer_round_trip();
     test_hostile();
     test_truncations();

@@ -21,6 +21,8 @@
 struct lares_model {
     char *path;        /* owned */
     gguf_file *file;   /* owned */
+    void *copy;        /* owned (mem_buffer_map): the file read into memory (no_mmap) */
+    uint64_t copy_bytes;
     model *m;          /* owned; NULL when opened vocab-only */
     text_vocab *vocab; /* owned */
     double open_ms;

@@ -93,6 +93,13 @@ lares_status api_exec_opts(const lares_session *s, exec_opts *out, uint64_t *bud
         if (lim.auto_bytes == lim.cgroup_bytes && lim.cgroup_version != 0) {
             snprintf(source, sizeof source, "the cgroup v%d memory limit of %.1f MiB",
                      lim.cgroup_version, mib(budget));
+        } else if (lm->copy != NULL && budget != UINT64_MAX) {
+            /* the copy already left MemAvailable, where the mapping's pages
+             * would have been counted in it */
+            budget += lm->copy_bytes;
+            snprintf(source, sizeof source,
+                     "%.0f %% of MemAvailable and the weights read in, %.1f MiB",
+                     MEM_AVAILABLE_SHARE * 100, mib(budget));
         } else {
             snprintf(source, sizeof source, "%.0f %% of MemAvailable, %.1f MiB",
                      MEM_AVAILABLE_SHARE * 100, mib(budget));

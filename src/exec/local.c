@@ -135,6 +135,14 @@ static void unlock_everything(exec_local *e) {
  * streams it: never more resident than the new plan allows. */
 static lares_status run_plan(exec_local *e, uint64_t budget, const bool *pinned,
                              const exec_plan_info *p, bool first, lares_error *err) {
+    if (p->streaming && gguf_in_memory(e->m->file)) { /* giving pages back would zero them */
+        return lares_fail(err, LARES_EINVAL,
+                          "%s: read into memory (no mmap), so its %.1f MiB of weights cannot "
+                          "stream within the %.1f MiB the memory budget leaves them: map the file "
+                          "instead, or allow more memory",
+                          gguf_path(e->m->file), (double)p->weight_bytes / (1 << 20),
+                          (double)budget / (1 << 20));
+    }
     const bool was_streaming = !first && e->plan.streaming;
     for (int32_t i = 0; i < e->n_units; i++) {
         exec_unit *u = &e->units[i];

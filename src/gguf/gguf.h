@@ -133,6 +133,10 @@ typedef struct gguf_file gguf_file;
 
 typedef struct gguf_open_opts {
     bool populate; /* pre-fault the whole mapping (MAP_POPULATE where available) */
+    /* Not NULL: the whole file is read into this buffer (the caller's, at
+     * least into_bytes, kept until gguf_close) instead of being mapped */
+    void *into;
+    uint64_t into_bytes;
 } gguf_open_opts;
 
 /* Maps and parses a file. On failure nothing is left open. */
@@ -151,6 +155,9 @@ uint64_t gguf_alignment(const gguf_file *f);
 uint64_t gguf_data_offset(const gguf_file *f); /* file offset of the data section */
 uint64_t gguf_header_bytes(const gguf_file *f); /* bytes before the data padding */
 const uint8_t *gguf_base(const gguf_file *f);  /* start of the mapping (file offset 0) */
+/* True when the file was read into the caller's buffer (gguf_open_opts.into):
+ * its pages are not the OS cache's, so they must never be given back */
+bool gguf_in_memory(const gguf_file *f);
 int gguf_fd(const gguf_file *f);               /* -1 for memory files */
 /* True once a read of the mapping failed (the file shrank or the disk failed
  * while mapped, guard.c): the pages read since hold zeros, and whatever was

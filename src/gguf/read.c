@@ -35,7 +35,8 @@ struct gguf_file {
     char *path;           /* owned */
     int fd;               /* owned; -1 for a memory file */
     int guard;            /* the mapping's guard slot (guard.c); -1 for none */
-    const uint8_t *base;  /* the mapping (owned when fd >= 0) */
+    const uint8_t *base;  /* the mapping (owned when fd >= 0), or the caller's copy */
+    bool in_memory;       /* base is the caller's buffer the file was read into */
     uint64_t size;
     uint32_t version;
     uint64_t alignment;
@@ -549,6 +550,31 @@ lares_status gguf_open_memory(const void *buf, size_t len, const char *name, ggu
     return LARES_OK;
 }
 
+/* The whole file read into the caller's buffer instead of mapped. Its pages
+ * in the OS cache stay the OS's to drop (a next run may map them again). */
+static lares_status read_into(gguf_file *f, void *into, uint64_t into_bytes, lares_error *err) {
+    if (f->size > into_bytes) {
+        return lares_fail(err, LARES_EINVAL, "%s: %" PRIu64 " bytes do not fit a buffer of %" PRIu64,
+                          f->path, f->size, into_bytes);
+    }
+    uint8_t *to = into;
+    for (uint64_t at = 0; at < f->size;) {
+        const size_t want = (size_t)LARES_MIN(f->size - at, (uint64_t)1 << 30);
+        const ssize_t got = pread(f->fd, to + at, want, (off_t)at);
+        if (got < 0 && errno == EINTR) {
+            continue;
+        }
+        if (got <= 0) {
+            return lares_fail(err, LARES_EIO, "%s: reading at %" PRIu64 ": %s", f->path, at,
+                              got < 0 ? strerror(errno) : "the file ended early");
+        }
+        at += (uint64_t)got;
+    }
+    f->base = to;
+    f->in_memory = true;
+    return LARES_OK;
+}
+
 lares_status gguf_open(const char *path, const gguf_open_opts *opts, gguf_file **out,
                        lares_error *err) {
     gguf_file *f = file_new(path);
@@ -581,6 +607,16 @@ lares_status gguf_open(const char *path, const gguf_open_opts *opts, gguf_file *
     if (f->size > SIZE_MAX) {
         st = lares_fail(err, LARES_EUNSUPPORTED, "%s: too large to map on this system", path);
         goto fail;
+    }
+    if (opts != NULL && opts->into != NULL) {
+        if ((st = read_into(f, opts->into, opts->into_bytes, err)) != LARES_OK) {
+            goto fail;
+        }
+        if ((st = parse(f, err)) != LARES_OK) {
+            goto fail;
+        }
+        *out = f;
+        return LARES_OK;
     }
     int flags = MAP_SHARED;
 #ifdef MAP_POPULATE
@@ -617,7 +653,7 @@ void gguf_close(gguf_file *f) {
     }
     if (f->fd >= 0) {
         gguf_guard_remove(f->guard);
-        if (f->base != NULL) {
+        if (f->base != NULL && !f->in_memory) {
             munmap((void *)f->base, (size_t)f->size);
         }
         close(f->fd);
@@ -657,6 +693,9 @@ uint64_t gguf_header_bytes(const gguf_file *f) {
 }
 const uint8_t *gguf_base(const gguf_file *f) {
     return f->base;
+}
+bool gguf_in_memory(const gguf_file *f) {
+    return f->in_memory;
 }
 bool gguf_damaged(const gguf_file *f) {
     return f != NULL && gguf_guard_faults(f->guard) > 0;
