@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --no-mmap: the model read into memory instead of mapped generates exactly
-# the tokens (and logits' choices) of the mapped run, for a float and a
+# the tokens of the mapped run, for a float and a
 # quantized file, through lares run and lares serve; lares bench takes it too.
 # A memory budget that would make the weights stream is refused with a
 # message that says why (the copy cannot give pages back) and what to do.
