@@ -390,6 +390,7 @@ static void print_json(const run_opts *o, const lares_model *m, const lares_sess
     json_object_set_new(mem, "budget_bytes", st->mem_budget_bytes == UINT64_MAX
                                                  ? json_null()
                                                  : json_integer((json_int_t)st->mem_budget_bytes));
+    json_object_set_new(mem, "no_mmap", json_boolean(info.in_memory));
     json_object_set_new(mem, "streaming", json_boolean(st->streaming));
     json_object_set_new(mem, "stream_bytes", json_integer((json_int_t)st->stream_bytes));
     json_object_set_new(mem, "pinned_bytes", json_integer((json_int_t)st->pinned_bytes));

@@ -98,6 +98,7 @@ typedef struct lares_model_info {
     const char *file_type; /* dominant weight type name, e.g. "q4_0" */
     int32_t n_expert;      /* MoE: experts per layer; 0: dense */
     int32_t n_expert_used; /* MoE: experts each token uses */
+    bool in_memory;        /* read into memory (lares_model_opts.no_mmap), not mapped */
 } lares_model_info;
 
 typedef struct lares_model_opts {

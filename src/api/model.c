@@ -119,6 +119,7 @@ void lares_model_get_info(const lares_model *lm, lares_model_info *out) {
     for (uint64_t i = 0; i < gguf_n_tensors(lm->file); i++) {
         out->weight_bytes += gguf_tensor_at(lm->file, i)->nbytes;
     }
+    out->in_memory = gguf_in_memory(lm->file);
     if (lm->m != NULL) {
         const model_hparams *hp = &lm->m->hp;
         out->arch = hp->arch_name;

@@ -20,8 +20,10 @@ for f in stories260K.gguf derived/TinyStories-656K.llamacpp-Q4_K_M.gguf; do
   a=$(jq -c .generated_ids "$TMP/map.json")
   b=$(jq -c .generated_ids "$TMP/copy.json")
   [ -n "$a" ] && [ "$a" != null ] && [ "$a" = "$b" ] && ok || fail "$f: mapped $a, read in $b"
-  jq -e '.memory.streaming == false' "$TMP/copy.json" >/dev/null && ok \
-    || fail "$f --no-mmap: $(jq -c .memory "$TMP/copy.json")"
+  jq -e '.memory.streaming == false and .memory.no_mmap == true' "$TMP/copy.json" >/dev/null \
+    && ok || fail "$f --no-mmap: $(jq -c .memory "$TMP/copy.json")"
+  jq -e '.memory.no_mmap == false' "$TMP/map.json" >/dev/null && ok \
+    || fail "$f mapped: $(jq -c .memory "$TMP/map.json")"
 done
 
 M=$(model stories260K.gguf)
