@@ -575,6 +575,26 @@ static lares_status read_into(gguf_file *f, void *into, uint64_t into_bytes, lar
     return LARES_OK;
 }
 
+/* The file mapped, under the guard that turns a failed page into zeros */
+static lares_status map_file(gguf_file *f, const gguf_open_opts *opts, lares_error *err) {
+    int flags = MAP_SHARED;
+#ifdef MAP_POPULATE
+    if (opts != NULL && opts->populate) {
+        flags |= MAP_POPULATE;
+    }
+#else
+    (void)opts;
+#endif
+    void *map = mmap(NULL, (size_t)f->size, PROT_READ, flags, f->fd, 0);
+    if (map == MAP_FAILED) {
+        return lares_fail(err, LARES_EIO, "%s: cannot map %" PRIu64 " bytes: %s", f->path,
+                          f->size, strerror(errno));
+    }
+    f->base = map;
+    f->guard = gguf_guard_add(map, f->size);
+    return LARES_OK;
+}
+
 lares_status gguf_open(const char *path, const gguf_open_opts *opts, gguf_file **out,
                        lares_error *err) {
     gguf_file *f = file_new(path);
@@ -608,33 +628,9 @@ lares_status gguf_open(const char *path, const gguf_open_opts *opts, gguf_file *
         st = lares_fail(err, LARES_EUNSUPPORTED, "%s: too large to map on this system", path);
         goto fail;
     }
-    if (opts != NULL && opts->into != NULL) {
-        if ((st = read_into(f, opts->into, opts->into_bytes, err)) != LARES_OK) {
-            goto fail;
-        }
-        if ((st = parse(f, err)) != LARES_OK) {
-            goto fail;
-        }
-        *out = f;
-        return LARES_OK;
-    }
-    int flags = MAP_SHARED;
-#ifdef MAP_POPULATE
-    if (opts != NULL && opts->populate) {
-        flags |= MAP_POPULATE;
-    }
-#else
-    (void)opts;
-#endif
-    void *map = mmap(NULL, (size_t)f->size, PROT_READ, flags, f->fd, 0);
-    if (map == MAP_FAILED) {
-        st = lares_fail(err, LARES_EIO, "%s: cannot map %" PRIu64 " bytes: %s", path, f->size,
-                        strerror(errno));
-        goto fail;
-    }
-    f->base = map;
-    f->guard = gguf_guard_add(map, f->size);
-    if ((st = parse(f, err)) != LARES_OK) {
+    st = opts != NULL && opts->into != NULL ? read_into(f, opts->into, opts->into_bytes, err)
+                                            : map_file(f, opts, err);
+    if (st != LARES_OK || (st = parse(f, err)) != LARES_OK) {
         goto fail;
     }
     if ((st = gguf_check(f, err)) != LARES_OK) { /* shrank while it was read */
