@@ -422,6 +422,51 @@ static void check_model(json_t *root, const char *file, int min_agree) {
     rig_close(&r);
 }
 
+/* The huge-page advice of the mapping holding addr, from /proc/self/smaps:
+ * 'h' (VmFlags hg, MADV_HUGEPAGE), 'n' (nh), '-' (neither); 0 where the OS
+ * cannot tell (not Linux, no transparent huge pages in the kernel) */
+static char huge_advice(const void *addr) {
+#if defined(__linux__)
+    if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) != 0) {
+        return 0;
+    }
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (f == NULL) {
+        return 0;
+    }
+    char line[512];
+    bool inside = false;
+    char got = 0;
+    while (got == 0 && fgets(line, sizeof line, f) != NULL) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            inside = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+        } else if (inside && strncmp(line, "VmFlags:", 8) == 0) {
+            got = strstr(line, " hg") != NULL ? 'h' : strstr(line, " nh") != NULL ? 'n' : '-';
+        }
+    }
+    fclose(f);
+    return got;
+#else
+    (void)addr;
+    return 0;
+#endif
+}
+
+/* A plan that keeps every weight resident advises the mapping onto huge
+ * pages, one that streams advises it off them (mem_advise_huge) */
+static void check_huge_advice(const rig *r, bool streaming) {
+    mem_file mf;
+    mem_file_of(r->f, &mf);
+    const void *at[] = {mf.base, mf.base + mf.bytes / 2, mf.base + mf.bytes - 1};
+    for (size_t i = 0; i < LARES_ARRAY_LEN(at); i++) {
+        const char a = huge_advice(at[i]);
+        CHECKF(a == 0 || a == (streaming ? 'n' : 'h'),
+               "%s plan: the mapping's huge-page advice at %zu of 3 is '%c'",
+               streaming ? "a streaming" : "a resident", i, a);
+    }
+}
+
 /* The budget changes between passes (the KV cache fills, a ring re-plans):
  * tokens stay the same through every change, a budget below the least is
  * refused without changing anything, and more budget pins a superset. */
@@ -469,6 +514,7 @@ static void check_rebudget(const char *file, exec_stream_io io) {
             exec_local_plan(e, &now);
             CHECKF(now.streaming == (b != 0 && b < total), "budget %llu: streaming %d",
                    (unsigned long long)b, now.streaming);
+            check_huge_advice(&r, now.streaming);
             if (prev.streaming && now.streaming && b > last_budget) {
                 CHECKF(now.n_pinned >= prev.n_pinned, "more budget pinned fewer units");
             }

@@ -170,6 +170,13 @@ static lares_status run_plan(exec_local *e, uint64_t budget, const bool *pinned,
     e->plan.expert_probe_mmap_Bps = e->x.io.probe_mmap_Bps;
     e->o.weight_budget_bytes = budget;
     exec_experts_set_capacity(e, p->streaming ? p->expert_cache_bytes : 0, !was_streaming);
+    /* Resident weights read from now on come on 2 MiB pages; streamed ones
+     * keep their reads and releases page-sized (the advice is the mapping's,
+     * so a streaming plan takes back what a resident one gave). A copy sits
+     * on huge pages already. */
+    if (!gguf_in_memory(e->m->file)) {
+        mem_advise_huge(&e->mf, !p->streaming);
+    }
     if (!p->streaming) {
         if (e->o.lock) {
             lock_everything(e);

@@ -158,6 +158,13 @@ void mem_advise_sequential(const mem_file *mf, const mem_span *s);
 /* Tells the OS that faults in the span are random (no read-around): for the
  * embedding, whose rows are touched one per token. */
 void mem_advise_random(const mem_file *mf, const mem_span *s);
+/* Tells the OS whether the whole mapping should sit on huge pages (Linux:
+ * MADV_HUGEPAGE / MADV_NOHUGEPAGE; nothing elsewhere): on for weights that
+ * stay resident, so that what is read from then on comes into the page cache
+ * in 2 MiB folios mapped by one entry each; off for weights that stream,
+ * whose releases must not leave a 2 MiB folio behind at each end of a range.
+ * Advice only: pages already cached keep their size. */
+void mem_advise_huge(const mem_file *mf, bool on);
 /* Locks the span's pages in memory. LARES_ENOMEM with a message naming the
  * file, the bytes and RLIMIT_MEMLOCK when the OS refuses; nothing stays locked
  * then. */
