@@ -36,9 +36,11 @@ struct lares_model {
 #define API_DRAFT_RATES_MAX 17
 typedef struct api_draft_rates {
     double rate[2][API_DRAFT_RATES_MAX];
+    double step_ms[2][API_DRAFT_RATES_MAX]; /* what a pass takes, recent passes weighing more */
     int32_t count[2][API_DRAFT_RATES_MAX];
     bool last_on;
-    int32_t streak; /* passes in a row with last_on's choice */
+    int32_t streak;  /* passes in a row with last_on's choice */
+    double spent_ms; /* the time of those passes */
 } api_draft_rates;
 /* Whether the next pass's greedy sequences draft, with n_gen generating. */
 bool api_draft_rates_choose(api_draft_rates *p, int32_t n_gen);

@@ -15,8 +15,13 @@
  * So it is measured instead of modelled: for each number of generating
  * sequences (one session: 1) the tokens per millisecond of the passes with
  * drafts and of those without (generation only, drafting included in their
- * time), each tried twice, then the faster taken, and once every
- * DRAFT_EXPLORE passes the other, so that both figures stay current. Only
+ * time), each tried twice, then the faster taken, and the other tried again
+ * after DRAFT_EXPLORE passes that together took DRAFT_EXPLORE times what a pass
+ * of the other takes, so that both figures stay current and trying the other
+ * takes at most about 1/33 of the time: a pass with drafts took 7.5 times one
+ * without on a Zen 5 (4 sequences, llama-1b Q4_0, 7 drafts each), and trying
+ * them once every 32 passes gave them 69 % of the generation time where they
+ * were 6 % slower a token (docs/performance.md, "Session 38"). Only
  * greedy sequences follow it: their tokens are plain decoding's whether they
  * draft or not, where a sampled sequence's tokens depend on its drafts (the
  * same distribution, other draws), and its output must not depend on timing.
@@ -35,12 +40,14 @@ bool api_draft_rates_choose(api_draft_rates *p, int32_t n_gen) {
         on = false;
     } else {
         on = p->rate[1][g] >= p->rate[0][g];
-        if (on == p->last_on && ++p->streak >= DRAFT_EXPLORE) {
+        if (on == p->last_on && ++p->streak >= DRAFT_EXPLORE &&
+            p->spent_ms >= DRAFT_EXPLORE * p->step_ms[!on][g]) {
             on = !on; /* the other, now and then */
         }
     }
     if (on != p->last_on) {
         p->streak = 0;
+        p->spent_ms = 0;
     }
     p->last_on = on;
     return on;
@@ -52,7 +59,9 @@ void api_draft_rates_note(api_draft_rates *p, int32_t n_gen, bool on, int32_t to
     }
     const int32_t g = n_gen < API_DRAFT_RATES_MAX ? n_gen : API_DRAFT_RATES_MAX - 1;
     const double r = tokens / ms;
-    double *rate = &p->rate[on][g];
+    double *rate = &p->rate[on][g], *step = &p->step_ms[on][g];
     *rate = p->count[on][g] == 0 ? r : RATE_KEEP * *rate + (1 - RATE_KEEP) * r;
+    *step = p->count[on][g] == 0 ? ms : RATE_KEEP * *step + (1 - RATE_KEEP) * ms;
     p->count[on][g]++;
+    p->spent_ms += ms;
 }
