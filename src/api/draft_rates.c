@@ -19,9 +19,11 @@
  * after DRAFT_EXPLORE passes that together took DRAFT_EXPLORE times what a pass
  * of the other takes, so that both figures stay current and trying the other
  * takes at most about 1/33 of the time: a pass with drafts took 7.5 times one
- * without on a Zen 5 (4 sequences, llama-1b Q4_0, 7 drafts each), and trying
- * them once every 32 passes gave them 69 % of the generation time where they
- * were 6 % slower a token (docs/performance.md, "Session 38"). Only
+ * without on a Zen 5 (4 sequences, llama-1b Q4_0, 7 drafts each), so with the
+ * other tried after any 32 passes the 31 passes with drafts of 144 (the first
+ * tries, the crossings of the two figures, one in 32 after) held 69 % of the
+ * generation time where drafts were 6 % slower a token (docs/performance.md,
+ * "Session 38"). Only
  * greedy sequences follow it: their tokens are plain decoding's whether they
  * draft or not, where a sampled sequence's tokens depend on its drafts (the
  * same distribution, other draws), and its output must not depend on timing.
