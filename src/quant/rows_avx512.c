@@ -454,11 +454,13 @@ FORCE_INLINE bool pipelined(enum rows_type t, const int NC) {
     return t != R_Q6_K && (NC <= 2 || (NC <= 4 && t != R_Q4_K && t != R_Q5_K));
 }
 
-/* The chunk of type t at p0 and p1 decoded, the row asked for ahead of it */
+/* The chunk of type t at p0 and p1 decoded, the bytes pf further on asked
+ * for (what the walk reads that much later: ROWS_PREFETCH_BYTES on in a row
+ * walked whole, the next group's row in slices) */
 FORCE_INLINE void decode_chunk(enum rows_type t, const uint8_t *p0, const uint8_t *p1, size_t cb,
-                               pair_chunk *c) {
-    quant_prefetch(p0 + ROWS_PREFETCH_BYTES, cb);
-    quant_prefetch(p1 + ROWS_PREFETCH_BYTES, cb);
+                               ptrdiff_t pf, pair_chunk *c) {
+    quant_prefetch(p0 + pf, cb);
+    quant_prefetch(p1 + pf, cb);
     switch (t) {
     case R_Q4_0:
         chunk_q4_0(p0, p1, c);
@@ -667,7 +669,7 @@ FORCE_INLINE void chunk_products(enum rows_type t, const int NC, const pair_chun
  * the first's blocks, 8-15 the second's) against NC activation rows */
 FORCE_INLINE void row_chunks(enum rows_type t, const int NC, int64_t k, const uint8_t *restrict w,
                              const uint8_t *restrict act, size_t ab, int64_t j0, int64_t j1,
-                             __m512 acc[8]) {
+                             ptrdiff_t pf, __m512 acc[8]) {
     const size_t cb = rows_chunk_bytes(t);
     if (j0 >= j1) {
         return;
@@ -677,12 +679,12 @@ FORCE_INLINE void row_chunks(enum rows_type t, const int NC, int64_t k, const ui
          * program order, so that the decode's chain of loads and shuffles
          * runs while the products wait (with few rows the registers allow) */
         pair_chunk P, Pn;
-        decode_chunk(t, w + (size_t)(2 * j0) * cb, w + (size_t)(2 * j0 + 1) * cb, cb, &Pn);
+        decode_chunk(t, w + (size_t)(2 * j0) * cb, w + (size_t)(2 * j0 + 1) * cb, cb, pf, &Pn);
         for (int64_t j = j0; j < j1; j++) {
             P = Pn;
             if (j + 1 < j1) {
                 const uint8_t *p = w + (size_t)(2 * j + 2) * cb;
-                decode_chunk(t, p, p + cb, cb, &Pn);
+                decode_chunk(t, p, p + cb, cb, pf, &Pn);
             }
             chunk_products(t, NC, &P, k, 2 * j, true, act, ab, acc);
         }
@@ -690,7 +692,7 @@ FORCE_INLINE void row_chunks(enum rows_type t, const int NC, int64_t k, const ui
         for (int64_t j = j0; j < j1; j++) {
             pair_chunk P;
             const uint8_t *p = w + (size_t)(2 * j) * cb;
-            decode_chunk(t, p, p + cb, cb, &P);
+            decode_chunk(t, p, p + cb, cb, pf, &P);
             chunk_products(t, NC, &P, k, 2 * j, true, act, ab, acc);
         }
     }
@@ -708,7 +710,7 @@ FORCE_INLINE void row_finish(enum rows_type t, const int NC, int64_t k, const ui
     if (n_super % 2 != 0) {
         pair_chunk P;
         const uint8_t *p = w + (size_t)(n_super - 1) * cb;
-        decode_chunk(t, p, p, cb, &P);
+        decode_chunk(t, p, p, cb, ROWS_PREFETCH_BYTES, &P);
         chunk_products(t, NC, &P, k, n_super - 1, false, act, ab, acc);
     }
     /* the last k % 256 (K-quant and IQ4_XS rows are whole 256s) */
@@ -765,6 +767,15 @@ FORCE_INLINE void row_group(enum rows_type t, const int NC, int64_t k, const uin
     if (per_slice < 1) {
         per_slice = 1;
     }
+    /* In slices the walk jumps between the group's rows, so a fixed distance
+     * ahead lands in another row's slice, read later or not at all; asking
+     * for the same bytes of the row ROWS_GROUP on asks for what the next
+     * group reads in the same order, one group (8 rows, 25 KiB of Q4_0 at
+     * k = 5632) ahead. Zen 5, bench_gemm Q4_0 -k 5632 -n 32768 -c 8 (from
+     * memory), three rounds alternating: 102-121 -> 126-139 G MAC/s; in
+     * llama-1b at 8 sequences the FFN down products' time 1142-1169 ->
+     * 960-980 ms (docs/kernels.md, "Slices from memory"). */
+    const ptrdiff_t pf = per_slice < n_wide ? (ptrdiff_t)(ROWS_GROUP * bx) : ROWS_PREFETCH_BYTES;
     __m512 sums[ROWS_GROUP][8];
     for (int r = 0; r < n; r++) {
 #pragma GCC unroll 8
@@ -780,7 +791,7 @@ FORCE_INLINE void row_group(enum rows_type t, const int NC, int64_t k, const uin
             for (int c = 0; c < NC; c++) {
                 acc[c] = sums[r][c];
             }
-            row_chunks(t, NC, k, w + (size_t)r * bx, act, ab, j0, j1, acc);
+            row_chunks(t, NC, k, w + (size_t)r * bx, act, ab, j0, j1, pf, acc);
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
                 sums[r][c] = acc[c];
