@@ -655,9 +655,75 @@ static void test_attention_seqs(void) {
     free(q);
 }
 
+/* model_forward_halves: a pass run half a layer at a time, with another
+ * sequence's pass through the same working memory between the halves (as a
+ * prompt chunk read a slice per step beside other requests), gives the
+ * logits of the pass run whole, bit for bit: dense, experts with a shared
+ * expert, per-head norms. Bad windows are refused. */
+static void test_halves(void) {
+    static const char *const files[] = {"stories260K.gguf",
+                                        "derived/TinyStories-656K-qwen2moe-4x2-shared.gguf",
+                                        "derived/TinyStories-656K-qwen3moe-4x2-qknorm1.gguf"};
+    for (size_t c = 0; c < LARES_ARRAY_LEN(files); c++) {
+        runner r;
+        if (!runner_open(&r, files[c], 2, GGUF_TYPE_F32, 8)) {
+            runner_close(&r);
+            continue;
+        }
+        lares_error err = {0};
+        const model *m = r.m;
+        const int32_t n_layer = m->hp.n_layer, n_vocab = m->hp.n_vocab;
+        const size_t e = (size_t)m->hp.n_embd;
+        const int32_t toks[] = {1, 30, 40, 50, 60}, other[] = {1, 99, 7};
+        const int32_t pos[] = {0, 1, 2, 3, 4};
+        CHECK(feed(&r, toks, 5, 0, 8));
+        float *whole = malloc((size_t)n_vocab * sizeof(float));
+        float *xa = calloc(5 * e, sizeof(float));
+        memcpy(whole, r.logits, (size_t)n_vocab * sizeof(float));
+        model_kv *kva = NULL, *kvb = NULL;
+        CHECK_OK(model_kv_create(m, 0, n_layer, 256, GGUF_TYPE_F32, &kva, &err), &err);
+        CHECK_OK(model_kv_create(m, 0, n_layer, 256, GGUF_TYPE_F32, &kvb, &err), &err);
+        const model_seq a = {.kv = kva, .row0 = 0, .n_rows = 5};
+        const model_seq b = {.kv = kvb, .row0 = 0, .n_rows = 3};
+        CHECK_OK(model_embed(m, toks, 5, xa, &err), &err);
+        for (int32_t h = 0; h < 2 * n_layer; h++) {
+            CHECK_OK(model_forward_halves(m, &a, 1, r.cx, h, h + 1, pos, 5, xa, &err), &err);
+            /* the other sequence's whole pass between the halves */
+            CHECK_OK(model_embed(m, other, 3, r.x, &err), &err);
+            CHECK_OK(model_forward_seqs(m, &b, 1, r.cx, 0, n_layer, pos, 3, r.x, &err), &err);
+        }
+        model_output(m, r.cx, xa + 4 * e, 1, r.logits);
+        CHECKF(memcmp(whole, r.logits, (size_t)n_vocab * sizeof(float)) == 0,
+               "%s: logits by half layers differ from the whole pass", files[c]);
+        /* an odd window of halves: [1, 2L - 1) then the ends, from scratch */
+        CHECK_OK(model_embed(m, toks, 5, xa, &err), &err);
+        CHECK_OK(model_forward_halves(m, &a, 1, r.cx, 0, 1, pos, 5, xa, &err), &err);
+        CHECK_OK(model_forward_halves(m, &a, 1, r.cx, 1, 2 * n_layer - 1, pos, 5, xa, &err),
+                 &err);
+        CHECK_OK(model_forward_halves(m, &a, 1, r.cx, 2 * n_layer - 1, 2 * n_layer, pos, 5, xa,
+                                      &err),
+                 &err);
+        model_output(m, r.cx, xa + 4 * e, 1, r.logits);
+        CHECKF(memcmp(whole, r.logits, (size_t)n_vocab * sizeof(float)) == 0,
+               "%s: logits by uneven windows of halves differ", files[c]);
+        CHECK(model_forward_halves(m, &a, 1, r.cx, 3, 3, pos, 5, xa, &err) == LARES_EINVAL);
+        CHECK(strstr(err.msg, "of half layers") != NULL);
+        CHECK(model_forward_halves(m, &a, 1, r.cx, 0, 2 * n_layer + 1, pos, 5, xa, &err) ==
+              LARES_EINVAL);
+        CHECK(model_forward_seqs(m, &a, 1, r.cx, 2, 2, pos, 5, xa, &err) == LARES_EINVAL);
+        CHECK(strstr(err.msg, "is empty") != NULL);
+        model_kv_free(kva);
+        model_kv_free(kvb);
+        free(xa);
+        free(whole);
+        runner_close(&r);
+    }
+}
+
 int main(void) {
     test_attention_seqs();
     test_part_observer();
+    test_halves();
     test_greedy_once_upon_a_time(GGUF_TYPE_F32, 2, 16);
     test_greedy_once_upon_a_time(GGUF_TYPE_F16, 2, 16);
     test_greedy_once_upon_a_time(GGUF_TYPE_F16, 1, 3);

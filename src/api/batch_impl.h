@@ -78,7 +78,7 @@ struct lares_batch {
     struct {
         int32_t seq; /* -1: none */
         int32_t n_rows;
-        int32_t layer;   /* the next layer to run */
+        int32_t half;    /* the next half layer to run (model_forward_halves) */
         int32_t *tokens; /* LONE_CHUNK_ROWS */
         int32_t *pos;    /* LONE_CHUNK_ROWS */
         float *x;        /* LONE_CHUNK_ROWS x n_embd: the rows' hidden states */

@@ -165,6 +165,11 @@ lares_status exec_local_forward(exec_local *e, int32_t l0, int32_t l1, const int
 lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32_t n_seqs,
                                      int32_t l0, int32_t l1, const int32_t *pos, int32_t n_tok,
                                      float *x, lares_error *err);
+/* The same by half layers (model_forward_halves): halves [h0, h1), 2l being
+ * layer l's attention block and 2l + 1 its FFN block. */
+lares_status exec_local_forward_halves(exec_local *e, const model_seq *seqs, int32_t n_seqs,
+                                       int32_t h0, int32_t h1, const int32_t *pos, int32_t n_tok,
+                                       float *x, lares_error *err);
 
 /* The head's output: final norm and output matrix (model_output), with the
  * output matrix's residency managed like a layer's. */

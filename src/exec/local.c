@@ -316,16 +316,17 @@ static void on_part(void *user, int32_t layer, model_part part) {
     e->part_unit = u;
 }
 
-lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32_t n_seqs,
-                                     int32_t l0, int32_t l1, const int32_t *pos, int32_t n_tok,
-                                     float *x, lares_error *err) {
+lares_status exec_local_forward_halves(exec_local *e, const model_seq *seqs, int32_t n_seqs,
+                                       int32_t h0, int32_t h1, const int32_t *pos, int32_t n_tok,
+                                       float *x, lares_error *err) {
     e->r.n_tok = n_tok;
     if (!e->plan.streaming) {
         const lares_status st =
-            model_forward_seqs(e->m, seqs, n_seqs, e->cx, l0, l1, pos, n_tok, x, err);
+            model_forward_halves(e->m, seqs, n_seqs, e->cx, h0, h1, pos, n_tok, x, err);
         return st != LARES_OK ? st : gguf_check(e->m->file, err);
     }
-    if (l0 < e->kv->l0 || l1 > e->kv->l1 || l0 >= l1) {
+    const int32_t l0 = h0 / 2, l1 = (h1 + 1) / 2; /* the layers touched */
+    if (h0 < 0 || l0 < e->kv->l0 || l1 > e->kv->l1 || h0 >= h1) {
         return lares_fail(err, LARES_EINVAL, "forward: window [%d, %d) outside the cache's [%d, %d)",
                           l0, l1, e->kv->l0, e->kv->l1);
     }
@@ -336,8 +337,9 @@ lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32
     for (int32_t l = l0; l < l1 && st == LARES_OK; l++) {
         e->part_layer = l;
         e->part_unit = -1;
-        st = model_forward_seqs(exec_direct_model(e), seqs, n_seqs, e->cx, l, l + 1, pos, n_tok,
-                                x, err);
+        st = model_forward_halves(exec_direct_model(e), seqs, n_seqs, e->cx,
+                                  LARES_MAX(h0, 2 * l), LARES_MIN(h1, 2 * l + 2), pos, n_tok, x,
+                                  err);
         if (e->part_unit >= 0) {
             exec_stream_done(e, e->part_unit);
         }
@@ -346,6 +348,15 @@ lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32
     e->part_unit = -1;
     model_ctx_on_part(e->cx, NULL, NULL);
     return st != LARES_OK ? st : gguf_check(e->m->file, err); /* a page failed to read: zeros */
+}
+
+lares_status exec_local_forward_seqs(exec_local *e, const model_seq *seqs, int32_t n_seqs,
+                                     int32_t l0, int32_t l1, const int32_t *pos, int32_t n_tok,
+                                     float *x, lares_error *err) {
+    if (l0 >= l1) {
+        return lares_fail(err, LARES_EINVAL, "forward: window [%d, %d) is empty", l0, l1);
+    }
+    return exec_local_forward_halves(e, seqs, n_seqs, 2 * l0, 2 * l1, pos, n_tok, x, err);
 }
 
 lares_status exec_local_output(exec_local *e, float *x, int32_t n_rows, float *logits,

@@ -772,15 +772,17 @@ static void experts(const model *m, model_ctx *cx, int32_t il, int32_t n_tok) {
  *   attention; x += Wo . attention
  *   normed = RMSNorm(x); gate, up = products; SwiGLU; x += Wdown . (silu(gate) * up)
  * and for a MoE layer the router's products and the experts in place of the FFN. */
+/* ops [o0, o1) of layer il */
 static void layer_forward(const model *m, const model_seq *seqs, int32_t n_seqs, model_ctx *cx,
-                          int32_t il, const int32_t *pos, int32_t n_tok, float *x) {
+                          int32_t il, int32_t o0, int32_t o1, const int32_t *pos, int32_t n_tok,
+                          float *x) {
     const model_hparams *hp = &m->hp;
     const model_layer *l = &m->layers[il];
     const model_layer_plan *lp = &m->plan->layers[il];
     const int64_t e = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim;
     ops_pool *pool = cx->pool;
     int part = -1;
-    for (int32_t i = 0; i < lp->n_ops; i++) {
+    for (int32_t i = o0; i < o1; i++) {
         const model_op *op = &lp->ops[i];
         if (cx->on_part != NULL && lp->op_part[i] > part) {
             part = lp->op_part[i];
@@ -839,9 +841,10 @@ static void layer_forward(const model *m, const model_seq *seqs, int32_t n_seqs,
     }
 }
 
-lares_status model_forward_seqs(const model *m, const model_seq *seqs, int32_t n_seqs,
-                                model_ctx *cx, int32_t l0, int32_t l1, const int32_t *pos,
-                                int32_t n_tok, float *x, lares_error *err) {
+lares_status model_forward_halves(const model *m, const model_seq *seqs, int32_t n_seqs,
+                                  model_ctx *cx, int32_t h0, int32_t h1, const int32_t *pos,
+                                  int32_t n_tok, float *x, lares_error *err) {
+    const int32_t l0 = h0 / 2, l1 = (h1 + 1) / 2; /* the layers touched */
     if (n_tok < 1 || n_tok > cx->n_batch) {
         return lares_fail(err, LARES_EINVAL, "forward: %d tokens (batch holds %d)", n_tok,
                           cx->n_batch);
@@ -858,10 +861,12 @@ lares_status model_forward_seqs(const model *m, const model_seq *seqs, int32_t n
                               (int)s, (int)q->row0, (int)(q->row0 + q->n_rows), (int)next);
         }
         next += q->n_rows;
-        if (l0 < q->kv->l0 || l1 > q->kv->l1 || l0 >= l1) {
+        if (h0 < 0 || l0 < q->kv->l0 || l1 > q->kv->l1 || h0 >= h1) {
+            const bool whole = h0 % 2 == 0 && h1 % 2 == 0;
             return lares_fail(err, LARES_EINVAL,
-                              "forward: window [%d, %d) outside the cache's [%d, %d)", l0, l1,
-                              q->kv->l0, q->kv->l1);
+                              "forward: window [%d, %d)%s outside the cache's [%d, %d)",
+                              whole ? h0 / 2 : h0, whole ? h1 / 2 : h1,
+                              whole ? "" : " of half layers", q->kv->l0, q->kv->l1);
         }
         for (int32_t t = q->row0; t < q->row0 + q->n_rows; t++) {
             if (pos[t] < 0 || pos[t] >= q->kv->n_ctx || pos[t] >= cx->n_ctx) {
@@ -880,6 +885,13 @@ lares_status model_forward_seqs(const model *m, const model_seq *seqs, int32_t n
                         cx->rope_cs + (size_t)t * (size_t)m->hp.n_rot);
     }
     for (int32_t il = l0; il < l1; il++) {
+        const model_layer_plan *lp = &m->plan->layers[il];
+        const int32_t o0 = 2 * il < h0 ? lp->ffn_op : 0;
+        const int32_t o1 = 2 * il + 2 > h1 ? lp->ffn_op : lp->n_ops;
+        if (o0 > 0 || o1 < lp->n_ops) { /* half a layer: a hook runs whole ones */
+            layer_forward(m, seqs, n_seqs, cx, il, o0, o1, pos, n_tok, x);
+            continue;
+        }
         if (cx->on_layer != NULL) {
             bool ran = false;
             lares_status st = cx->on_layer(cx->layer_user, seqs, n_seqs, il, l1, pos, n_tok,
@@ -891,9 +903,18 @@ lares_status model_forward_seqs(const model *m, const model_seq *seqs, int32_t n
                 continue;
             }
         }
-        layer_forward(m, seqs, n_seqs, cx, il, pos, n_tok, x);
+        layer_forward(m, seqs, n_seqs, cx, il, 0, lp->n_ops, pos, n_tok, x);
     }
     return LARES_OK;
+}
+
+lares_status model_forward_seqs(const model *m, const model_seq *seqs, int32_t n_seqs,
+                                model_ctx *cx, int32_t l0, int32_t l1, const int32_t *pos,
+                                int32_t n_tok, float *x, lares_error *err) {
+    if (l0 >= l1) {
+        return lares_fail(err, LARES_EINVAL, "forward: window [%d, %d) is empty", l0, l1);
+    }
+    return model_forward_halves(m, seqs, n_seqs, cx, 2 * l0, 2 * l1, pos, n_tok, x, err);
 }
 
 lares_status model_forward(const model *m, model_kv *kv, model_ctx *cx, int32_t l0, int32_t l1,

@@ -190,6 +190,16 @@ lares_status model_forward_seqs(const model *m, const model_seq *seqs, int32_t n
                                 model_ctx *cx, int32_t l0, int32_t l1, const int32_t *pos,
                                 int32_t n_tok, float *x, lares_error *err);
 
+/* model_forward_seqs by half layers: half 2l is layer l's attention block
+ * (through its residual), 2l + 1 its FFN block; runs halves [h0, h1). Between
+ * the two a row's state is x alone, so a pass may stop after half a layer and
+ * go on later with other passes in between (a prompt chunk read a slice per
+ * step, api/batch.c). A half layer runs on the CPU even where a hook
+ * (model_ctx_on_layer) would run the whole layer. */
+lares_status model_forward_halves(const model *m, const model_seq *seqs, int32_t n_seqs,
+                                  model_ctx *cx, int32_t h0, int32_t h1, const int32_t *pos,
+                                  int32_t n_tok, float *x, lares_error *err);
+
 /* logits (n_rows x n_vocab) from the last hidden states x (n_rows x n_embd):
  * final norm, then the output matrix. x is overwritten. n_rows <= n_batch. */
 void model_output(const model *m, model_ctx *cx, float *x, int32_t n_rows, float *logits);

@@ -415,6 +415,7 @@ static void plan_ops(const model_hparams *hp, model_layer_plan *lp) {
     add_op(lp, MODEL_OP_ATTEND, 0);
     add_op(lp, MODEL_OP_PRODUCTS, MODEL_GROUP_O);
     add_op(lp, MODEL_OP_RESIDUAL, 0);
+    lp->ffn_op = lp->n_ops;
     add_op(lp, MODEL_OP_NORM, MODEL_ROLE_FFN_NORM);
     if (lp->w[MODEL_ROLE_ROUTER].t == NULL) {
         const model_role gu[] = {MODEL_ROLE_GATE, MODEL_ROLE_UP}, d[] = {MODEL_ROLE_DOWN};

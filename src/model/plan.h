@@ -174,6 +174,8 @@ typedef struct model_layer_plan {
     model_op ops[MODEL_OPS_MAX];       /* in the order layer_forward runs them */
     int8_t op_part[MODEL_OPS_MAX];     /* the part each op reads; -1: no weight */
     int32_t n_ops;
+    int32_t ffn_op; /* the FFN's first op (its norm): ops before it are the layer's
+                     * first half, whose state after is x alone (model_forward_halves) */
     uint64_t bytes;         /* every weight of the layer */
 } model_layer_plan;
 
