@@ -693,6 +693,115 @@ static void check_exact(const quant_traits *r, const quant_traits *t, const char
     }
 }
 
+/* The rows-in-lanes attention (kv_attend_rows) of each KV cache type against
+ * the reference a row at a time: row counts below, at and past a vector's
+ * lanes, each row its own causal window (rows of a token's group alike, the
+ * next token's one longer, as a prompt's), widths that take the vector path
+ * and ones that fall back, scales that underflow most probabilities; and a
+ * row's result the same bit for bit whatever rows are beside it. */
+static void check_attend_rows(quant_isa isa, const char *fam) {
+    static const int64_t nrs[] = {1, 5, 8, 16, 23, 40};
+    static const int64_t groups[] = {1, 4, 8};
+    static const int64_t hds[] = {64, 128, 40};
+    static const int64_t n0s[] = {1, 9, 300};
+    static const float scales[] = {0.125f, 4.0f};
+    const uint32_t types[] = {GGUF_TYPE_F32, GGUF_TYPE_F16};
+    const int64_t n_max = 300 + 40, hd_max = 128, nr_max = 40, row_elems = 3 * hd_max;
+    float *q = malloc(sizeof(float) * (size_t)(nr_max * hd_max));
+    float *kf = malloc(sizeof(float) * (size_t)(n_max * row_elems));
+    float *vf = malloc(sizeof(float) * (size_t)(n_max * row_elems));
+    uint8_t *k = malloc(4 * (size_t)(n_max * row_elems));
+    uint8_t *v = malloc(4 * (size_t)(n_max * row_elems));
+    float *s = malloc(sizeof(float) * (size_t)n_max);
+    float *tmp = malloc(sizeof(float) * (size_t)hd_max);
+    float *scratch = malloc(sizeof(float) * QUANT_ATTEND_ROWS_SCRATCH(hd_max, n_max));
+    float *out = malloc(sizeof(float) * (size_t)(nr_max * hd_max));
+    float *alone = malloc(sizeof(float) * (size_t)hd_max);
+    float *want = malloc(sizeof(float) * (size_t)hd_max);
+    if (!q || !kf || !vf || !k || !v || !s || !tmp || !scratch || !out || !alone || !want) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < nr_max * hd_max; i++) {
+        q[i] = rng_unit();
+    }
+    for (int64_t i = 0; i < n_max * row_elems; i++) {
+        kf[i] = rng_unit();
+        vf[i] = 4.0f * rng_unit();
+    }
+    int cases = 0;
+    for (size_t ti = 0; ti < LARES_ARRAY_LEN(types); ti++) {
+        const quant_traits *r = quant_traits_ref(types[ti]);
+        const quant_traits *t = quant_traits_isa(types[ti], isa);
+        if (t->kv_attend_rows == NULL) {
+            continue; /* this family attends a token at a time */
+        }
+        r->from_float_ref(kf, k, n_max * row_elems);
+        r->from_float_ref(vf, v, n_max * row_elems);
+        const size_t row_bytes = (size_t)row_elems * r->blck_bytes;
+        for (size_t a = 0; a < LARES_ARRAY_LEN(nrs); a++) {
+            for (size_t g = 0; g < LARES_ARRAY_LEN(groups); g++) {
+                for (size_t b = 0; b < LARES_ARRAY_LEN(hds); b++) {
+                    for (size_t c = 0; c < LARES_ARRAY_LEN(n0s); c++) {
+                        for (size_t d = 0; d < LARES_ARRAY_LEN(scales); d++) {
+                            const int64_t nr = nrs[a], hd = hds[b];
+                            const uint8_t *kh = k + (size_t)hd * r->blck_bytes;
+                            const uint8_t *vh = v + (size_t)hd * r->blck_bytes;
+                            const float *qs[40];
+                            float *outs[40];
+                            int32_t len[40];
+                            for (int64_t i = 0; i < nr; i++) {
+                                qs[i] = q + i * hd;
+                                outs[i] = out + i * hd;
+                                len[i] = (int32_t)(n0s[c] + i / groups[g]);
+                            }
+                            memset(out, 0xff, sizeof(float) * (size_t)(nr * hd)); /* NaN */
+                            t->kv_attend_rows(nr, hd, qs, len, kh, vh, row_bytes, scales[d],
+                                              scratch, outs);
+                            float worst = 0;
+                            bool same = true;
+                            for (int64_t i = 0; i < nr; i++) {
+                                r->kv_attend(qs[i], 1, hd, kh, vh, row_bytes, len[i], scales[d],
+                                             s, tmp, want);
+                                float *one[1] = {alone};
+                                t->kv_attend_rows(1, hd, qs + i, len + i, kh, vh, row_bytes,
+                                                  scales[d], scratch, one);
+                                same = same && memcmp(alone, outs[i], sizeof(float) * (size_t)hd) == 0;
+                                for (int64_t e = 0; e < hd; e++) {
+                                    const float x = fabsf(outs[i][e] - want[e]);
+                                    worst = x > worst || x != x ? x : worst;
+                                }
+                            }
+                            const float tol = 2e-5f + 4.0f * scales[d] * (float)hd * 2.4e-7f;
+                            CHECKF(worst <= tol, "%s/%s attention by rows: %" PRId64
+                                   " rows, group %" PRId64 ", hd %" PRId64 ", from %" PRId64
+                                   " keys, scale %g: off by %g",
+                                   fam, r->name, nr, groups[g], hd, n0s[c], (double)scales[d],
+                                   (double)worst);
+                            CHECKF(same, "%s/%s attention by rows: %" PRId64 " rows, hd %" PRId64
+                                   ": a row alone differs from the row among others",
+                                   fam, r->name, nr, hd);
+                            cases++;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    printf("  %s: %d attention-by-rows cases\n", fam, cases);
+    free(q);
+    free(kf);
+    free(vf);
+    free(k);
+    free(v);
+    free(s);
+    free(tmp);
+    free(scratch);
+    free(out);
+    free(alone);
+    free(want);
+}
+
 /* The attention kernel of each KV cache type against the reference: groups
  * of 1 to 11 heads (more than the eight a kernel keeps in registers), head
  * widths that take the vector path and ones that fall back, key counts around
@@ -864,6 +973,7 @@ static void test_family(quant_isa isa) {
     }
     printf("  %s: %d types with tile kernels\n", fam, tiles);
     check_attend(isa, fam);
+    check_attend_rows(isa, fam);
     check_silu(isa, fam);
     free(b.xf);
     free(b.yf);

@@ -190,7 +190,7 @@ static lares_status emul_kv_store(gpu_device *d, const float *src, int64_t n_tok
 static lares_status emul_attend(gpu_device *d, const gpu_attend_args *a, lares_error *err) {
     (void)d;
     const size_t stride =
-        (size_t)(a->n_head / a->n_head_kv) * (size_t)a->n_kv_max + (size_t)a->head_dim;
+        ops_attention_scratch(a->n_head, a->n_head_kv, a->head_dim, a->n_kv_max);
     float *scratch = lares_alloc_aligned(stride * sizeof(float), 64);
     if (scratch == NULL) {
         return lares_fail(err, LARES_ENOMEM, "emulated gpu: attention scratch");

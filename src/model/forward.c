@@ -103,8 +103,8 @@ ops_kv_view model_kv_view(const model_kv *kv, int32_t layer) {
 /* floats of attention scratch per thread: the scores of the query heads that
  * share a KV head over the context, then one K or V row */
 static size_t attn_stride(const model_hparams *hp, int32_t n_ctx) {
-    const size_t group = (size_t)(hp->n_head / (hp->n_head_kv > 0 ? hp->n_head_kv : 1));
-    return group * (size_t)n_ctx + (size_t)hp->head_dim;
+    return ops_attention_scratch(hp->n_head, hp->n_head_kv > 0 ? hp->n_head_kv : 1, hp->head_dim,
+                                 n_ctx);
 }
 
 /* The activation formats any product of the model asks for, largest wins. */

@@ -199,9 +199,14 @@ typedef struct ops_attn_args {
     float scale;        /* usually 1/sqrt(head_dim) */
     ops_kv_view kv;
     float *scratch;     /* nth x scratch_stride floats */
-    size_t scratch_stride; /* >= (n_head / n_head_kv) * n_ctx + head_dim (the scores of
-                              a KV head's query heads, then a converted K or V row) */
+    size_t scratch_stride; /* ops_attention_scratch: at least (n_head / n_head_kv) * n_ctx
+                              + head_dim (the scores of a KV head's query heads, then a
+                              converted K or V row); passes of many rows attend by rows
+                              in lanes where it holds QUANT_ATTEND_ROWS_SCRATCH */
 } ops_attn_args;
+
+/* The scratch floats a thread of ops_attention needs, for every pass */
+size_t ops_attention_scratch(int64_t n_head, int64_t n_head_kv, int64_t head_dim, int64_t n_ctx);
 
 /* Grouped-query attention (Ainslie et al. 2023) with a causal window. */
 void ops_attention(ops_pool *pool, const ops_attn_args *a);

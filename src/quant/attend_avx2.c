@@ -53,11 +53,16 @@ static inline vf reduce_keys(const vf a[8]) {
                          _mm256_permute2f128_ps(s0123, s4567, 0x31));
 }
 
+#define ATT_DB 8
+#define ATT_KB 4
+#define ATT_MR 2
 #include "quant/attend_simd.h"
 #include "quant/silu_simd.h"
 
 void quant_install_avx2_attend(quant_traits *t) {
     t[GGUF_TYPE_F32].kv_attend = attend_f32_simd;
     t[GGUF_TYPE_F16].kv_attend = attend_f16_simd;
+    t[GGUF_TYPE_F32].kv_attend_rows = attend_rows_f32_simd;
+    t[GGUF_TYPE_F16].kv_attend_rows = attend_rows_f16_simd;
     t[GGUF_TYPE_F32].silu_mul = silu_mul_simd; /* SwiGLU, with the softmax's exp */
 }

@@ -45,5 +45,7 @@ static inline vf reduce_keys(const vf a[4]) {
 void quant_install_neon_attend(quant_traits *t) {
     t[GGUF_TYPE_F32].kv_attend = attend_f32_simd;
     t[GGUF_TYPE_F16].kv_attend = attend_f16_simd;
+    t[GGUF_TYPE_F32].kv_attend_rows = attend_rows_f32_simd;
+    t[GGUF_TYPE_F16].kv_attend_rows = attend_rows_f16_simd;
     t[GGUF_TYPE_F32].silu_mul = silu_mul_simd; /* SwiGLU, with the softmax's exp */
 }

@@ -217,6 +217,166 @@ static void attend_simd(int is_f16, const float *restrict q, int64_t nq, int64_t
     }
 }
 
+/* ---- rows in lanes (quant_kv_attend_rows_fn) ---- */
+
+#ifndef ATT_DB
+#define ATT_DB 16 /* query dimensions held in registers while the keys go by */
+#endif
+#ifndef ATT_KB
+#define ATT_KB 8 /* keys in flight, an accumulator each */
+#endif
+#ifndef ATT_MR
+#define ATT_MR 4 /* rows of a tile of the weighted sum (x 4 vectors of columns) */
+#endif
+
+/* out[r] for rows r < nr <= ATT_LANES, every lane's sums in the order of
+ * one row alone: the scores over dimensions 0, 1, ..., the softmax and the
+ * weighted sum over keys 0, 1, ... */
+static void rows_block(int is_f16, int nr, int64_t hd, const float *const *q, const int32_t *len,
+                       const uint8_t *k, const uint8_t *v, size_t row_bytes, float scale,
+                       float *restrict scratch, float *const *out) {
+    const int L = ATT_LANES;
+    int64_t n = 0;
+    for (int r = 0; r < nr; r++) {
+        n = len[r] > n ? len[r] : n;
+    }
+    float *qt = scratch;                  /* hd x L: the rows, scaled, dimension-major */
+    float *kf = qt + (size_t)hd * L;      /* ATT_KB x ATT_DB: keys as floats */
+    float *sc = kf + ATT_KB * ATT_DB;     /* (n + ATT_KB) x L: scores, then weights */
+    float inv[ATT_LANES];
+    for (int64_t d = 0; d < hd; d++) {
+        for (int r = 0; r < L; r++) {
+            qt[d * L + r] = r < nr ? q[r][d] * scale : 0.0f;
+        }
+    }
+    for (int64_t d0 = 0; d0 < hd; d0 += ATT_DB) {
+        vf qv[ATT_DB];
+#pragma GCC unroll 16
+        for (int d = 0; d < ATT_DB; d++) {
+            qv[d] = V_LOAD(qt + (d0 + d) * L);
+        }
+        for (int64_t j0 = 0; j0 < n; j0 += ATT_KB) {
+            const int nb = (int)(n - j0 < ATT_KB ? n - j0 : ATT_KB);
+            for (int b = 0; b < ATT_KB; b++) {
+                const uint8_t *src = k + (size_t)(j0 + b) * row_bytes;
+                for (int d = 0; d < ATT_DB; d += ATT_LANES) {
+                    const vf x = b >= nb  ? V_ZERO()
+                                 : is_f16 ? V_LOAD_F16((const lares_f16 *)(const void *)src + d0 + d)
+                                          : V_LOAD((const float *)(const void *)src + d0 + d);
+                    V_STORE(kf + b * ATT_DB + d, x);
+                }
+            }
+            vf acc[ATT_KB];
+#pragma GCC unroll 8
+            for (int b = 0; b < ATT_KB; b++) {
+                acc[b] = d0 > 0 ? V_LOAD(sc + (j0 + b) * L) : V_ZERO();
+            }
+#pragma GCC unroll 16
+            for (int d = 0; d < ATT_DB; d++) {
+#pragma GCC unroll 8
+                for (int b = 0; b < ATT_KB; b++) {
+                    acc[b] = V_FMA(V_SET1(kf[b * ATT_DB + d]), qv[d], acc[b]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int b = 0; b < ATT_KB; b++) {
+                V_STORE(sc + (j0 + b) * L, acc[b]);
+            }
+        }
+    }
+    /* each lane's softmax over its own keys: those past its window out */
+    for (int r = 0; r < nr; r++) {
+        for (int64_t j = len[r]; j < n; j++) {
+            sc[j * L + r] = -INFINITY;
+        }
+    }
+    vf mx = V_SET1(-INFINITY);
+    for (int64_t j = 0; j < n; j++) {
+        mx = V_MAX(mx, V_LOAD(sc + j * L));
+    }
+    for (int64_t j = 0; j < n; j++) {
+        V_STORE(sc + j * L, v_exp(V_SUB(V_LOAD(sc + j * L), mx)));
+    }
+    for (int r = 0; r < nr; r++) {
+        for (int64_t j = len[r]; j < n; j++) {
+            sc[j * L + r] = 0.0f;
+        }
+    }
+    vf sum = V_ZERO();
+    for (int64_t j = 0; j < n; j++) {
+        sum = V_ADD(sum, V_LOAD(sc + j * L));
+    }
+    V_STORE(inv, V_DIV(V_SET1(1.0f), sum));
+    /* the weighted sum of the values, ATT_MR rows x 4 vectors of columns a tile */
+    for (int r0 = 0; r0 < nr; r0 += ATT_MR) {
+        for (int64_t c0 = 0; c0 < hd; c0 += 4 * ATT_LANES) {
+            vf acc[ATT_MR][4];
+#pragma GCC unroll 4
+            for (int a = 0; a < ATT_MR; a++) {
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    acc[a][c] = V_ZERO();
+                }
+            }
+            for (int64_t j = 0; j < n; j++) {
+                const uint8_t *src = v + (size_t)j * row_bytes;
+                vf x[4];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    x[c] = is_f16 ? V_LOAD_F16((const lares_f16 *)(const void *)src + c0 +
+                                               c * ATT_LANES)
+                                  : V_LOAD((const float *)(const void *)src + c0 + c * ATT_LANES);
+                }
+#pragma GCC unroll 4
+                for (int a = 0; a < ATT_MR; a++) {
+                    const vf p = V_SET1(sc[j * L + r0 + a]);
+#pragma GCC unroll 4
+                    for (int c = 0; c < 4; c++) {
+                        acc[a][c] = V_FMA(p, x[c], acc[a][c]);
+                    }
+                }
+            }
+            for (int a = 0; a < ATT_MR && r0 + a < nr; a++) {
+                const vf w = V_SET1(inv[r0 + a]);
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) {
+                    V_STORE(out[r0 + a] + c0 + c * ATT_LANES, V_MUL(acc[a][c], w));
+                }
+            }
+        }
+    }
+}
+
+/* quant_kv_attend_rows_fn: ATT_LANES rows at a time; head widths that are
+ * not a multiple of both blockings take the reference a row at a time */
+static void attend_rows_simd(int is_f16, int64_t nr, int64_t hd, const float *const *q,
+                             const int32_t *len, const void *k, const void *v, size_t row_bytes,
+                             float scale, float *restrict scratch, float *const *out) {
+    if (hd % ATT_DB != 0 || hd % (4 * ATT_LANES) != 0) {
+        for (int64_t r = 0; r < nr; r++) {
+            (is_f16 ? attend_f16_ref : attend_f32_ref)(q[r], 1, hd, k, v, row_bytes, len[r], scale,
+                                                       scratch, scratch + len[r], out[r]);
+        }
+        return;
+    }
+    for (int64_t r0 = 0; r0 < nr; r0 += ATT_LANES) {
+        const int n = (int)(nr - r0 < ATT_LANES ? nr - r0 : ATT_LANES);
+        rows_block(is_f16, n, hd, q + r0, len + r0, k, v, row_bytes, scale, scratch, out + r0);
+    }
+}
+
+static void attend_rows_f32_simd(int64_t nr, int64_t hd, const float *const *q, const int32_t *len,
+                                 const void *k, const void *v, size_t row_bytes, float scale,
+                                 float *restrict scratch, float *const *out) {
+    attend_rows_simd(0, nr, hd, q, len, k, v, row_bytes, scale, scratch, out);
+}
+
+static void attend_rows_f16_simd(int64_t nr, int64_t hd, const float *const *q, const int32_t *len,
+                                 const void *k, const void *v, size_t row_bytes, float scale,
+                                 float *restrict scratch, float *const *out) {
+    attend_rows_simd(1, nr, hd, q, len, k, v, row_bytes, scale, scratch, out);
+}
+
 static void attend_f32_simd(const float *restrict q, int64_t nq, int64_t hd, const void *k,
                             const void *v, size_t row_bytes, int64_t n, float scale,
                             float *restrict s, float *restrict tmp, float *restrict out) {
